@@ -1,0 +1,25 @@
+// arms.c — arm registry.
+#include "arms.h"
+#include <stdio.h>
+#include <string.h>
+
+const char *dm_arm_names[ARM_COUNT] = {"kda", "engram", "moe", "rezero", "retract", "aux"};
+
+void arms_init(Arms *a) {
+    memset(a, 0, sizeof *a);
+    for (int i = 0; i < ARM_COUNT; i++) a->on[i] = 1;
+}
+
+int arms_find(const char *name) {
+    for (int i = 0; i < ARM_COUNT; i++)
+        if (strcmp(dm_arm_names[i], name) == 0) return i;
+    return -1;
+}
+
+void arms_format(const Arms *a, char *buf, unsigned n) {
+    unsigned used = 0;
+    buf[0] = 0;
+    for (int i = 0; i < ARM_COUNT && used < n; i++)
+        used += snprintf(buf + used, n - used, "%s%s=%s(%lld/%lld)", i ? " " : "", dm_arm_names[i],
+                         a->on[i] ? "on" : "off", (long long)a->fwd[i], (long long)a->bwd[i]);
+}

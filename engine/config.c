@@ -1,0 +1,259 @@
+// config.c — the key table, defaults, parsing and validation of the configuration.
+#include "config.h"
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define OFF(f) offsetof(Config, f)
+#define BIG 9.0e15
+
+const ConfigKey dm_config_keys[] = {
+    {"d", KEY_INT, OFF(d), 1, 65536, NULL, 1, "model width"},
+    {"H", KEY_INT, OFF(H), 1, 1024, NULL, 1, "KDA heads (d must be divisible by H)"},
+    {"L", KEY_INT, OFF(L), 1, 64, NULL, 1, "loop depth: iterations of the shared block"},
+    {"E", KEY_INT, OFF(E), 1, 1024, NULL, 1, "experts"},
+    {"k", KEY_INT, OFF(k), 1, 1024, NULL, 1, "experts per token (<= E)"},
+    {"r", KEY_INT, OFF(r), 1, 65536, NULL, 1, "expert rank (<= min(d, f))"},
+    {"f", KEY_INT, OFF(f), 1, 1 << 20, NULL, 1, "expert hidden width"},
+    {"engram_rows", KEY_I64, OFF(engram_rows), 1, 1e10, NULL, 1, "rows per Engram order table"},
+    {"engram_dim", KEY_INT, OFF(engram_dim), 1, 4096, NULL, 1, "width of an Engram row"},
+    {"engram_orders", KEY_ORDERS, OFF(engram_orders), 1, 16, NULL, 1, "n-gram orders, comma-separated (each 1..16)"},
+    {"seq", KEY_INT, OFF(seq), 1, 1 << 20, NULL, 1, "sequence length T in bytes"},
+    {"kda_chunk", KEY_INT, OFF(kda_chunk), 1, 1024, NULL, 0, "chunk length of the chunked KDA"},
+    {"loss", KEY_ENUM, OFF(loss_final), 0, 1, "rec|final", 0, "rec: mean CE over iterations; final: last only"},
+    {"lam_max", KEY_REAL, OFF(lam_max), 0, 1, NULL, 0, "cap of the memory gate"},
+    {"g_min", KEY_REAL, OFF(g_min), -100, 0, NULL, 1, "KDA log-decay floor"},
+    {"engram_ram", KEY_BOOL, OFF(engram_ram), 0, 1, "off|on", 1, "Engram tables in host RAM (CUDA)"},
+    {"batch", KEY_INT, OFF(batch), 1, 1 << 16, NULL, 0, "sequences per step"},
+    {"moe_aux", KEY_REAL, OFF(moe_aux), 0, 100, NULL, 0, "weight of the load-balance loss"},
+    {"retract_every", KEY_INT, OFF(retract_every), 1, 1 << 30, NULL, 0, "retract U, V every N steps"},
+    {"retract_iters", KEY_INT, OFF(retract_iters), 0, 100, NULL, 0, "Newton-Schulz iterations of the retraction"},
+    {"opt", KEY_ENUM, OFF(opt_adamw), 0, 1, "mix|adamw", 0, "mix: Muon + AdamW + Adam tables; adamw: AdamW everywhere"},
+    {"muon_colrow", KEY_BOOL, OFF(muon_colrow), 0, 1, "off|on", 0, "Muon+: column then row normalisation"},
+    {"lr", KEY_REAL, OFF(lr), 0, 10, NULL, 0, "AdamW and table learning rate"},
+    {"lr_muon", KEY_REAL, OFF(lr_muon), 0, 10, NULL, 0, "Muon learning rate"},
+    {"beta1", KEY_REAL, OFF(beta1), 0, 0.999999, NULL, 0, "Adam beta1"},
+    {"beta2", KEY_REAL, OFF(beta2), 0, 0.999999, NULL, 0, "Adam beta2"},
+    {"eps", KEY_REAL, OFF(eps), 0, 1, NULL, 0, "Adam epsilon"},
+    {"wd", KEY_REAL, OFF(wd), 0, 10, NULL, 0, "decoupled weight decay on 2-D matrices"},
+    {"muon_momentum", KEY_REAL, OFF(muon_momentum), 0, 0.999999, NULL, 0, "Muon momentum (Nesterov)"},
+    {"warmup", KEY_INT, OFF(warmup), 0, 1 << 30, NULL, 0, "linear warmup steps"},
+    {"lr_schedule", KEY_ENUM, OFF(lr_cosine), 0, 1, "constant|cosine", 0, "after warmup"},
+    {"lr_min_frac", KEY_REAL, OFF(lr_min_frac), 0, 1, NULL, 0, "cosine floor as a fraction of lr"},
+    {"steps", KEY_I64, OFF(steps), 0, BIG, NULL, 0, "schedule horizon (0: set by the first :train)"},
+    {"clip", KEY_REAL, OFF(clip), 0, 1e9, NULL, 0, "global gradient-norm clip (0 = off)"},
+    {"nan_limit", KEY_INT, OFF(nan_limit), 1, 1 << 30, NULL, 0, "consecutive skipped steps that stop a run"},
+    {"seed", KEY_U64, OFF(seed), 0, 1.8e19, NULL, 0, "RNG seed (init and data windows)"},
+    {"eval_frac", KEY_REAL, OFF(eval_frac), 0.0001, 0.9, NULL, 0, "held-out fraction when no eval= file"},
+    {"eval_bytes", KEY_I64, OFF(eval_bytes), 2, BIG, NULL, 0, "bytes of the fixed eval window"},
+    {"anchor_fit_bytes", KEY_I64, OFF(anchor_fit_bytes), 1, BIG, NULL, 0, "training bytes the anchors fit on"},
+    {"eval_every", KEY_INT, OFF(eval_every), 0, 1 << 30, NULL, 0, "eval period of :train (0 = off)"},
+    {"ckpt_every", KEY_INT, OFF(ckpt_every), 0, 1 << 30, NULL, 0, "checkpoint period of :train (0 = off)"},
+    {"log_every", KEY_INT, OFF(log_every), 1, 1 << 30, NULL, 0, "log period of :train"},
+    {"precision", KEY_ENUM, OFF(precision_fp32), 0, 1, "bf16|fp32", 0, "CUDA matrix-product precision"},
+};
+const int dm_n_config_keys = sizeof(dm_config_keys) / sizeof(dm_config_keys[0]);
+
+void config_defaults(Config *c) {
+    memset(c, 0, sizeof *c);
+    c->d = 128; c->H = 2; c->L = 2; c->E = 2; c->k = 1; c->r = 32; c->f = 512;
+    c->engram_rows = 4096; c->engram_dim = 16;
+    c->engram_orders[0] = 2; c->engram_orders[1] = 3; c->engram_orders[2] = 4; c->n_orders = 3;
+    c->seq = 128; c->kda_chunk = 64; c->loss_final = 0; c->lam_max = 1.0; c->g_min = -5.0;
+    c->batch = 8; c->moe_aux = 0.01; c->retract_every = 1; c->retract_iters = 3;
+    c->lr = 3e-3; c->lr_muon = 0.02; c->beta1 = 0.9; c->beta2 = 0.95; c->eps = 1e-8; c->wd = 0.1;
+    c->muon_momentum = 0.95; c->warmup = 100; c->lr_cosine = 1; c->lr_min_frac = 0.1; c->steps = 0;
+    c->clip = 1.0; c->nan_limit = 20; c->seed = 1337; c->eval_frac = 0.1; c->eval_bytes = 262144;
+    c->anchor_fit_bytes = 8 << 20; c->eval_every = 500; c->ckpt_every = 0; c->log_every = 1;
+}
+
+const ConfigKey *config_find_key(const char *name) {
+    for (int i = 0; i < dm_n_config_keys; i++)
+        if (strcmp(dm_config_keys[i].name, name) == 0) return &dm_config_keys[i];
+    return NULL;
+}
+
+static int choice_index(const char *choices, const char *v) {
+    int idx = 0;
+    const char *p = choices;
+    size_t lv = strlen(v);
+    while (*p) {
+        const char *bar = strchr(p, '|');
+        size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        if (len == lv && strncmp(p, v, len) == 0) return idx;
+        if (!bar) break;
+        p = bar + 1;
+        idx++;
+    }
+    return -1;
+}
+
+static void range_text(const ConfigKey *k, char *buf, size_t n) {
+    if (k->type == KEY_ENUM || k->type == KEY_BOOL) snprintf(buf, n, "one of %s", k->choices);
+    else if (k->type == KEY_ORDERS) snprintf(buf, n, "1..%d distinct orders in %g..%g, e.g. 2,3,4", DM_MAX_ORDERS, k->min, k->max);
+    else if (k->type == KEY_REAL) snprintf(buf, n, "a number in [%g, %g]", k->min, k->max);
+    else snprintf(buf, n, "an integer in [%.0f, %.0f]", k->min, k->max);
+}
+
+int config_set(Config *c, const char *key, const char *value, dm_err *err) {
+    const ConfigKey *k = config_find_key(key);
+    if (!k) return dm_fail(err, "unknown key '%s' (see :show config for the keys)", key);
+    char range[128];
+    range_text(k, range, sizeof range);
+    char *base = (char *)c + k->offset;
+    char *end = NULL;
+    errno = 0;
+    switch (k->type) {
+    case KEY_INT: case KEY_I64: case KEY_U64: {
+        double v = strtod(value, &end);
+        if (!*value || *end || errno || v != floor(v) || v < k->min || v > k->max)
+            return dm_fail(err, "bad value '%s' for %s: expected %s", value, key, range);
+        if (k->type == KEY_INT) *(int *)base = (int)v;
+        else if (k->type == KEY_I64) *(int64_t *)base = (int64_t)v;
+        else *(uint64_t *)base = strtoull(value, NULL, 10);
+        return 0;
+    }
+    case KEY_REAL: {
+        double v = strtod(value, &end);
+        if (!*value || *end || errno || !isfinite(v) || v < k->min || v > k->max)
+            return dm_fail(err, "bad value '%s' for %s: expected %s", value, key, range);
+        *(double *)base = v;
+        return 0;
+    }
+    case KEY_BOOL: case KEY_ENUM: {
+        int i = choice_index(k->choices, value);
+        if (k->type == KEY_BOOL && i < 0) {
+            if (!strcmp(value, "1") || !strcmp(value, "true")) i = 1;
+            if (!strcmp(value, "0") || !strcmp(value, "false")) i = 0;
+        }
+        if (i < 0) return dm_fail(err, "bad value '%s' for %s: expected %s", value, key, range);
+        *(int *)base = i;
+        return 0;
+    }
+    case KEY_ORDERS: {
+        int tmp[DM_MAX_ORDERS], n = 0;
+        const char *p = value;
+        while (*p) {
+            long v = strtol(p, &end, 10);
+            if (end == p || v < k->min || v > k->max || n == DM_MAX_ORDERS || (*end && *end != ','))
+                return dm_fail(err, "bad value '%s' for %s: expected %s", value, key, range);
+            for (int j = 0; j < n; j++)
+                if (tmp[j] == v) return dm_fail(err, "bad value '%s' for %s: order %ld repeated", value, key, v);
+            tmp[n++] = (int)v;
+            p = *end ? end + 1 : end;
+        }
+        if (n == 0) return dm_fail(err, "bad value '%s' for %s: expected %s", value, key, range);
+        memcpy(c->engram_orders, tmp, sizeof(int) * n);
+        c->n_orders = n;
+        return 0;
+    }
+    }
+    return dm_fail(err, "internal: key type");
+}
+
+int config_validate(const Config *c, dm_err *err) {
+    if (c->d % c->H) return dm_fail(err, "d=%d is not divisible by H=%d: choose H dividing d", c->d, c->H);
+    if (c->k > c->E) return dm_fail(err, "k=%d > E=%d: a token cannot pick more experts than exist", c->k, c->E);
+    int mn = c->d < c->f ? c->d : c->f;
+    if (c->r > mn) return dm_fail(err, "r=%d > min(d, f)=%d: the expert rank must be at most min(d, f)", c->r, mn);
+    if (c->warmup < 0) return dm_fail(err, "warmup must be >= 0");
+    if ((c->engram_rows >> 31) != 0) return dm_fail(err, "engram_rows=%lld exceeds 2^31-1 (row indices are int32)", (long long)c->engram_rows);
+    return 0;
+}
+
+void config_get(const Config *c, const ConfigKey *k, char *buf, size_t n) {
+    const char *base = (const char *)c + k->offset;
+    switch (k->type) {
+    case KEY_INT: snprintf(buf, n, "%d", *(const int *)base); break;
+    case KEY_I64: snprintf(buf, n, "%lld", (long long)*(const int64_t *)base); break;
+    case KEY_U64: snprintf(buf, n, "%llu", (unsigned long long)*(const uint64_t *)base); break;
+    case KEY_REAL: snprintf(buf, n, "%.17g", *(const double *)base); break;
+    case KEY_BOOL: case KEY_ENUM: {
+        int idx = *(const int *)base;
+        const char *p = k->choices;
+        for (int i = 0; i < idx && p; i++) { p = strchr(p, '|'); if (p) p++; }
+        const char *bar = p ? strchr(p, '|') : NULL;
+        size_t len = p ? (bar ? (size_t)(bar - p) : strlen(p)) : 0;
+        snprintf(buf, n, "%.*s", (int)len, p ? p : "");
+        break;
+    }
+    case KEY_ORDERS: {
+        size_t used = 0;
+        buf[0] = 0;
+        for (int i = 0; i < c->n_orders && used < n; i++)
+            used += snprintf(buf + used, n - used, i ? ",%d" : "%d", c->engram_orders[i]);
+        break;
+    }
+    }
+}
+
+int config_apply_text(Config *c, const char *text, const char *origin, dm_err *err) {
+    int line = 0;
+    const char *p = text;
+    while (*p) {
+        line++;
+        const char *eol = strchr(p, '\n');
+        size_t len = eol ? (size_t)(eol - p) : strlen(p);
+        char buf[1024];
+        if (len >= sizeof buf) return dm_fail(err, "%s:%d: line too long", origin, line);
+        memcpy(buf, p, len);
+        buf[len] = 0;
+        char *hash = strchr(buf, '#');
+        if (hash) *hash = 0;
+        char *save = NULL;
+        for (char *w = strtok_r(buf, " \t\r", &save); w; w = strtok_r(NULL, " \t\r", &save)) {
+            if (strcmp(w, ":set") == 0) continue;
+            char *eq = strchr(w, '=');
+            if (!eq) return dm_fail(err, "%s:%d: expected key=value, got '%s'", origin, line, w);
+            *eq = 0;
+            dm_err e2 = {0};
+            if (config_set(c, w, eq + 1, &e2)) return dm_fail(err, "%s:%d: %s", origin, line, e2.msg);
+        }
+        p = eol ? eol + 1 : p + len;
+    }
+    return config_validate(c, err);
+}
+
+// generated from configs/*.dm by the Makefile (build/presets_gen.c)
+extern const char *dm_preset_texts[];
+extern const char *dm_preset_names[];
+
+int config_preset(Config *c, const char *name, dm_err *err) {
+    for (int i = 0; dm_preset_names[i]; i++)
+        if (strcmp(dm_preset_names[i], name) == 0) {
+            Config t;
+            config_defaults(&t);
+            char origin[64];
+            snprintf(origin, sizeof origin, "configs/%s.dm", name);
+            if (config_apply_text(&t, dm_preset_texts[i], origin, err)) return 1;
+            *c = t;
+            return 0;
+        }
+    char list[256] = "";
+    for (int i = 0; dm_preset_names[i]; i++) {
+        strncat(list, i ? ", " : "", sizeof list - strlen(list) - 1);
+        strncat(list, dm_preset_names[i], sizeof list - strlen(list) - 1);
+    }
+    return dm_fail(err, "unknown preset '%s' (presets: %s)", name, list);
+}
+
+int config_arch_diff(const Config *a, const Config *b, char *buf, size_t n) {
+    int count = 0;
+    size_t used = 0;
+    buf[0] = 0;
+    for (int i = 0; i < dm_n_config_keys; i++) {
+        const ConfigKey *k = &dm_config_keys[i];
+        if (!k->arch) continue;
+        char va[128], vb[128];
+        config_get(a, k, va, sizeof va);
+        config_get(b, k, vb, sizeof vb);
+        if (strcmp(va, vb) != 0) {
+            if (used < n) used += snprintf(buf + used, n - used, "%s%s (%s vs %s)", count ? ", " : "", k->name, va, vb);
+            count++;
+        }
+    }
+    return count;
+}

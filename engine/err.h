@@ -1,0 +1,39 @@
+// err.h — errors as values. The engine never prints: it fills a dm_err with one line that says
+// what went wrong and what to do, and the caller (REPL, tests) decides how to show it.
+#pragma once
+#include <stdarg.h>
+#include <stdio.h>
+
+typedef struct { int code; char msg[512]; } dm_err;
+
+static inline int dm_fail(dm_err *e, const char *fmt, ...) {
+    if (e) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+        va_end(ap);
+        e->code = 1;
+    }
+    return 1;
+}
+
+// mallocCheck / callocCheck: allocation that fails loudly with file:line and a hint.
+#include <stdlib.h>
+static inline void *malloc_check(size_t n, const char *file, int line) {
+    void *p = malloc(n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "%s:%d: out of memory allocating %zu bytes (hint: a smaller batch, seq or preset)\n", file, line, n);
+        exit(1);
+    }
+    return p;
+}
+static inline void *calloc_check(size_t n, const char *file, int line) {
+    void *p = calloc(n ? n : 1, 1);
+    if (!p) {
+        fprintf(stderr, "%s:%d: out of memory allocating %zu bytes (hint: a smaller batch, seq or preset)\n", file, line, n);
+        exit(1);
+    }
+    return p;
+}
+#define mallocCheck(n) malloc_check((n), __FILE__, __LINE__)
+#define callocCheck(n) calloc_check((n), __FILE__, __LINE__)

@@ -1,0 +1,260 @@
+// model.c — the parameter table, initialisation (SPEC §4 "Defaults"), the activation arena,
+// retraction, counts.
+#include "model.h"
+#include <math.h>
+#include <string.h>
+#include "rng.h"
+
+static void add(Model *m, int idx, const char *name, OptGroup g, int ndim, int s0, int s1, int s2) {
+    ParamTensor *t = &m->t[idx];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->ndim = ndim;
+    t->shape[0] = s0; t->shape[1] = s1; t->shape[2] = s2;
+    t->numel = (size_t)s0 * (ndim > 1 ? (size_t)s1 : 1) * (ndim > 2 ? (size_t)s2 : 1);
+    t->group = g;
+    // matrices for Muon / retraction: the last two dims, n_mats of them
+    if (ndim == 2) { t->n_mats = 1; t->rows = s0; t->cols = s1; }
+    if (ndim == 3) { t->n_mats = s0; t->rows = s1; t->cols = s2; }
+    t->offset = m->n_params;
+    m->n_params += t->numel;
+}
+
+static void build_table(Model *m) {
+    const Config *c = &m->cfg;
+    int d = c->d, dh = c->d / c->H, OD = c->n_orders * c->engram_dim;
+    m->n_params = 0;
+    add(m, P_EMB, "emb", GROUP_ADAMW, 2, 256, d, 0);
+    add(m, P_ITER_EMB, "iter_emb", GROUP_ADAMW, 2, c->L, d, 0);
+    add(m, P_BLK_NORM, "blk_norm", GROUP_ADAMW_1D, 1, d, 0, 0);
+    add(m, P_CTRL_W, "ctrl.w", GROUP_ADAMW, 2, 3, d, 0);
+    add(m, P_CTRL_B, "ctrl.b", GROUP_ADAMW_1D, 1, 3, 0, 0);
+    add(m, P_ROUTER, "ctrl.router", GROUP_ADAMW, 2, c->E, d, 0);
+    add(m, P_WQ, "kda.wq", GROUP_MUON, 2, d, d, 0);
+    add(m, P_WK, "kda.wk", GROUP_MUON, 2, d, d, 0);
+    add(m, P_WV, "kda.wv", GROUP_MUON, 2, d, d, 0);
+    add(m, P_WB, "kda.wb", GROUP_MUON, 2, c->H, d, 0);
+    add(m, P_WF1, "kda.wf1", GROUP_MUON, 2, dh, d, 0);
+    add(m, P_WF2, "kda.wf2", GROUP_MUON, 2, d, dh, 0);
+    add(m, P_A, "kda.A", GROUP_ADAMW_1D, 1, c->H, 0, 0);
+    add(m, P_DT_BIAS, "kda.dt_bias", GROUP_ADAMW_1D, 1, d, 0, 0);
+    add(m, P_W_ON, "kda.w_on", GROUP_ADAMW_1D, 1, dh, 0, 0);
+    add(m, P_WG1, "kda.wg1", GROUP_MUON, 2, dh, d, 0);
+    add(m, P_WG2, "kda.wg2", GROUP_MUON, 2, d, dh, 0);
+    add(m, P_BG, "kda.b_g", GROUP_ADAMW_1D, 1, d, 0, 0);
+    add(m, P_WO, "kda.wo", GROUP_MUON, 2, d, d, 0);
+    add(m, P_MK, "mem.wk", GROUP_MUON, 2, d, OD, 0);
+    add(m, P_MV, "mem.wv", GROUP_MUON, 2, d, OD, 0);
+    add(m, P_MEM_GN, "mem.norm_n", GROUP_ADAMW_1D, 1, d, 0, 0);
+    add(m, P_MEM_GK, "mem.norm_k", GROUP_ADAMW_1D, 1, d, 0, 0);
+    add(m, P_U1, "moe.U1", GROUP_MUON, 3, c->E, c->f, c->r);
+    add(m, P_S1, "moe.s1", GROUP_ADAMW_1D, 2, c->E, c->r, 0);
+    add(m, P_V1, "moe.V1", GROUP_MUON, 3, c->E, d, c->r);
+    add(m, P_U2, "moe.U2", GROUP_MUON, 3, c->E, d, c->r);
+    add(m, P_S2, "moe.s2", GROUP_ADAMW_1D, 2, c->E, c->r, 0);
+    add(m, P_V2, "moe.V2", GROUP_MUON, 3, c->E, c->f, c->r);
+    add(m, P_ALPHA, "alpha", GROUP_ADAMW_1D, 1, 1, 0, 0);
+    add(m, P_OUTPROJ, "outproj", GROUP_MUON, 3, c->L, d, d);
+    add(m, P_OUT_NORM, "out_norm", GROUP_ADAMW_1D, 1, d, 0, 0);
+    add(m, P_HEAD, "head", GROUP_ADAMW, 2, 256, d, 0);
+    add(m, P_TABLES, "engram.tables", GROUP_TABLE, 3, c->n_orders, (int)c->engram_rows, c->engram_dim);
+    // s1/s2 are vectors per expert (1-D parameters in SPEC §4's sense): no Muon matrices
+    m->t[P_S1].n_mats = m->t[P_S2].n_mats = 0;
+    m->t[P_TABLES].n_mats = 0;
+    for (int i = P_U1; i <= P_V2; i++) m->t[i].orthonormal = (m->t[i].group == GROUP_MUON);
+}
+
+int model_find_param(const Model *m, const char *name) {
+    for (int i = 0; i < P_COUNT; i++)
+        if (strcmp(m->t[i].name, name) == 0) return i;
+    return -1;
+}
+
+static void fill_normal(real *p, size_t n, double std, Rng *r) {
+    for (size_t i = 0; i < n; i++) p[i] = (real)(std * rng_normal(r));
+}
+
+// Random orthonormal columns: modified Gram–Schmidt on a Gaussian (the Q of its QR), in double.
+static void fill_orthonormal(real *X, int rows, int cols, Rng *r) {
+    double *A = mallocCheck(sizeof(double) * rows * cols);
+    for (int i = 0; i < rows * cols; i++) A[i] = rng_normal(r);
+    for (int j = 0; j < cols; j++) {
+        for (int p = 0; p < j; p++) {
+            double dot = 0;
+            for (int i = 0; i < rows; i++) dot += A[i * cols + j] * A[i * cols + p];
+            for (int i = 0; i < rows; i++) A[i * cols + j] -= dot * A[i * cols + p];
+        }
+        double nrm = 0;
+        for (int i = 0; i < rows; i++) nrm += A[i * cols + j] * A[i * cols + j];
+        nrm = sqrt(nrm);
+        for (int i = 0; i < rows; i++) A[i * cols + j] /= nrm;
+    }
+    for (int i = 0; i < rows * cols; i++) X[i] = (real)A[i];
+    free(A);
+}
+
+static void init_params(Model *m, uint64_t seed) {
+    const Config *c = &m->cfg;
+    int d = c->d, dh = c->d / c->H, OD = c->n_orders * c->engram_dim;
+    Rng r = {splitmix64(seed ^ 0x5EEDULL)};
+    real *P = m->params;
+#define T(i) (P + m->t[i].offset)
+#define N_(i) (m->t[i].numel)
+    fill_normal(T(P_EMB), N_(P_EMB), 1.0, &r);
+    fill_normal(T(P_ITER_EMB), N_(P_ITER_EMB), 0.02, &r);
+    fill_normal(T(P_HEAD), N_(P_HEAD), 0.02, &r);
+    fill_normal(T(P_TABLES), N_(P_TABLES), 1.0, &r);
+    const int fan_d[] = {P_CTRL_W, P_ROUTER, P_WQ, P_WK, P_WV, P_WB, P_WF1, P_WG1, P_WO, P_OUTPROJ};
+    for (unsigned i = 0; i < sizeof fan_d / sizeof fan_d[0]; i++) fill_normal(T(fan_d[i]), N_(fan_d[i]), 1.0 / sqrt(d), &r);
+    fill_normal(T(P_WF2), N_(P_WF2), 1.0 / sqrt(dh), &r);
+    fill_normal(T(P_WG2), N_(P_WG2), 1.0 / sqrt(dh), &r);
+    fill_normal(T(P_MK), N_(P_MK), 1.0 / sqrt(OD), &r);
+    fill_normal(T(P_MV), N_(P_MV), 1.0 / sqrt(OD), &r);
+    const int ones[] = {P_BLK_NORM, P_W_ON, P_MEM_GN, P_MEM_GK, P_OUT_NORM};
+    for (unsigned i = 0; i < sizeof ones / sizeof ones[0]; i++)
+        for (size_t j = 0; j < N_(ones[i]); j++) T(ones[i])[j] = 1;
+    // ctrl.b, kda.A, kda.b_g, alpha stay 0 (calloc)
+    // dt_bias = inverse-softplus(dt), dt log-uniform in [1e-3, 1e-1]
+    for (int j = 0; j < d; j++) {
+        double dt = exp(log(1e-3) + rng_uniform(&r) * (log(1e-1) - log(1e-3)));
+        T(P_DT_BIAS)[j] = (real)(dt + log(-expm1(-dt)));
+    }
+    for (int i = P_U1; i <= P_V2; i++) {
+        ParamTensor *t = &m->t[i];
+        if (!t->orthonormal) continue;
+        for (int e = 0; e < t->n_mats; e++)
+            fill_orthonormal(T(i) + (size_t)e * t->rows * t->cols, t->rows, t->cols, &r);
+    }
+    for (size_t j = 0; j < N_(P_S1); j++) T(P_S1)[j] = (real)sqrt((double)c->f / c->r);
+    for (size_t j = 0; j < N_(P_S2); j++) T(P_S2)[j] = (real)sqrt((double)c->d / c->r);
+#undef T
+#undef N_
+}
+
+int model_create(Model *m, const Config *cfg, const Backend *be, uint64_t seed, dm_err *err) {
+    if (config_validate(cfg, err)) return 1;
+    memset(m, 0, sizeof *m);
+    m->cfg = *cfg;
+    m->be = be;
+    build_table(m);
+    m->params = be->alloc(sizeof(real) * m->n_params);
+    m->grads = be->alloc(sizeof(real) * m->n_params);
+    if (!m->params || !m->grads)
+        return dm_fail(err, "cannot allocate %zu parameters on %s: try a smaller preset", m->n_params, be->name);
+    init_params(m, seed);
+    arms_init(&m->arms);
+    m->expert_load = callocCheck(sizeof(int) * cfg->L * cfg->E);
+    return 0;
+}
+
+static void acts_free(Model *m) {
+    Acts *a = &m->acts;
+    if (a->buf) m->be->free(a->buf);
+    free(a->x); free(a->tgt); free(a->rows); free(a->it);
+    memset(a, 0, sizeof *a);
+    m->acts_B = m->acts_T = 0;
+}
+
+void model_free(Model *m) {
+    if (!m->be) return;
+    acts_free(m);
+    m->be->free(m->params);
+    m->be->free(m->grads);
+    free(m->expert_load);
+    memset(m, 0, sizeof *m);
+}
+
+// Carve the arena: called once with base == NULL to size it, then with the real base.
+static size_t carve(Model *m, real *base) {
+    const Config *c = &m->cfg;
+    Acts *a = &m->acts;
+    size_t N = (size_t)a->B * a->T, d = c->d, H = c->H, dh = d / H, E = c->E;
+    size_t OD = (size_t)c->n_orders * c->engram_dim, V = 256, used = 0;
+#define TAKE(ptr, n) do { size_t n_ = (n); (ptr) = base ? base + used : NULL; used += (n_ + 15) & ~(size_t)15; } while (0)
+    TAKE(a->h0, N * d); TAKE(a->m, N * OD); TAKE(a->key, N * d); TAKE(a->val, N * d);
+    TAKE(a->kn, N * d); TAKE(a->kn_rstd, N); TAKE(a->logits, N * V);
+    size_t kda_ws = m->be->kda_ws_size(a->B, a->T, (int)H, (int)dh, c->kda_chunk);
+    MoEShape ms = {(int)N, (int)d, (int)E, c->k, c->r, c->f};
+    size_t moe_ws = m->be->moe_ws_size(ms);
+    for (int i = 0; i < c->L; i++) {
+        IterActs *t = &a->it[i];
+        TAKE(t->u, N * d); TAKE(t->n, N * d); TAKE(t->n_rstd, N);
+        TAKE(t->ctrl_pre, N * 3); TAKE(t->ctrl, N * 3); TAKE(t->z, N * E);
+        TAKE(t->qr, N * d); TAKE(t->kr, N * d); TAKE(t->vr, N * d); TAKE(t->qs, N * d); TAKE(t->ks, N * d);
+        TAKE(t->q, N * d); TAKE(t->k, N * d); TAKE(t->v, N * d); TAKE(t->q_rn, N * H); TAKE(t->k_rn, N * H);
+        TAKE(t->beta_pre, N * H); TAKE(t->beta, N * H); TAKE(t->zf1, N * dh); TAKE(t->zf2, N * d);
+        TAKE(t->gs, N * d); TAKE(t->g, N * d); TAKE(t->o, N * d); TAKE(t->on, N * d); TAKE(t->on_rstd, N * H);
+        TAKE(t->gt1, N * dh); TAKE(t->gt_pre, N * d); TAKE(t->gt, N * d); TAKE(t->og, N * d); TAKE(t->a, N * d);
+        TAKE(t->kda_ws, kda_ws);
+        TAKE(t->nn, N * d); TAKE(t->nn_rstd, N); TAKE(t->mgate, N); TAKE(t->e, N * d);
+        TAKE(t->gout, N * d); TAKE(t->moe_ws, moe_ws);
+        TAKE(t->body, N * d); TAKE(t->h, N * d); TAKE(t->y, N * d); TAKE(t->ybar, N * d);
+        TAKE(t->yn, N * d); TAKE(t->yn_rstd, N); TAKE(t->probs, N * V); TAKE(t->losses, N);
+    }
+    TAKE(a->dh, N * d); TAKE(a->dh_prev, N * d); TAKE(a->dn, N * d); TAKE(a->dbody, N * d);
+    TAKE(a->dtmp, N * d); TAKE(a->dtmp2, N * d); TAKE(a->dybar, N * d); TAKE(a->dlogits, N * V);
+    TAKE(a->dq, N * d); TAKE(a->dk, N * d); TAKE(a->dv, N * d); TAKE(a->dqs, N * d); TAKE(a->dks, N * d);
+    TAKE(a->dbeta, N * H); TAKE(a->dg, N * d); TAKE(a->do_, N * d); TAKE(a->dog, N * d); TAKE(a->dgt, N * d);
+    TAKE(a->dzf1, N * dh); TAKE(a->dzf2, N * d); TAKE(a->dgt1, N * dh);
+    TAKE(a->dkey, N * d); TAKE(a->dval, N * d); TAKE(a->dkn, N * d); TAKE(a->dm, N * OD);
+    TAKE(a->dz, N * E); TAKE(a->dctrl, N * 3);
+#undef TAKE
+    return used;
+}
+
+void model_reserve(Model *m, int B, int T) {
+    if (m->acts_B == B && m->acts_T == T && m->acts.buf) return;
+    acts_free(m);
+    Acts *a = &m->acts;
+    a->B = B; a->T = T;
+    size_t N = (size_t)B * T;
+    a->it = callocCheck(sizeof(IterActs) * m->cfg.L);
+    a->x = mallocCheck(sizeof(int) * N);
+    a->tgt = mallocCheck(sizeof(int) * N);
+    a->rows = mallocCheck(sizeof(int32_t) * N * m->cfg.n_orders);
+    a->nbuf = carve(m, NULL);
+    a->buf = m->be->alloc(sizeof(real) * a->nbuf);
+    if (!a->buf) { fprintf(stderr, "%s:%d: cannot allocate %zu activation reals for B=%d T=%d\n", __FILE__, __LINE__, a->nbuf, B, T); exit(1); }
+    carve(m, a->buf);
+    m->acts_B = B; m->acts_T = T;
+}
+
+void model_param_counts(const Model *m, size_t *compute, size_t *table) {
+    *table = m->t[P_TABLES].numel;
+    *compute = m->n_params - *table;
+}
+
+double model_retract(Model *m) {
+    double worst = 0;
+    int maxr = 0, maxrows = 0;
+    for (int i = 0; i < P_COUNT; i++)
+        if (m->t[i].orthonormal) {
+            if (m->t[i].cols > maxr) maxr = m->t[i].cols;
+            if (m->t[i].rows > maxrows) maxrows = m->t[i].rows;
+        }
+    real *scratch = mallocCheck(sizeof(real) * m->be->retract_scratch_size(maxrows, maxr));
+    for (int i = 0; i < P_COUNT; i++) {
+        ParamTensor *t = &m->t[i];
+        if (!t->orthonormal) continue;
+        for (int e = 0; e < t->n_mats; e++) {
+            real *X = m->params + t->offset + (size_t)e * t->rows * t->cols;
+            m->be->retract(X, t->rows, t->cols, m->cfg.retract_iters, scratch);
+            double err = m->be->orth_error(X, t->rows, t->cols);
+            if (err > worst) worst = err;
+        }
+    }
+    free(scratch);
+    return worst;
+}
+
+double model_orth_error(const Model *m) {
+    double worst = 0;
+    for (int i = 0; i < P_COUNT; i++) {
+        const ParamTensor *t = &m->t[i];
+        if (!t->orthonormal) continue;
+        for (int e = 0; e < t->n_mats; e++) {
+            double err = m->be->orth_error(m->params + t->offset + (size_t)e * t->rows * t->cols, t->rows, t->cols);
+            if (err > worst) worst = err;
+        }
+    }
+    return worst;
+}

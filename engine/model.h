@@ -1,0 +1,138 @@
+// model.h — the dormouse model (SPEC §1–§3): the named parameter table over one contiguous
+// buffer, the activation arena, and the forward/backward orchestration of the looped block.
+#pragma once
+#include <stdint.h>
+#include "../kernels/backend.h"
+#include "arms.h"
+#include "config.h"
+#include "err.h"
+
+// Optimizer groups (SPEC §4). Under opt=adamw everything but TABLE is AdamW.
+typedef enum { GROUP_MUON, GROUP_ADAMW, GROUP_ADAMW_1D, GROUP_TABLE } OptGroup;
+
+typedef struct {
+    char name[32];
+    int ndim;
+    int shape[4];
+    size_t offset, numel;      // in reals, into the parameter buffer
+    OptGroup group;
+    int n_mats, rows, cols;    // 2-D matrices it holds: n_mats of [rows, cols] (Muon, retraction)
+    int orthonormal;           // TSCT U or V factor: retracted after each step
+} ParamTensor;
+
+// Indices of the named tensors (the table is built in this order).
+enum {
+    P_EMB, P_ITER_EMB, P_BLK_NORM,
+    P_CTRL_W, P_CTRL_B, P_ROUTER,
+    P_WQ, P_WK, P_WV, P_WB, P_WF1, P_WF2, P_A, P_DT_BIAS, P_W_ON, P_WG1, P_WG2, P_BG, P_WO,
+    P_MK, P_MV, P_MEM_GN, P_MEM_GK,
+    P_U1, P_S1, P_V1, P_U2, P_S2, P_V2,
+    P_ALPHA, P_OUTPROJ, P_OUT_NORM, P_HEAD,
+    P_TABLES,
+    P_COUNT
+};
+
+// Activations of one iteration of the block, [N = B*T] rows. Shapes beside each.
+typedef struct {
+    real *u;          // [N, d] h_{i-1} + IterEmb[i]
+    real *n, *n_rstd; // [N, d], [N]
+    real *ctrl_pre, *ctrl;  // [N, 3] controller pre-activation, gates (w_attn, w_mem, w_ffn)
+    real *z;          // [N, E] router logits
+    // KDA arm
+    real *qr, *kr, *vr;     // [N, d] projections before silu
+    real *qs, *ks;          // [N, d] silu
+    real *q, *k, *v;        // [N, d] l2norm(qs)*dh^-1/2, l2norm(ks), silu(vr)  ([N, H, dh])
+    real *q_rn, *k_rn;      // [N, H] reciprocal norms
+    real *beta_pre, *beta;  // [N, H]
+    real *zf1, *zf2;        // [N, dh], [N, d] the low-rank decay path
+    real *gs;               // [N, d] sigmoid(exp(A_h) (z + dt_bias))
+    real *g;                // [N, d] log decay = g_min * gs
+    real *o;                // [N, d] KDA core output
+    real *on, *on_rstd;     // [N, d], [N, H] head RMSNorm * w_on
+    real *gt1, *gt_pre, *gt;// [N, dh], [N, d], [N, d] output gate
+    real *og;               // [N, d] on * gt
+    real *a;                // [N, d] arm output W_o og
+    real *kda_ws;           // backend KDA workspace
+    // memory arm
+    real *nn, *nn_rstd;     // [N, d], [N] RMSNorm(n) with gain mem_gn
+    real *mgate;            // [N] sigmoid(nn . kn / sqrt d)
+    real *e;                // [N, d] mgate * val
+    // expert arm
+    real *gout;             // [N, d]
+    real *moe_ws;
+    real aux;               // this iteration's aux loss
+    // residual and readout
+    real *body;             // [N, d]
+    real *h;                // [N, d] h_i
+    real *y, *ybar;         // [N, d] OutProj_i(h_i), mean(y_1..y_i)
+    real *yn, *yn_rstd;     // [N, d], [N] RMSNorm_out(ybar)
+    real *probs;            // [N, 256] softmax of logits_i (logits are not kept)
+    real *losses;           // [N] per-token CE of logits_i
+} IterActs;
+
+typedef struct {
+    int B, T;
+    int *x, *tgt;           // [N], [N]
+    int32_t *rows;          // [O, N]
+    real *h0;               // [N, d]
+    real *m;                // [N, O*De] retrieved memory
+    real *key, *val;        // [N, d]
+    real *kn, *kn_rstd;     // [N, d], [N]
+    real *logits;           // [N, 256] scratch
+    IterActs *it;           // [L]
+    // gradient scratch (one iteration at a time)
+    real *dh, *dh_prev, *dn, *dbody, *dtmp, *dtmp2, *dybar, *dlogits;  // [N, d] (dlogits [N,256])
+    real *dq, *dk, *dv, *dqs, *dks, *dbeta, *dg, *do_, *dog, *dgt, *dzf1, *dzf2, *dgt1; // [N, d]-ish
+    real *dkey, *dval, *dkn, *dm; // [N, d] x3, [N, O*De]
+    real *dz, *dctrl;       // [N, E], [N, 3]
+    real *buf;              // the arena
+    size_t nbuf;
+} Acts;
+
+typedef struct {
+    Config cfg;
+    const Backend *be;
+    ParamTensor t[P_COUNT];
+    size_t n_params;        // reals in the parameter buffer
+    real *params, *grads;   // [n_params] each
+    Arms arms;
+    Acts acts;
+    int acts_B, acts_T;
+    // results of the last forward
+    double last_loss;       // mean CE (nats) over the scored iterations
+    double last_aux;        // mean aux over iterations (unweighted)
+    int last_depth;         // iterations run
+    int last_mode;          // FwdMode of the last forward
+    double depth_loss[64];  // mean CE of logits_i, i = 1..last_depth (when computed)
+    int *expert_load;       // [L, E] tokens per expert in the last forward
+} Model;
+
+// Build the tensor table for cfg, allocate, and initialise per SPEC §4 "Defaults".
+int model_create(Model *m, const Config *cfg, const Backend *be, uint64_t seed, dm_err *err);
+void model_free(Model *m);
+// Ensure the activation arena fits B x T.
+void model_reserve(Model *m, int B, int T);
+
+// Forward over x [B, T] with targets tgt [B, T] (may be NULL: no loss). Runs `depth`
+// iterations (<= L). mode: FWD_TRAIN scores per cfg.loss; FWD_ALL_DEPTHS scores every depth
+// into depth_loss (for :eval-depths); FWD_LAST scores only logits_depth.
+typedef enum { FWD_TRAIN, FWD_ALL_DEPTHS, FWD_LAST } FwdMode;
+double model_forward(Model *m, const int *x, const int *tgt, int B, int T, int depth, FwdMode mode);
+// Backward of the last FWD_TRAIN forward into m->grads (zeroed first). The loss is
+// CE (+ moe_aux * aux when the aux arm is on).
+void model_backward(Model *m);
+// The training objective of the last forward: CE + moe_aux * aux (what backward differentiates).
+double model_objective(const Model *m);
+
+// Retract every orthonormal factor (U, V); returns the largest per-entry orthogonality error
+// after retraction.
+double model_retract(Model *m);
+double model_orth_error(const Model *m);
+
+// Counts: compute parameters and memory-table rows (reals).
+void model_param_counts(const Model *m, size_t *compute, size_t *table);
+int model_find_param(const Model *m, const char *name);
+
+// Model FLOPs of one training step (forward + backward) for a config at B x T, with the arms
+// on as in `arms` (NULL = all on).
+double model_flops_per_step(const Config *c, int B, int T, const Arms *arms);

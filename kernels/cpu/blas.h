@@ -1,0 +1,32 @@
+// blas.h — the few CBLAS entry points the CPU backend uses, declared here so the build needs
+// only libopenblas.so, not cblas.h (the H200 machine has the library but no headers).
+#pragma once
+#include "../real.h"
+
+enum { DmCblasRowMajor = 101 };
+enum { DmCblasNoTrans = 111, DmCblasTrans = 112 };
+
+void cblas_sgemm(int order, int transa, int transb, int m, int n, int k, float alpha,
+                 const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc);
+void cblas_dgemm(int order, int transa, int transb, int m, int n, int k, double alpha,
+                 const double *a, int lda, const double *b, int ldb, double beta, double *c,
+                 int ldc);
+
+// Row-major C[M,N] = alpha * op(A) op(B) + beta * C, op(A) is [M,K], op(B) is [K,N].
+static inline void gemm_rm(int transA, int transB, int M, int N, int K, real alpha,
+                           const real *A, int lda, const real *B, int ldb, real beta, real *C,
+                           int ldc) {
+    if (M <= 0 || N <= 0) return;
+    if (K <= 0) {  // BLAS would leave C untouched for alpha*0; make beta scaling explicit
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) C[(size_t)i * ldc + j] = beta == 0 ? 0 : beta * C[(size_t)i * ldc + j];
+        return;
+    }
+#ifdef DM_DOUBLE
+    cblas_dgemm(DmCblasRowMajor, transA ? DmCblasTrans : DmCblasNoTrans,
+                transB ? DmCblasTrans : DmCblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+#else
+    cblas_sgemm(DmCblasRowMajor, transA ? DmCblasTrans : DmCblasNoTrans,
+                transB ? DmCblasTrans : DmCblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+#endif
+}

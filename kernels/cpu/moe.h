@@ -1,0 +1,46 @@
+// moe.h — dropless top-k mixture of TSCT experts (SPEC §1 "MoE", "TSCT experts") on the CPU.
+//
+// Router: p = softmax(z) over E experts per token, z: [N, E] (router logits, computed by the
+// caller as W_r n). Each token goes to its k highest-p experts, ties broken by the LOWER expert
+// index; no capacity, no token dropped. Weight: k == 1 -> p_e itself; k >= 2 -> p renormalised
+// over the chosen k.
+// Expert e (TSCT: W1_e = U1_e diag(s1_e) V1_e^T is [f, d], W2_e = U2_e diag(s2_e) V2_e^T is [d, f]):
+//   FFN_e(x) = W2_e silu(W1_e x)
+// computed in low-rank form (x V1 -> *s1 -> U1^T -> silu -> V2 -> *s2 -> U2^T), tokens gathered
+// per expert (no dense compute of all experts).
+//   out[t] = sum_{e chosen by t} w_{t,e} FFN_e(n[t])
+// Aux loss (Switch): aux = E * sum_e f_e * P_e, f_e = (#assignments to e) / (N * k) (constant,
+// no gradient), P_e = mean_t p[t, e].
+//
+// Parameter shapes (expert-major, contiguous):
+//   U1 [E, f, r]  s1 [E, r]  V1 [E, d, r]  U2 [E, d, r]  s2 [E, r]  V2 [E, f, r]
+// Conventions: gradients ACCUMULATE (+=); `ws` (moe_ws_size reals, caller-owned) is filled by
+// forward and used by backward of the same call.
+#pragma once
+#include "../real.h"
+
+typedef struct { int N, d, E, k, r, f; } MoEShape;
+
+typedef struct {
+    const real *U1, *s1, *V1, *U2, *s2, *V2;
+} MoEParams;
+
+typedef struct {
+    real *U1, *s1, *V1, *U2, *s2, *V2;
+} MoEGrads;
+
+size_t moe_ws_size(MoEShape s);
+
+// out: [N, d], written (not accumulated). *aux: the aux loss value. load: [E] token counts per
+// expert (may be NULL). n: [N, d]; z: [N, E].
+void moe_forward(real *out, real *aux, int *load, real *ws, const real *n, const real *z,
+                 MoEParams p, MoEShape s);
+
+// dout: [N, d] gradient of the loss w.r.t. out; daux: d loss / d aux (e.g. moe_aux / L).
+// Accumulates into dn [N, d], dz [N, E] and the parameter grads.
+void moe_backward(real *dn, real *dz, MoEGrads g, const real *dout, real daux, real *ws,
+                  const real *n, const real *z, MoEParams p, MoEShape s);
+
+// The routing alone, for tests and probes: idx [N, k] chosen experts (descending p, ties to
+// lower index), w [N, k] their weights, p [N, E] the softmax.
+void moe_route(int *idx, real *w, real *p, const real *z, int N, int E, int k);

@@ -1,0 +1,179 @@
+// ops.c — elementary CPU ops. See ops.h for the contracts.
+#include "ops.h"
+#include <math.h>
+#include <string.h>
+#include "blas.h"
+
+#define NORM_EPS 1e-6
+
+void matmul_forward(real *out, const real *inp, const real *W, const real *bias, int N, int C, int OC) {
+    // out[N,OC] = inp[N,C] @ W[OC,C]^T
+    gemm_rm(0, 1, N, OC, C, 1, inp, C, W, C, 0, out, OC);
+    if (bias)
+        for (int n = 0; n < N; n++)
+            for (int o = 0; o < OC; o++) out[(size_t)n * OC + o] += bias[o];
+}
+
+void matmul_backward(real *dinp, real *dW, real *dbias, const real *dout, const real *inp,
+                     const real *W, int N, int C, int OC) {
+    if (dinp) gemm_rm(0, 0, N, C, OC, 1, dout, OC, W, C, 1, dinp, C);      // [N,C] += dout W
+    if (dW) gemm_rm(1, 0, OC, C, N, 1, dout, OC, inp, C, 1, dW, C);        // [OC,C] += dout^T inp
+    if (dbias)
+        for (int o = 0; o < OC; o++) {
+            double s = 0;
+            for (int n = 0; n < N; n++) s += dout[(size_t)n * OC + o];
+            dbias[o] += (real)s;
+        }
+}
+
+void rmsnorm_forward(real *out, real *rstd, const real *inp, const real *gain, int N, int C) {
+    for (int n = 0; n < N; n++) {
+        const real *x = inp + (size_t)n * C;
+        real *y = out + (size_t)n * C;
+        double ss = 0;
+        for (int c = 0; c < C; c++) ss += (double)x[c] * x[c];
+        real r = (real)(1.0 / sqrt(ss / C + NORM_EPS));
+        rstd[n] = r;
+        for (int c = 0; c < C; c++) y[c] = x[c] * r * (gain ? gain[c] : 1);
+    }
+}
+
+void rmsnorm_backward(real *dinp, real *dgain, const real *dout, const real *inp, const real *gain,
+                      const real *rstd, int N, int C) {
+    for (int n = 0; n < N; n++) {
+        const real *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
+        real r = rstd[n];
+        // y = x r g; dx = r (g dy) - x r^3/C * sum(g dy x)
+        double dot = 0;
+        for (int c = 0; c < C; c++) dot += (double)dy[c] * (gain ? gain[c] : 1) * x[c];
+        real k = (real)(dot * r * r * r / C);
+        if (dinp) {
+            real *dx = dinp + (size_t)n * C;
+            for (int c = 0; c < C; c++) dx[c] += r * dy[c] * (gain ? gain[c] : 1) - x[c] * k;
+        }
+        if (dgain)
+            for (int c = 0; c < C; c++) dgain[c] += dy[c] * x[c] * r;
+    }
+}
+
+void l2norm_forward(real *out, real *rn, const real *inp, real scale, int N, int C) {
+    for (int n = 0; n < N; n++) {
+        const real *x = inp + (size_t)n * C;
+        double ss = 0;
+        for (int c = 0; c < C; c++) ss += (double)x[c] * x[c];
+        real r = (real)(1.0 / sqrt(ss + NORM_EPS));
+        rn[n] = r;
+        for (int c = 0; c < C; c++) out[(size_t)n * C + c] = x[c] * r * scale;
+    }
+}
+
+void l2norm_backward(real *dinp, const real *dout, const real *out, const real *rn, real scale, int N, int C) {
+    // y = s x r, r = (|x|^2+eps)^-1/2: dx = s r dy - s r^3 x (x.dy) = r (s dy - y (y.dy) / s)
+    for (int n = 0; n < N; n++) {
+        const real *y = out + (size_t)n * C, *dy = dout + (size_t)n * C;
+        double dot = 0;
+        for (int c = 0; c < C; c++) dot += (double)dy[c] * y[c];
+        real r = rn[n];
+        real k = (real)(dot / scale);
+        for (int c = 0; c < C; c++) dinp[(size_t)n * C + c] += r * (scale * dy[c] - y[c] * k);
+    }
+}
+
+void silu_forward(real *out, const real *inp, size_t n) {
+    for (size_t i = 0; i < n; i++) out[i] = inp[i] / (1 + rexp(-inp[i]));
+}
+
+void silu_backward(real *dinp, const real *dout, const real *inp, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        real s = 1 / (1 + rexp(-inp[i]));
+        dinp[i] += dout[i] * s * (1 + inp[i] * (1 - s));
+    }
+}
+
+void sigmoid_forward(real *out, const real *inp, size_t n) {
+    for (size_t i = 0; i < n; i++) out[i] = 1 / (1 + rexp(-inp[i]));
+}
+
+void sigmoid_backward(real *dinp, const real *dout, const real *out, size_t n) {
+    for (size_t i = 0; i < n; i++) dinp[i] += dout[i] * out[i] * (1 - out[i]);
+}
+
+void embedding_forward(real *out, const int *x, const real *table, int N, int C) {
+    for (int n = 0; n < N; n++) memcpy(out + (size_t)n * C, table + (size_t)x[n] * C, sizeof(real) * C);
+}
+
+void embedding_backward(real *dtable, const real *dout, const int *x, int N, int C) {
+    // sequential in token order: the same sum order every run (no atomics, no thread race)
+    for (int n = 0; n < N; n++) {
+        real *d = dtable + (size_t)x[n] * C;
+        const real *g = dout + (size_t)n * C;
+        for (int c = 0; c < C; c++) d[c] += g[c];
+    }
+}
+
+void softmax_ce_forward(real *losses, real *probs, const real *logits, const int *targets, int N, int V) {
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const real *l = logits + (size_t)n * V;
+        real *p = probs + (size_t)n * V;
+        real mx = l[0];
+        for (int v = 1; v < V; v++) mx = l[v] > mx ? l[v] : mx;
+        double s = 0;
+        for (int v = 0; v < V; v++) { p[v] = rexp(l[v] - mx); s += p[v]; }
+        real inv = (real)(1.0 / s);
+        for (int v = 0; v < V; v++) p[v] *= inv;
+        losses[n] = (real)(log(s) + mx - l[targets[n]]);
+    }
+}
+
+void softmax_ce_backward(real *dlogits, const real *probs, const int *targets, real scale, int N, int V) {
+    for (int n = 0; n < N; n++) {
+        real *d = dlogits + (size_t)n * V;
+        const real *p = probs + (size_t)n * V;
+        for (int v = 0; v < V; v++) d[v] += scale * p[v];
+        d[targets[n]] -= scale;
+    }
+}
+
+uint64_t engram_hash(const int *syms, int n) {
+    uint64_t h = 0xcbf29ce484222325ULL;
+    const uint64_t prime = 0x100000001b3ULL;
+    h ^= (uint8_t)n; h *= prime;
+    for (int i = 0; i < n; i++) {
+        unsigned s = (unsigned)syms[i];
+        h ^= (uint8_t)(s & 0xff); h *= prime;
+        h ^= (uint8_t)(s >> 8); h *= prime;
+    }
+    return h;
+}
+
+void engram_rows(int32_t *rows, const int *x, int B, int T, const int *orders, int O, int64_t R) {
+    for (int o = 0; o < O; o++) {
+        int n = orders[o];
+        int syms[16];
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++) {
+                for (int i = 0; i < n; i++) {
+                    int p = t - n + 1 + i;
+                    syms[i] = p < 0 ? 256 : x[(size_t)b * T + p];
+                }
+                rows[(size_t)o * B * T + (size_t)b * T + t] = (int32_t)(engram_hash(syms, n) % (uint64_t)R);
+            }
+    }
+}
+
+void engram_gather(real *m, const real *tables, const int32_t *rows, int N, int O, int64_t R, int D) {
+    for (int t = 0; t < N; t++)
+        for (int o = 0; o < O; o++)
+            memcpy(m + (size_t)t * O * D + (size_t)o * D,
+                   tables + ((size_t)o * R + rows[(size_t)o * N + t]) * D, sizeof(real) * D);
+}
+
+void engram_scatter(real *dtables, const real *dm, const int32_t *rows, int N, int O, int64_t R, int D) {
+    for (int o = 0; o < O; o++)
+        for (int t = 0; t < N; t++) {
+            real *d = dtables + ((size_t)o * R + rows[(size_t)o * N + t]) * D;
+            const real *g = dm + (size_t)t * O * D + (size_t)o * D;
+            for (int c = 0; c < D; c++) d[c] += g[c];
+        }
+}

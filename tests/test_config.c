@@ -1,0 +1,95 @@
+// test_config.c — presets load, validation errors name the key and the allowed range.
+#include <string.h>
+#include "testutil.h"
+#include "../engine/config.h"
+
+static void expect_err(Config *c, const char *k, const char *v, const char *needle) {
+    dm_err e = {0};
+    Config before = *c;
+    assert_int_not_equal(config_set(c, k, v, &e), 0);
+    if (!strstr(e.msg, needle)) print_error("message '%s' lacks '%s'\n", e.msg, needle);
+    assert_non_null(strstr(e.msg, needle));
+    assert_memory_equal(&before, c, sizeof before);  // a refused value changes nothing
+    assert_null(strchr(e.msg, '\n'));                 // one line
+}
+
+static void test_presets(void **s) {
+    (void)s;
+    const char *names[] = {"nano", "mini", "small", "base", "large"};
+    int d[] = {128, 256, 512, 768, 1024};
+    for (int i = 0; i < 5; i++) {
+        Config c;
+        dm_err e = {0};
+        assert_int_equal(config_preset(&c, names[i], &e), 0);
+        assert_int_equal(c.d, d[i]);
+        assert_int_equal(config_validate(&c, &e), 0);
+    }
+    Config c;
+    dm_err e = {0};
+    assert_int_not_equal(config_preset(&c, "huge", &e), 0);
+    assert_non_null(strstr(e.msg, "nano"));
+}
+
+static void test_set_errors(void **s) {
+    (void)s;
+    Config c;
+    config_defaults(&c);
+    expect_err(&c, "dd", "3", "unknown key 'dd'");
+    expect_err(&c, "d", "0", "[1, 65536]");
+    expect_err(&c, "d", "-4", "d");
+    expect_err(&c, "d", "12.5", "integer");
+    expect_err(&c, "lr", "abc", "lr");
+    expect_err(&c, "loss", "mean", "rec|final");
+    expect_err(&c, "engram_orders", "2,2", "repeated");
+    expect_err(&c, "engram_orders", "", "engram_orders");
+    dm_err e = {0};
+    assert_int_equal(config_set(&c, "engram_orders", "1,5", &e), 0);
+    assert_int_equal(c.n_orders, 2);
+    assert_int_equal(config_set(&c, "loss", "final", &e), 0);
+    assert_int_equal(c.loss_final, 1);
+}
+
+static void test_validate(void **s) {
+    (void)s;
+    Config c;
+    dm_err e = {0};
+    config_defaults(&c);
+    c.H = 3;
+    assert_int_not_equal(config_validate(&c, &e), 0);
+    assert_non_null(strstr(e.msg, "divisible"));
+    config_defaults(&c);
+    c.k = 3;
+    assert_int_not_equal(config_validate(&c, &e), 0);
+    assert_non_null(strstr(e.msg, "k=3 > E=2"));
+    config_defaults(&c);
+    c.r = 600;
+    assert_int_not_equal(config_validate(&c, &e), 0);
+    assert_non_null(strstr(e.msg, "r=600"));
+    // apply_text reports origin and line
+    config_defaults(&c);
+    assert_int_not_equal(config_apply_text(&c, ":set d=128\n:set H=5\n", "x.dm", &e), 0);
+    assert_non_null(strstr(e.msg, "divisible"));
+    assert_int_not_equal(config_apply_text(&c, ":set d=128\n:set bogus=1\n", "x.dm", &e), 0);
+    assert_non_null(strstr(e.msg, "x.dm:2:"));
+}
+
+static void test_arch_diff(void **s) {
+    (void)s;
+    Config a, b;
+    dm_err e = {0};
+    config_preset(&a, "nano", &e);
+    b = a;
+    char buf[256];
+    assert_int_equal(config_arch_diff(&a, &b, buf, sizeof buf), 0);
+    b.d = 256; b.lr = 1;  // lr is live: not an architecture difference
+    assert_int_equal(config_arch_diff(&a, &b, buf, sizeof buf), 1);
+    assert_non_null(strstr(buf, "d (128 vs 256)"));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_presets), cmocka_unit_test(test_set_errors),
+        cmocka_unit_test(test_validate), cmocka_unit_test(test_arch_diff),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

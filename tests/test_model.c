@@ -1,0 +1,195 @@
+// test_model.c — the whole dormouse model: finite-difference gradient check of every parameter
+// group and of the input-side activations (double build), with every arm on and each arm off;
+// parameter counts; arm counters; determinism of the forward.
+#include <stdlib.h>
+#include <string.h>
+#include "testutil.h"
+#include "../engine/model.h"
+
+static Config tiny_config(void) {
+    Config c;
+    config_defaults(&c);
+    c.d = 8; c.H = 2; c.L = 3; c.E = 3; c.k = 2; c.r = 2; c.f = 6;
+    c.engram_rows = 13; c.engram_dim = 3; c.n_orders = 2; c.engram_orders[0] = 1; c.engram_orders[1] = 3;
+    c.seq = 9; c.batch = 2; c.kda_chunk = 4;  // T=9 is not a multiple of the chunk
+    c.moe_aux = 0.3;
+    return c;
+}
+
+// Random everything (alpha != 0 so the block's gradients are not multiplied away; A_h != 0).
+static void randomize(Model *m, uint64_t seed) {
+    Rng r = {seed};
+    for (int i = 0; i < P_COUNT; i++) {
+        ParamTensor *t = &m->t[i];
+        real *p = m->params + t->offset;
+        double std = (i == P_TABLES || i == P_EMB) ? 1.0 : 0.5;
+        fill_randn(p, t->numel, std, &r);
+    }
+    m->params[m->t[P_ALPHA].offset] = (real)0.7;
+    for (size_t j = 0; j < m->t[P_W_ON].numel; j++) m->params[m->t[P_W_ON].offset + j] += 1;
+}
+
+typedef struct { int *x, *y; int B, T; } Batch;
+
+static Batch rand_batch(int B, int T, uint64_t seed) {
+    Rng r = {seed};
+    Batch b = {malloc(sizeof(int) * B * T), malloc(sizeof(int) * B * T), B, T};
+    for (int i = 0; i < B * T; i++) { b.x[i] = (int)(rng_next(&r) % 7) * 37 % 256; b.y[i] = (int)(rng_next(&r) % 256); }
+    return b;
+}
+
+#ifdef DM_DOUBLE
+static double objective(Model *m, Batch *b) {
+    model_forward(m, b->x, b->y, b->B, b->T, m->cfg.L, FWD_TRAIN);
+    return model_objective(m);
+}
+
+// FD check of every tensor of the model; `arm_off` < 0 keeps every arm on.
+static void check_all(Config c, int arm_off, uint64_t seed) {
+    Model m;
+    dm_err err = {0};
+    assert_int_equal(model_create(&m, &c, backend_cpu(), seed, &err), 0);
+    randomize(&m, seed + 1);
+    if (arm_off >= 0) m.arms.on[arm_off] = 0;
+    const char *extra = getenv("DM_TEST_OFF");  // debugging aid: more arms off, e.g. kda,moe
+    for (int a = 0; extra && a < ARM_COUNT; a++)
+        if (strstr(extra, dm_arm_names[a])) m.arms.on[a] = 0;
+    Batch b = rand_batch(c.batch, c.seq, seed + 2);
+    objective(&m, &b);
+    model_backward(&m);
+    double *an = malloc(sizeof(double) * m.n_params), *num = malloc(sizeof(double) * m.n_params);
+    for (size_t j = 0; j < m.n_params; j++) an[j] = m.grads[j];
+    const double h = getenv("DM_FD_H") ? atof(getenv("DM_FD_H")) : 1e-3;
+    double worst_all = 0;
+    for (int i = 0; i < P_COUNT; i++) {
+        ParamTensor *t = &m.t[i];
+        size_t n = t->numel;
+        for (size_t j = 0; j < n; j++) {
+            real *p = m.params + t->offset + j;
+            real save = *p;
+            // fourth-order central stencil: truncation ~h^4, so h can be large enough that
+            // the loss's round-off (~1e-15) stays far below the 1e-6 bar
+            *p = save + 2 * h; double f2p = objective(&m, &b);
+            *p = save + h; double fp = objective(&m, &b);
+            *p = save - h; double fm = objective(&m, &b);
+            *p = save - 2 * h; double f2m = objective(&m, &b);
+            *p = save;
+            num[t->offset + j] = (-f2p + 8 * fp - 8 * fm + f2m) / (12 * h);
+        }
+        double e = grad_rel_err(an + t->offset, num + t->offset, n);
+        if (e > worst_all) worst_all = e;
+        if (e > 1e-6 || getenv("DM_VERBOSE")) print_error("arm_off=%d tensor %s: max rel err %.3e\n", arm_off, t->name, e);
+        assert_true(e <= 1e-6);
+    }
+    // The input-side activations are covered through their tables: an embedding row's gradient
+    // is the sum of d obj / d h0 over the positions that read it (test_ops checks that sum), and
+    // likewise the Engram rows for the retrieved memory m.
+    print_message("arm_off=%-2d worst rel err over all tensors %.2e\n", arm_off, worst_all);
+    free(an); free(num); free(b.x); free(b.y);
+    model_free(&m);
+}
+
+static void test_grad_all_arms(void **s) { (void)s; check_all(tiny_config(), -1, 11); }
+static void test_grad_kda_off(void **s) { (void)s; check_all(tiny_config(), ARM_KDA, 12); }
+static void test_grad_engram_off(void **s) { (void)s; check_all(tiny_config(), ARM_ENGRAM, 13); }
+static void test_grad_moe_off(void **s) { (void)s; check_all(tiny_config(), ARM_MOE, 14); }
+static void test_grad_rezero_off(void **s) { (void)s; check_all(tiny_config(), ARM_REZERO, 15); }
+static void test_grad_aux_off(void **s) { (void)s; check_all(tiny_config(), ARM_AUX, 16); }
+static void test_grad_loss_final_k1(void **s) {
+    (void)s;
+    Config c = tiny_config();
+    c.loss_final = 1; c.k = 1;
+    check_all(c, -1, 17);
+}
+static void test_grad_lam_capped(void **s) {
+    (void)s;
+    Config c = tiny_config();
+    c.lam_max = 0.05;  // sigmoid gates are far above: every token's memory weight is capped
+    check_all(c, -1, 18);
+}
+
+#endif
+
+static void test_param_counts_nano(void **s) {
+    (void)s;
+    Config c;
+    dm_err err = {0};
+    assert_int_equal(config_preset(&c, "nano", &err), 0);
+    Model m;
+    assert_int_equal(model_create(&m, &c, backend_cpu(), 1, &err), 0);
+    size_t comp, tab;
+    model_param_counts(&m, &comp, &tab);
+    print_message("nano: %zu compute + %zu table\n", comp, tab);
+    assert_true(comp > 280000 && comp < 300000);  // SPEC table: 0.29M
+    assert_int_equal(tab, 3 * 4096 * 16);          // 0.20M
+    // U, V start orthonormal
+    assert_true(model_orth_error(&m) < 1e-5);
+    model_free(&m);
+}
+
+static void test_arms_counters_and_effect(void **s) {
+    (void)s;
+    Config c = tiny_config();
+    Model m;
+    dm_err err = {0};
+    assert_int_equal(model_create(&m, &c, backend_cpu(), 3, &err), 0);
+    randomize(&m, 4);
+    Batch b = rand_batch(c.batch, c.seq, 5);
+    double l_on = model_forward(&m, b.x, b.y, b.B, b.T, c.L, FWD_TRAIN);
+    assert_int_equal(m.arms.fwd[ARM_KDA], c.L);
+    model_backward(&m);
+    assert_int_equal(m.arms.bwd[ARM_KDA], c.L);
+    m.arms.on[ARM_KDA] = 0;
+    double l_off = model_forward(&m, b.x, b.y, b.B, b.T, c.L, FWD_TRAIN);
+    assert_int_equal(m.arms.fwd[ARM_KDA], c.L);  // did not run
+    assert_true(fabs(l_on - l_off) > 1e-6);        // and the loss saw it
+    model_backward(&m);
+    assert_int_equal(m.arms.bwd[ARM_KDA], c.L);
+    // gradients of an arm that is off are exactly zero
+    for (size_t j = 0; j < m.t[P_WQ].numel; j++) assert_true(m.grads[m.t[P_WQ].offset + j] == 0);
+    free(b.x); free(b.y);
+    model_free(&m);
+}
+
+static void test_forward_deterministic(void **s) {
+    (void)s;
+    Config c = tiny_config();
+    Model m1, m2;
+    dm_err err = {0};
+    model_create(&m1, &c, backend_cpu(), 9, &err);
+    model_create(&m2, &c, backend_cpu(), 9, &err);
+    assert_memory_equal(m1.params, m2.params, sizeof(real) * m1.n_params);
+    Batch b = rand_batch(c.batch, c.seq, 5);
+    model_forward(&m1, b.x, b.y, b.B, b.T, c.L, FWD_TRAIN); model_backward(&m1);
+    model_forward(&m2, b.x, b.y, b.B, b.T, c.L, FWD_TRAIN); model_backward(&m2);
+    assert_memory_equal(m1.grads, m2.grads, sizeof(real) * m1.n_params);
+    assert_true(m1.last_loss == m2.last_loss);
+    // all-depths forward: depth_loss[L-1] equals the FWD_LAST loss at full depth, and a
+    // depth-1 eval equals depth_loss[0]
+    model_forward(&m1, b.x, b.y, b.B, b.T, c.L, FWD_ALL_DEPTHS);
+    double d0 = m1.depth_loss[0], dl = m1.depth_loss[c.L - 1];
+    double last = model_forward(&m1, b.x, b.y, b.B, b.T, c.L, FWD_LAST);
+    double first = model_forward(&m1, b.x, b.y, b.B, b.T, 1, FWD_LAST);
+    assert_true(fabs(dl - last) < 1e-12 && fabs(d0 - first) < 1e-12);
+    free(b.x); free(b.y);
+    model_free(&m1); model_free(&m2);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_param_counts_nano),
+        cmocka_unit_test(test_arms_counters_and_effect),
+        cmocka_unit_test(test_forward_deterministic),
+#ifdef DM_DOUBLE
+        cmocka_unit_test(test_grad_all_arms),
+        cmocka_unit_test(test_grad_kda_off),
+        cmocka_unit_test(test_grad_engram_off),
+        cmocka_unit_test(test_grad_moe_off),
+        cmocka_unit_test(test_grad_rezero_off),
+        cmocka_unit_test(test_grad_aux_off),
+        cmocka_unit_test(test_grad_loss_final_k1),
+        cmocka_unit_test(test_grad_lam_capped),
+#endif
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,46 @@
+// testutil.h — shared helpers for the cmocka tests: seeded random fills and error metrics.
+#pragma once
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <cmocka.h>
+#include "../engine/rng.h"
+#include "../kernels/real.h"
+
+static inline void fill_randn(real *p, size_t n, double std, Rng *r) {
+    for (size_t i = 0; i < n; i++) p[i] = (real)(std * rng_normal(r));
+}
+
+// Gradient-check metric: max over elements of |a - n| / max(|a|, |n|, floor), where
+// floor = 1e-3 * max|n| over the tensor, so entries whose true gradient is ~0 are judged
+// against the tensor's scale instead of dividing noise by noise.
+static inline double grad_rel_err(const double *an, const double *num, size_t n) {
+    double scale = 0;
+    for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs(num[i]));
+    // A tensor with no influence on the loss (an arm that is off): both gradients must vanish;
+    // the numeric one is then pure round-off (~1e-13), so compare absolutely.
+    if (scale < 1e-9) {
+        double amax = 0;
+        for (size_t i = 0; i < n; i++) amax = fmax(amax, fabs(an[i]));
+        return amax < 1e-9 ? 0 : 1;
+    }
+    double floor_ = 1e-3 * scale, worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        double den = fmax(fmax(fabs(an[i]), fabs(num[i])), floor_);
+        worst = fmax(worst, fabs(an[i] - num[i]) / den);
+    }
+    return worst;
+}
+
+// Max-abs difference over max-abs value (tensor-wise relative error).
+static inline double tensor_rel_err(const real *a, const real *b, size_t n) {
+    double mx = 0, diff = 0;
+    for (size_t i = 0; i < n; i++) {
+        mx = fmax(mx, fabs((double)b[i]));
+        diff = fmax(diff, fabs((double)a[i] - (double)b[i]));
+    }
+    return diff / fmax(mx, 1e-30);
+}
