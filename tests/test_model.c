@@ -22,10 +22,13 @@ static void randomize(Model *m, uint64_t seed) {
     for (int i = 0; i < P_COUNT; i++) {
         ParamTensor *t = &m->t[i];
         real *p = m->params + t->offset;
-        double std = (i == P_TABLES || i == P_EMB) ? 1.0 : 0.5;
+        double std = (i == P_TABLES || i == P_EMB) ? 0.7 : 0.35;
         fill_randn(p, t->numel, std, &r);
     }
-    m->params[m->t[P_ALPHA].offset] = (real)0.7;
+    m->params[m->t[P_ALPHA].offset] = (real)0.5;
+    // A large router spreads the expert logits far apart, so no finite-difference step can flip
+    // a token's top-k choice (a kink that no stencil differentiates).
+    for (size_t j = 0; j < m->t[P_ROUTER].numel; j++) m->params[m->t[P_ROUTER].offset + j] *= 6;
     for (size_t j = 0; j < m->t[P_W_ON].numel; j++) m->params[m->t[P_W_ON].offset + j] += 1;
 }
 
@@ -39,8 +42,38 @@ static Batch rand_batch(int B, int T, uint64_t seed) {
 }
 
 #ifdef DM_DOUBLE
+// A fingerprint of every token's top-k expert set at every iteration: top-k routing is
+// discontinuous (swapping an expert swaps its FFN), so an FD step that changes the routing
+// measures a jump, not a derivative, and that entry is skipped (and counted).
+static uint64_t routing_sig(const Model *m) {
+    if (!m->arms.on[ARM_MOE]) return 0;
+    const Config *c = &m->cfg;
+    int N = m->acts.B * m->acts.T;
+    uint64_t h = 1469598103934665603ULL;
+    for (int i = 0; i < m->last_depth; i++)
+        for (int n = 0; n < N; n++) {
+            const real *z = m->acts.it[i].z + (size_t)n * c->E;
+            uint64_t chosen = 0;
+            for (int j = 0; j < c->k; j++) {
+                int best = -1;
+                for (int e = 0; e < c->E; e++)
+                    if (!(chosen >> e & 1) && (best < 0 || z[e] > z[best])) best = e;
+                chosen |= 1ULL << best;
+            }
+            h = (h ^ chosen) * 1099511628211ULL;
+        }
+    return h;
+}
+
+static int byte_used(const Batch *b, int v) {
+    for (int i = 0; i < b->B * b->T; i++) if (b->x[i] == v) return 1;
+    return 0;
+}
+
+static uint64_t last_sig;
 static double objective(Model *m, Batch *b) {
     model_forward(m, b->x, b->y, b->B, b->T, m->cfg.L, FWD_TRAIN);
+    last_sig = routing_sig(m);
     return model_objective(m);
 }
 
@@ -50,16 +83,19 @@ static void check_all(Config c, int arm_off, uint64_t seed) {
     dm_err err = {0};
     assert_int_equal(model_create(&m, &c, backend_cpu(), seed, &err), 0);
     randomize(&m, seed + 1);
+    if (c.lam_max < 1) m.params[m.t[P_CTRL_B].offset + 1] = 6;
     if (arm_off >= 0) m.arms.on[arm_off] = 0;
     const char *extra = getenv("DM_TEST_OFF");  // debugging aid: more arms off, e.g. kda,moe
     for (int a = 0; extra && a < ARM_COUNT; a++)
         if (strstr(extra, dm_arm_names[a])) m.arms.on[a] = 0;
     Batch b = rand_batch(c.batch, c.seq, seed + 2);
     objective(&m, &b);
+    uint64_t base_sig = last_sig;
     model_backward(&m);
+    size_t skipped = 0, checked = 0;
     double *an = malloc(sizeof(double) * m.n_params), *num = malloc(sizeof(double) * m.n_params);
     for (size_t j = 0; j < m.n_params; j++) an[j] = m.grads[j];
-    const double h = getenv("DM_FD_H") ? atof(getenv("DM_FD_H")) : 1e-3;
+    const double h = getenv("DM_FD_H") ? atof(getenv("DM_FD_H")) : 3e-4;
     double worst_all = 0;
     for (int i = 0; i < P_COUNT; i++) {
         ParamTensor *t = &m.t[i];
@@ -67,24 +103,54 @@ static void check_all(Config c, int arm_off, uint64_t seed) {
         for (size_t j = 0; j < n; j++) {
             real *p = m.params + t->offset + j;
             real save = *p;
-            // fourth-order central stencil: truncation ~h^4, so h can be large enough that
-            // the loss's round-off (~1e-15) stays far below the 1e-6 bar
-            *p = save + 2 * h; double f2p = objective(&m, &b);
-            *p = save + h; double fp = objective(&m, &b);
-            *p = save - h; double fm = objective(&m, &b);
-            *p = save - 2 * h; double f2m = objective(&m, &b);
+            if (i == P_EMB && !byte_used(&b, (int)(j / c.d))) {
+                // a row no position reads: its gradient is exactly zero, no FD needed
+                num[t->offset + j] = 0;
+                assert_true(an[t->offset + j] == 0);
+                continue;
+            }
+            // Sixth-order central stencil at two steps, h and h/3. The large step keeps the
+            // loss's round-off (~1e-15 / h) small; the small one keeps truncation (~h^6) small
+            // where the looped block bends sharply. Their difference estimates the large step's
+            // truncation error (no analytic value involved): when it exceeds the round-off
+            // level, the small step's value is used.
+            double dfd[2];
+            int flipped = 0;
+            for (int pass = 0; pass < 2; pass++) {
+                double hh = pass ? h / 3 : h, f[7];
+                for (int q = -3; q <= 3; q++) {
+                    if (q == 0) continue;
+                    *p = save + q * hh;
+                    f[q + 3] = objective(&m, &b);
+                    flipped |= last_sig != base_sig;
+                }
+                dfd[pass] = (45 * (f[4] - f[2]) - 9 * (f[5] - f[1]) + (f[6] - f[0])) / (60 * hh);
+            }
             *p = save;
-            num[t->offset + j] = (-f2p + 8 * fp - 8 * fm + f2m) / (12 * h);
+            num[t->offset + j] = fabs(dfd[0] - dfd[1]) > 1e-10 ? dfd[1] : dfd[0];
+            checked++;
+            if (flipped) { skipped++; num[t->offset + j] = an[t->offset + j]; continue; }
         }
         double e = grad_rel_err(an + t->offset, num + t->offset, n);
         if (e > worst_all) worst_all = e;
-        if (e > 1e-6 || getenv("DM_VERBOSE")) print_error("arm_off=%d tensor %s: max rel err %.3e\n", arm_off, t->name, e);
+        if (e > 1e-6 || getenv("DM_VERBOSE")) {
+            size_t wi = 0;
+            double wd = -1;
+            for (size_t j = 0; j < n; j++) {
+                double dd = fabs(an[t->offset + j] - num[t->offset + j]);
+                if (dd > wd) { wd = dd; wi = j; }
+            }
+            print_error("arm_off=%d tensor %s: max rel err %.3e (worst abs diff at [%zu]: analytic %.9e numeric %.9e)\n",
+                        arm_off, t->name, e, wi, an[t->offset + wi], num[t->offset + wi]);
+        }
         assert_true(e <= 1e-6);
     }
     // The input-side activations are covered through their tables: an embedding row's gradient
     // is the sum of d obj / d h0 over the positions that read it (test_ops checks that sum), and
     // likewise the Engram rows for the retrieved memory m.
-    print_message("arm_off=%-2d worst rel err over all tensors %.2e\n", arm_off, worst_all);
+    print_message("arm_off=%-2d worst rel err over all tensors %.2e (%zu entries, %zu skipped: routing flip)\n",
+                  arm_off, worst_all, checked, skipped);
+    assert_true(skipped * 50 < checked);  // a rare event, not a way to pass
     free(an); free(num); free(b.x); free(b.y);
     model_free(&m);
 }
@@ -104,7 +170,7 @@ static void test_grad_loss_final_k1(void **s) {
 static void test_grad_lam_capped(void **s) {
     (void)s;
     Config c = tiny_config();
-    c.lam_max = 0.05;  // sigmoid gates are far above: every token's memory weight is capped
+    c.lam_max = 0.5;  // with ctrl.b[1] = +6 the memory gate is ~0.99 everywhere: always capped
     check_all(c, -1, 18);
 }
 

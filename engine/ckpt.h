@@ -1,0 +1,33 @@
+// ckpt.h — the checkpoint container (SPEC §6 "Checkpoints"): magic, format version, then named
+// sections each with its length and CRC32; written to PATH.tmp, fsynced, renamed into place
+// (and the directory fsynced), so a crash never leaves a half-written file under the real
+// name. Reading verifies every CRC and length before handing anything out.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+#include "err.h"
+
+typedef struct {
+    char name[32];
+    const void *data;       // write: the bytes; read: points into the loaded image
+    uint64_t size;
+} CkptSection;
+
+typedef struct {
+    uint8_t *image;         // the whole file, owned
+    size_t image_size;
+    CkptSection *sec;
+    int nsec;
+    uint32_t version;
+} CkptFile;
+
+uint32_t crc32_update(uint32_t crc, const void *data, size_t n);
+// Write the sections atomically to path.
+int ckpt_write(const char *path, const CkptSection *sec, int nsec, dm_err *err);
+// Test hook: write everything, fsync the temp file, and stop before the rename (a crash there).
+int ckpt_write_no_rename(const char *path, const CkptSection *sec, int nsec, dm_err *err);
+// Read and verify. Errors name the path and the section (e.g. "section 'params': CRC mismatch",
+// "truncated inside section 'optim.m'", "not a dmsh checkpoint (bad magic)").
+int ckpt_read(const char *path, CkptFile *f, dm_err *err);
+const CkptSection *ckpt_find(const CkptFile *f, const char *name);
+void ckpt_close(CkptFile *f);

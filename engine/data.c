@@ -1,0 +1,302 @@
+// data.c — corpora (SPEC §5). A corpus is a file or a directory tree of regular files, sorted by
+// full path (bytewise), each mmap'd read-only: the corpus is the concatenation of its files, and
+// nothing is read into RAM until a window touches it, so a 50 GB corpus costs address space,
+// not memory. Training windows are a pure function of (seed, step, row) so a resumed run sees
+// exactly the batches an uninterrupted one would; the eval window is fixed by (eval_bytes, T).
+#include "data.h"
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "rng.h"
+
+// ----------------------------------------------------------------------------------------------
+// path collection
+
+typedef struct { char **v; int n, cap; } PathList;
+
+static void pl_push(PathList *pl, const char *s) {
+    if (pl->n == pl->cap) {
+        int cap = pl->cap ? 2 * pl->cap : 16;
+        char **v = mallocCheck((size_t)cap * sizeof *v);
+        if (pl->n) memcpy(v, pl->v, (size_t)pl->n * sizeof *v);
+        free(pl->v);
+        pl->v = v;
+        pl->cap = cap;
+    }
+    size_t len = strlen(s);
+    char *c = mallocCheck(len + 1);
+    memcpy(c, s, len + 1);
+    pl->v[pl->n++] = c;
+}
+
+static void pl_free(PathList *pl) {
+    for (int i = 0; i < pl->n; i++) free(pl->v[i]);
+    free(pl->v);
+    memset(pl, 0, sizeof *pl);
+}
+
+// strcmp compares as unsigned char, i.e. bytewise: the order does not depend on the locale.
+static int cmp_path(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+// Walk `dir` recursively, pushing regular files (and symlinks to regular files). We recurse only
+// into real directories (lstat), never through symlinked ones: that rules out cycles. Anything
+// else (sockets, fifos, devices, dangling links) is skipped: it is not text we can map.
+static int walk_dir(const char *dir, PathList *pl, dm_err *err) {
+    DIR *dp = opendir(dir);
+    if (!dp) return dm_fail(err, "data: cannot read directory '%s': %s (check its permissions)", dir, strerror(errno));
+    struct dirent *de;
+    int rc = 0;
+    size_t dl = strlen(dir);
+    while ((de = readdir(dp))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+        size_t nl = strlen(de->d_name);
+        char *p = mallocCheck(dl + nl + 2);
+        memcpy(p, dir, dl);
+        size_t o = dl;
+        if (o == 0 || p[o - 1] != '/') p[o++] = '/';
+        memcpy(p + o, de->d_name, nl + 1);
+        struct stat ls, st;
+        if (lstat(p, &ls) == 0) {
+            if (S_ISDIR(ls.st_mode)) rc = walk_dir(p, pl, err);
+            else if (S_ISREG(ls.st_mode) || (S_ISLNK(ls.st_mode) && stat(p, &st) == 0 && S_ISREG(st.st_mode)))
+                pl_push(pl, p);
+        }
+        free(p);
+        if (rc) break;
+    }
+    closedir(dp);
+    return rc;
+}
+
+// ----------------------------------------------------------------------------------------------
+// corpus
+
+static void corpus_close(Corpus *c) {
+    for (int i = 0; i < c->nfiles; i++) {
+        if (c->maps && c->maps[i] && c->sizes[i] > 0) munmap((void *)c->maps[i], (size_t)c->sizes[i]);
+        if (c->paths) free(c->paths[i]);
+    }
+    free(c->paths);
+    free((void *)c->maps);
+    free(c->sizes);
+    free(c->starts);
+    memset(c, 0, sizeof *c);
+}
+
+// Open `path` as a corpus. On error *c is closed (zeroed) and nothing leaks.
+static int corpus_open(Corpus *c, const char *path, dm_err *err) {
+    memset(c, 0, sizeof *c);
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return dm_fail(err, "data: cannot open '%s': %s (check the path)", path, strerror(errno));
+    PathList pl = {0};
+    int is_dir = S_ISDIR(st.st_mode);
+    if (is_dir) {
+        if (walk_dir(path, &pl, err)) { pl_free(&pl); return 1; }
+        if (pl.n == 0) {
+            pl_free(&pl);
+            return dm_fail(err, "data: directory '%s' holds no regular files (put text files in it, or point :data at a file)", path);
+        }
+        qsort(pl.v, (size_t)pl.n, sizeof *pl.v, cmp_path);
+    } else if (S_ISREG(st.st_mode)) {
+        pl_push(&pl, path);
+    } else {
+        return dm_fail(err, "data: '%s' is neither a regular file nor a directory (point :data at a file or a directory)", path);
+    }
+
+    // Map every non-empty file; empty files are skipped (mmap of 0 bytes is an error, and they
+    // add nothing to the stream).
+    c->paths = callocCheck((size_t)pl.n * sizeof *c->paths);
+    c->maps = callocCheck((size_t)pl.n * sizeof *c->maps);
+    c->sizes = callocCheck((size_t)pl.n * sizeof *c->sizes);
+    c->starts = callocCheck((size_t)(pl.n + 1) * sizeof *c->starts);
+    int64_t total = 0;
+    for (int i = 0; i < pl.n; i++) {
+        int fd = open(pl.v[i], O_RDONLY);
+        if (fd < 0) {
+            dm_fail(err, "data: cannot open '%s': %s (check its permissions)", pl.v[i], strerror(errno));
+            goto fail;
+        }
+        struct stat fs;
+        if (fstat(fd, &fs) != 0) {
+            dm_fail(err, "data: cannot stat '%s': %s (check the file)", pl.v[i], strerror(errno));
+            close(fd);
+            goto fail;
+        }
+        if (fs.st_size == 0) { close(fd); continue; }
+        void *m = mmap(NULL, (size_t)fs.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        int e = errno;
+        close(fd);  // the mapping keeps the file alive
+        if (m == MAP_FAILED) {
+            dm_fail(err, "data: cannot map '%s': %s (too many files? concatenate them into fewer)", pl.v[i], strerror(e));
+            goto fail;
+        }
+        int k = c->nfiles++;
+        c->paths[k] = pl.v[i];
+        pl.v[i] = NULL;  // ownership moved to the corpus
+        c->maps[k] = m;
+        c->sizes[k] = fs.st_size;
+        c->starts[k] = total;
+        total += fs.st_size;
+    }
+    c->starts[c->nfiles] = total;
+    c->n = total;
+    pl_free(&pl);
+    if (total == 0) {
+        corpus_close(c);
+        return dm_fail(err, "data: '%s' is empty (0 bytes); point :data at a file or directory with text", path);
+    }
+    return 0;
+fail:
+    // files mapped so far are owned by c; the rest are still in pl
+    pl_free(&pl);
+    corpus_close(c);
+    return 1;
+}
+
+// The file holding global byte i (0 <= i < n): the last k with starts[k] <= i. Empty files were
+// dropped, so starts is strictly increasing and the answer is unique.
+static inline int corpus_file(const Corpus *c, int64_t i) {
+    int lo = 0, hi = c->nfiles - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) >> 1;
+        if (c->starts[mid] <= i) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+static inline uint8_t corpus_byte(const Corpus *c, int64_t i) {
+    int k = corpus_file(c, i);
+    return c->maps[k][i - c->starts[k]];
+}
+
+// Copy bytes [off, off+len) to ints. One binary search, then a straight loop per file: a window
+// almost always lies inside one file, and crossing a boundary just moves to the next map.
+static void corpus_read(const Corpus *c, int64_t off, int len, int *out) {
+    if (len <= 0) return;
+    int k = corpus_file(c, off);
+    int64_t pos = off - c->starts[k];
+    while (len > 0) {
+        int64_t avail = c->sizes[k] - pos;
+        int m = avail < len ? (int)avail : len;
+        const uint8_t *src = c->maps[k] + pos;
+        for (int j = 0; j < m; j++) out[j] = src[j];
+        out += m;
+        len -= m;
+        k++;
+        pos = 0;
+    }
+}
+
+// ----------------------------------------------------------------------------------------------
+// Data
+
+void data_close(Data *d) {
+    if (!d) return;
+    corpus_close(&d->train);
+    if (!d->shared) corpus_close(&d->eval);  // shared: eval is a copy of train's views, already freed
+    memset(d, 0, sizeof *d);
+}
+
+static const char *plural(int n) { return n == 1 ? "" : "s"; }
+
+int data_open(Data *d, const char *path, const char *eval_path, double eval_frac, int T, dm_err *err) {
+    memset(d, 0, sizeof *d);
+    if (!path || !*path) return dm_fail(err, "data: no path given (usage: :data PATH [eval=PATH2])");
+    if (T < 1) return dm_fail(err, "data: sequence length %d for '%s' must be at least 1 (set seq)", T, path);
+    if (corpus_open(&d->train, path, err)) { data_close(d); return 1; }
+    const Corpus *tc = &d->train;
+    if (!eval_path) {
+        if (!(eval_frac > 0 && eval_frac < 1)) {
+            int64_t n = tc->n;
+            data_close(d);
+            return dm_fail(err, "data: eval_frac %g for '%s' (%lld B) must lie in (0, 1) (set eval_frac, or give eval=PATH2)",
+                           eval_frac, path, (long long)n);
+        }
+        d->shared = 1;
+        d->eval = d->train;  // the same maps, viewed from the tail
+        int64_t ne = (int64_t)floor((double)tc->n * eval_frac);
+        d->n_train = tc->n - ne;
+        d->eval_off = d->n_train;
+        d->n_eval = ne;
+        if (d->n_train < (int64_t)T + 1) {
+            int64_t nt = d->n_train;
+            data_close(d);
+            return dm_fail(err, "data: training split of '%s' is %lld B, shorter than one sequence (seq+1 = %lld B): use a larger corpus, a smaller seq or a smaller eval_frac",
+                           path, (long long)nt, (long long)T + 1);
+        }
+        if (d->n_eval < (int64_t)T + 1) {
+            int64_t ne2 = d->n_eval;
+            data_close(d);
+            return dm_fail(err, "data: held-out split of '%s' is %lld B, shorter than one sequence (seq+1 = %lld B): use a larger eval_frac, a smaller seq, a larger corpus or eval=PATH2",
+                           path, (long long)ne2, (long long)T + 1);
+        }
+        snprintf(d->desc, sizeof d->desc, "corpus %s: %d file%s, %lld B; train %lld B, held-out %lld B (last %g%%)",
+                 path, tc->nfiles, plural(tc->nfiles), (long long)tc->n, (long long)d->n_train,
+                 (long long)d->n_eval, eval_frac * 100);
+        return 0;
+    }
+    d->n_train = tc->n;
+    if (d->n_train < (int64_t)T + 1) {
+        int64_t nt = d->n_train;
+        data_close(d);
+        return dm_fail(err, "data: training corpus '%s' is %lld B, shorter than one sequence (seq+1 = %lld B): use a larger corpus or a smaller seq",
+                       path, (long long)nt, (long long)T + 1);
+    }
+    if (corpus_open(&d->eval, eval_path, err)) { data_close(d); return 1; }
+    d->eval_off = 0;
+    d->n_eval = d->eval.n;
+    if (d->n_eval < (int64_t)T + 1) {
+        int64_t ne = d->n_eval;
+        data_close(d);
+        return dm_fail(err, "data: eval corpus '%s' is %lld B, shorter than one sequence (seq+1 = %lld B): use a larger eval file or a smaller seq",
+                       eval_path, (long long)ne, (long long)T + 1);
+    }
+    snprintf(d->desc, sizeof d->desc, "corpus %s: %d file%s, %lld B (all train); eval %s: %d file%s, %lld B",
+             path, tc->nfiles, plural(tc->nfiles), (long long)tc->n, eval_path, d->eval.nfiles,
+             plural(d->eval.nfiles), (long long)d->n_eval);
+    return 0;
+}
+
+uint8_t data_train_byte(const Data *d, int64_t i) { return corpus_byte(&d->train, i); }
+uint8_t data_eval_byte(const Data *d, int64_t i) { return corpus_byte(&d->eval, d->eval_off + i); }
+void data_train_read(const Data *d, int64_t off, int len, int *out) { corpus_read(&d->train, off, len, out); }
+void data_eval_read(const Data *d, int64_t off, int len, int *out) { corpus_read(&d->eval, d->eval_off + off, len, out); }
+
+// SPEC §5: off = H mod (n_train - T), H = sm(sm(sm(seed) ^ step) ^ row). The window [off, off+T]
+// then ends at most at byte n_train - 1, inside the training split.
+int64_t data_window_offset(uint64_t seed, int64_t step, int64_t row, int64_t n_train, int T) {
+    uint64_t h = splitmix64(splitmix64(splitmix64(seed) ^ (uint64_t)step) ^ (uint64_t)row);
+    return (int64_t)(h % (uint64_t)(n_train - T));
+}
+
+void data_batch(const Data *d, uint64_t seed, int64_t step, int B, int T, int *x, int *y) {
+    for (int b = 0; b < B; b++) {
+        int64_t off = data_window_offset(seed, step, b, d->n_train, T);
+        int *xb = x + (size_t)b * T, *yb = y + (size_t)b * T;
+        data_train_read(d, off, T, xb);
+        // targets are the inputs shifted by one, plus one more byte: no second read of T bytes
+        memcpy(yb, xb + 1, (size_t)(T - 1) * sizeof *yb);
+        yb[T - 1] = data_train_byte(d, off + T);
+    }
+}
+
+int64_t data_eval_nseq(const Data *d, int64_t eval_bytes, int T) {
+    int64_t m = d->n_eval - 1;
+    if (eval_bytes < m) m = eval_bytes;
+    return m > 0 && T > 0 ? m / T : 0;
+}
+
+void data_eval_seq(const Data *d, int64_t i, int T, int *x, int *y) {
+    int64_t off = i * (int64_t)T;
+    data_eval_read(d, off, T, x);
+    memcpy(y, x + 1, (size_t)(T - 1) * sizeof *y);
+    y[T - 1] = data_eval_byte(d, off + T);
+}

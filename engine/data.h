@@ -1,0 +1,43 @@
+// data.h — corpora (SPEC §5): a file or a directory (regular files, recursive, sorted by path),
+// memory-mapped, never read whole into RAM; the held-out split; training windows as a pure
+// function of (seed, step, row); the fixed eval window.
+#pragma once
+#include <stdint.h>
+#include "err.h"
+
+typedef struct {
+    int nfiles;
+    char **paths;           // [nfiles] sorted
+    const uint8_t **maps;   // [nfiles] mmap'd bytes
+    int64_t *sizes;         // [nfiles]
+    int64_t *starts;        // [nfiles + 1] prefix sums: global byte offset of each file
+    int64_t n;              // total bytes
+} Corpus;
+
+typedef struct {
+    Corpus train, eval;     // when no eval= file, both view one corpus: train [0, n_train), eval [n_train, n)
+    int shared;             // 1: eval is the tail of train's corpus
+    int64_t n_train;        // bytes the training windows may use
+    int64_t eval_off, n_eval; // the held-out bytes: [eval_off, eval_off + n_eval) of `eval`
+    char desc[512];         // one line for :show data
+} Data;
+
+// Open PATH (file or directory) with an optional eval PATH2 (NULL). T is the sequence length:
+// every split must hold at least one sequence (T + 1 bytes). Errors: missing or unreadable path,
+// empty corpus, a directory with no regular files, a split shorter than one sequence.
+int data_open(Data *d, const char *path, const char *eval_path, double eval_frac, int T, dm_err *err);
+void data_close(Data *d);
+// Byte i of the training stream / of the held-out split.
+uint8_t data_train_byte(const Data *d, int64_t i);
+uint8_t data_eval_byte(const Data *d, int64_t i);
+// Copy bytes [off, off+len) of the training stream / held-out split into out (ints 0..255).
+void data_train_read(const Data *d, int64_t off, int len, int *out);
+void data_eval_read(const Data *d, int64_t off, int len, int *out);
+// The training window offset for (seed, step, row): H mod (n_train - T), H = sm(sm(sm(seed)^step)^row)
+int64_t data_window_offset(uint64_t seed, int64_t step, int64_t row, int64_t n_train, int T);
+// Fill x [B, T] and y [B, T] with the training batch of `step`.
+void data_batch(const Data *d, uint64_t seed, int64_t step, int B, int T, int *x, int *y);
+// The eval window: nseq = min(eval_bytes, n_eval - 1) / T sequences; sequence i reads inputs
+// heldout[iT, iT+T) and targets heldout[iT+1, iT+T].
+int64_t data_eval_nseq(const Data *d, int64_t eval_bytes, int T);
+void data_eval_seq(const Data *d, int64_t i, int T, int *x, int *y);

@@ -1,0 +1,43 @@
+// optim.h — the optimizers of SPEC §4: Muon (Nesterov, Newton–Schulz 5, Moonlight scale,
+// optional muon_colrow), AdamW, Adam without decay on Engram tables updating only touched rows;
+// warmup + cosine/constant schedule; global-norm clip (pre-clip norm reported); the NaN
+// firewall; the retraction cadence. One contiguous buffer per moment, parallel to the
+// parameter buffer (llm.c style).
+#pragma once
+#include <stdint.h>
+#include "model.h"
+
+typedef struct {
+    real *m, *v;        // [n_params] Adam first / second moments (also used for tables)
+    real *mom;          // [n_params] Muon momentum (only Muon tensors' ranges are used)
+    real *scratch;      // Newton–Schulz workspace
+    size_t n_scratch;
+    uint8_t *row_touched;   // [n_orders * engram_rows] rows read by this step's batch
+    int64_t *row_steps;     // [n_orders * engram_rows] Adam step count per table row (lazy bias correction)
+    int64_t t;              // optimizer steps applied (skipped steps not counted)
+    int consecutive_skips;
+    int64_t total_skips;
+} Optim;
+
+typedef struct {
+    double lr, lr_muon;     // the rates used this step
+    double gnorm;           // global gradient norm before clipping
+    int skipped;            // 1: non-finite loss or gradient, no update applied
+    char first_bad[48];     // name of the first tensor with a non-finite gradient ("loss" if the loss)
+    double orth_err;        // after retraction (or the current value when not retracted this step)
+    int retracted;
+} StepInfo;
+
+int optim_create(Optim *o, const Model *m, dm_err *err);
+void optim_free(Optim *o);
+// Learning-rate multiplier schedule for step s (0-based): warmup lr*(s+1)/warmup, then cosine
+// to lr_min_frac at cfg->steps (or constant).
+double lr_schedule_mult(const Config *c, int64_t s);
+// Apply one update from m->grads at training step `step` (0-based), with `loss` the objective
+// of the forward that produced the grads. Uses m->acts.rows / m->acts.B,T for the touched
+// Engram rows. Returns 0, or 1 when nan_limit consecutive skips were reached (err names the
+// step and the first non-finite tensor).
+int optim_step(Optim *o, Model *m, int64_t step, double loss, StepInfo *info, dm_err *err);
+// Muon's orthogonalisation (exposed for tests): G [rows, cols] -> in place, 5 NS iterations
+// with (3.4445, -4.7750, 2.0315) after dividing by ||G||_F + 1e-7.
+void muon_orthogonalize(real *G, int rows, int cols, real *scratch);

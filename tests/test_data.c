@@ -1,0 +1,360 @@
+// test_data.c — corpora (SPEC §5): file and directory corpora, byte order across file
+// boundaries, the error messages, training windows as a pure function of (seed, step, row), the
+// eval window independent of the batch, and mmap of a large sparse file.
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "testutil.h"
+#include "../engine/data.h"
+
+static char tmpdir[256];
+
+static void path_in(char *out, size_t n, const char *rel) { snprintf(out, n, "%s/%s", tmpdir, rel); }
+
+static void write_file(const char *rel, const uint8_t *b, size_t n) {
+    char p[512];
+    path_in(p, sizeof p, rel);
+    FILE *f = fopen(p, "wb");
+    assert_non_null(f);
+    if (n) assert_int_equal(fwrite(b, 1, n, f), n);
+    fclose(f);
+}
+
+static void make_dir(const char *rel) {
+    char p[512];
+    path_in(p, sizeof p, rel);
+    assert_int_equal(mkdir(p, 0755), 0);
+}
+
+// deterministic pseudo-random bytes, distinct per file so a misordering shows
+static void fill_bytes(uint8_t *b, size_t n, uint64_t seed) {
+    Rng r = {seed};
+    for (size_t i = 0; i < n; i++) b[i] = (uint8_t)(rng_next(&r) >> 56);
+}
+
+static int setup(void **s) {
+    (void)s;
+    const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    snprintf(tmpdir, sizeof tmpdir, "%s/dm_test_data_XXXXXX", base);
+    return mkdtemp(tmpdir) ? 0 : -1;
+}
+
+static int teardown(void **s) {
+    (void)s;
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static void test_single_file(void **s) {
+    (void)s;
+    enum { N = 10000 };
+    uint8_t b[N];
+    fill_bytes(b, N, 1);
+    write_file("one.txt", b, N);
+    char p[512];
+    path_in(p, sizeof p, "one.txt");
+    Data d;
+    dm_err e = {0};
+    assert_int_equal(data_open(&d, p, NULL, 0.1, 16, &e), 0);
+    assert_int_equal(d.train.nfiles, 1);
+    assert_int_equal(d.train.n, N);
+    assert_int_equal(d.n_eval, N / 10);
+    assert_int_equal(d.n_train, N - N / 10);
+    for (int64_t i = 0; i < d.n_train; i++) assert_int_equal(data_train_byte(&d, i), b[i]);
+    for (int64_t i = 0; i < d.n_eval; i++) assert_int_equal(data_eval_byte(&d, i), b[d.n_train + i]);
+    assert_non_null(strstr(d.desc, p));
+    assert_non_null(strstr(d.desc, "1 file,"));
+    data_close(&d);
+    Data zero;
+    memset(&zero, 0, sizeof zero);
+    assert_memory_equal(&d, &zero, sizeof d);
+}
+
+// A tree whose sorted path order differs from creation order and from readdir order; empty
+// files and a symlink to a regular file; reads that cross every file boundary.
+static void test_directory(void **s) {
+    (void)s;
+    make_dir("tree");
+    make_dir("tree/b");
+    make_dir("tree/a");
+    make_dir("tree/a/z");
+    make_dir("tree/empty_sub");
+    // sorted bytewise by full path: tree/a.txt < tree/a/y.txt < tree/a/z/q.txt < tree/b/c.txt
+    //   ('.' 0x2E < '/' 0x2F), tree/b/d_empty.txt is empty and skipped, tree/c_link -> a.txt
+    const char *rel[] = {"tree/b/c.txt", "tree/a/z/q.txt", "tree/a.txt", "tree/a/y.txt"};
+    size_t sz[] = {300, 1, 4097, 1000};
+    uint8_t *bufs[4];
+    for (int i = 0; i < 4; i++) {
+        bufs[i] = malloc(sz[i]);
+        fill_bytes(bufs[i], sz[i], 100 + i);
+        write_file(rel[i], bufs[i], sz[i]);
+    }
+    write_file("tree/b/d_empty.txt", NULL, 0);
+    char target[512], link[512];
+    path_in(target, sizeof target, "tree/a.txt");
+    path_in(link, sizeof link, "tree/c_link");
+    assert_int_equal(symlink(target, link), 0);
+    // expected stream: a.txt, a/y.txt, a/z/q.txt, b/c.txt, c_link (= a.txt)
+    int order[] = {2, 3, 1, 0, 2};
+    size_t n = 0;
+    for (int i = 0; i < 5; i++) n += sz[order[i]];
+    uint8_t *want = malloc(n);
+    size_t o = 0;
+    for (int i = 0; i < 5; i++) {
+        memcpy(want + o, bufs[order[i]], sz[order[i]]);
+        o += sz[order[i]];
+    }
+
+    char p[512];
+    path_in(p, sizeof p, "tree");
+    Data d;
+    dm_err e = {0};
+    assert_int_equal(data_open(&d, p, NULL, 0.1, 8, &e), 0);
+    assert_int_equal(d.train.nfiles, 5);
+    assert_int_equal(d.train.n, (int64_t)n);
+    assert_int_equal(d.n_eval, (int64_t)(n / 10));
+    assert_non_null(strstr(d.train.paths[0], "tree/a.txt"));
+    assert_non_null(strstr(d.train.paths[1], "tree/a/y.txt"));
+    assert_non_null(strstr(d.train.paths[2], "tree/a/z/q.txt"));
+    assert_non_null(strstr(d.train.paths[3], "tree/b/c.txt"));
+    assert_non_null(strstr(d.train.paths[4], "tree/c_link"));
+    for (int64_t i = 0; i < d.n_train; i++) assert_int_equal(data_train_byte(&d, i), want[i]);
+    for (int64_t i = 0; i < d.n_eval; i++) assert_int_equal(data_eval_byte(&d, i), want[d.n_train + i]);
+    // bulk reads across boundaries: every offset near each boundary, several lengths
+    int out[2100];
+    for (int f = 1; f < d.train.nfiles; f++) {
+        int64_t bnd = d.train.starts[f];
+        for (int64_t off = bnd - 3; off <= bnd + 1; off++) {
+            int lens[] = {1, 2, 5, 2000};
+            for (int li = 0; li < 4; li++) {
+                int len = lens[li];
+                if (off < 0 || off + len > d.n_train) continue;
+                data_train_read(&d, off, len, out);
+                for (int j = 0; j < len; j++) assert_int_equal(out[j], want[off + j]);
+            }
+        }
+    }
+    // the held-out split starts inside c.txt / the link: reads through the eval view
+    data_eval_read(&d, 0, (int)d.n_eval, out);
+    for (int64_t j = 0; j < d.n_eval; j++) assert_int_equal(out[j], want[d.n_train + j]);
+    assert_non_null(strstr(d.desc, "5 files"));
+    data_close(&d);
+    for (int i = 0; i < 4; i++) free(bufs[i]);
+    free(want);
+}
+
+static void expect_fail(const char *path, const char *eval_path, double frac, int T, const char *needle) {
+    Data d;
+    memset(&d, 0x5a, sizeof d);  // garbage in: must come back closed
+    dm_err e = {0};
+    assert_int_not_equal(data_open(&d, path, eval_path, frac, T, &e), 0);
+    const char *named = needle ? needle : path;
+    if (!strstr(e.msg, named)) print_error("message '%s' lacks '%s'\n", e.msg, named);
+    assert_non_null(strstr(e.msg, named));
+    assert_null(strchr(e.msg, '\n'));
+    assert_true(strlen(e.msg) > 0);
+    Data zero;
+    memset(&zero, 0, sizeof zero);
+    assert_memory_equal(&d, &zero, sizeof d);
+    data_close(&d);  // closing a closed Data is harmless
+}
+
+static void test_errors(void **s) {
+    (void)s;
+    char p[512], q[512];
+    path_in(p, sizeof p, "no/such/file.txt");
+    expect_fail(p, NULL, 0.1, 8, NULL);
+    {  // the missing-path message carries strerror
+        Data d;
+        dm_err e = {0};
+        assert_int_not_equal(data_open(&d, p, NULL, 0.1, 8, &e), 0);
+        assert_non_null(strstr(e.msg, strerror(ENOENT)));
+    }
+    write_file("empty.txt", NULL, 0);
+    path_in(p, sizeof p, "empty.txt");
+    expect_fail(p, NULL, 0.1, 8, NULL);
+    expect_fail(p, NULL, 0.1, 8, "empty");
+
+    make_dir("nofiles");
+    make_dir("nofiles/sub");
+    path_in(p, sizeof p, "nofiles");
+    expect_fail(p, NULL, 0.1, 8, NULL);
+    expect_fail(p, NULL, 0.1, 8, "no regular files");
+
+    make_dir("emptyfiles");  // regular files, all empty: an empty corpus
+    write_file("emptyfiles/x", NULL, 0);
+    path_in(p, sizeof p, "emptyfiles");
+    expect_fail(p, NULL, 0.1, 8, "empty");
+
+    uint8_t b[100];
+    fill_bytes(b, sizeof b, 7);
+    write_file("short.txt", b, 100);
+    path_in(p, sizeof p, "short.txt");
+    // 100 B, 10% held out: train 90 B, eval 10 B
+    expect_fail(p, NULL, 0.1, 95, NULL);        // training split shorter than T+1
+    expect_fail(p, NULL, 0.1, 95, "training");
+    expect_fail(p, NULL, 0.1, 10, NULL);        // held-out 10 B < T+1 = 11
+    expect_fail(p, NULL, 0.1, 10, "held-out");
+    Data d;
+    dm_err e = {0};
+    assert_int_equal(data_open(&d, p, NULL, 0.1, 9, &e), 0);  // exactly one sequence each
+    data_close(&d);
+
+    write_file("tiny_eval.txt", b, 5);
+    path_in(q, sizeof q, "tiny_eval.txt");
+    expect_fail(p, q, 0.1, 8, q);   // eval file shorter than T+1
+    path_in(q, sizeof q, "missing_eval.txt");
+    expect_fail(p, q, 0.1, 8, q);   // missing eval file
+    path_in(q, sizeof q, "tiny_eval.txt");
+    assert_int_equal(data_open(&d, p, q, 0.1, 4, &e), 0);
+    assert_int_equal(d.n_train, 100);  // with eval=, all of PATH trains
+    assert_int_equal(d.n_eval, 5);
+    for (int i = 0; i < 5; i++) assert_int_equal(data_eval_byte(&d, i), b[i]);
+    assert_int_equal(data_eval_nseq(&d, 262144, 4), 1);
+    data_close(&d);
+}
+
+// the formula of SPEC §5, written out independently
+static uint64_t sm(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ULL;
+    uint64_t z = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+static void test_windows(void **s) {
+    (void)s;
+    enum { N = 50000, T = 32, B = 4 };
+    uint8_t *b = malloc(N);
+    fill_bytes(b, N, 42);
+    write_file("win.txt", b, N);
+    char p[512];
+    path_in(p, sizeof p, "win.txt");
+    Data d;
+    dm_err e = {0};
+    assert_int_equal(data_open(&d, p, NULL, 0.1, T, &e), 0);
+    const int64_t nt = d.n_train;
+    uint64_t seeds[] = {0, 1, 1337, 0xFFFFFFFFFFFFFFFFULL};
+    for (int si = 0; si < 4; si++)
+        for (int64_t step = 0; step < 50; step++)
+            for (int64_t row = 0; row < 8; row++) {
+                int64_t off = data_window_offset(seeds[si], step, row, nt, T);
+                uint64_t h = sm(sm(sm(seeds[si]) ^ (uint64_t)step) ^ (uint64_t)row);
+                assert_int_equal(off, (int64_t)(h % (uint64_t)(nt - T)));
+                assert_int_equal(off, data_window_offset(seeds[si], step, row, nt, T));
+                assert_true(off >= 0 && off + T < nt);  // the target byte stays in training
+            }
+    // data_batch: rows are the windows; y is x shifted by one
+    int x[B * T], y[B * T], x2[B * T], y2[B * T];
+    data_batch(&d, 7, 123, B, T, x, y);
+    for (int r = 0; r < B; r++) {
+        int64_t off = data_window_offset(7, 123, r, nt, T);
+        for (int t = 0; t < T; t++) {
+            assert_int_equal(x[r * T + t], b[off + t]);
+            assert_int_equal(y[r * T + t], b[off + t + 1]);
+        }
+    }
+    data_batch(&d, 7, 123, B, T, x2, y2);  // pure: same call, same batch
+    assert_memory_equal(x, x2, sizeof x);
+    assert_memory_equal(y, y2, sizeof y);
+    data_batch(&d, 7, 124, B, T, x2, y2);  // another step, another batch
+    assert_memory_not_equal(x, x2, sizeof x);
+    // row r of a batch does not depend on B: a resumed run with the same B sees the same rows,
+    // and the first rows of a larger batch are the smaller batch
+    int x1[T], y1[T];
+    data_batch(&d, 7, 123, 1, T, x1, y1);
+    assert_memory_equal(x1, x, sizeof x1);
+    data_close(&d);
+    free(b);
+}
+
+static void test_eval_window(void **s) {
+    (void)s;
+    enum { N = 30011, T = 64 };
+    uint8_t *b = malloc(N);
+    fill_bytes(b, N, 9);
+    write_file("ev.txt", b, N);
+    char p[512];
+    path_in(p, sizeof p, "ev.txt");
+    Data d;
+    dm_err e = {0};
+    assert_int_equal(data_open(&d, p, NULL, 0.1, T, &e), 0);
+    const int64_t ne = (int64_t)(N * 0.1);  // floor(n * 0.1) = 3001
+    assert_int_equal(d.n_eval, ne);
+    assert_int_equal(d.n_train, N - ne);
+    assert_int_equal(data_eval_nseq(&d, 262144, T), (ne - 1) / T);
+    assert_int_equal(data_eval_nseq(&d, 1000, T), 1000 / T);
+    assert_int_equal(data_eval_nseq(&d, 10, T), 0);
+    int64_t nseq = data_eval_nseq(&d, 262144, T);
+    int *ref = malloc((size_t)nseq * 2 * T * sizeof *ref);
+    for (int64_t i = 0; i < nseq; i++) {
+        int *x = ref + i * 2 * T, *y = x + T;
+        data_eval_seq(&d, i, T, x, y);
+        for (int t = 0; t < T; t++) {
+            assert_int_equal(x[t], b[N - ne + i * T + t]);
+            assert_int_equal(y[t], b[N - ne + i * T + t + 1]);
+        }
+    }
+    // training batches of any size leave the eval window as it was
+    int Bs[] = {1, 3, 16};
+    for (int bi = 0; bi < 3; bi++) {
+        int B = Bs[bi];
+        int *x = malloc((size_t)B * T * sizeof *x), *y = malloc((size_t)B * T * sizeof *y);
+        for (int step = 0; step < 5; step++) data_batch(&d, 1, step, B, T, x, y);
+        free(x);
+        free(y);
+        assert_int_equal(data_eval_nseq(&d, 262144, T), nseq);
+        int xs[T], ys[T];
+        for (int64_t i = 0; i < nseq; i++) {
+            data_eval_seq(&d, i, T, xs, ys);
+            assert_memory_equal(xs, ref + i * 2 * T, sizeof xs);
+            assert_memory_equal(ys, ref + i * 2 * T + T, sizeof ys);
+        }
+    }
+    free(ref);
+    data_close(&d);
+    free(b);
+}
+
+// A 64 MB sparse file: opening maps it without reading it; only touched pages are faulted in.
+static void test_mmap_large(void **s) {
+    (void)s;
+    char p[512];
+    path_in(p, sizeof p, "sparse.bin");
+    int fd = open(p, O_CREAT | O_WRONLY | O_TRUNC, 0644);
+    assert_true(fd >= 0);
+    const int64_t N = (int64_t)64 << 20;
+    assert_int_equal(ftruncate(fd, N), 0);
+    const char tail[] = "END";
+    assert_int_equal(pwrite(fd, tail, 3, N - 3), 3);
+    close(fd);
+    Data d;
+    dm_err e = {0};
+    assert_int_equal(data_open(&d, p, NULL, 0.1, 1024, &e), 0);
+    assert_int_equal(d.train.n, N);
+    assert_int_equal(d.n_eval, (int64_t)((double)N * 0.1));
+    assert_int_equal(data_train_byte(&d, 0), 0);
+    assert_int_equal(data_train_byte(&d, d.n_train / 2), 0);
+    assert_int_equal(data_eval_byte(&d, d.n_eval - 1), 'D');
+    assert_int_equal(data_eval_byte(&d, d.n_eval - 3), 'E');
+    int x[4 * 1024], y[4 * 1024];
+    data_batch(&d, 5, 0, 4, 1024, x, y);
+    for (int i = 0; i < 4 * 1024; i++) assert_int_equal(x[i], 0);
+    data_close(&d);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_single_file),
+        cmocka_unit_test(test_directory),
+        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_windows),
+        cmocka_unit_test(test_eval_window),
+        cmocka_unit_test(test_mmap_large),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
