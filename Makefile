@@ -22,11 +22,20 @@ B        := build/$(DM_REAL)
 ENGINE   := $(wildcard engine/*.c)
 KERNELS  := $(wildcard kernels/cpu/*.c)
 LIBOBJ   := $(ENGINE:%.c=$(B)/%.o) $(KERNELS:%.c=$(B)/%.o) $(B)/presets_gen.o
-HEADERS  := $(wildcard engine/*.h kernels/*.h kernels/cpu/*.h)
+HEADERS  := $(wildcard engine/*.h kernels/*.h kernels/cpu/*.h repl/*.h)
 TESTS    := $(patsubst tests/%.c,%,$(wildcard tests/test_*.c))
 
-.PHONY: all lib test test-float test-double bench deps cuda-check clean demo
-all: lib
+.PHONY: all lib test test-float test-double bench deps cuda-check clean demo dmsh
+all: lib dmsh
+
+REPL    := repl/parse.c repl/commands.c repl/main.c repl/interactive_plain.c
+REPLOBJ := $(REPL:%.c=$(B)/%.o)
+
+dmsh: $(B)/dmsh
+	@ln -sf $(B)/dmsh dmsh
+
+$(B)/dmsh: $(REPLOBJ) $(B)/libdm.a
+	$(CC) $(CFLAGS) $(REPLOBJ) -o $@ $(B)/libdm.a $(LDLIBS)
 
 lib: $(B)/libdm.a
 
@@ -60,7 +69,7 @@ test: deps
 	$(MAKE) --no-print-directory cuda-check
 	@echo "make test: all test programs passed"
 
-test-float test-double: $(addprefix $(B)/tests/,$(TESTS))
+test-float test-double: $(addprefix $(B)/tests/,$(TESTS)) $(B)/dmsh
 	@set -e; for t in $(TESTS); do echo "== $(DM_REAL) $$t"; $(TESTENV) ./$(B)/tests/$$t; done
 
 bench: deps

@@ -1,0 +1,418 @@
+// engine.c — the trainer: build, step, eval, anchors, checkpoints, determinism check, metrics.
+#include "engine.h"
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include "ckpt.h"
+#include "snapshot.h"
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+void engine_init(Engine *e) {
+    memset(e, 0, sizeof *e);
+    config_defaults(&e->cfg);
+}
+
+static void free_model(Engine *e) {
+    if (!e->live) return;
+    optim_free(&e->opt);
+    model_free(&e->model);
+    e->live = 0;
+}
+
+void engine_free(Engine *e) {
+    free_model(e);
+    if (e->has_data) data_close(&e->data);
+    free(e->rows);
+    memset(e, 0, sizeof *e);
+}
+
+int engine_build(Engine *e, uint64_t seed, dm_err *err) {
+    if (config_validate(&e->cfg, err)) return 1;
+    free_model(e);
+    e->cfg.seed = seed;
+    if (model_create(&e->model, &e->cfg, backend_cpu(), seed, err)) return 1;
+    if (optim_create(&e->opt, &e->model, err)) { model_free(&e->model); return 1; }
+    e->live = 1;
+    e->step = e->tokens = 0;
+    e->nrows = 0;
+    e->last_orth_err = model_orth_error(&e->model);
+    return 0;
+}
+
+int engine_open_data(Engine *e, const char *path, const char *eval_path, dm_err *err) {
+    Data d;
+    if (data_open(&d, path, eval_path, e->cfg.eval_frac, e->cfg.seq, err)) return 1;
+    if (e->has_data) data_close(&e->data);  // only after the new corpus opened: a bad path keeps the old
+    e->data = d;
+    e->has_data = 1;
+    e->has_anchors = 0;
+    snprintf(e->data_path, sizeof e->data_path, "%s", path);
+    snprintf(e->eval_path, sizeof e->eval_path, "%s", eval_path ? eval_path : "");
+    return 0;
+}
+
+static int need(const Engine *e, int data, dm_err *err) {
+    if (!e->live) return dm_fail(err, "no model: :init builds one (after :preset / :set)");
+    if (data && !e->has_data) return dm_fail(err, "no data: :data PATH opens a corpus");
+    return 0;
+}
+
+static void append_tsv(const Engine *e, const MetricRow *r) {
+    if (!e->session_dir[0]) return;
+    char path[1100];
+    snprintf(path, sizeof path, "%s/metrics.tsv", e->session_dir);
+    struct stat st;
+    int fresh = stat(path, &st) != 0 || st.st_size == 0;
+    FILE *f = fopen(path, "a");
+    if (!f) return;
+    if (fresh) fprintf(f, "kind\tstep\ttokens\tloss\tlr\tgnorm\tms\ttok_s\tskipped\tbpb\twindow\tdepth\n");
+    if (r->kind == 0)
+        fprintf(f, "train\t%lld\t%lld\t%.6f\t%.6g\t%.6g\t%.3f\t%.1f\t%d\t\t\t\n", (long long)r->step,
+                (long long)r->tokens, r->loss, r->lr, r->gnorm, r->ms, r->tok_s, r->skipped);
+    else
+        fprintf(f, "eval\t%lld\t%lld\t\t\t\t\t\t\t%.6f\t%lld\t%d\n", (long long)r->step, (long long)r->tokens,
+                r->bpb, (long long)r->window, r->depth);
+    fclose(f);
+}
+
+void engine_add_row(Engine *e, const MetricRow *r) {
+    if (e->nrows == e->caprows) {
+        e->caprows = e->caprows ? 2 * e->caprows : 1024;
+        e->rows = realloc(e->rows, sizeof(MetricRow) * e->caprows);
+        if (!e->rows) { fprintf(stderr, "%s:%d: out of memory for metrics\n", __FILE__, __LINE__); exit(1); }
+    }
+    e->rows[e->nrows++] = *r;
+    append_tsv(e, r);
+}
+
+int engine_step(Engine *e, MetricRow *row, dm_err *err) {
+    if (need(e, 1, err)) return 1;
+    const Config *c = &e->cfg;
+    int B = c->batch, T = c->seq;
+    int *x = mallocCheck(sizeof(int) * B * T), *y = mallocCheck(sizeof(int) * B * T);
+    data_batch(&e->data, c->seed, e->step, B, T, x, y);
+    double t0 = now_ms();
+    e->model.cfg.batch = B;
+    model_forward(&e->model, x, y, B, T, c->L, FWD_TRAIN);
+    double obj = model_objective(&e->model);
+    model_backward(&e->model);
+    StepInfo info;
+    int stop = optim_step(&e->opt, &e->model, e->step, obj, &info, err);
+    double ms = now_ms() - t0;
+    free(x); free(y);
+    if (info.retracted) { e->last_orth_err = info.orth_err; e->model.arms.fwd[ARM_RETRACT]++; }
+    if (e->model.arms.on[ARM_AUX] && e->model.arms.on[ARM_MOE]) { e->model.arms.fwd[ARM_AUX]++; e->model.arms.bwd[ARM_AUX]++; }
+    memset(row, 0, sizeof *row);
+    row->step = e->step;
+    e->step++;
+    e->tokens += (int64_t)B * T;
+    row->tokens = e->tokens;
+    row->loss = e->model.last_loss;
+    row->lr = info.lr;
+    row->gnorm = info.gnorm;
+    row->ms = ms;
+    row->tok_s = B * T / (ms / 1e3);
+    row->skipped = info.skipped;
+    engine_add_row(e, row);
+    return stop;
+}
+
+// Live keys the model copy must follow (the model reads its own cfg for loss, lam_max, ...).
+static void sync_model_cfg(Engine *e) {
+    if (!e->live) return;
+    Config arch = e->model.cfg;
+    e->model.cfg = e->cfg;
+    // architecture keys stay as built
+    e->model.cfg.d = arch.d; e->model.cfg.H = arch.H; e->model.cfg.L = arch.L; e->model.cfg.E = arch.E;
+    e->model.cfg.k = arch.k; e->model.cfg.r = arch.r; e->model.cfg.f = arch.f;
+    e->model.cfg.engram_rows = arch.engram_rows; e->model.cfg.engram_dim = arch.engram_dim;
+    e->model.cfg.n_orders = arch.n_orders;
+    memcpy(e->model.cfg.engram_orders, arch.engram_orders, sizeof arch.engram_orders);
+}
+
+int engine_set(Engine *e, const char *key, const char *value, dm_err *err) {
+    const ConfigKey *k = config_find_key(key);
+    if (k && k->arch && e->live) {
+        char cur[128];
+        config_get(&e->cfg, k, cur, sizeof cur);
+        Config t = e->cfg;
+        if (config_set(&t, key, value, err)) return 1;
+        char nv[128];
+        config_get(&t, k, nv, sizeof nv);
+        if (strcmp(cur, nv) != 0)
+            return dm_fail(err, "'%s' is an architecture key and the model is live (%s=%s): :init rebuilds the model with it", key, key, cur);
+        return 0;
+    }
+    Config t = e->cfg;
+    if (config_set(&t, key, value, err)) return 1;
+    if (config_validate(&t, err)) return 1;
+    e->cfg = t;
+    sync_model_cfg(e);
+    return 0;
+}
+
+int engine_eval(Engine *e, int depth, EvalResult *r, dm_err *err) {
+    if (need(e, 1, err)) return 1;
+    const Config *c = &e->cfg;
+    if (depth < 0 || depth > c->L) return dm_fail(err, "depth=%d out of range: 1..%d (L), or :eval-depths for all", depth, c->L);
+    int T = c->seq, B = c->batch;
+    int64_t nseq = data_eval_nseq(&e->data, c->eval_bytes, T);
+    if (nseq < 1) return dm_fail(err, "the eval split holds no full sequence of %d bytes", T);
+    memset(r, 0, sizeof *r);
+    for (int i = 0; i < 64; i++) r->bpb[i] = NAN;
+    r->nseq = nseq; r->T = T; r->window = nseq * T;
+    r->depth_lo = depth ? depth : 1;
+    r->depth_hi = depth ? depth : c->L;
+    Model *m = &e->model;
+    Arms before = m->arms;
+    double sum[64] = {0};
+    int *x = mallocCheck(sizeof(int) * B * T), *y = mallocCheck(sizeof(int) * B * T);
+    for (int64_t s0 = 0; s0 < nseq; s0 += B) {
+        int valid = (int)(nseq - s0 < B ? nseq - s0 : B);
+        for (int b = 0; b < B; b++)  // pad a short last batch with copies: same shape, no realloc
+            data_eval_seq(&e->data, s0 + (b < valid ? b : valid - 1), T, x + (size_t)b * T, y + (size_t)b * T);
+        model_forward(m, x, y, B, T, depth ? depth : c->L, depth ? FWD_LAST : FWD_ALL_DEPTHS);
+        for (int d = r->depth_lo; d <= r->depth_hi; d++) {
+            const real *l = m->acts.it[d - 1].losses;
+            double s = 0;
+            for (size_t j = 0; j < (size_t)valid * T; j++) s += l[j];
+            sum[d - 1] += s;
+        }
+    }
+    free(x); free(y);
+    for (int d = r->depth_lo; d <= r->depth_hi; d++) r->bpb[d - 1] = sum[d - 1] / (double)(nseq * T) / log(2.0);
+    for (int a = 0; a < ARM_COUNT; a++) r->arm_fwd[a] = m->arms.fwd[a] - before.fwd[a];
+    for (int d = r->depth_lo; d <= r->depth_hi; d++) {
+        MetricRow row = {0};
+        row.kind = 1; row.step = e->step; row.tokens = e->tokens;
+        row.bpb = r->bpb[d - 1]; row.window = r->window; row.depth = d;
+        engine_add_row(e, &row);
+    }
+    return 0;
+}
+
+int engine_anchors(Engine *e, dm_err *err) {
+    if (!e->has_data) return dm_fail(err, "no data: :data PATH opens a corpus");
+    if (anchors_compute(&e->data, e->cfg.anchor_fit_bytes, e->cfg.eval_bytes, e->cfg.seq, &e->anchors, err)) return 1;
+    e->has_anchors = 1;
+    return 0;
+}
+
+void engine_counters(const Engine *e, char *buf, size_t n) {
+    char arms[512];
+    arms_format(&e->model.arms, arms, sizeof arms);
+    snprintf(buf, n, "%s skipped=%lld orth_err=%.2e", arms, (long long)e->opt.total_skips, e->last_orth_err);
+}
+
+void engine_config_text(const Config *c, char *buf, size_t n) {
+    size_t used = 0;
+    buf[0] = 0;
+    for (int i = 0; i < dm_n_config_keys && used < n; i++) {
+        char v[128];
+        config_get(c, &dm_config_keys[i], v, sizeof v);
+        used += snprintf(buf + used, n - used, ":set %s=%s\n", dm_config_keys[i].name, v);
+    }
+}
+
+// ---- checkpoints ------------------------------------------------------------------------
+
+typedef struct {
+    uint32_t real_size;
+    uint32_t n_arms;
+    int64_t step, tokens, opt_t, total_skips;
+    int32_t consecutive_skips, pad;
+    uint64_t n_params, n_rows_tables;
+    double last_orth_err;
+    int32_t arms_on[ARM_COUNT];
+    int64_t arms_fwd[ARM_COUNT], arms_bwd[ARM_COUNT];
+} CkptState;
+
+int engine_save(Engine *e, const char *path, dm_err *err) {
+    if (need(e, 0, err)) return 1;
+    char *cfgtext = mallocCheck(16384);
+    engine_config_text(&e->cfg, cfgtext, 16384);
+    CkptState st = {0};
+    st.real_size = sizeof(real);
+    st.n_arms = ARM_COUNT;
+    st.step = e->step; st.tokens = e->tokens; st.opt_t = e->opt.t; st.total_skips = e->opt.total_skips;
+    st.consecutive_skips = e->opt.consecutive_skips;
+    st.n_params = e->model.n_params;
+    st.n_rows_tables = (uint64_t)e->cfg.n_orders * e->cfg.engram_rows;
+    st.last_orth_err = e->last_orth_err;
+    for (int a = 0; a < ARM_COUNT; a++) {
+        st.arms_on[a] = e->model.arms.on[a];
+        st.arms_fwd[a] = e->model.arms.fwd[a];
+        st.arms_bwd[a] = e->model.arms.bwd[a];
+    }
+    size_t P = sizeof(real) * e->model.n_params;
+    CkptSection sec[] = {
+        {"config", cfgtext, strlen(cfgtext)},
+        {"state", &st, sizeof st},
+        {"params", e->model.params, P},
+        {"optim.m", e->opt.m, P},
+        {"optim.v", e->opt.v, P},
+        {"optim.mom", e->opt.mom, P},
+        {"optim.row_steps", e->opt.row_steps, sizeof(int64_t) * st.n_rows_tables},
+        {"metrics", e->rows, sizeof(MetricRow) * (size_t)e->nrows},
+        {"data", e->data_path, strlen(e->data_path)},
+    };
+    int rc = ckpt_write(path, sec, (int)(sizeof sec / sizeof sec[0]), err);
+    free(cfgtext);
+    return rc;
+}
+
+static const CkptSection *need_sec(const CkptFile *f, const char *name, uint64_t size, const char *path, dm_err *err) {
+    const CkptSection *s = ckpt_find(f, name);
+    if (!s) { dm_fail(err, "%s: section '%s' missing", path, name); return NULL; }
+    if (size != UINT64_MAX && s->size != size) {
+        dm_fail(err, "%s: section '%s' holds %llu bytes, this model needs %llu", path, name,
+                (unsigned long long)s->size, (unsigned long long)size);
+        return NULL;
+    }
+    return s;
+}
+
+int engine_load(Engine *e, const char *path, dm_err *err) {
+    CkptFile f;
+    if (ckpt_read(path, &f, err)) return 1;
+    int rc = 1;
+    const CkptSection *sc = need_sec(&f, "config", UINT64_MAX, path, err), *ss;
+    if (!sc || !(ss = need_sec(&f, "state", sizeof(CkptState), path, err))) goto done;
+    CkptState st;
+    memcpy(&st, ss->data, sizeof st);
+    if (st.real_size != sizeof(real)) {
+        dm_fail(err, "%s: written by a %s build, this dmsh is %s (make DM_REAL=%s)", path,
+                st.real_size == 8 ? "double" : "float", REAL_NAME, st.real_size == 8 ? "double" : "float");
+        goto done;
+    }
+    char *text = mallocCheck(sc->size + 1);
+    memcpy(text, sc->data, sc->size);
+    text[sc->size] = 0;
+    Config c;
+    config_defaults(&c);
+    int bad = config_apply_text(&c, text, path, err);
+    free(text);
+    if (bad) goto done;
+    if (e->live) {
+        char diff[512];
+        if (config_arch_diff(&e->model.cfg, &c, diff, sizeof diff)) {
+            dm_fail(err, "%s: architecture differs from the live model: %s (:init with the checkpoint's config or load into a fresh session)", path, diff);
+            goto done;
+        }
+    }
+    // verify every size against a model of that config before touching the live one
+    Engine fresh;
+    engine_init(&fresh);
+    fresh.cfg = c;
+    if (engine_build(&fresh, c.seed, err)) goto done;
+    size_t P = sizeof(real) * fresh.model.n_params;
+    const CkptSection *sp, *sm, *sv, *smo, *srs, *smet;
+    if (!(sp = need_sec(&f, "params", P, path, err)) || !(sm = need_sec(&f, "optim.m", P, path, err)) ||
+        !(sv = need_sec(&f, "optim.v", P, path, err)) || !(smo = need_sec(&f, "optim.mom", P, path, err)) ||
+        !(srs = need_sec(&f, "optim.row_steps", sizeof(int64_t) * (uint64_t)c.n_orders * c.engram_rows, path, err)) ||
+        !(smet = need_sec(&f, "metrics", UINT64_MAX, path, err))) {
+        engine_free(&fresh);
+        goto done;
+    }
+    if (smet->size % sizeof(MetricRow)) {
+        dm_fail(err, "%s: section 'metrics' has a partial row", path);
+        engine_free(&fresh);
+        goto done;
+    }
+    memcpy(fresh.model.params, sp->data, P);
+    memcpy(fresh.opt.m, sm->data, P);
+    memcpy(fresh.opt.v, sv->data, P);
+    memcpy(fresh.opt.mom, smo->data, P);
+    memcpy(fresh.opt.row_steps, srs->data, srs->size);
+    fresh.opt.t = st.opt_t;
+    fresh.opt.total_skips = st.total_skips;
+    fresh.opt.consecutive_skips = st.consecutive_skips;
+    for (int a = 0; a < ARM_COUNT && a < (int)st.n_arms; a++) {
+        fresh.model.arms.on[a] = st.arms_on[a];
+        fresh.model.arms.fwd[a] = st.arms_fwd[a];
+        fresh.model.arms.bwd[a] = st.arms_bwd[a];
+    }
+    // swap in: model, optimizer, counters, metrics; data and session stay
+    free_model(e);
+    e->cfg = c;
+    e->model = fresh.model;
+    e->opt = fresh.opt;
+    e->live = 1;
+    e->step = st.step;
+    e->tokens = st.tokens;
+    e->last_orth_err = st.last_orth_err;
+    e->nrows = 0;
+    free(fresh.rows);
+    int nr = (int)(smet->size / sizeof(MetricRow));
+    if (nr > e->caprows) {
+        e->rows = realloc(e->rows, sizeof(MetricRow) * nr);
+        e->caprows = nr;
+    }
+    if (nr) memcpy(e->rows, smet->data, smet->size);
+    e->nrows = nr;
+    e->has_anchors = 0;
+    rc = 0;
+done:
+    ckpt_close(&f);
+    return rc;
+}
+
+// ---- determinism -------------------------------------------------------------------------
+
+int engine_check_determinism(Engine *e, int n, int *ok, char *msg, size_t nmsg, dm_err *err) {
+    if (need(e, 1, err)) return 1;
+    if (n < 1) return dm_fail(err, "steps must be >= 1");
+    size_t P = e->model.n_params;
+    Snapshot s0;
+    snapshot_take(&s0, e);
+    real *p1 = mallocCheck(sizeof(real) * P);
+    double *l1 = mallocCheck(sizeof(double) * n);
+    char sess[1024];
+    snprintf(sess, sizeof sess, "%s", e->session_dir);
+    e->session_dir[0] = 0;  // the first pass is not part of the run's metrics
+    int rc = 0;
+    MetricRow row;
+    for (int i = 0; i < n && !rc; i++) { rc = engine_step(e, &row, err); l1[i] = row.loss; }
+    memcpy(p1, e->model.params, sizeof(real) * P);
+    snapshot_restore(&s0, e);
+    snprintf(e->session_dir, sizeof e->session_dir, "%s", sess);
+    int first_diff = -1;
+    for (int i = 0; i < n && !rc; i++) {
+        rc = engine_step(e, &row, err);
+        if (first_diff < 0 && memcmp(&row.loss, &l1[i], sizeof(double)) != 0) first_diff = i;
+    }
+    size_t pdiff = 0;
+    for (size_t j = 0; j < P; j++) pdiff += memcmp(&p1[j], &e->model.params[j], sizeof(real)) != 0;
+    *ok = !rc && first_diff < 0 && pdiff == 0;
+    if (!rc) {
+        char ld[64];
+        if (first_diff < 0) snprintf(ld, sizeof ld, "identical");
+        else snprintf(ld, sizeof ld, "DIFFER from step %lld", (long long)(s0.step + first_diff));
+        snprintf(msg, nmsg, "%d steps twice from step %lld: losses %s, parameters %s (%zu of %zu differ)", n,
+                 (long long)s0.step, ld, pdiff ? "DIFFER" : "bit-identical", pdiff, P);
+    }
+    snapshot_free(&s0);
+    free(p1); free(l1);
+    return rc;
+}
+
+int engine_session(Engine *e, const char *dir, dm_err *err) {
+    char path[1100];
+    const char *sub[] = {"", "/ckpt", "/plots"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s%s", dir, sub[i]);
+        // mkdir -p for the first component chain
+        for (char *p = path + 1; *p; p++)
+            if (*p == '/') { *p = 0; mkdir(path, 0755); *p = '/'; }
+        if (mkdir(path, 0755) != 0 && errno != EEXIST) return dm_fail(err, "cannot create %s: %s", path, strerror(errno));
+    }
+    snprintf(e->session_dir, sizeof e->session_dir, "%s", dir);
+    return 0;
+}

@@ -1,0 +1,72 @@
+// engine.h — the one Engine every command operates on: config, model, optimizer, data,
+// metrics, session. The library the REPL and the tests call; it never prints to a terminal:
+// results come back as values and errors as dm_err.
+#pragma once
+#include <signal.h>
+#include <stdint.h>
+#include "config.h"
+#include "data.h"
+#include "model.h"
+#include "ngram.h"
+#include "optim.h"
+
+typedef struct {
+    int64_t step, tokens;       // step index (0-based) of the row, tokens seen after it
+    double loss, lr, gnorm, ms, tok_s;
+    int skipped;
+    // eval rows (kind = 1): bpb at depth over window bytes
+    int kind;                   // 0 train, 1 eval
+    double bpb;
+    int64_t window;
+    int depth;
+} MetricRow;
+
+typedef struct {
+    double bpb[64];             // per depth (1-based index d-1); NAN where not computed
+    int depth_lo, depth_hi;     // depths computed
+    int64_t nseq, T, window;    // the window: nseq x T bytes
+    int64_t arm_fwd[ARM_COUNT]; // arm forward executions during this eval
+} EvalResult;
+
+typedef struct Engine {
+    Config cfg;
+    int live;                   // model + optimizer exist
+    Model model;
+    Optim opt;
+    Data data;
+    int has_data;
+    char data_path[1024], eval_path[1024];
+    int64_t step, tokens;       // steps taken (the next step's index), bytes trained on
+    Anchors anchors;
+    int has_anchors;
+    MetricRow *rows;
+    int nrows, caprows;
+    double last_orth_err;
+    // session (runs/NAME); empty: none
+    char session_dir[1024];
+    volatile sig_atomic_t *interrupt;   // set by Ctrl-C; checked at step boundaries
+} Engine;
+
+void engine_init(Engine *e);
+void engine_free(Engine *e);
+int engine_build(Engine *e, uint64_t seed, dm_err *err);          // :init
+int engine_open_data(Engine *e, const char *path, const char *eval_path, dm_err *err);
+// One optimizer step; fills the row (also appended to metrics). Returns 1 with err when the
+// NaN firewall stops the run.
+int engine_step(Engine *e, MetricRow *row, dm_err *err);
+// Eval on the fixed window: depth k (1..L) or all depths (depth = 0).
+int engine_eval(Engine *e, int depth, EvalResult *r, dm_err *err);
+int engine_anchors(Engine *e, dm_err *err);
+int engine_save(Engine *e, const char *path, dm_err *err);
+int engine_load(Engine *e, const char *path, dm_err *err);
+// Set a key; on a live model architecture keys are refused.
+int engine_set(Engine *e, const char *key, const char *value, dm_err *err);
+// Run n steps twice from the current state; compare losses and every parameter bit for bit.
+// The state after is the state after n steps. *ok = 1 when identical; msg describes.
+int engine_check_determinism(Engine *e, int n, int *ok, char *msg, size_t nmsg, dm_err *err);
+void engine_add_row(Engine *e, const MetricRow *r);
+// "kda=on(4/4) engram=..." + skipped + orth error
+void engine_counters(const Engine *e, char *buf, size_t n);
+// Resolved config as commands that rebuild it (config.dm)
+void engine_config_text(const Config *c, char *buf, size_t n);
+int engine_session(Engine *e, const char *dir, dm_err *err);     // use/create runs dir

@@ -1,0 +1,18 @@
+// snapshot.h — an in-memory copy of the trainable state (parameters, optimizer moments, step
+// counters), for commands that must run steps and then put everything back (:bench, the first
+// pass of :check determinism).
+#pragma once
+#include "engine.h"
+
+typedef struct {
+    real *p, *m, *v, *mom;
+    int64_t *row_steps;
+    size_t P, R;
+    int64_t step, tokens, opt_t, skips;
+    int consecutive, nrows;
+    Arms arms;
+} Snapshot;
+
+void snapshot_take(Snapshot *s, const Engine *e);
+void snapshot_restore(const Snapshot *s, Engine *e);
+void snapshot_free(Snapshot *s);

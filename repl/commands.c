@@ -1,0 +1,510 @@
+// commands.c — the command table and its handlers. Handlers are thin: parse words, call the
+// engine, print. :help and docs/commands.md come from this table.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "../engine/engine.h"
+#include "../engine/snapshot.h"
+#include "shell.h"
+
+#define E_ (sh->eng)
+#define OUT (sh->out)
+
+static int parse_int(const char *s, long long lo, long long hi, const char *what, long long *v, dm_err *err) {
+    char *end;
+    long long x = strtoll(s, &end, 10);
+    if (!*s || *end || x < lo || x > hi) return dm_fail(err, "bad %s '%s': expected an integer in [%lld, %lld]", what, s, lo, hi);
+    *v = x;
+    return 0;
+}
+
+static int parse_real(const char *s, double lo, double hi, const char *what, double *v, dm_err *err) {
+    char *end;
+    double x = strtod(s, &end);
+    if (!*s || *end || !isfinite(x) || x < lo || x > hi) return dm_fail(err, "bad %s '%s': expected a number in [%g, %g]", what, s, lo, hi);
+    *v = x;
+    return 0;
+}
+
+// every word after the command must be one of the allowed key=value keys (or positional)
+static int check_keys(const Words *w, int max_positional, const char *const *keys, dm_err *err) {
+    int pos = 0;
+    for (int i = 1; i < w->argc; i++) {
+        const char *eq = strchr(w->argv[i], '=');
+        if (!eq) {
+            if (++pos > max_positional) return dm_fail(err, "%s: unexpected argument '%s' (see :help %s)", w->argv[0], w->argv[i], w->argv[0]);
+            continue;
+        }
+        int okk = 0;
+        for (int k = 0; keys && keys[k]; k++)
+            if ((size_t)(eq - w->argv[i]) == strlen(keys[k]) && strncmp(w->argv[i], keys[k], eq - w->argv[i]) == 0) okk = 1;
+        if (!okk) return dm_fail(err, "%s: unknown option '%.*s' (see :help %s)", w->argv[0], (int)(eq - w->argv[i]), w->argv[i], w->argv[0]);
+    }
+    return 0;
+}
+
+static const char *positional(const Words *w, int idx) {
+    int pos = 0;
+    for (int i = 1; i < w->argc; i++)
+        if (!strchr(w->argv[i], '=') && pos++ == idx) return w->argv[i];
+    return NULL;
+}
+
+static void print_step(Shell *sh, const MetricRow *r) {
+    fprintf(OUT, "step %lld loss %.4f lr %.3e gnorm %.3f ms %.1f tok/s %.0f skipped %d\n", (long long)r->step,
+            r->loss, r->lr, r->gnorm, r->ms, r->tok_s, r->skipped);
+}
+
+static void print_eval(Shell *sh, const EvalResult *r) {
+    Engine *e = E_;
+    char counters[700];
+    engine_counters(e, counters, sizeof counters);
+    for (int d = r->depth_lo; d <= r->depth_hi; d++) {
+        double b = r->bpb[d - 1];
+        fprintf(OUT, "eval step %lld depth %d bpb %.4f over %lld B (%lld x %lld)", (long long)e->step, d, b,
+                (long long)r->window, (long long)r->nseq, (long long)r->T);
+        if (e->has_anchors && e->anchors.window_bytes == r->window)
+            fprintf(OUT, " | unigram %.3f %s, 5-gram %.3f %s", e->anchors.unigram_bpb,
+                    b < e->anchors.unigram_bpb ? "beaten" : "NOT beaten", e->anchors.kn5_bpb,
+                    b < e->anchors.kn5_bpb ? "beaten" : "not beaten");
+        fprintf(OUT, "\n");
+    }
+    fprintf(OUT, "  ran: kda=%lld engram=%lld moe=%lld forward iterations | %s\n", (long long)r->arm_fwd[ARM_KDA],
+            (long long)r->arm_fwd[ARM_ENGRAM], (long long)r->arm_fwd[ARM_MOE], counters);
+}
+
+// ---- handlers -----------------------------------------------------------------------------
+
+static int cmd_help(Shell *sh, Words *w, dm_err *err) {
+    if (w->argc > 1) {
+        const char *name = w->argv[1];
+        char buf[64];
+        if (name[0] != ':') { snprintf(buf, sizeof buf, ":%s", name); name = buf; }
+        const Command *c = sh_resolve(name, err);
+        if (!c) return 1;
+        fprintf(OUT, "%s\n  %s\n", c->usage, c->help);
+        return 0;
+    }
+    for (int i = 0; dm_commands[i].name; i++) fprintf(OUT, "  %-44s %.*s\n", dm_commands[i].usage,
+                                                      (int)strcspn(dm_commands[i].help, "."), dm_commands[i].help);
+    fprintf(OUT, "Shortcuts: :s step, :t train, :e eval, :h help, :q quit. A unique prefix works (:eval-d).\n");
+    return 0;
+}
+
+static int cmd_preset(Shell *sh, Words *w, dm_err *err) {
+    if (w->argc != 2) return dm_fail(err, "usage: :preset NAME (nano, mini, small, base, large)");
+    Config c;
+    if (config_preset(&c, w->argv[1], err)) return 1;
+    if (E_->live) {
+        char diff[512];
+        if (config_arch_diff(&E_->model.cfg, &c, diff, sizeof diff))
+            return dm_fail(err, "the model is live and preset %s changes its architecture: %s (:init rebuilds after :preset on a fresh session)", w->argv[1], diff);
+    }
+    c.seed = E_->cfg.seed;
+    E_->cfg = c;
+    fprintf(OUT, "preset %s: d=%d H=%d L=%d E=%d k=%d r=%d f=%d seq=%d batch=%d\n", w->argv[1], c.d, c.H, c.L, c.E, c.k, c.r, c.f, c.seq, c.batch);
+    return 0;
+}
+
+static int cmd_set(Shell *sh, Words *w, dm_err *err) {
+    if (w->argc < 2) return dm_fail(err, "usage: :set key=value ...");
+    // all or nothing: validate every pair on a copy first
+    Engine probe = *E_;
+    for (int i = 1; i < w->argc; i++) {
+        char *eq = strchr(w->argv[i], '=');
+        if (!eq) return dm_fail(err, "expected key=value, got '%s'", w->argv[i]);
+        *eq = 0;
+        int bad = engine_set(&probe, w->argv[i], eq + 1, err);
+        *eq = '=';
+        if (bad) return 1;
+    }
+    E_->cfg = probe.cfg;
+    E_->model.cfg = probe.model.cfg;
+    return 0;
+}
+
+static void show_params(Shell *sh) {
+    Model *m = &E_->model;
+    size_t comp, tab;
+    model_param_counts(m, &comp, &tab);
+    static const char *gname[] = {"muon", "adamw", "adamw-1d", "adam-table"};
+    for (int i = 0; i < P_COUNT; i++) {
+        ParamTensor *t = &m->t[i];
+        char shape[64];
+        if (t->ndim == 1) snprintf(shape, sizeof shape, "[%d]", t->shape[0]);
+        else if (t->ndim == 2) snprintf(shape, sizeof shape, "[%d, %d]", t->shape[0], t->shape[1]);
+        else snprintf(shape, sizeof shape, "[%d, %d, %d]", t->shape[0], t->shape[1], t->shape[2]);
+        fprintf(OUT, "  %-16s %-18s %10zu  %s%s\n", t->name, shape, t->numel, gname[t->group], t->orthonormal ? " (orthonormal)" : "");
+    }
+    fprintf(OUT, "params: %zu compute + %zu memory-table = %zu total (%.2fM + %.2fM)%s\n", comp, tab, comp + tab,
+            comp / 1e6, tab / 1e6, tab > comp ? " — mostly table rows: a lookup table with a model attached" : "");
+}
+
+static int cmd_show(Shell *sh, Words *w, dm_err *err) {
+    const char *what = w->argc > 1 ? w->argv[1] : "config";
+    Engine *e = E_;
+    if (!strcmp(what, "config")) {
+        for (int i = 0; i < dm_n_config_keys; i++) {
+            char v[128];
+            config_get(&e->cfg, &dm_config_keys[i], v, sizeof v);
+            fprintf(OUT, "  %-16s %-14s %s%s\n", dm_config_keys[i].name, v, dm_config_keys[i].help,
+                    dm_config_keys[i].arch ? " [architecture]" : "");
+        }
+        return 0;
+    }
+    if (!strcmp(what, "params") || !strcmp(what, "model")) {
+        if (!e->live) return dm_fail(err, "no model: :init builds one");
+        show_params(sh);
+        return 0;
+    }
+    if (!strcmp(what, "data")) {
+        if (!e->has_data) return dm_fail(err, "no data: :data PATH opens a corpus");
+        int64_t nseq = data_eval_nseq(&e->data, e->cfg.eval_bytes, e->cfg.seq);
+        fprintf(OUT, "%s\neval window: %lld B (%lld x %d) from the start of the held-out split\n", e->data.desc,
+                (long long)(nseq * e->cfg.seq), (long long)nseq, e->cfg.seq);
+        return 0;
+    }
+    if (!strcmp(what, "arms")) {
+        if (!e->live) return dm_fail(err, "no model: :init builds one");
+        for (int a = 0; a < ARM_COUNT; a++)
+            fprintf(OUT, "  %-8s %-3s forward %lld backward %lld\n", dm_arm_names[a], e->model.arms.on[a] ? "on" : "off",
+                    (long long)e->model.arms.fwd[a], (long long)e->model.arms.bwd[a]);
+        return 0;
+    }
+    if (!strcmp(what, "device")) {
+        fprintf(OUT, "device: cpu (%s, OpenBLAS)\n", REAL_NAME);
+        return 0;
+    }
+    if (!strcmp(what, "metrics")) {
+        fprintf(OUT, "%d metric rows, step %lld, %lld tokens\n", e->nrows, (long long)e->step, (long long)e->tokens);
+        return 0;
+    }
+    return dm_fail(err, "unknown :show target '%s' (config, model, params, arms, data, device, metrics)", what);
+}
+
+static int cmd_data(Shell *sh, Words *w, dm_err *err) {
+    static const char *const keys[] = {"eval", NULL};
+    if (check_keys(w, 1, keys, err)) return 1;
+    const char *path = positional(w, 0);
+    if (!path) return dm_fail(err, "usage: :data PATH [eval=PATH2]");
+    if (engine_open_data(E_, path, sh_kv(w, "eval"), err)) return 1;
+    fprintf(OUT, "%s\n", E_->data.desc);
+    return 0;
+}
+
+static int cmd_init(Shell *sh, Words *w, dm_err *err) {
+    static const char *const keys[] = {"seed", NULL};
+    if (check_keys(w, 0, keys, err)) return 1;
+    long long seed = (long long)E_->cfg.seed;
+    const char *s = sh_kv(w, "seed");
+    if (s && parse_int(s, 0, (1LL << 62), "seed", &seed, err)) return 1;
+    if (engine_build(E_, (uint64_t)seed, err)) return 1;
+    size_t comp, tab;
+    model_param_counts(&E_->model, &comp, &tab);
+    fprintf(OUT, "init seed %lld: %zu compute params + %zu memory-table (%.2fM + %.2fM), device cpu (%s)\n", seed, comp, tab,
+            comp / 1e6, tab / 1e6, REAL_NAME);
+    return 0;
+}
+
+static int run_steps(Shell *sh, long long n, int quiet_every, dm_err *err) {
+    Engine *e = E_;
+    if (e->cfg.steps == 0) {  // the first run sets the schedule's horizon
+        e->cfg.steps = e->step + n;
+        e->model.cfg.steps = e->cfg.steps;
+    }
+    for (long long i = 0; i < n; i++) {
+        if (e->interrupt && *e->interrupt) {
+            *e->interrupt = 0;
+            fprintf(OUT, "interrupted at step %lld (state intact)\n", (long long)e->step);
+            return 0;
+        }
+        MetricRow r;
+        if (engine_step(e, &r, err)) { print_step(sh, &r); return 1; }
+        if (!quiet_every || (e->step % quiet_every) == 0 || i == n - 1 || r.skipped) print_step(sh, &r);
+    }
+    return 0;
+}
+
+static int cmd_step(Shell *sh, Words *w, dm_err *err) {
+    if (check_keys(w, 1, NULL, err)) return 1;
+    long long n = 1;
+    if (w->argc > 1 && parse_int(w->argv[1], 1, 1LL << 40, "step count", &n, err)) return 1;
+    if (!E_->live || !E_->has_data) return dm_fail(err, !E_->live ? "no model: :init builds one" : "no data: :data PATH opens a corpus");
+    return run_steps(sh, n, 0, err);
+}
+
+static int do_eval(Shell *sh, int depth, dm_err *err) {
+    EvalResult r;
+    if (engine_eval(E_, depth, &r, err)) return 1;
+    print_eval(sh, &r);
+    return 0;
+}
+
+static int cmd_train(Shell *sh, Words *w, dm_err *err) {
+    static const char *const keys[] = {"eval_every", "ckpt_every", "log_every", NULL};
+    if (check_keys(w, 1, keys, err)) return 1;
+    const char *ns = positional(w, 0);
+    if (!ns) return dm_fail(err, "usage: :train N [eval_every=..] [ckpt_every=..] [log_every=..]");
+    long long n = 0, ev = E_->cfg.eval_every, ck = E_->cfg.ckpt_every, lg = E_->cfg.log_every;
+    if (parse_int(ns, 1, 1LL << 40, "step count", &n, err)) return 1;
+    if (sh_kv(w, "eval_every") && parse_int(sh_kv(w, "eval_every"), 0, 1LL << 40, "eval_every", &ev, err)) return 1;
+    if (sh_kv(w, "ckpt_every") && parse_int(sh_kv(w, "ckpt_every"), 0, 1LL << 40, "ckpt_every", &ck, err)) return 1;
+    if (sh_kv(w, "log_every") && parse_int(sh_kv(w, "log_every"), 1, 1LL << 40, "log_every", &lg, err)) return 1;
+    Engine *e = E_;
+    if (!e->live || !e->has_data) return dm_fail(err, !e->live ? "no model: :init builds one" : "no data: :data PATH opens a corpus");
+    if (e->cfg.steps == 0) { e->cfg.steps = e->step + n; e->model.cfg.steps = e->cfg.steps; }
+    long long end = e->step + n;
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    long long start = e->step;
+    while (e->step < end) {
+        long long chunk = lg - (e->step % lg);
+        if (chunk > end - e->step) chunk = end - e->step;
+        if (ev > 0 && chunk > ev - (e->step % ev)) chunk = ev - (e->step % ev);
+        if (ck > 0 && chunk > ck - (e->step % ck)) chunk = ck - (e->step % ck);
+        for (long long i = 0; i < chunk; i++) {
+            if (e->interrupt && *e->interrupt) {
+                *e->interrupt = 0;
+                fprintf(OUT, "interrupted at step %lld (state intact)\n", (long long)e->step);
+                return 0;
+            }
+            MetricRow r;
+            int stop = engine_step(e, &r, err);
+            if (stop) { print_step(sh, &r); return 1; }
+            if (e->step % lg == 0 || e->step == end || r.skipped) {
+                struct timespec t1;
+                clock_gettime(CLOCK_MONOTONIC, &t1);
+                double el = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+                double eta = el / (e->step - start) * (end - e->step);
+                fprintf(OUT, "step %lld loss %.4f lr %.3e gnorm %.3f ms %.1f tok/s %.0f skipped %d eta %.0fs\n",
+                        (long long)r.step, r.loss, r.lr, r.gnorm, r.ms, r.tok_s, r.skipped, eta);
+                fflush(OUT);
+            }
+        }
+        if (ev > 0 && e->step % ev == 0 && do_eval(sh, e->cfg.L, err)) return 1;
+        if (ck > 0 && e->step % ck == 0 && e->session_dir[0]) {
+            char path[1200];
+            snprintf(path, sizeof path, "%s/ckpt/step-%lld.ckpt", e->session_dir, (long long)e->step);
+            if (engine_save(e, path, err)) return 1;
+            fprintf(OUT, "checkpoint %s\n", path);
+        }
+    }
+    return 0;
+}
+
+static int cmd_eval(Shell *sh, Words *w, dm_err *err) {
+    static const char *const keys[] = {"depth", NULL};
+    if (check_keys(w, 0, keys, err)) return 1;
+    long long depth = E_->cfg.L;
+    if (sh_kv(w, "depth") && parse_int(sh_kv(w, "depth"), 1, E_->cfg.L, "depth", &depth, err)) return 1;
+    return do_eval(sh, (int)depth, err);
+}
+
+static int cmd_eval_depths(Shell *sh, Words *w, dm_err *err) {
+    if (check_keys(w, 0, NULL, err)) return 1;
+    return do_eval(sh, 0, err);
+}
+
+static int cmd_anchors(Shell *sh, Words *w, dm_err *err) {
+    if (check_keys(w, 0, NULL, err)) return 1;
+    if (engine_anchors(E_, err)) return 1;
+    Anchors *a = &E_->anchors;
+    fprintf(OUT, "anchors over %lld B (%lld x %lld), fit on %lld training bytes: unigram %.4f bpb, Kneser-Ney 5-gram %.4f bpb\n",
+            (long long)a->window_bytes, (long long)a->nseq, (long long)a->T, (long long)a->fit_bytes, a->unigram_bpb, a->kn5_bpb);
+    return 0;
+}
+
+static int cmd_arm(Shell *sh, Words *w, dm_err *err) {
+    if (w->argc != 3 || (strcmp(w->argv[2], "on") && strcmp(w->argv[2], "off")))
+        return dm_fail(err, "usage: :arm NAME on|off (arms: kda engram moe rezero retract aux)");
+    int a = arms_find(w->argv[1]);
+    if (a < 0) return dm_fail(err, "unknown arm '%s' (arms: kda engram moe rezero retract aux)", w->argv[1]);
+    if (!E_->live) return dm_fail(err, "no model: :init builds one");
+    E_->model.arms.on[a] = !strcmp(w->argv[2], "on");
+    fprintf(OUT, "arm %s %s\n", w->argv[1], w->argv[2]);
+    return 0;
+}
+
+static int cmd_save(Shell *sh, Words *w, dm_err *err) {
+    if (check_keys(w, 1, NULL, err)) return 1;
+    char path[1200];
+    const char *p = positional(w, 0);
+    if (p) snprintf(path, sizeof path, "%s", p);
+    else if (E_->session_dir[0]) snprintf(path, sizeof path, "%s/ckpt/step-%lld.ckpt", E_->session_dir, (long long)E_->step);
+    else snprintf(path, sizeof path, "dmsh-step-%lld.ckpt", (long long)E_->step);
+    if (engine_save(E_, path, err)) return 1;
+    fprintf(OUT, "saved %s (step %lld)\n", path, (long long)E_->step);
+    return 0;
+}
+
+static int cmd_load(Shell *sh, Words *w, dm_err *err) {
+    if (w->argc != 2) return dm_fail(err, "usage: :load PATH");
+    if (engine_load(E_, w->argv[1], err)) return 1;
+    fprintf(OUT, "loaded %s: step %lld, %lld tokens\n", w->argv[1], (long long)E_->step, (long long)E_->tokens);
+    return 0;
+}
+
+int engine_check_grad(Engine *e, FILE *out, int *ok, dm_err *err);
+
+static int cmd_check(Shell *sh, Words *w, dm_err *err) {
+    static const char *const keys[] = {"steps", NULL};
+    if (check_keys(w, 1, keys, err)) return 1;
+    const char *what = positional(w, 0);
+    if (!what) return dm_fail(err, "usage: :check determinism|grad|parity [steps=N]");
+    if (!strcmp(what, "determinism")) {
+        long long n = 3;
+        if (sh_kv(w, "steps") && parse_int(sh_kv(w, "steps"), 1, 100000, "steps", &n, err)) return 1;
+        int ok;
+        char msg[300];
+        if (engine_check_determinism(E_, (int)n, &ok, msg, sizeof msg, err)) return 1;
+        fprintf(OUT, "determinism: %s — %s\n", ok ? "PASS" : "FAIL", msg);
+        return ok ? 0 : dm_fail(err, "determinism check failed: %s", msg);
+    }
+    if (!strcmp(what, "grad")) {
+        int ok;
+        if (engine_check_grad(E_, OUT, &ok, err)) return 1;
+        return ok ? 0 : dm_fail(err, "gradient check failed (see the table above)");
+    }
+    if (!strcmp(what, "parity"))
+        return dm_fail(err, ":check parity needs the CUDA backend, which is not built yet (issue 5)");
+    return dm_fail(err, "unknown check '%s' (determinism, grad, parity)", what);
+}
+
+static int cmd_stress(Shell *sh, Words *w, dm_err *err) {
+    static const char *const keys[] = {"lr_mult", "steps", NULL};
+    if (check_keys(w, 0, keys, err)) return 1;
+    double mult = 1;
+    long long n = 100;
+    if (sh_kv(w, "lr_mult") && parse_real(sh_kv(w, "lr_mult"), 1e-6, 1e6, "lr_mult", &mult, err)) return 1;
+    if (sh_kv(w, "steps") && parse_int(sh_kv(w, "steps"), 1, 1LL << 30, "steps", &n, err)) return 1;
+    Engine *e = E_;
+    if (!e->live || !e->has_data) return dm_fail(err, !e->live ? "no model: :init builds one" : "no data: :data PATH opens a corpus");
+    Config saved = e->cfg;
+    e->cfg.lr *= mult; e->cfg.lr_muon *= mult; e->cfg.lr_cosine = 0; e->cfg.warmup = 0;
+    e->model.cfg = e->cfg;
+    double *loss = mallocCheck(sizeof(double) * n), *gn = mallocCheck(sizeof(double) * n);
+    double amax[3] = {0};
+    long long spikes = 0, done = 0;
+    int rc = 0;
+    for (long long i = 0; i < n; i++) {
+        if (e->interrupt && *e->interrupt) { *e->interrupt = 0; break; }
+        MetricRow r;
+        rc = engine_step(e, &r, err);
+        loss[i] = r.loss; gn[i] = r.gnorm; done++;
+        // spike: loss above the median of the last 201 losses + 0.1
+        long long lo = i - 201 < 0 ? 0 : i - 201;
+        if (i - lo >= 10) {
+            int m = (int)(i - lo);
+            double *tmp = mallocCheck(sizeof(double) * m);
+            memcpy(tmp, loss + lo, sizeof(double) * m);
+            for (int a = 1; a < m; a++) { double v = tmp[a]; int b = a - 1; while (b >= 0 && tmp[b] > v) { tmp[b + 1] = tmp[b]; b--; } tmp[b + 1] = v; }
+            if (r.loss > tmp[m / 2] + 0.1) spikes++;
+            free(tmp);
+        }
+        Model *md = &e->model;
+        size_t Nd = (size_t)md->acts.B * md->acts.T * md->cfg.d;
+        for (int it = 0; it < md->last_depth; it++) {
+            IterActs *t = &md->acts.it[it];
+            for (size_t j = 0; j < Nd; j++) {
+                if (md->arms.on[ARM_KDA] && fabs(t->a[j]) > amax[0]) amax[0] = fabs(t->a[j]);
+                if (md->arms.on[ARM_ENGRAM] && fabs(t->e[j]) > amax[1]) amax[1] = fabs(t->e[j]);
+                if (md->arms.on[ARM_MOE] && fabs(t->gout[j]) > amax[2]) amax[2] = fabs(t->gout[j]);
+            }
+        }
+        if (rc) break;
+    }
+    e->cfg = saved;
+    e->model.cfg = saved;
+    // 99.9th percentile of the pre-clip gradient norm
+    for (long long a = 1; a < done; a++) { double v = gn[a]; long long b = a - 1; while (b >= 0 && gn[b] > v) { gn[b + 1] = gn[b]; b--; } gn[b + 1] = v; }
+    double p999 = done ? gn[(long long)floor(0.999 * (done - 1))] : NAN;
+    fprintf(OUT, "stress lr_mult=%g steps=%lld: loss spikes %lld, gnorm p99.9 %.3f, final loss %.4f, arm maxima |kda| %.3g |engram| %.3g |moe| %.3g, skipped %lld\n",
+            mult, done, spikes, p999, done ? loss[done - 1] : NAN, amax[0], amax[1], amax[2], (long long)e->opt.total_skips);
+    free(loss); free(gn);
+    return rc;
+}
+
+double model_flops_per_step(const Config *c, int B, int T, const Arms *arms);
+
+static int cmd_bench(Shell *sh, Words *w, dm_err *err) {
+    static const char *const keys[] = {"steps", NULL};
+    if (check_keys(w, 0, keys, err)) return 1;
+    long long n = 5;
+    if (sh_kv(w, "steps") && parse_int(sh_kv(w, "steps"), 1, 100000, "steps", &n, err)) return 1;
+    Engine *e = E_;
+    if (!e->live || !e->has_data) return dm_fail(err, !e->live ? "no model: :init builds one" : "no data: :data PATH opens a corpus");
+    Snapshot s;
+    snapshot_take(&s, e);
+    char sess[1024];
+    snprintf(sess, sizeof sess, "%s", e->session_dir);
+    e->session_dir[0] = 0;
+    int warm = 2, rc = 0;
+    double *ms = mallocCheck(sizeof(double) * n);
+    MetricRow r;
+    for (int i = 0; i < warm && !rc; i++) rc = engine_step(e, &r, err);
+    long long first = e->step;
+    for (long long i = 0; i < n && !rc; i++) { rc = engine_step(e, &r, err); ms[i] = r.ms; }
+    for (long long a = 1; a < n; a++) { double v = ms[a]; long long b = a - 1; while (b >= 0 && ms[b] > v) { ms[b + 1] = ms[b]; b--; } ms[b + 1] = v; }
+    double med = ms[n / 2];
+    double fl = model_flops_per_step(&e->cfg, e->cfg.batch, e->cfg.seq, &e->model.arms);
+    size_t mem = sizeof(real) * (e->model.n_params * 5 + e->model.acts.nbuf);
+    if (!rc)
+        fprintf(OUT, "bench cpu (%s): %.2f ms/step (median of steps %lld..%lld, %d warm), %.0f tok/s, %.2f GFLOP/s model, %.1f MB params+grads+moments+activations\n",
+                REAL_NAME, med, first, first + n - 1, warm, e->cfg.batch * e->cfg.seq / (med / 1e3), fl / (med / 1e3) / 1e9, mem / 1e6);
+    free(ms);
+    snapshot_restore(&s, e);
+    snapshot_free(&s);
+    snprintf(e->session_dir, sizeof e->session_dir, "%s", sess);
+    return rc;
+}
+
+static int cmd_session(Shell *sh, Words *w, dm_err *err) {
+    if (w->argc != 2) return dm_fail(err, "usage: :session NAME (creates runs/NAME)");
+    if (strchr(w->argv[1], '/') || w->argv[1][0] == '.') return dm_fail(err, "session name '%s': use a plain name (it becomes runs/NAME)", w->argv[1]);
+    char dir[1100];
+    snprintf(dir, sizeof dir, "runs/%s", w->argv[1]);
+    if (engine_session(E_, dir, err)) return 1;
+    fprintf(OUT, "session %s\n", dir);
+    return 0;
+}
+
+static int cmd_run(Shell *sh, Words *w, dm_err *err) {
+    if (w->argc != 2) return dm_fail(err, "usage: :run FILE.dm");
+    if (sh->depth > 16) return dm_fail(err, ":run nested too deeply (a script that runs itself?)");
+    sh->depth++;
+    int rc = sh_run_file(sh, w->argv[1]);
+    sh->depth--;
+    return rc ? dm_fail(err, "script %s failed (see above)", w->argv[1]) : 0;
+}
+
+static int cmd_quit(Shell *sh, Words *w, dm_err *err) {
+    (void)w; (void)err;
+    sh->quit = 1;
+    return 0;
+}
+
+const Command dm_commands[] = {
+    {":help", cmd_help, NULL, ":help [cmd]", "List the commands, or explain one."},
+    {":preset", cmd_preset, NULL, ":preset NAME", "Load a preset config: nano, mini, small, base, large (configs/NAME.dm)."},
+    {":set", cmd_set, NULL, ":set key=value ...", "Set config keys. On a live model only live keys (lr, batch, clip, ...) change; architecture keys are refused."},
+    {":show", cmd_show, NULL, ":show [config|model|params|arms|data|device|metrics]", "Inspect the config, the model's tensors and parameter counts, the arms and their counters, the data."},
+    {":data", cmd_data, NULL, ":data PATH [eval=PATH2]", "Open a corpus: a file or a directory (regular files, recursive, sorted), memory-mapped. Without eval=, the last eval_frac is held out."},
+    {":init", cmd_init, NULL, ":init [seed=N]", "Build the model and optimizer from the current config (SPEC §4 defaults)."},
+    {":step", cmd_step, NULL, ":step [N]", "Take N optimizer steps (default 1), one log line each."},
+    {":train", cmd_train, NULL, ":train N [eval_every=..] [ckpt_every=..] [log_every=..]", "Train N steps with periodic log lines, evals and checkpoints. Ctrl-C stops at the next step boundary with the state intact."},
+    {":eval", cmd_eval, NULL, ":eval [depth=k]", "Held-out BPB on the fixed eval window at depth k (default L)."},
+    {":eval-depths", cmd_eval_depths, NULL, ":eval-depths", "Held-out BPB at every depth 1..L from one forward pass."},
+    {":anchors", cmd_anchors, NULL, ":anchors", "Unigram and Kneser-Ney 5-gram BPB on the eval window, fit on the training split."},
+    {":arm", cmd_arm, NULL, ":arm NAME on|off", "Switch a mechanism live: kda, engram, moe, rezero, retract, aux."},
+    {":save", cmd_save, NULL, ":save [PATH]", "Write a checkpoint (atomic: temp file, fsync, rename)."},
+    {":load", cmd_load, NULL, ":load PATH", "Load a checkpoint; refuses one whose architecture differs from the live model."},
+    {":check", cmd_check, NULL, ":check determinism|grad|parity [steps=N]", "Built-in verifications: the same steps twice bit for bit; finite-difference gradients; CPU vs CUDA."},
+    {":stress", cmd_stress, NULL, ":stress lr_mult=X steps=N", "Stability protocol: constant LR at X times the base for N steps; counts loss spikes, gnorm p99.9, arm maxima. Trains the live model."},
+    {":bench", cmd_bench, NULL, ":bench [steps=N]", "Warm timing of the training step: median ms/step with step indices, tok/s, model GFLOP/s. Restores the state after."},
+    {":session", cmd_session, NULL, ":session NAME", "Use runs/NAME as the session directory (metrics.tsv, ckpt/, plots/)."},
+    {":run", cmd_run, NULL, ":run FILE.dm", "Run a script."},
+    {":quit", cmd_quit, NULL, ":quit", "Leave."},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+const int dm_n_commands = sizeof dm_commands / sizeof dm_commands[0] - 1;

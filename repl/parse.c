@@ -1,0 +1,160 @@
+// parse.c — the command language (SPEC §6): splitting lines, quoting, comments, prefix
+// resolution, suggestions, and the script driver.
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "shell.h"
+
+int sh_split(const char *line, char *buf, size_t nbuf, Words *cmds, int maxcmds, dm_err *err) {
+    size_t len = strlen(line);
+    if (len + 1 > nbuf) return dm_fail(err, "line too long (%zu characters, at most %zu)", len, nbuf - 1), -1;
+    int nc = 0;
+    char *o = buf;
+    const char *p = line;
+    Words *cur = NULL;
+    for (;;) {
+        while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n') p++;
+        if (!*p || *p == '#') break;
+        if (*p == ';') { cur = NULL; p++; continue; }
+        if (!cur) {
+            if (nc == maxcmds) return dm_fail(err, "too many commands on one line (at most %d)", maxcmds), -1;
+            cur = &cmds[nc++];
+            cur->argc = 0;
+        }
+        if (cur->argc == SH_MAX_WORDS) return dm_fail(err, "too many words in one command (at most %d)", SH_MAX_WORDS), -1;
+        cur->argv[cur->argc++] = o;
+        // one word: runs of plain characters and quoted parts ("a b" or key="a b")
+        while (*p && *p != ' ' && *p != '\t' && *p != '\r' && *p != '\n' && *p != ';' && *p != '#') {
+            if (*p == '"' || *p == '\'') {
+                char q = *p++;
+                while (*p && *p != q) {
+                    if (*p == '\\' && q == '"' && (p[1] == '"' || p[1] == '\\')) p++;
+                    *o++ = *p++;
+                }
+                if (*p != q) return dm_fail(err, "unterminated %s quote", q == '"' ? "double" : "single"), -1;
+                p++;
+            } else {
+                *o++ = *p++;
+            }
+        }
+        *o++ = 0;
+    }
+    return nc;
+}
+
+const char *sh_kv(const Words *w, const char *key) {
+    size_t kl = strlen(key);
+    for (int i = 1; i < w->argc; i++)
+        if (strncmp(w->argv[i], key, kl) == 0 && w->argv[i][kl] == '=') return w->argv[i] + kl + 1;
+    return NULL;
+}
+
+static int edit_distance(const char *a, const char *b) {
+    int la = (int)strlen(a), lb = (int)strlen(b);
+    if (la > 40 || lb > 40) return 99;
+    int d[41][41];
+    for (int i = 0; i <= la; i++) d[i][0] = i;
+    for (int j = 0; j <= lb; j++) d[0][j] = j;
+    for (int i = 1; i <= la; i++)
+        for (int j = 1; j <= lb; j++) {
+            int c = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < c) c = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < c) c = d[i][j - 1] + 1;
+            d[i][j] = c;
+        }
+    return d[la][lb];
+}
+
+void sh_suggest(const char *word, char *buf, size_t n) {
+    int best = 99;
+    for (int i = 0; dm_commands[i].name; i++) {
+        int dd = edit_distance(word, dm_commands[i].name);
+        if (dd < best) best = dd;
+    }
+    buf[0] = 0;
+    if (best > 3) return;
+    size_t used = 0;
+    for (int i = 0; dm_commands[i].name && used < n; i++)
+        if (edit_distance(word, dm_commands[i].name) == best)
+            used += snprintf(buf + used, n - used, "%s%s", used ? " or " : "", dm_commands[i].name);
+}
+
+const Command *sh_resolve(const char *word, dm_err *err) {
+    if (word[0] != ':') return dm_fail(err, "'%s' is not a command (commands start with ':'; see :help)", word), NULL;
+    for (int i = 0; dm_commands[i].name; i++)
+        if (strcmp(dm_commands[i].name, word) == 0) return &dm_commands[i];
+    size_t wl = strlen(word);
+    const Command *hit = NULL;
+    int nhit = 0;
+    for (int i = 0; dm_commands[i].name; i++)
+        if (wl > 1 && strncmp(dm_commands[i].name, word, wl) == 0) { hit = &dm_commands[i]; nhit++; }
+    if (nhit == 1) return hit;
+    // documented one-letter shortcuts
+    static const char *shortcuts[][2] = {{":s", ":step"}, {":t", ":train"}, {":e", ":eval"},
+                                         {":p", ":plot"}, {":h", ":help"}, {":q", ":quit"}};
+    for (unsigned i = 0; i < sizeof shortcuts / sizeof shortcuts[0]; i++)
+        if (strcmp(word, shortcuts[i][0]) == 0)
+            for (int j = 0; dm_commands[j].name; j++)
+                if (strcmp(dm_commands[j].name, shortcuts[i][1]) == 0) return &dm_commands[j];
+    if (nhit > 1) {
+        char list[400];
+        size_t used = 0;
+        for (int i = 0; dm_commands[i].name && used < sizeof list; i++)
+            if (strncmp(dm_commands[i].name, word, wl) == 0)
+                used += snprintf(list + used, sizeof list - used, "%s%s", used ? ", " : "", dm_commands[i].name);
+        dm_fail(err, "ambiguous command '%s': %s", word, list);
+        return NULL;
+    }
+    char sug[200];
+    sh_suggest(word, sug, sizeof sug);
+    if (sug[0]) dm_fail(err, "unknown command '%s' (did you mean %s? see :help)", word, sug);
+    else dm_fail(err, "unknown command '%s' (see :help)", word);
+    return NULL;
+}
+
+int sh_exec_line(Shell *sh, const char *line, dm_err *err) {
+    size_t n = strlen(line) + 1;
+    char *buf = malloc(n < 16 ? 16 : n);
+    Words cmds[32];
+    int nc = sh_split(line, buf, n < 16 ? 16 : n, cmds, 32, err);
+    int rc = nc < 0;
+    for (int i = 0; i < nc && !rc && !sh->quit; i++) {
+        const Command *c = sh_resolve(cmds[i].argv[0], err);
+        if (!c) { rc = 1; break; }
+        rc = c->fn(sh, &cmds[i], err);
+        fflush(sh->out);
+    }
+    free(buf);
+    return rc;
+}
+
+int sh_run_file(Shell *sh, const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "%s: error: cannot open script: %s\n", path, strerror(errno));
+        return 1;
+    }
+    const char *src0 = sh->src;
+    int line0 = sh->line;
+    sh->src = path;
+    sh->line = 0;
+    char *line = NULL;
+    size_t cap = 0;
+    int rc = 0;
+    while (!sh->quit && getline(&line, &cap, f) >= 0) {
+        sh->line++;
+        dm_err err = {0};
+        if (sh_exec_line(sh, line, &err)) {
+            fprintf(stderr, "%s:%d: error: %s\n", path, sh->line, err.msg);
+            rc = 1;
+            break;
+        }
+    }
+    free(line);
+    fclose(f);
+    sh->src = src0;
+    sh->line = line0;
+    return rc;
+}

@@ -1,0 +1,61 @@
+// shell.h — the command interpreter (SPEC §6 "Command language"): one command table (name,
+// handler, completer, help), the line parser, prefix resolution, batch / -e / interactive
+// drivers. Handlers are thin: parse words, call the engine, print.
+#pragma once
+#include <stdio.h>
+#include "../engine/err.h"
+
+struct Engine;
+
+#define SH_MAX_WORDS 64
+
+typedef struct {
+    int argc;
+    char *argv[SH_MAX_WORDS];   // argv[0] is the command word as typed (":eval-d")
+} Words;
+
+typedef struct Shell {
+    struct Engine *eng;
+    FILE *out;                  // where handlers print (stdout; tests capture it)
+    const char *src;            // "FILE.dm", "-e", "<stdin>" — for error locations
+    int line;                   // current line in src
+    int quit;                   // set by :quit
+    int depth;                  // :run nesting depth
+    int interactive;
+} Shell;
+
+typedef int (*CmdFn)(Shell *sh, Words *w, dm_err *err);
+// Completer: the candidates for the word being completed (argument `argi` of the command),
+// given its prefix; returns a malloc'd NULL-terminated array of malloc'd strings (or NULL).
+typedef char **(*CmdCompleter)(Shell *sh, int argi, const char *prefix);
+
+typedef struct {
+    const char *name;           // ":step"
+    CmdFn fn;
+    CmdCompleter complete;
+    const char *usage;          // ":step [N]"
+    const char *help;           // one paragraph
+} Command;
+
+extern const Command dm_commands[];   // in table order, terminated by a {NULL} entry
+extern const int dm_n_commands;
+
+// Resolve a typed command word: an exact name wins, then a unique prefix, then the one-letter
+// shortcuts (:s :t :e :p :h :q). NULL with err filled ("ambiguous ':e': :eval, :eval-depths,
+// ...", "unknown command ':foo' (did you mean :bar? see :help)") otherwise.
+const Command *sh_resolve(const char *word, dm_err *err);
+// Split one line into commands on ';' (outside quotes), strip '#' comments (outside quotes),
+// split words on blanks, keep "quoted strings" (with \" and \\ escapes) as one word without
+// the quotes. Returns the number of commands; cmds[i] are views into `buf` (a copy of line).
+// err on an unterminated quote.
+int sh_split(const char *line, char *buf, size_t nbuf, Words *cmds, int maxcmds, dm_err *err);
+// Find key=value in words (argv[1..]); returns the value or NULL.
+const char *sh_kv(const Words *w, const char *key);
+// Execute one line (may hold several commands). Returns 0 or 1 (err filled, message only,
+// without location; the driver adds "FILE:LINE: error: ").
+int sh_exec_line(Shell *sh, const char *line, dm_err *err);
+// Run a script file: stops at the first error, printing "FILE:LINE: error: msg" to stderr.
+// Returns 0 on success.
+int sh_run_file(Shell *sh, const char *path);
+// Nearest commands to a mistyped word (edit distance), for the unknown-command message.
+void sh_suggest(const char *word, char *buf, size_t n);
