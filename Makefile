@@ -20,22 +20,66 @@ endif
 
 B        := build/$(DM_REAL)
 ENGINE   := $(wildcard engine/*.c)
-KERNELS  := $(wildcard kernels/cpu/*.c)
-LIBOBJ   := $(ENGINE:%.c=$(B)/%.o) $(KERNELS:%.c=$(B)/%.o) $(B)/presets_gen.o
-HEADERS  := $(wildcard engine/*.h kernels/*.h kernels/cpu/*.h repl/*.h)
+KERNELS  := $(wildcard kernels/cpu/*.c) $(wildcard sessions/*.c)
+LIBOBJ   := $(ENGINE:%.c=$(B)/%.o) $(KERNELS:%.c=$(B)/%.o) $(B)/presets_gen.o $(B)/repl/complete.o
+HEADERS  := $(wildcard engine/*.h kernels/*.h kernels/cpu/*.h repl/*.h sessions/*.h)
 TESTS    := $(patsubst tests/%.c,%,$(wildcard tests/test_*.c))
+# PNG charts (viz/, :plot): the stb headers of libstb-dev; without them (or HEADLESS=1) dmsh
+# still builds and :plot says why.
+VIZ      := $(wildcard viz/*.c)
+LIBOBJ   += $(VIZ:%.c=$(B)/%.o)
+HEADERS  += $(wildcard viz/*.h)
+ifeq ($(HEADLESS)$(wildcard /usr/include/stb/stb_image_write.h),/usr/include/stb/stb_image_write.h)
+  CFLAGS += -DDM_HAVE_PNG=1 -I/usr/include/stb
+endif
 
 .PHONY: all lib test test-float test-double bench deps cuda-check clean demo dmsh
 all: lib dmsh
 
-REPL    := repl/parse.c repl/commands.c repl/main.c repl/interactive_plain.c
+# The prompt: readline when its headers exist, else the plain line reader (the GPU machine has
+# neither readline nor ncurses headers); the :train panel likewise (panel.c is a stub without).
+# HEADLESS=1 forces the plain build.
+REPL    := repl/parse.c repl/commands.c repl/cmd_inspect.c repl/main.c repl/panel.c
+REPLLIBS :=
+ifeq ($(HEADLESS)$(wildcard /usr/include/readline/readline.h),/usr/include/readline/readline.h)
+  REPL     += repl/interactive_readline.c
+  REPLLIBS += -lreadline
+  CFLAGS   += -DDM_HAVE_READLINE
+else
+  REPL     += repl/interactive_plain.c
+endif
+ifeq ($(HEADLESS),)
+  ifneq ($(wildcard /usr/include/ncursesw/curses.h),)
+    REPLLIBS += -lncursesw
+    CFLAGS   += -DDM_HAVE_NCURSES -DDM_NCURSESW
+  else ifneq ($(wildcard /usr/include/ncurses.h),)
+    REPLLIBS += -lncurses
+    CFLAGS   += -DDM_HAVE_NCURSES
+  endif
+endif
+REPL    += repl/cmd_plot.c
 REPLOBJ := $(REPL:%.c=$(B)/%.o)
 
 dmsh: $(B)/dmsh
 	@ln -sf $(B)/dmsh dmsh
 
-$(B)/dmsh: $(REPLOBJ) $(B)/libdm.a
-	$(CC) $(CFLAGS) $(REPLOBJ) -o $@ $(B)/libdm.a $(LDLIBS)
+# The CUDA backend links into dmsh when nvcc exists (cudart static: no runtime library path to
+# set up); without nvcc a stub answers ":device cuda" with the reason.
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+ifneq ($(NVCC),)
+  CUDAOBJ  := $(patsubst kernels/cuda/%.cu,$(B)/cuda/%.o,$(wildcard kernels/cuda/*.cu))
+  CUDALIBS := -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lpthread -lstdc++
+else
+  CUDAOBJ  := $(B)/kernels/cuda/backend_none.o
+  CUDALIBS :=
+endif
+
+$(B)/cuda/%.o: kernels/cuda/%.cu kernels/backend.h
+	@mkdir -p $(dir $@)
+	$(NVCC) -arch=$(CUDA_ARCH) -O2 $(if $(filter double,$(DM_REAL)),-DDM_DOUBLE) -c $< -o $@
+
+$(B)/dmsh: $(REPLOBJ) $(B)/libdm.a $(CUDAOBJ)
+	$(CC) $(CFLAGS) $(REPLOBJ) $(CUDAOBJ) -o $@ $(B)/libdm.a $(LDLIBS) $(REPLLIBS) $(CUDALIBS)
 
 lib: $(B)/libdm.a
 
@@ -56,6 +100,11 @@ $(B)/libdm.a: $(LIBOBJ)
 $(B)/tests/%: tests/%.c tests/testutil.h $(B)/libdm.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< -o $@ $(B)/libdm.a -lcmocka $(LDLIBS)
+
+# test_plot drives :plot through a Shell, so it links the handler too
+$(B)/tests/test_plot: tests/test_plot.c tests/testutil.h $(B)/repl/cmd_plot.o $(B)/libdm.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< $(B)/repl/cmd_plot.o -o $@ $(B)/libdm.a -lcmocka $(LDLIBS)
 
 $(B)/bench_cpu: tests/bench_cpu.c $(B)/libdm.a
 	$(CC) $(CFLAGS) $< -o $@ $(B)/libdm.a $(LDLIBS)

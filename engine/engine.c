@@ -358,6 +358,15 @@ int engine_load(Engine *e, const char *path, dm_err *err) {
     if (nr) memcpy(e->rows, smet->data, smet->size);
     e->nrows = nr;
     e->has_anchors = 0;
+    // reopen the checkpoint's corpus when none is open (a resumed session continues on it)
+    const CkptSection *sd = ckpt_find(&f, "data");
+    if (!e->has_data && sd && sd->size && sd->size < sizeof e->data_path) {
+        char dp[1024];
+        memcpy(dp, sd->data, sd->size);
+        dp[sd->size] = 0;
+        dm_err derr = {0};
+        if (engine_open_data(e, dp, NULL, &derr)) snprintf(e->data_path, sizeof e->data_path, "%s", dp);
+    }
     rc = 0;
 done:
     ckpt_close(&f);

@@ -6,7 +6,16 @@
 #include <time.h>
 #include "../engine/engine.h"
 #include "../engine/snapshot.h"
+#include "../sessions/session.h"
+#include "panel.h"
 #include "shell.h"
+
+int cmd_probe(Shell *sh, Words *w, dm_err *err);
+int cmd_gen(Shell *sh, Words *w, dm_err *err);
+int cmd_device(Shell *sh, Words *w, dm_err *err);
+int cmd_sessions(Shell *sh, Words *w, dm_err *err);
+int cmd_plot(Shell *sh, Words *w, dm_err *err);
+char **complete_plot(Shell *sh, int argi, const char *prefix);
 
 #define E_ (sh->eng)
 #define OUT (sh->out)
@@ -200,6 +209,7 @@ static int cmd_init(Shell *sh, Words *w, dm_err *err) {
     const char *s = sh_kv(w, "seed");
     if (s && parse_int(s, 0, (1LL << 62), "seed", &seed, err)) return 1;
     if (engine_build(E_, (uint64_t)seed, err)) return 1;
+    if (session_write_config(E_, err)) return 1;
     size_t comp, tab;
     model_param_counts(&E_->model, &comp, &tab);
     fprintf(OUT, "init seed %lld: %zu compute params + %zu memory-table (%.2fM + %.2fM), device cpu (%s)\n", seed, comp, tab,
@@ -258,39 +268,67 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     long long start = e->step;
-    while (e->step < end) {
+    // In a terminal the live panel (panel.h) replaces the step lines; whatever else the run
+    // prints (evals, checkpoints, an error's step line) goes to the panel's log area and is
+    // printed again when it closes. Every way out goes through the close below.
+    Panel *panel = sh->interactive ? panel_open() : NULL;
+    FILE *out0 = sh->out;
+    if (panel) sh->out = panel_output(panel);
+    double *losses = NULL, bpb = NAN, eta = -1;
+    int nloss = 0, closs = 0, skipped = 0, rc = 0, stopped = 0;
+    MetricRow last = {0};
+    while (e->step < end && !stopped && !rc) {
         long long chunk = lg - (e->step % lg);
         if (chunk > end - e->step) chunk = end - e->step;
         if (ev > 0 && chunk > ev - (e->step % ev)) chunk = ev - (e->step % ev);
         if (ck > 0 && chunk > ck - (e->step % ck)) chunk = ck - (e->step % ck);
         for (long long i = 0; i < chunk; i++) {
-            if (e->interrupt && *e->interrupt) {
-                *e->interrupt = 0;
-                fprintf(OUT, "interrupted at step %lld (state intact)\n", (long long)e->step);
-                return 0;
-            }
+            if (e->interrupt && *e->interrupt) { *e->interrupt = 0; stopped = 1; break; }
             MetricRow r;
-            int stop = engine_step(e, &r, err);
-            if (stop) { print_step(sh, &r); return 1; }
-            if (e->step % lg == 0 || e->step == end || r.skipped) {
-                struct timespec t1;
-                clock_gettime(CLOCK_MONOTONIC, &t1);
-                double el = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
-                double eta = el / (e->step - start) * (end - e->step);
+            if (engine_step(e, &r, err)) { print_step(sh, &r); rc = 1; break; }
+            last = r;
+            struct timespec t1;
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            double el = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+            eta = el / (e->step - start) * (end - e->step);
+            if (panel) {
+                if (nloss == closs) { closs = closs ? 2 * closs : 1024; losses = realloc(losses, closs * sizeof *losses); }
+                losses[nloss++] = r.loss;
+                skipped += r.skipped;
+                PanelInfo pi = {.step = e->step, .start_step = start, .end_step = end, .loss = losses, .nloss = nloss,
+                                .loss_last = r.loss, .bpb = bpb, .tok_s = r.tok_s, .eta_s = eta, .skipped = skipped,
+                                .lr = r.lr, .gnorm = r.gnorm};
+                panel_update(panel, &pi);
+            } else if (e->step % lg == 0 || e->step == end || r.skipped) {
                 fprintf(OUT, "step %lld loss %.4f lr %.3e gnorm %.3f ms %.1f tok/s %.0f skipped %d eta %.0fs\n",
                         (long long)r.step, r.loss, r.lr, r.gnorm, r.ms, r.tok_s, r.skipped, eta);
                 fflush(OUT);
             }
         }
-        if (ev > 0 && e->step % ev == 0 && do_eval(sh, e->cfg.L, err)) return 1;
+        if (stopped || rc) break;
+        if (ev > 0 && e->step % ev == 0) {
+            EvalResult er;
+            if (engine_eval(e, e->cfg.L, &er, err)) { rc = 1; break; }
+            print_eval(sh, &er);
+            bpb = er.bpb[e->cfg.L - 1];
+        }
         if (ck > 0 && e->step % ck == 0 && e->session_dir[0]) {
             char path[1200];
             snprintf(path, sizeof path, "%s/ckpt/step-%lld.ckpt", e->session_dir, (long long)e->step);
-            if (engine_save(e, path, err)) return 1;
+            if (engine_save(e, path, err)) { rc = 1; break; }
             fprintf(OUT, "checkpoint %s\n", path);
         }
     }
-    return 0;
+    if (panel) {  // the screen goes back as it was: leave the last step as a plain line
+        sh->out = out0;
+        panel_close(panel);
+        free(losses);
+        if (nloss)
+            fprintf(OUT, "step %lld loss %.4f lr %.3e gnorm %.3f ms %.1f tok/s %.0f skipped %d (%d in this run) eta %.0fs\n",
+                    (long long)last.step, last.loss, last.lr, last.gnorm, last.ms, last.tok_s, last.skipped, skipped, eta);
+    }
+    if (stopped) fprintf(OUT, "interrupted at step %lld (state intact)\n", (long long)e->step);
+    return rc;
 }
 
 static int cmd_eval(Shell *sh, Words *w, dm_err *err) {
@@ -464,7 +502,7 @@ static int cmd_session(Shell *sh, Words *w, dm_err *err) {
     if (strchr(w->argv[1], '/') || w->argv[1][0] == '.') return dm_fail(err, "session name '%s': use a plain name (it becomes runs/NAME)", w->argv[1]);
     char dir[1100];
     snprintf(dir, sizeof dir, "runs/%s", w->argv[1]);
-    if (engine_session(E_, dir, err)) return 1;
+    if (session_open(E_, dir, err)) return 1;
     fprintf(OUT, "session %s\n", dir);
     return 0;
 }
@@ -502,7 +540,12 @@ const Command dm_commands[] = {
     {":check", cmd_check, NULL, ":check determinism|grad|parity [steps=N]", "Built-in verifications: the same steps twice bit for bit; finite-difference gradients; CPU vs CUDA."},
     {":stress", cmd_stress, NULL, ":stress lr_mult=X steps=N", "Stability protocol: constant LR at X times the base for N steps; counts loss spikes, gnorm p99.9, arm maxima. Trains the live model."},
     {":bench", cmd_bench, NULL, ":bench [steps=N]", "Warm timing of the training step: median ms/step with step indices, tok/s, model GFLOP/s. Restores the state after."},
+    {":plot", cmd_plot, complete_plot, ":plot METRIC[,METRIC...] [out=FILE.png] [x=step|tokens|time] [log=on|off] [size=WxH]", "Charts to PNG: bpb, loss, lr, gnorm, tok_s, depths (BPB against depth per eval), experts (load per expert, last forward). Several metrics stack as panels on one shared x axis. Without out= it writes SESSION/plots/METRIC.png (./plots/ without a session) and prints the path."},
+    {":probe", cmd_probe, NULL, ":probe [NAME [hist]]", "Statistics of a named activation of the last forward (NAME@i per iteration) or a parameter: shape, mean, std, rms, min, max, absmax, non-finite fraction; hist writes a histogram PNG. Alone: list the names."},
+    {":gen", cmd_gen, NULL, ":gen \"prompt\" [n=256 temp=0.8 top_k=0 seed=N]", "Sample bytes with the recurrent form of the model (KDA state carried: O(1) memory per byte)."},
+    {":device", cmd_device, NULL, ":device cpu|cuda[:N]", "Choose the backend. CUDA is not built yet: the command says so instead of falling back."},
     {":session", cmd_session, NULL, ":session NAME", "Use runs/NAME as the session directory (metrics.tsv, ckpt/, plots/)."},
+    {":sessions", cmd_sessions, NULL, ":sessions", "List the sessions under runs/ with their latest checkpoint."},
     {":run", cmd_run, NULL, ":run FILE.dm", "Run a script."},
     {":quit", cmd_quit, NULL, ":quit", "Leave."},
     {NULL, NULL, NULL, NULL, NULL},

@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "../engine/engine.h"
+#include "../sessions/session.h"
 #include "shell.h"
 
 int sh_split(const char *line, char *buf, size_t nbuf, Words *cmds, int maxcmds, dm_err *err) {
@@ -126,6 +128,9 @@ int sh_exec_line(Shell *sh, const char *line, dm_err *err) {
         rc = c->fn(sh, &cmds[i], err);
         fflush(sh->out);
     }
+    // the transcript keeps what ran, so replaying it rebuilds the session (a :run's lines are
+    // its file's business)
+    if (!rc && nc > 0 && sh->depth == 0) session_transcript(sh->eng, line);
     free(buf);
     return rc;
 }

@@ -184,9 +184,10 @@ int main(int argc, char **argv) {
         fflush(stdout);
     }
     double g_after = nogemm ? NAN : gemm_gflops(1024);
-    if (!nogemm) printf("\n%s 1024^3 again after the presets: %.1f GFLOP/s (before: %.1f, used for the ratios; "
-           "against the higher of the two they would be %.3f x as large)\n",
-           sizeof(real) == 4 ? "sgemm" : "dgemm", g_after, g_before, g_before / (g_after > g_before ? g_after : g_before));
+    if (!nogemm)
+        printf("\n%s 1024^3 again after the presets: %.1f GFLOP/s (before: %.1f, used for the ratios; "
+               "the two differ by %.0f%%: the machine's noise)\n", sizeof(real) == 4 ? "sgemm" : "dgemm",
+               g_after, g_before, 100 * fabs(g_after - g_before) / fmax(g_after, g_before));
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     printf("\npeak RSS %.0f MiB. ratio = model GFLOP/s / GEMM GFLOP/s (CPU \"MFU\"); model FLOPs per "

@@ -32,6 +32,7 @@ static const Backend cpu_backend = {
     .softmax_ce_forward = softmax_ce_forward, .softmax_ce_backward = softmax_ce_backward,
     .engram_rows = engram_rows, .engram_gather = engram_gather, .engram_scatter = engram_scatter,
     .kda_ws_size = kda_chunk_ws_size, .kda_forward = kda_chunk_forward, .kda_backward = kda_chunk_backward,
+    .kda_step = kda_step,
     .moe_ws_size = moe_ws_size, .moe_forward = moe_forward, .moe_backward = moe_backward,
     .retract_scratch_size = retract_scratch_size, .retract = retract, .orth_error = orth_error,
 };

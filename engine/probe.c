@@ -1,0 +1,182 @@
+// probe.c — see probe.h. Activation names follow the forward pass (engine/forward.c):
+//   h0 m key val (once per forward), and per iteration i: u n ctrl z kda.q kda.k kda.v kda.beta
+//   kda.g kda.o kda.out kda.state mem.gate mem.e moe.out moe.load body h y ybar probs loss
+// kda.state is the Frobenius norm of each (sequence, head) state after the last byte,
+// recomputed from the kept q, k, v, beta, g with the recurrent step (the chunked kernel keeps
+// only chunk-boundary states).
+#include "probe.h"
+#include <math.h>
+#include <string.h>
+#include "../kernels/cpu/kda.h"
+
+typedef enum { SRC_ACT, SRC_ITER, SRC_PARAM } Src;
+
+static const char *global_acts[] = {"h0", "m", "key", "val"};
+static const char *iter_acts[] = {"u", "n", "ctrl", "z", "kda.q", "kda.k", "kda.v", "kda.beta", "kda.g", "kda.o",
+                                  "kda.out", "kda.state", "mem.gate", "mem.e", "moe.out", "moe.load", "body", "h",
+                                  "y", "ybar", "probs", "loss"};
+#define NG (int)(sizeof global_acts / sizeof global_acts[0])
+#define NI (int)(sizeof iter_acts / sizeof iter_acts[0])
+
+static int have_forward(const Engine *e) { return e->live && e->model.acts.buf && e->model.last_depth > 0; }
+
+char **probe_names(const Engine *e) {
+    int L = have_forward(e) ? e->model.last_depth : 0;
+    int n = (have_forward(e) ? NG + NI * L : 0) + (e->live ? P_COUNT : 0);
+    char **out = callocCheck(sizeof(char *) * (n + 1));
+    int k = 0;
+    if (have_forward(e)) {
+        for (int i = 0; i < NG; i++) out[k++] = strdup(global_acts[i]);
+        for (int it = 1; it <= L; it++)
+            for (int i = 0; i < NI; i++) {
+                char buf[64];
+                snprintf(buf, sizeof buf, "%s@%d", iter_acts[i], it);
+                out[k++] = strdup(buf);
+            }
+    }
+    if (e->live)
+        for (int i = 0; i < P_COUNT; i++) out[k++] = strdup(e->model.t[i].name);
+    out[k] = NULL;
+    return out;
+}
+
+void probe_names_free(char **names) {
+    for (int i = 0; names && names[i]; i++) free(names[i]);
+    free(names);
+}
+
+static void set_shape(ProbeInfo *pi, int ndim, int a, int b, int c) {
+    pi->ndim = ndim;
+    pi->shape[0] = a; pi->shape[1] = b; pi->shape[2] = c;
+    pi->n = (size_t)a * (ndim > 1 ? b : 1) * (ndim > 2 ? c : 1);
+}
+
+static double *copy_real(const real *p, size_t n) {
+    double *v = mallocCheck(sizeof(double) * (n ? n : 1));
+    for (size_t i = 0; i < n; i++) v[i] = p[i];
+    return v;
+}
+
+int probe_get(Engine *e, const char *name, double **vals, ProbeInfo *info, dm_err *err) {
+    if (!e->live) return dm_fail(err, "no model: :init builds one");
+    Model *m = &e->model;
+    const Config *c = &m->cfg;
+    memset(info, 0, sizeof *info);
+    snprintf(info->name, sizeof info->name, "%s", name);
+    int pi = model_find_param(m, name);
+    if (pi >= 0) {
+        ParamTensor *t = &m->t[pi];
+        set_shape(info, t->ndim, t->shape[0], t->shape[1], t->shape[2]);
+        *vals = copy_real(m->params + t->offset, t->numel);
+        return 0;
+    }
+    if (!have_forward(e)) return dm_fail(err, "no forward yet for activation '%s': :step or :eval first (parameters are probeable now)", name);
+    Acts *a = &m->acts;
+    int B = a->B, T = a->T, N = B * T, d = c->d, H = c->H, dh = d / H, E = c->E;
+    int OD = c->n_orders * c->engram_dim;
+    const real *src = NULL;
+    for (int i = 0; i < NG; i++)
+        if (!strcmp(name, global_acts[i])) {
+            if (i > 0 && !m->arms.on[ARM_ENGRAM]) return dm_fail(err, "'%s' did not run: the engram arm is off", name);
+            src = i == 0 ? a->h0 : i == 1 ? a->m : i == 2 ? a->key : a->val;
+            set_shape(info, 3, B, T, i == 1 ? OD : d);
+            *vals = copy_real(src, info->n);
+            return 0;
+        }
+    const char *at = strrchr(name, '@');
+    int it = at ? atoi(at + 1) : 0;
+    size_t base = at ? (size_t)(at - name) : strlen(name);
+    int which = -1;
+    for (int i = 0; i < NI; i++)
+        if (strlen(iter_acts[i]) == base && !strncmp(name, iter_acts[i], base)) which = i;
+    if (which < 0 || !at) {
+        // nearest names: same prefix
+        char **names = probe_names(e), hint[300] = "";
+        size_t used = 0;
+        int shown = 0;
+        for (int i = 0; names[i] && shown < 6; i++)
+            if (!strncmp(names[i], name, base > 3 ? 3 : base)) {
+                used += snprintf(hint + used, sizeof hint - used, "%s%s", shown ? ", " : "", names[i]);
+                shown++;
+            }
+        probe_names_free(names);
+        if (which >= 0) return dm_fail(err, "'%s' is per iteration: name one, e.g. %s@1 (1..%d)", name, iter_acts[which], m->last_depth);
+        return dm_fail(err, "unknown probe '%s'%s%s (:probe lists every name)", name, shown ? "; near: " : "", hint);
+    }
+    if (it < 1 || it > m->last_depth) return dm_fail(err, "'%s': iteration %d out of range 1..%d (the last forward ran %d)", name, it, m->last_depth, m->last_depth);
+    IterActs *t = &a->it[it - 1];
+    const char *nm = iter_acts[which];
+    int kda = !strncmp(nm, "kda.", 4), mem = !strncmp(nm, "mem.", 4), moe = !strncmp(nm, "moe.", 4);
+    if ((kda && !m->arms.on[ARM_KDA]) || (mem && !m->arms.on[ARM_ENGRAM]) || (moe && !m->arms.on[ARM_MOE]) ||
+        (!strcmp(nm, "z") && !m->arms.on[ARM_MOE]))
+        return dm_fail(err, "'%s' did not run: its arm is off", name);
+    if (!strcmp(nm, "kda.state")) {
+        set_shape(info, 2, B, H, 0);
+        double *v = mallocCheck(sizeof(double) * B * H);
+        real *S = callocCheck(sizeof(real) * H * dh * dh), *o = mallocCheck(sizeof(real) * H * dh);
+        for (int b = 0; b < B; b++) {
+            memset(S, 0, sizeof(real) * H * dh * dh);
+            for (int s = 0; s < T; s++) {
+                size_t row = (size_t)b * T + s;
+                kda_step(o, S, t->q + row * d, t->k + row * d, t->v + row * d, t->beta + row * H, t->g + row * d, H, dh);
+            }
+            for (int h = 0; h < H; h++) {
+                double ss = 0;
+                for (int j = 0; j < dh * dh; j++) ss += (double)S[(size_t)h * dh * dh + j] * S[(size_t)h * dh * dh + j];
+                v[b * H + h] = sqrt(ss);
+            }
+        }
+        free(S); free(o);
+        *vals = v;
+        return 0;
+    }
+    if (!strcmp(nm, "moe.load")) {
+        set_shape(info, 1, E, 0, 0);
+        double *v = mallocCheck(sizeof(double) * E);
+        for (int x = 0; x < E; x++) v[x] = m->expert_load[(it - 1) * E + x];
+        *vals = v;
+        return 0;
+    }
+    if (!strcmp(nm, "probs") || !strcmp(nm, "loss")) {
+        if (isnan(m->depth_loss[it - 1])) return dm_fail(err, "'%s': depth %d was not scored in the last forward", name, it);
+        if (!strcmp(nm, "probs")) { src = t->probs; set_shape(info, 3, B, T, 256); }
+        else { src = t->losses; set_shape(info, 2, B, T, 0); }
+        *vals = copy_real(src, info->n);
+        return 0;
+    }
+    struct { const char *n; const real *p; int w; } tab[] = {
+        {"u", t->u, d}, {"n", t->n, d}, {"ctrl", t->ctrl, 3}, {"z", t->z, E}, {"kda.q", t->q, d}, {"kda.k", t->k, d},
+        {"kda.v", t->v, d}, {"kda.beta", t->beta, H}, {"kda.g", t->g, d}, {"kda.o", t->o, d}, {"kda.out", t->a, d},
+        {"mem.gate", t->mgate, 1}, {"mem.e", t->e, d}, {"moe.out", t->gout, d}, {"body", t->body, d}, {"h", t->h, d},
+        {"y", t->y, d}, {"ybar", t->ybar, d},
+    };
+    for (unsigned i = 0; i < sizeof tab / sizeof tab[0]; i++)
+        if (!strcmp(nm, tab[i].n)) {
+            if (tab[i].w == 1) set_shape(info, 2, B, T, 0);
+            else set_shape(info, 3, B, T, tab[i].w);
+            *vals = copy_real(tab[i].p, (size_t)N * tab[i].w);
+            return 0;
+        }
+    return dm_fail(err, "internal: probe '%s' has no source", name);
+}
+
+void probe_stats(const double *v, size_t n, ProbeStats *s) {
+    memset(s, 0, sizeof *s);
+    s->n = n;
+    double sum = 0, sq = 0;
+    size_t k = 0;
+    s->min = INFINITY; s->max = -INFINITY;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(v[i])) { s->nonfinite++; continue; }
+        sum += v[i]; sq += v[i] * v[i]; k++;
+        if (v[i] < s->min) s->min = v[i];
+        if (v[i] > s->max) s->max = v[i];
+    }
+    if (!k) { s->mean = s->std = s->rms = s->min = s->max = s->absmax = NAN; return; }
+    s->mean = sum / k;
+    double var = 0;
+    for (size_t i = 0; i < n; i++) if (isfinite(v[i])) var += (v[i] - s->mean) * (v[i] - s->mean);
+    s->std = sqrt(var / k);
+    s->rms = sqrt(sq / k);
+    s->absmax = fmax(fabs(s->min), fabs(s->max));
+}

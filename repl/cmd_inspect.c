@@ -1,0 +1,141 @@
+// cmd_inspect.c — :probe, :gen, :device, :sessions: looking inside the live model.
+#include <dirent.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "../engine/engine.h"
+#include "../engine/probe.h"
+#include "../engine/sample.h"
+#include "../kernels/backend.h"
+#include "shell.h"
+
+int viz_hist_png(const char *path, const double *v, size_t n, int bins, const char *title, char *errmsg, size_t nerr)
+    __attribute__((weak));
+
+int cmd_probe(Shell *sh, Words *w, dm_err *err) {
+    Engine *e = sh->eng;
+    if (w->argc == 1) {
+        if (!e->live) return dm_fail(err, "no model: :init builds one");
+        char **names = probe_names(e);
+        int col = 0;
+        for (int i = 0; names[i]; i++) {
+            int len = (int)strlen(names[i]) + 2;
+            if (col + len > 100) { fputc('\n', sh->out); col = 0; }
+            fprintf(sh->out, "%s  ", names[i]);
+            col += len;
+        }
+        fputc('\n', sh->out);
+        if (!e->model.acts.buf) fprintf(sh->out, "(activations appear after the first :step or :eval)\n");
+        probe_names_free(names);
+        return 0;
+    }
+    if (w->argc > 3 || (w->argc == 3 && strcmp(w->argv[2], "hist")))
+        return dm_fail(err, "usage: :probe NAME [hist]");
+    double *v;
+    ProbeInfo pi;
+    if (probe_get(e, w->argv[1], &v, &pi, err)) return 1;
+    ProbeStats st;
+    probe_stats(v, pi.n, &st);
+    char shape[64] = "[";
+    for (int i = 0; i < pi.ndim; i++) {
+        char t[16];
+        snprintf(t, sizeof t, "%s%d", i ? ", " : "", pi.shape[i]);
+        strncat(shape, t, sizeof shape - strlen(shape) - 1);
+    }
+    strncat(shape, "]", sizeof shape - strlen(shape) - 1);
+    fprintf(sh->out, "%s %s n=%zu mean %.6g std %.6g rms %.6g min %.6g max %.6g absmax %.6g nonfinite %.4g%% (step %lld)\n",
+            pi.name, shape, pi.n, st.mean, st.std, st.rms, st.min, st.max, st.absmax,
+            pi.n ? 100.0 * st.nonfinite / pi.n : 0.0, (long long)e->step);
+    int rc = 0;
+    if (w->argc == 3) {
+        if (!viz_hist_png) { free(v); return dm_fail(err, "this dmsh was built without PNG support (libstb-dev missing)"); }
+        char path[1400], title[200], msg[300];
+        const char *dir = e->session_dir[0] ? e->session_dir : ".";
+        char safe[64];
+        snprintf(safe, sizeof safe, "%s", pi.name);
+        for (char *p = safe; *p; p++) if (*p == '@' || *p == '/') *p = '_';
+        if (!e->session_dir[0]) mkdir("plots", 0755);
+        snprintf(path, sizeof path, "%s/plots/hist-%s-step%lld.png", dir, safe, (long long)e->step);
+        snprintf(title, sizeof title, "%s %s at step %lld", pi.name, shape, (long long)e->step);
+        if (viz_hist_png(path, v, pi.n, 60, title, msg, sizeof msg)) rc = dm_fail(err, "%s", msg);
+        else fprintf(sh->out, "wrote %s\n", path);
+    }
+    free(v);
+    return rc;
+}
+
+int cmd_gen(Shell *sh, Words *w, dm_err *err) {
+    Engine *e = sh->eng;
+    const char *prompt = NULL;
+    long long n = 256, top_k = 0, seed = (long long)e->cfg.seed;
+    double temp = 0.8;
+    for (int i = 1; i < w->argc; i++) {
+        char *a = w->argv[i], *end;
+        if (!strncmp(a, "n=", 2)) { n = strtoll(a + 2, &end, 10); if (*end || n < 1 || n > 1000000) return dm_fail(err, "bad n '%s': 1..1000000", a + 2); }
+        else if (!strncmp(a, "temp=", 5)) { temp = strtod(a + 5, &end); if (*end || !(temp >= 0 && temp <= 100)) return dm_fail(err, "bad temp '%s': 0..100 (0 = greedy)", a + 5); }
+        else if (!strncmp(a, "top_k=", 6)) { top_k = strtoll(a + 6, &end, 10); if (*end || top_k < 0 || top_k > 256) return dm_fail(err, "bad top_k '%s': 0..256", a + 6); }
+        else if (!strncmp(a, "seed=", 5)) { seed = strtoll(a + 5, &end, 10); if (*end) return dm_fail(err, "bad seed '%s'", a + 5); }
+        else if (!prompt) prompt = a;
+        else return dm_fail(err, "usage: :gen \"prompt\" [n=256 temp=0.8 top_k=0 seed=N]");
+    }
+    if (!e->live) return dm_fail(err, "no model: :init builds one");
+    if (!prompt || !*prompt) prompt = "\n";
+    Decoder d;
+    decoder_init(&d, &e->model);
+    real lg[256];
+    for (const unsigned char *p = (const unsigned char *)prompt; *p; p++) decoder_step(&d, *p, lg);
+    Rng r = {(uint64_t)seed};
+    fputs(prompt, sh->out);
+    for (long long i = 0; i < n; i++) {
+        int b = sample_byte(lg, temp, (int)top_k, &r);
+        if (b == '\n' || b == '\t' || (b >= 32 && b < 127) || b >= 128) fputc(b, sh->out);
+        else fprintf(sh->out, "\\x%02x", b);
+        decoder_step(&d, b, lg);
+    }
+    fputc('\n', sh->out);
+    decoder_free(&d);
+    return 0;
+}
+
+int cmd_device(Shell *sh, Words *w, dm_err *err) {
+    if (w->argc != 2) return dm_fail(err, "usage: :device cpu|cuda[:N]");
+    const char *a = w->argv[1];
+    if (!strcmp(a, "cpu")) { fprintf(sh->out, "device cpu\n"); return 0; }
+    if (!strncmp(a, "cuda", 4)) {
+        int dev = a[4] == ':' ? atoi(a + 5) : 0;
+        char why[300];
+        if (!backend_cuda(dev, why, sizeof why)) return dm_fail(err, "%s", why);
+        return dm_fail(err, "internal: CUDA backend reported available but the engine cannot use it yet");
+    }
+    return dm_fail(err, "unknown device '%s' (cpu, cuda, cuda:N)", a);
+}
+
+int cmd_sessions(Shell *sh, Words *w, dm_err *err) {
+    (void)w; (void)err;
+    DIR *dir = opendir("runs");
+    if (!dir) { fprintf(sh->out, "no sessions (runs/ does not exist here)\n"); return 0; }
+    struct dirent *de;
+    int n = 0;
+    while ((de = readdir(dir))) {
+        if (de->d_name[0] == '.') continue;
+        char p[600];
+        snprintf(p, sizeof p, "runs/%s/ckpt", de->d_name);
+        DIR *ck = opendir(p);
+        long long best = -1;
+        if (ck) {
+            struct dirent *c;
+            while ((c = readdir(ck))) {
+                long long s;
+                if (sscanf(c->d_name, "step-%lld.ckpt", &s) == 1 && s > best) best = s;
+            }
+            closedir(ck);
+        }
+        if (best >= 0) fprintf(sh->out, "  runs/%s  (latest checkpoint: step %lld)\n", de->d_name, best);
+        else fprintf(sh->out, "  runs/%s  (no checkpoint)\n", de->d_name);
+        n++;
+    }
+    closedir(dir);
+    if (!n) fprintf(sh->out, "no sessions in runs/\n");
+    return 0;
+}

@@ -1,0 +1,492 @@
+// cmd_plot.c — `:plot METRIC[,METRIC...] [out=FILE.png] [x=step|tokens|time] [log=on|off]
+// [size=WxH]`: turns the engine's metric rows into series for viz/plot.h (which knows nothing
+// of the model). Several metrics become panels stacked on one PNG, sharing the x quantity.
+// Without out= the PNG goes to SESSION/plots/ (./plots/ without a session) and the path is
+// printed.
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "../engine/engine.h"
+#include "../viz/axes.h"
+#include "../viz/plot.h"
+#include "shell.h"
+
+int cmd_plot(Shell *sh, Words *w, dm_err *err);
+char **complete_plot(Shell *sh, int argi, const char *prefix);
+
+static const char *const metrics[] = {"bpb", "loss", "lr", "gnorm", "tok_s", "depths", "experts", NULL};
+#define METRIC_LIST "bpb, loss, lr, gnorm, tok_s, depths, experts"
+#define MAX_PANELS 8
+#define MAX_SERIES 64
+
+enum { X_STEP, X_TOKENS, X_TIME };
+
+// One panel under construction: the chart plus the memory it points into.
+typedef struct {
+    VizChart chart;
+    VizSeries series[MAX_SERIES];
+    VizRef refs[4];
+    char labels[MAX_SERIES][48], ref_labels[4][48];
+    char title[160], subtitle[200], xlabel[64], ylabel[64];
+    double *buf;              // every x and y array of the series, one allocation
+} Panel;
+
+typedef struct {
+    const Engine *e;
+    int xq;                   // X_STEP / X_TOKENS / X_TIME
+    int log_set, log_on;      // log= given, and its value
+    int *train;               // indices of the train rows on the current timeline
+    int ntrain;
+    double *train_time;       // seconds at the end of each kept train row
+} Ctx;
+
+// ---- the rows as a timeline ------------------------------------------------------------------
+
+// A resume, :check determinism or :bench rewinds the step counter and logs the same steps
+// again; the later rows are the history that stands, so a row drops every earlier row at or
+// after its step (one curve per metric, never a zigzag back in x).
+static void build_timeline(Ctx *cx) {
+    const Engine *e = cx->e;
+    cx->train = malloc(sizeof(int) * (e->nrows + 1));
+    cx->train_time = malloc(sizeof(double) * (e->nrows + 1));
+    cx->ntrain = 0;
+    for (int i = 0; i < e->nrows; i++) {
+        if (e->rows[i].kind != 0) continue;
+        while (cx->ntrain && e->rows[cx->train[cx->ntrain - 1]].step >= e->rows[i].step) cx->ntrain--;
+        cx->train[cx->ntrain++] = i;
+    }
+    double t = 0;
+    for (int k = 0; k < cx->ntrain; k++) {
+        double ms = e->rows[cx->train[k]].ms;
+        t += isfinite(ms) && ms > 0 ? ms / 1e3 : 0;
+        cx->train_time[k] = t;
+    }
+}
+
+// seconds of training before step `step` began (the time of an eval taken after `step` steps)
+static double time_at_step(const Ctx *cx, int64_t step) {
+    int lo = 0, hi = cx->ntrain;   // first kept train row with row.step >= step
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (cx->e->rows[cx->train[mid]].step < step) lo = mid + 1; else hi = mid;
+    }
+    return lo ? cx->train_time[lo - 1] : 0;
+}
+
+static double x_of(const Ctx *cx, const MetricRow *r, int train_k) {
+    if (cx->xq == X_TOKENS) return (double)r->tokens;
+    if (cx->xq == X_TIME) return train_k >= 0 ? cx->train_time[train_k] : time_at_step(cx, r->step);
+    return (double)r->step;
+}
+
+static const char *x_label(const Ctx *cx) {
+    return cx->xq == X_TOKENS ? "tokens (bytes) seen" : cx->xq == X_TIME ? "training time (s)" : "step";
+}
+
+static void fmt_bytes(int64_t b, char *buf, size_t n) {
+    if (b >= 10 * 1024 * 1024) snprintf(buf, n, b % (1024 * 1024) ? "%.1f MiB" : "%.0f MiB", b / (1024.0 * 1024.0));
+    else if (b >= 10 * 1024) snprintf(buf, n, b % 1024 ? "%.1f KiB" : "%.0f KiB", b / 1024.0);
+    else snprintf(buf, n, "%lld B", (long long)b);
+}
+
+// ---- panels ----------------------------------------------------------------------------------
+
+static double *panel_alloc(Panel *p, size_t n) {
+    p->buf = calloc(n ? n : 1, sizeof(double));
+    if (!p->buf) { fprintf(stderr, "%s:%d: out of memory for a plot\n", __FILE__, __LINE__); exit(1); }
+    return p->buf;
+}
+
+static VizSeries *add_series(Panel *p, const double *x, const double *y, int n, uint32_t rgb, const char *label) {
+    if (p->chart.nseries >= MAX_SERIES) return NULL;
+    int k = p->chart.nseries++;
+    VizSeries *s = &p->series[k];
+    memset(s, 0, sizeof *s);
+    if (label) { snprintf(p->labels[k], sizeof p->labels[k], "%s", label); s->label = p->labels[k]; }
+    s->x = x; s->y = y; s->n = n; s->rgb = rgb;
+    return s;
+}
+
+static void add_ref(Panel *p, double y, uint32_t rgb, const char *fmt, double v) {
+    if (p->chart.nrefs >= 4) return;
+    int k = p->chart.nrefs++;
+    snprintf(p->ref_labels[k], sizeof p->ref_labels[k], fmt, v);
+    p->refs[k] = (VizRef){p->ref_labels[k], y, rgb};
+}
+
+// anchors are a property of one window: drawn only on a plot of that window
+static void add_anchors(Panel *p, const Engine *e, int64_t window) {
+    if (!e->has_anchors || e->anchors.window_bytes != window) return;
+    add_ref(p, e->anchors.unigram_bpb, 0x6f6f6f, "unigram %.3f", e->anchors.unigram_bpb);
+    add_ref(p, e->anchors.kn5_bpb, 0xc0392b, "5-gram %.3f", e->anchors.kn5_bpb);
+}
+
+// loss, lr, gnorm, tok_s: one value per kept train row
+static int panel_train(Ctx *cx, Panel *p, const char *m, dm_err *err) {
+    const Engine *e = cx->e;
+    if (!cx->ntrain) return dm_fail(err, "nothing to plot yet: train first (:step or :train)");
+    int n = cx->ntrain, is_loss = !strcmp(m, "loss");
+    double *x = panel_alloc(p, 3 * (size_t)n), *y = x + n, *sm = y + n;
+    for (int k = 0; k < n; k++) {
+        const MetricRow *r = &e->rows[cx->train[k]];
+        x[k] = x_of(cx, r, k);
+        y[k] = !strcmp(m, "loss") ? r->loss : !strcmp(m, "lr") ? r->lr : !strcmp(m, "gnorm") ? r->gnorm : r->tok_s;
+    }
+    p->chart.logy = cx->log_set ? cx->log_on : is_loss;
+    if (is_loss) {
+        snprintf(p->title, sizeof p->title, "training loss");
+        snprintf(p->ylabel, sizeof p->ylabel, "loss, nats%s", p->chart.logy ? " (log scale)" : "");
+        if (n >= 100) {
+            // the raw curve is noisy at small batch: a light trace under a debiased EMA
+            int span = n / 40 < 5 ? 5 : n / 40 > 500 ? 500 : n / 40;
+            double a = 2.0 / (span + 1), m_ = 0, wsum = 0;
+            for (int k = 0; k < n; k++) {
+                if (isfinite(y[k])) { m_ = (1 - a) * m_ + a * y[k]; wsum = (1 - a) * wsum + a; }
+                sm[k] = wsum > 0 ? m_ / wsum : NAN;   // carried across a skipped step
+            }
+            VizSeries *raw = add_series(p, x, y, n, 0x1f77b4, "per step");
+            raw->alpha = 0.3f; raw->width = 1.2; raw->markers = -1;
+            char lab[48];
+            snprintf(lab, sizeof lab, "EMA over %d steps", span);
+            add_series(p, x, sm, n, 0x1f77b4, lab)->markers = -1;
+        } else {
+            add_series(p, x, y, n, 0x1f77b4, "loss");
+        }
+    } else if (!strcmp(m, "lr")) {
+        snprintf(p->title, sizeof p->title, "learning rate");
+        snprintf(p->ylabel, sizeof p->ylabel, "lr%s", p->chart.logy ? " (log scale)" : "");
+        add_series(p, x, y, n, 0x2ca02c, "lr");
+    } else if (!strcmp(m, "gnorm")) {
+        snprintf(p->title, sizeof p->title, "gradient norm (before clipping)");
+        snprintf(p->ylabel, sizeof p->ylabel, "global L2 norm%s", p->chart.logy ? " (log scale)" : "");
+        add_series(p, x, y, n, 0xd62728, "gnorm")->width = 1.5;
+        if (e->cfg.clip > 0) add_ref(p, e->cfg.clip, 0x555555, "clip %g", e->cfg.clip);
+    } else {
+        snprintf(p->title, sizeof p->title, "training throughput");
+        snprintf(p->ylabel, sizeof p->ylabel, "tokens / s%s", p->chart.logy ? " (log scale)" : "");
+        add_series(p, x, y, n, 0x9467bd, "tok/s")->width = 1.5;
+    }
+    snprintf(p->xlabel, sizeof p->xlabel, "%s", x_label(cx));
+    return 0;
+}
+
+// the window of the latest eval row, and how many distinct windows the rows hold
+static int64_t latest_window(const Engine *e, int *nwin) {
+    int64_t win = -1, seen[32];
+    int ns = 0;
+    for (int i = 0; i < e->nrows; i++) {
+        if (e->rows[i].kind != 1) continue;
+        win = e->rows[i].window;
+        int k = 0;
+        while (k < ns && seen[k] != win) k++;
+        if (k == ns && ns < 32) seen[ns++] = win;
+    }
+    *nwin = ns;
+    return win;
+}
+
+static int cmp_int(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
+
+// bpb: one series per depth over the latest window (never two windows on one curve)
+static int panel_bpb(Ctx *cx, Panel *p, dm_err *err) {
+    const Engine *e = cx->e;
+    int nwin;
+    int64_t win = latest_window(e, &nwin);
+    if (win < 0) return dm_fail(err, "nothing to plot yet: no evals (run :eval, or :train with eval_every=N)");
+    int depths[64], nd = 0, nev = 0;
+    for (int i = 0; i < e->nrows; i++) {
+        const MetricRow *r = &e->rows[i];
+        if (r->kind != 1 || r->window != win) continue;
+        nev++;
+        int k = 0;
+        while (k < nd && depths[k] != r->depth) k++;
+        if (k == nd && nd < 64) depths[nd++] = r->depth;
+    }
+    qsort(depths, nd, sizeof(int), cmp_int);
+    double *buf = panel_alloc(p, 2 * (size_t)nev + 2);
+    int64_t *st = malloc(sizeof(int64_t) * (nev + 1));
+    size_t off = 0;
+    for (int k = 0; k < nd && k < MAX_SERIES; k++) {
+        double *x = buf + off, *y = buf + nev + 1 + off;
+        int n = 0;
+        for (int i = 0; i < e->nrows; i++) {
+            const MetricRow *r = &e->rows[i];
+            if (r->kind != 1 || r->window != win || r->depth != depths[k]) continue;
+            // a rewind or a repeated eval at one step: the later row stands (see build_timeline)
+            while (n && st[n - 1] >= r->step) n--;
+            x[n] = x_of(cx, r, -1); y[n] = r->bpb; st[n] = r->step;
+            n++;
+        }
+        uint32_t rgb = nd == 1 ? 0x1f77b4 : viz_ramp(0.9 * k / (nd - 1));
+        char lab[32];
+        snprintf(lab, sizeof lab, "depth %d", depths[k]);
+        // many depths: label a handful, the colour ramp carries the rest
+        int labelled = nd <= 10 || k == 0 || k == nd - 1 || k % ((nd + 5) / 6) == 0;
+        add_series(p, x, y, n, rgb, labelled ? lab : NULL);
+        off += (size_t)n;
+    }
+    free(st);
+    char wb[32];
+    fmt_bytes(win, wb, sizeof wb);   // "64 KiB": the size at a glance next to the exact count
+    snprintf(p->title, sizeof p->title, "held-out BPB over %lld B%s%s%s", (long long)win, win >= 10240 ? " (" : "",
+             win >= 10240 ? wb : "", win >= 10240 ? ")" : "");
+    if (nwin > 1) snprintf(p->subtitle, sizeof p->subtitle, "latest of %d eval windows", nwin);
+    if (e->has_anchors && e->anchors.window_bytes != win)
+        snprintf(p->subtitle + strlen(p->subtitle), sizeof p->subtitle - strlen(p->subtitle),
+                 "%sanchors were scored on another window: not drawn", p->subtitle[0] ? "; " : "");
+    add_anchors(p, e, win);
+    p->chart.logy = cx->log_set && cx->log_on;
+    snprintf(p->xlabel, sizeof p->xlabel, "%s", x_label(cx));
+    snprintf(p->ylabel, sizeof p->ylabel, "bits per byte%s", p->chart.logy ? " (log scale)" : "");
+    return 0;
+}
+
+// depths: BPB against depth, one line per eval step that scored several depths
+static int panel_depths(Ctx *cx, Panel *p, dm_err *err) {
+    const Engine *e = cx->e;
+    int nwin;
+    int64_t win = latest_window(e, &nwin);
+    if (win < 0) return dm_fail(err, "nothing to plot yet: no evals (run :eval-depths)");
+    // groups of rows by step, in order; a later row for the same (step, depth) replaces
+    int maxd = 1;
+    for (int i = 0; i < e->nrows; i++)
+        if (e->rows[i].kind == 1 && e->rows[i].depth > maxd) maxd = e->rows[i].depth;
+    if (maxd > 64) maxd = 64;
+    int cap = 256, ng = 0;
+    int64_t *gstep = malloc(sizeof(int64_t) * cap);
+    double *gval = malloc(sizeof(double) * cap * maxd);
+    for (int i = 0; i < e->nrows; i++) {
+        const MetricRow *r = &e->rows[i];
+        if (r->kind != 1 || r->window != win || r->depth < 1 || r->depth > maxd) continue;
+        while (ng && gstep[ng - 1] > r->step) ng--;   // a rewind
+        if (!ng || gstep[ng - 1] != r->step) {
+            if (ng == cap) {
+                cap *= 2;
+                gstep = realloc(gstep, sizeof(int64_t) * cap);
+                gval = realloc(gval, sizeof(double) * cap * maxd);
+                if (!gstep || !gval) { fprintf(stderr, "%s:%d: out of memory for a plot\n", __FILE__, __LINE__); exit(1); }
+            }
+            gstep[ng] = r->step;
+            for (int d = 0; d < maxd; d++) gval[(size_t)ng * maxd + d] = NAN;
+            ng++;
+        }
+        gval[(size_t)(ng - 1) * maxd + r->depth - 1] = r->bpb;
+    }
+    // keep the groups with two or more depths (:eval-depths); a single :eval is not a curve
+    int keep[MAX_SERIES], nk = 0, nmulti = 0;
+    for (int g = 0; g < ng; g++) {
+        int c = 0;
+        for (int d = 0; d < maxd; d++) c += !isnan(gval[(size_t)g * maxd + d]);
+        nmulti += c >= 2;
+    }
+    // more eval steps than lines we draw: an even subsample that keeps the first and the last
+    int want = nmulti < 24 ? nmulti : 24, seen = 0, j = 0;
+    for (int g = 0; g < ng && nk < want; g++) {
+        int c = 0;
+        for (int d = 0; d < maxd; d++) c += !isnan(gval[(size_t)g * maxd + d]);
+        if (c < 2) continue;
+        long target = want > 1 ? lround((double)j * (nmulti - 1) / (want - 1)) : 0;
+        if (seen == target) { keep[nk++] = g; j++; }
+        seen++;
+    }
+    if (!nk) { free(gstep); free(gval); return dm_fail(err, "nothing to plot yet: no eval scored several depths (run :eval-depths)"); }
+    double *buf = panel_alloc(p, 2 * (size_t)nk * maxd);
+    for (int k = 0; k < nk; k++) {
+        double *x = buf + 2 * (size_t)k * maxd, *y = x + maxd;
+        int n = 0;
+        for (int d = 0; d < maxd; d++) {
+            double v = gval[(size_t)keep[k] * maxd + d];
+            if (isnan(v)) continue;
+            x[n] = d + 1; y[n] = v; n++;
+        }
+        char lab[48];
+        snprintf(lab, sizeof lab, "step %lld", (long long)gstep[keep[k]]);
+        int labelled = nk <= 8 || k == 0 || k == nk - 1 || k % ((nk + 4) / 5) == 0;
+        add_series(p, x, y, n, nk == 1 ? 0x1f77b4 : viz_ramp(0.9 * k / (nk - 1)), labelled ? lab : NULL)->markers = 1;
+    }
+    snprintf(p->title, sizeof p->title, "held-out BPB by depth over %lld B", (long long)win);
+    int nsub = 0;
+    if (nk < nmulti) nsub += snprintf(p->subtitle, sizeof p->subtitle, "%d of %d evals shown; ", nk, nmulti);
+    if (nwin > 1) nsub += snprintf(p->subtitle + nsub, sizeof p->subtitle - nsub, "latest of %d eval windows; ", nwin);
+    snprintf(p->subtitle + nsub, sizeof p->subtitle - nsub, "colour: early (dark) to late (yellow)");
+    add_anchors(p, e, win);
+    p->chart.logy = cx->log_set && cx->log_on;
+    p->chart.xint = 1;
+    snprintf(p->xlabel, sizeof p->xlabel, "depth (iterations of the block)");
+    snprintf(p->ylabel, sizeof p->ylabel, "bits per byte");
+    free(gstep); free(gval);
+    return 0;
+}
+
+// experts: tokens per expert at each iteration of the last forward. The engine keeps only the
+// last forward's [L, E] counts; a history over steps needs an engine hook.
+static int panel_experts(Ctx *cx, Panel *p, dm_err *err) {
+    const Engine *e = cx->e;
+    const Model *m = &e->model;
+    int E = e->cfg.E, L = m->last_depth > 0 ? m->last_depth : e->cfg.L;
+    if (!e->live || !m->expert_load || E <= 0) return dm_fail(err, "nothing to plot yet: no model (:init, then train)");
+    if (L > e->cfg.L) L = e->cfg.L;
+    long total = 0;
+    for (int i = 0; i < L * E; i++) total += m->expert_load[i];
+    if (!total) return dm_fail(err, "nothing to plot yet: no forward has routed tokens (is the moe arm on? train first)");
+    double *buf = panel_alloc(p, (size_t)E * (L + 1));
+    double *x = buf + (size_t)E * L;
+    for (int j = 0; j < E; j++) x[j] = j;
+    int shown = 0;
+    for (int i = 0; i < L && i < MAX_SERIES; i++) {
+        double *y = buf + (size_t)i * E;
+        long s = 0;
+        for (int j = 0; j < E; j++) { y[j] = m->expert_load[i * E + j]; s += m->expert_load[i * E + j]; }
+        if (!s) continue;
+        char lab[32];
+        snprintf(lab, sizeof lab, "iteration %d", i + 1);
+        int labelled = L <= 10 || i == 0 || i == L - 1 || i % ((L + 5) / 6) == 0;
+        add_series(p, x, y, E, L == 1 ? 0x1f77b4 : viz_ramp(0.9 * i / (L - 1)), labelled ? lab : NULL)->markers = 1;
+        shown++;
+    }
+    // a balanced router sends every expert the same share: the reference to compare against
+    add_ref(p, (double)total / shown / E, 0x555555, "uniform %.0f", (double)total / shown / E);
+    snprintf(p->title, sizeof p->title, "expert load, last forward (after step %lld)", (long long)e->step);
+    snprintf(p->subtitle, sizeof p->subtitle, "%d experts, top-%d routing; one line per iteration", E, e->cfg.k);
+    p->chart.logy = cx->log_set && cx->log_on;
+    p->chart.xint = 1;
+    snprintf(p->xlabel, sizeof p->xlabel, "expert");
+    snprintf(p->ylabel, sizeof p->ylabel, "tokens routed");
+    return 0;
+}
+
+// ---- the command -----------------------------------------------------------------------------
+
+// key=value lookup (as sh_kv; kept local so test_plot links this file without the parser)
+static const char *kv(const Words *w, const char *key) {
+    size_t kl = strlen(key);
+    for (int i = 1; i < w->argc; i++)
+        if (!strncmp(w->argv[i], key, kl) && w->argv[i][kl] == '=') return w->argv[i] + kl + 1;
+    return NULL;
+}
+
+static int mkdir_p(const char *dir) {
+    char tmp[1200];
+    snprintf(tmp, sizeof tmp, "%s", dir);
+    for (char *p = tmp + 1; *p; p++)
+        if (*p == '/') { *p = 0; if (mkdir(tmp, 0755) && errno != EEXIST) return 1; *p = '/'; }
+    return mkdir(tmp, 0755) && errno != EEXIST;
+}
+
+int cmd_plot(Shell *sh, Words *w, dm_err *err) {
+    const char *spec = NULL;
+    for (int i = 1; i < w->argc; i++) {
+        const char *eq = strchr(w->argv[i], '=');
+        if (!eq) {
+            if (spec) return dm_fail(err, ":plot: unexpected argument '%s' (several metrics are one word: loss,lr)", w->argv[i]);
+            spec = w->argv[i];
+            continue;
+        }
+        size_t kl = eq - w->argv[i];
+        if (!(kl == 3 && !strncmp(w->argv[i], "out", 3)) && !(kl == 1 && w->argv[i][0] == 'x') &&
+            !(kl == 3 && !strncmp(w->argv[i], "log", 3)) && !(kl == 4 && !strncmp(w->argv[i], "size", 4)))
+            return dm_fail(err, ":plot: unknown option '%.*s' (options: out= x= log= size=)", (int)kl, w->argv[i]);
+    }
+    if (!spec) return dm_fail(err, "usage: :plot METRIC[,METRIC...] [out=FILE.png] [x=step|tokens|time] [log=on|off] [size=WxH]; metrics: " METRIC_LIST);
+    Ctx cx = {.e = sh->eng, .xq = X_STEP};
+    const char *xs = kv(w, "x"), *ls = kv(w, "log"), *ss = kv(w, "size"), *out = kv(w, "out");
+    if (xs) {
+        if (!strcmp(xs, "step")) cx.xq = X_STEP;
+        else if (!strcmp(xs, "tokens")) cx.xq = X_TOKENS;
+        else if (!strcmp(xs, "time")) cx.xq = X_TIME;
+        else return dm_fail(err, ":plot: x=%s: expected step, tokens or time", xs);
+    }
+    if (ls) {
+        if (strcmp(ls, "on") && strcmp(ls, "off")) return dm_fail(err, ":plot: log=%s: expected on or off", ls);
+        cx.log_set = 1; cx.log_on = !strcmp(ls, "on");
+    }
+    int W = 960, H = 0;
+    if (ss) {
+        char *end;
+        long a = strtol(ss, &end, 10), b = *end == 'x' ? strtol(end + 1, &end, 10) : -1;
+        if (*end || a < 160 || a > 8192 || b < 120 || b > 8192)
+            return dm_fail(err, ":plot: size=%s: expected WxH, e.g. 960x540 (160..8192 x 120..8192)", ss);
+        W = (int)a; H = (int)b;
+    }
+    if (out && !*out) return dm_fail(err, ":plot: out= needs a file name");
+    // the metric list: names checked before any drawing
+    char names[MAX_PANELS][16];
+    int np = 0;
+    for (const char *p = spec; *p;) {
+        const char *c = strchr(p, ',');
+        size_t len = c ? (size_t)(c - p) : strlen(p);
+        int ok = 0;
+        for (int k = 0; metrics[k]; k++)
+            if (len == strlen(metrics[k]) && !strncmp(p, metrics[k], len)) ok = 1;
+        if (!ok) return dm_fail(err, ":plot: unknown metric '%.*s'; valid: " METRIC_LIST, (int)len, p);
+        if (np == MAX_PANELS) return dm_fail(err, ":plot: at most %d metrics in one plot", MAX_PANELS);
+        snprintf(names[np++], sizeof names[0], "%.*s", (int)len, p);
+        p += len + (c != NULL);
+    }
+    if (!np) return dm_fail(err, ":plot: no metric given; valid: " METRIC_LIST);
+    if (!viz_png_available()) return dm_fail(err, "this dmsh was built without PNG support (libstb-dev missing)");
+
+    build_timeline(&cx);
+    Panel *panels = calloc(np, sizeof(Panel));
+    VizChart charts[MAX_PANELS];
+    int rc = 0;
+    for (int k = 0; k < np && !rc; k++) {
+        Panel *p = &panels[k];
+        const char *m = names[k];
+        if (!strcmp(m, "bpb")) rc = panel_bpb(&cx, p, err);
+        else if (!strcmp(m, "depths")) rc = panel_depths(&cx, p, err);
+        else if (!strcmp(m, "experts")) rc = panel_experts(&cx, p, err);
+        else rc = panel_train(&cx, p, m, err);
+        p->chart.title = p->title; p->chart.subtitle = p->subtitle;
+        p->chart.xlabel = p->xlabel; p->chart.ylabel = p->ylabel;
+        p->chart.series = p->series; p->chart.refs = p->refs;
+        p->chart.share_x = strcmp(m, "depths") && strcmp(m, "experts");   // the time series line up
+        charts[k] = p->chart;
+    }
+    char path[1400];
+    if (!rc) {
+        if (out) snprintf(path, sizeof path, "%s", out);
+        else {
+            const Engine *e = sh->eng;
+            char dir[1100];
+            snprintf(dir, sizeof dir, "%s%splots", e->session_dir, e->session_dir[0] ? "/" : "");
+            if (mkdir_p(dir)) rc = dm_fail(err, ":plot: cannot create %s: %s", dir, strerror(errno));
+            int n = snprintf(path, sizeof path, "%s/", dir);
+            for (int k = 0; k < np; k++) n += snprintf(path + n, sizeof path - n, "%s%s", k ? "-" : "", names[k]);
+            snprintf(path + n, sizeof path - n, ".png");
+        }
+    }
+    if (!rc) {
+        char msg[512];
+        if (viz_charts_png(path, charts, np, W, H, msg, sizeof msg)) rc = dm_fail(err, ":plot: %s", msg);
+        else fprintf(sh->out, "wrote %s\n", path);
+    }
+    for (int k = 0; k < np; k++) free(panels[k].buf);
+    free(panels);
+    free(cx.train); free(cx.train_time);
+    return rc;
+}
+
+// ":plot " argument 1: metric names (after the last comma of a list); later words: options
+char **complete_plot(Shell *sh, int argi, const char *prefix) {
+    (void)sh;
+    static const char *const opts[] = {"out=", "x=step", "x=tokens", "x=time", "log=on", "log=off", "size=", NULL};
+    const char *comma = argi == 1 ? strrchr(prefix, ',') : NULL;
+    const char *part = comma ? comma + 1 : prefix;
+    size_t keep = comma ? (size_t)(comma - prefix + 1) : 0, pl = strlen(part);
+    char **v = calloc(16, sizeof(char *));
+    int n = 0;
+    const char *const *list = argi == 1 ? metrics : opts;
+    for (int k = 0; list[k] && n < 15; k++) {
+        if (strncmp(list[k], part, pl)) continue;
+        v[n] = malloc(keep + strlen(list[k]) + 1);
+        memcpy(v[n], prefix, keep);
+        strcpy(v[n] + keep, list[k]);
+        n++;
+    }
+    if (!n) { free(v); return NULL; }
+    return v;
+}

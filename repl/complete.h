@@ -1,0 +1,25 @@
+// complete.h — tab completion as a pure function of the text before the cursor, so the rules
+// are tested without a terminal; interactive_readline.c only adapts it to GNU readline.
+#pragma once
+#include "shell.h"
+
+// Candidates for `word` (the word under the cursor: the text after the last blank or ';' of
+// `line`, which is the whole line up to the cursor). `table` is the command table (dm_commands;
+// a parameter because the library that holds this file does not hold the table). Returns a
+// malloc'd NULL-terminated array of malloc'd strings, sorted and without duplicates, each a
+// full replacement for `word` ("lr=", "/usr/", ":preset"); NULL when there is none.
+//   command word      -> command names (":e" -> :eval :eval-depths)
+//   :set              -> "key=" for every config key; after '=' the choices of an enum key
+//   :preset / :arm    -> preset names / arm names, then on|off
+//   :plot             -> metric names (comma lists too), out= x=
+//   :probe            -> activation names (dm_probe_names when linked, else a fixed list)
+//   :show / :check    -> their targets
+//   :data :load :run :save, eval= out= -> file paths (directories end in '/')
+//   other commands    -> their key= options (:train eval_every= ckpt_every= log_every=)
+char **dm_complete(const Command *table, const char *line, const char *word);
+void dm_complete_free(char **v);
+
+// Optional provider of :probe names from the live engine (defined by whoever owns :probe).
+extern const char **dm_probe_names(void *eng) __attribute__((weak));
+// The live engine handed to dm_probe_names (the prompt sets it; NULL in tests).
+extern void *dm_complete_eng;

@@ -1,0 +1,157 @@
+// interactive_readline.c — the prompt with GNU readline (SPEC §6 "Interactive niceties"):
+// history in ~/.dmsh_history, Tab completion (complete.c), ~/.dmshrc then ./.dmshrc at start,
+// Ctrl-C clears the line at the prompt and stops a running command at its next step boundary
+// (never the process), Ctrl-D quits, an error prints and the session goes on.
+// Built only when readline's headers exist; headless builds use interactive_plain.c.
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <readline/history.h>
+#include <readline/readline.h>
+#include "../engine/engine.h"
+#include "complete.h"
+#include "shell.h"
+
+#define HISTORY_MAX 2000
+
+// --norc: main.c sets it. Weak so this file links on its own; main.c's definition (needed by
+// headless builds too) wins when present.
+int dm_norc __attribute__((weak));
+
+// SIGINT means two things: at the prompt, "drop this line"; while a command runs, "stop at the
+// next step boundary". The handler only sets flags (async-signal-safe); readline work happens
+// in on_signal_event, from readline's own loop: as rl_signal_event_hook after an interrupted
+// read, and as rl_event_hook (every 0.1 s while idle) for a Ctrl-C that landed while readline
+// was busy redrawing, which interrupts no read.
+static volatile sig_atomic_t g_at_prompt, g_prompt_sigint;
+static volatile sig_atomic_t *g_run_interrupt;
+
+static void on_sigint(int sig) {
+    (void)sig;
+    if (g_at_prompt) g_prompt_sigint = 1;
+    else if (g_run_interrupt) *g_run_interrupt = 1;
+}
+
+static int on_signal_event(void) {
+    if (g_prompt_sigint) {
+        g_prompt_sigint = 0;
+        rl_replace_line("", 0);
+        rl_crlf();
+        rl_on_new_line();
+        rl_redisplay();
+    }
+    return 0;
+}
+
+// --- completion: complete.c decides, this only feeds readline ---------------------------------
+static char **g_cands;
+static int g_ci;
+
+static char *next_cand(const char *text, int state) {
+    (void)text;
+    if (state == 0) g_ci = 0;
+    return g_cands && g_cands[g_ci] ? strdup(g_cands[g_ci++]) : NULL;
+}
+
+static char **attempt_completion(const char *text, int start, int end) {
+    (void)start;
+    rl_attempted_completion_over = 1;  // no fallback to readline's own filename completion
+    char *before = strndup(rl_line_buffer, end);
+    g_cands = dm_complete(dm_commands, before, text);
+    free(before);
+    if (!g_cands) return NULL;
+    // "lr=" and "dir/" are unfinished: the next keystroke continues them, so no space
+    if (!g_cands[1]) {
+        size_t n = strlen(g_cands[0]);
+        if (n && (g_cands[0][n - 1] == '=' || g_cands[0][n - 1] == '/')) rl_completion_append_character = '\0';
+    }
+    char **m = rl_completion_matches(text, next_cand);
+    dm_complete_free(g_cands);
+    g_cands = NULL;
+    return m;
+}
+
+// --- start-up files ------------------------------------------------------------------------------
+// An error stops that file (as a script would) and names FILE:LINE; the session continues.
+static void run_rc(Shell *sh) {
+    char paths[2][1100];
+    const char *home = getenv("HOME");
+    snprintf(paths[0], sizeof paths[0], "%s/.dmshrc", home ? home : "");
+    snprintf(paths[1], sizeof paths[1], ".dmshrc");
+    struct stat seen = {0};
+    int have_seen = 0;
+    for (int i = home ? 0 : 1; i < 2; i++) {
+        struct stat st;
+        if (stat(paths[i], &st) || !S_ISREG(st.st_mode)) continue;
+        if (have_seen && st.st_dev == seen.st_dev && st.st_ino == seen.st_ino) continue;  // cwd is $HOME
+        seen = st;
+        have_seen = 1;
+        sh_run_file(sh, paths[i]);
+        sh->quit = 0;  // a :quit in an rc file does not end the session before it starts
+    }
+}
+
+int repl_interactive(Shell *sh) {
+    sh->src = "<tty>";
+    sh->interactive = 1;
+    g_run_interrupt = sh->eng->interrupt;
+    dm_complete_eng = sh->eng;
+    // SA_RESTART: a Ctrl-C during a command must not fail its writes or reads with EINTR.
+    // Readline swaps in its own handler while it reads (and calls this one from it).
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, NULL);
+
+    static char breaks[] = " \t;";  // '=' is not a break: "eval=/us" completes as one word
+    rl_readline_name = "dmsh";
+    rl_attempted_completion_function = attempt_completion;
+    rl_completer_word_break_characters = breaks;
+    rl_signal_event_hook = on_signal_event;
+    rl_event_hook = on_signal_event;
+
+    char hist[1100] = "";
+    const char *home = getenv("HOME");
+    if (home && home[0]) {
+        snprintf(hist, sizeof hist, "%s/.dmsh_history", home);
+        using_history();
+        stifle_history(HISTORY_MAX);
+        read_history(hist);
+        // append_history() does not create the file; each line is appended as it is typed,
+        // so a killed session keeps its history
+        int fd = open(hist, O_WRONLY | O_CREAT | O_APPEND, 0600);
+        if (fd >= 0) close(fd);
+        else hist[0] = 0;
+    }
+
+    if (!dm_norc) run_rc(sh);
+
+    for (;;) {
+        g_prompt_sigint = 0;
+        g_at_prompt = 1;
+        char *line = readline("dmsh> ");
+        g_at_prompt = 0;
+        if (!line) { fputc('\n', stdout); break; }  // Ctrl-D
+        sh->line++;
+        if (!line[strspn(line, " \t")]) { free(line); continue; }
+        HIST_ENTRY *prev = history_length ? history_get(history_base + history_length - 1) : NULL;
+        if (!prev || strcmp(prev->line, line)) {
+            add_history(line);
+            if (hist[0]) append_history(1, hist);
+        }
+        if (g_run_interrupt) *g_run_interrupt = 0;  // a Ctrl-C that raced the prompt must not stop this command
+        dm_err err = {0};
+        if (sh_exec_line(sh, line, &err)) fprintf(stderr, "error: %s\n", err.msg);
+        if (g_run_interrupt) *g_run_interrupt = 0;  // nor one that a command without step boundaries ignored
+        fflush(stdout);
+        free(line);
+        if (sh->quit) break;
+    }
+    if (hist[0]) history_truncate_file(hist, HISTORY_MAX);
+    return 0;
+}

@@ -1,0 +1,243 @@
+// panel.c — the live :train panel (panel.h). One screen, redrawn from a PanelInfo; the
+// terminal is restored by panel_close (endwin) on every way out of :train, Ctrl-C included
+// (Ctrl-C only sets the interrupt flag: the run ends at the next step and closes the panel).
+// Headless builds (no ncurses headers) compile the stub at the bottom: panel_open is NULL.
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "panel.h"
+
+int dm_no_tui;
+
+#ifdef DM_HAVE_NCURSES
+#include <langinfo.h>
+#include <locale.h>
+#include <sys/ioctl.h>
+#include <time.h>
+#include <unistd.h>
+#ifdef DM_NCURSESW
+#include <ncursesw/curses.h>
+#else
+#include <ncurses.h>
+#endif
+
+#define PANEL_LOGS 256
+
+struct Panel {
+    SCREEN *scr;
+    double last_draw;           // monotonic seconds of the last redraw
+    int dirty;                  // a log line arrived since
+    int utf8;                   // block characters for the chart
+    char old_ctype[64];
+    char *logs[PANEL_LOGS];     // kept in order; the oldest dropped past PANEL_LOGS
+    int nlog;
+    FILE *out;                  // panel_output(): what commands print while the panel is up
+    char *outbuf;
+    size_t outlen, outdone;     // memstream size; bytes already turned into log lines
+};
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+Panel *panel_open(void) {
+    const char *term = getenv("TERM");
+    const char *off = getenv("DMSH_NO_TUI");
+    if (dm_no_tui || (off && off[0] && strcmp(off, "0")) || !isatty(1) || !isatty(0) || !term || !term[0] ||
+        !strcmp(term, "dumb"))
+        return NULL;
+    Panel *p = calloc(1, sizeof *p);
+    // LC_CTYPE only (never LC_NUMERIC: printed numbers keep their '.'), to know whether the
+    // terminal takes UTF-8 block characters; restored on close.
+    const char *ct = setlocale(LC_CTYPE, NULL);
+    snprintf(p->old_ctype, sizeof p->old_ctype, "%s", ct ? ct : "C");
+    setlocale(LC_CTYPE, "");
+#ifdef DM_NCURSESW
+    p->utf8 = strcmp(nl_langinfo(CODESET), "UTF-8") == 0;
+#endif
+    fflush(stdout);
+    // newterm, not initscr: initscr exits the process when the terminal is unusable
+    p->scr = newterm(NULL, stdout, stdin);
+    char *cup = p->scr ? tigetstr("cup") : NULL;
+    if (!p->scr || !cup || cup == (char *)-1) {  // no cursor addressing: plain lines instead
+        if (p->scr) { endwin(); delscreen(p->scr); }
+        setlocale(LC_CTYPE, p->old_ctype);
+        free(p);
+        return NULL;
+    }
+    cbreak();  // not raw(): Ctrl-C must still raise SIGINT
+    noecho();
+    curs_set(0);
+    leaveok(stdscr, TRUE);
+    p->dirty = 1;
+    return p;
+}
+
+void panel_log(Panel *p, const char *fmt, ...) {
+    if (!p) return;
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    buf[strcspn(buf, "\n")] = 0;
+    if (p->nlog == PANEL_LOGS) {
+        free(p->logs[0]);
+        memmove(p->logs, p->logs + 1, (PANEL_LOGS - 1) * sizeof *p->logs);
+        p->nlog--;
+    }
+    p->logs[p->nlog++] = strdup(buf);
+    p->dirty = 1;
+}
+
+FILE *panel_output(Panel *p) {
+    if (!p) return NULL;
+    if (!p->out) p->out = open_memstream(&p->outbuf, &p->outlen);
+    return p->out;
+}
+
+// complete lines printed to panel_output() since the last call become log lines
+static void drain_output(Panel *p, int all) {
+    if (!p->out) return;
+    fflush(p->out);
+    while (p->outdone < p->outlen) {
+        char *s = p->outbuf + p->outdone, *nl = memchr(s, '\n', p->outlen - p->outdone);
+        if (!nl && !all) break;
+        size_t n = nl ? (size_t)(nl - s) : p->outlen - p->outdone;
+        panel_log(p, "%.*s", (int)n, s);
+        p->outdone += n + (nl != NULL);
+    }
+}
+
+static double rss_mib(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f) return NAN;
+    long size, res;
+    int ok = fscanf(f, "%ld %ld", &size, &res) == 2;
+    fclose(f);
+    return ok ? res * (double)sysconf(_SC_PAGESIZE) / (1 << 20) : NAN;
+}
+
+static void fmt_eta(char *buf, size_t n, double s) {
+    if (!(s >= 0) || !isfinite(s)) { snprintf(buf, n, "--"); return; }
+    long t = (long)(s + 0.5);
+    if (t >= 3600) snprintf(buf, n, "%ldh%02ldm%02lds", t / 3600, t / 60 % 60, t % 60);
+    else if (t >= 60) snprintf(buf, n, "%ldm%02lds", t / 60, t % 60);
+    else snprintf(buf, n, "%lds", t);
+}
+
+// Loss over the whole run, squeezed into w columns (mean per column) and h rows of eighths.
+static void draw_chart(Panel *p, const PanelInfo *in, int y0, int h, int w) {
+    if (w < 4 || h < 1 || in->nloss < 1 || !in->loss) return;
+    int n = in->nloss, cols = n < w ? n : w;
+    double *v = malloc(cols * sizeof *v);
+    double lo = INFINITY, hi = -INFINITY;
+    for (int c = 0; c < cols; c++) {
+        int a = (int)((long long)c * n / cols), b = (int)((long long)(c + 1) * n / cols);
+        double s = 0;
+        int m = 0;
+        for (int i = a; i < b; i++)
+            if (isfinite(in->loss[i])) { s += in->loss[i]; m++; }
+        v[c] = m ? s / m : NAN;
+        if (m) { lo = fmin(lo, v[c]); hi = fmax(hi, v[c]); }
+    }
+    if (!(hi >= lo)) { free(v); return; }
+    double span = hi > lo ? hi - lo : 1;
+    static const char *blocks[] = {" ", "\u2581", "\u2582", "\u2583", "\u2584", "\u2585", "\u2586", "\u2587", "\u2588"};
+    static const char ascii[] = " ..::||##";
+    for (int r = 0; r < h; r++) {
+        if (r == 0) mvprintw(y0, 0, "%8.4f ", hi);  // the scale: top and bottom values
+        else if (r == h - 1) mvprintw(y0 + r, 0, "%8.4f ", lo);
+        else mvprintw(y0 + r, 0, "%9s", "");
+        for (int c = 0; c < cols; c++) {
+            int fill = 0;
+            if (isfinite(v[c])) {
+                int level = 1 + (int)((v[c] - lo) / span * (h * 8 - 1));  // at least a sliver
+                fill = level - (h - 1 - r) * 8;
+                fill = fill < 0 ? 0 : fill > 8 ? 8 : fill;
+            }
+            if (p->utf8) addstr(blocks[fill]);
+            else addch(ascii[fill]);
+        }
+    }
+    free(v);
+}
+
+static void draw(Panel *p, const PanelInfo *in) {
+    struct winsize ws;  // follow a resized terminal (no getch loop to deliver KEY_RESIZE)
+    if (ioctl(1, TIOCGWINSZ, &ws) == 0 && ws.ws_row > 0 && (ws.ws_row != LINES || ws.ws_col != COLS))
+        resizeterm(ws.ws_row, ws.ws_col);
+    int rows = LINES, cols = COLS;
+    erase();
+    long long done = in->step - in->start_step, total = in->end_step - in->start_step;
+    double frac = total > 0 ? (double)done / total : 1;
+    frac = frac < 0 ? 0 : frac > 1 ? 1 : frac;
+    char head[160];
+    int hl = snprintf(head, sizeof head, "dmsh :train  step %lld / %lld  ", in->step, in->end_step);
+    mvaddstr(0, 0, head);
+    int barw = cols - hl - 9;
+    if (barw > 4) {
+        addch('[');
+        int fillw = (int)(frac * barw);
+        for (int i = 0; i < barw; i++) addch(i < fillw ? '#' : '.');
+        printw("] %5.1f%%", 100 * frac);
+    }
+    char bpb[32], eta[32];
+    if (isnan(in->bpb)) snprintf(bpb, sizeof bpb, "--");
+    else snprintf(bpb, sizeof bpb, "%.4f", in->bpb);
+    fmt_eta(eta, sizeof eta, in->eta_s);
+    mvprintw(1, 0, "loss %.4f   bpb %s   lr %.3e   gnorm %.3f", in->loss_last, bpb, in->lr, in->gnorm);
+    mvprintw(2, 0, "tok/s %.0f   ETA %s   RSS %.1f MiB   skipped %d", in->tok_s, eta, rss_mib(), in->skipped);
+    // the rest: chart, then as many recent log lines as fit (at most 6), then the hint
+    int nlogs = p->nlog < 6 ? p->nlog : 6;
+    int h = rows - 4 - 1 - (nlogs ? nlogs + 1 : 0) - 1;
+    if (h > 12) h = 12;
+    if (h >= 2) {
+        mvprintw(4, 0, "loss, %d steps", in->nloss);
+        draw_chart(p, in, 5, h, cols - 10);
+    }
+    int y = 5 + (h >= 2 ? h : 0) + 1;
+    for (int i = p->nlog - nlogs; i < p->nlog && y < rows - 1; i++, y++) mvaddnstr(y, 0, p->logs[i], cols - 1);
+    if (rows > 3) mvaddnstr(rows - 1, 0, "Ctrl-C: stop at the next step (state intact)", cols - 1);
+    refresh();
+}
+
+void panel_update(Panel *p, const PanelInfo *info) {
+    if (!p || !info) return;
+    drain_output(p, 0);
+    double t = now_s();
+    if (!p->dirty && t - p->last_draw < 0.1 && info->step < info->end_step) return;
+    p->last_draw = t;
+    p->dirty = 0;
+    draw(p, info);
+}
+
+void panel_close(Panel *p) {
+    if (!p) return;
+    drain_output(p, 1);
+    if (p->out) fclose(p->out);
+    free(p->outbuf);
+    endwin();
+    delscreen(p->scr);
+    setlocale(LC_CTYPE, p->old_ctype);
+    for (int i = 0; i < p->nlog; i++) {
+        printf("%s\n", p->logs[i]);
+        free(p->logs[i]);
+    }
+    fflush(stdout);
+    free(p);
+}
+
+#else  // headless: no ncurses headers; :train prints plain lines
+
+Panel *panel_open(void) { return NULL; }
+void panel_update(Panel *p, const PanelInfo *info) { (void)p; (void)info; }
+void panel_log(Panel *p, const char *fmt, ...) { (void)p; (void)fmt; }
+FILE *panel_output(Panel *p) { (void)p; return NULL; }
+void panel_close(Panel *p) { (void)p; }
+
+#endif

@@ -1,0 +1,37 @@
+// panel.h — the live ncurses panel of :train (SPEC §6): loss sparkline, BPB so far, tok/s, ETA,
+// memory, skipped steps. Independent of the engine: the caller fills a PanelInfo. Without a
+// terminal (or with --no-tui, DMSH_NO_TUI=1, a headless build) panel_open returns NULL and the
+// caller prints its plain lines as before.
+#pragma once
+#include <stdio.h>
+
+typedef struct Panel Panel;
+
+typedef struct {
+    long long step;             // steps taken so far (the engine's step counter)
+    long long start_step;       // where this run began (progress bar)
+    long long end_step;         // where it ends
+    const double *loss;         // this run's training losses, oldest first (not copied)
+    int nloss;
+    double loss_last;           // the latest loss
+    double bpb;                 // the last eval BPB; NAN when none yet
+    double tok_s;
+    double eta_s;               // seconds left; < 0 when not known yet
+    int skipped;                // steps skipped by the NaN firewall in this run
+    double lr, gnorm;
+} PanelInfo;
+
+extern int dm_no_tui;           // --no-tui (main.c sets it): never open the panel
+
+Panel *panel_open(void);
+// Redraws at most ~10 times a second (and always on the last step), so calling it every step
+// costs nothing measurable.
+void panel_update(Panel *p, const PanelInfo *info);
+// A line for the panel's log area (evals, checkpoints); printed again, in order, on close so
+// the scrollback keeps them.
+void panel_log(Panel *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+// A stream for everything a command prints while the panel is up (point sh->out at it): its
+// lines go to the log area, and are printed on close. Owned by the panel; NULL when p is NULL.
+FILE *panel_output(Panel *p);
+// Restores the terminal (endwin). NULL is fine.
+void panel_close(Panel *p);

@@ -1,0 +1,106 @@
+// session.c — see session.h.
+#include "session.h"
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int session_write_config(const Engine *e, dm_err *err) {
+    if (!e->session_dir[0]) return 0;
+    char path[1200], *text = mallocCheck(16384);
+    snprintf(path, sizeof path, "%s/config.dm", e->session_dir);
+    engine_config_text(&e->cfg, text, 16384);
+    FILE *f = fopen(path, "w");
+    if (!f) { free(text); return dm_fail(err, "cannot write %s: %s", path, strerror(errno)); }
+    fprintf(f, "# resolved config of this session (dmsh writes it on :init and :session)\n%s", text);
+    if (e->data_path[0]) fprintf(f, ":data %s%s%s\n", e->data_path, e->eval_path[0] ? " eval=" : "", e->eval_path);
+    fclose(f);
+    free(text);
+    return 0;
+}
+
+int session_rewrite_metrics(const Engine *e, dm_err *err) {
+    if (!e->session_dir[0]) return 0;
+    char path[1200], tmp[1300];
+    snprintf(path, sizeof path, "%s/metrics.tsv", e->session_dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    // write the rows through the engine's own appender into a temp file, then rename
+    Engine view = *e;
+    snprintf(view.session_dir, sizeof view.session_dir, "%s", e->session_dir);
+    unlink(tmp);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return dm_fail(err, "cannot write %s: %s", tmp, strerror(errno));
+    fprintf(f, "kind\tstep\ttokens\tloss\tlr\tgnorm\tms\ttok_s\tskipped\tbpb\twindow\tdepth\n");
+    for (int i = 0; i < e->nrows; i++) {
+        const MetricRow *r = &e->rows[i];
+        if (r->kind == 0)
+            fprintf(f, "train\t%lld\t%lld\t%.6f\t%.6g\t%.6g\t%.3f\t%.1f\t%d\t\t\t\n", (long long)r->step,
+                    (long long)r->tokens, r->loss, r->lr, r->gnorm, r->ms, r->tok_s, r->skipped);
+        else
+            fprintf(f, "eval\t%lld\t%lld\t\t\t\t\t\t\t%.6f\t%lld\t%d\n", (long long)r->step, (long long)r->tokens, r->bpb,
+                    (long long)r->window, r->depth);
+    }
+    fclose(f);
+    if (rename(tmp, path)) return dm_fail(err, "cannot replace %s: %s", path, strerror(errno));
+    return 0;
+}
+
+int session_open(Engine *e, const char *dir, dm_err *err) {
+    if (engine_session(e, dir, err)) return 1;
+    if (session_write_config(e, err)) return 1;
+    if (e->nrows && session_rewrite_metrics(e, err)) return 1;
+    return 0;
+}
+
+void session_transcript(const Engine *e, const char *line) {
+    if (!e->session_dir[0]) return;
+    char path[1200];
+    snprintf(path, sizeof path, "%s/transcript.dm", e->session_dir);
+    FILE *f = fopen(path, "a");
+    if (!f) return;
+    size_t n = strlen(line);
+    fprintf(f, "%s%s", line, n && line[n - 1] == '\n' ? "" : "\n");
+    fclose(f);
+}
+
+int session_latest_ckpt(const char *dir, char *path, size_t n, long long *step) {
+    char ck[1100];
+    snprintf(ck, sizeof ck, "%s/ckpt", dir);
+    DIR *d = opendir(ck);
+    if (!d) return 1;
+    long long best = -1;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        long long s;
+        char tail[8];
+        if (sscanf(de->d_name, "step-%lld.ckp%1s", &s, tail) == 2 && !strcmp(de->d_name + strlen(de->d_name) - 5, ".ckpt") && s > best) best = s;
+    }
+    closedir(d);
+    if (best < 0) return 1;
+    snprintf(path, n, "%s/step-%lld.ckpt", ck, best);
+    *step = best;
+    return 0;
+}
+
+int session_resume(Engine *e, const char *dir, dm_err *err) {
+    struct stat st;
+    if (stat(dir, &st) || !S_ISDIR(st.st_mode)) return dm_fail(err, "%s: not a session directory", dir);
+    char path[1200];
+    long long step;
+    if (session_latest_ckpt(dir, path, sizeof path, &step))
+        return dm_fail(err, "%s: no checkpoint in %s/ckpt (nothing to resume; :save writes one)", dir, dir);
+    if (engine_load(e, path, err)) return 1;
+    if (engine_session(e, dir, err)) return 1;
+    return session_rewrite_metrics(e, err);
+}
+
+int session_autosave(Engine *e, char *path, size_t n, dm_err *err) {
+    path[0] = 0;
+    if (!e->session_dir[0] || !e->live || e->step == 0) return 0;
+    snprintf(path, n, "%s/ckpt/step-%lld.ckpt", e->session_dir, (long long)e->step);
+    struct stat st;
+    if (stat(path, &st) == 0) { path[0] = 0; return 0; }
+    return engine_save(e, path, err);
+}

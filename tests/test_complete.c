@@ -1,0 +1,175 @@
+// test_complete.c — Tab completion rules (repl/complete.c) as a pure function: command names,
+// per-command arguments (config keys, presets, arms, metrics, targets, options), file paths,
+// and a new command after ';'. No terminal involved; test_repl_pty covers readline itself.
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "testutil.h"
+#include "../repl/complete.h"
+
+// The command names of SPEC §6 (the real table lives in commands.c, outside libdm.a).
+static const Command table[] = {
+    {":help", 0, 0, 0, 0},    {":preset", 0, 0, 0, 0},  {":set", 0, 0, 0, 0},    {":show", 0, 0, 0, 0},
+    {":data", 0, 0, 0, 0},    {":init", 0, 0, 0, 0},    {":device", 0, 0, 0, 0}, {":step", 0, 0, 0, 0},
+    {":train", 0, 0, 0, 0},   {":eval", 0, 0, 0, 0},    {":eval-depths", 0, 0, 0, 0},
+    {":anchors", 0, 0, 0, 0}, {":probe", 0, 0, 0, 0},   {":arm", 0, 0, 0, 0},    {":plot", 0, 0, 0, 0},
+    {":gen", 0, 0, 0, 0},     {":save", 0, 0, 0, 0},    {":load", 0, 0, 0, 0},   {":session", 0, 0, 0, 0},
+    {":sessions", 0, 0, 0, 0}, {":bench", 0, 0, 0, 0},  {":stress", 0, 0, 0, 0}, {":check", 0, 0, 0, 0},
+    {":run", 0, 0, 0, 0},     {":quit", 0, 0, 0, 0},    {NULL, 0, 0, 0, 0},
+};
+
+static int count(char **v) {
+    int n = 0;
+    while (v && v[n]) n++;
+    return n;
+}
+
+static int has(char **v, const char *s) {
+    for (int i = 0; v && v[i]; i++)
+        if (!strcmp(v[i], s)) return 1;
+    return 0;
+}
+
+// Completion of `line` where the word under the cursor is its tail after the last blank/';'
+// (what readline passes with dmsh's word breaks " \t;").
+static char **comp(const char *line) {
+    const char *w = line + strlen(line);
+    while (w > line && w[-1] != ' ' && w[-1] != '\t' && w[-1] != ';') w--;
+    return dm_complete(table, line, w);
+}
+
+static void dump(const char *line, char **v) {
+    print_message("%s ->", line);
+    for (int i = 0; v && v[i]; i++) print_message(" [%s]", v[i]);
+    print_message("\n");
+}
+
+// exactly these candidates, in sorted order
+static void expect(const char *line, const char *const *want) {
+    char **v = comp(line);
+    int n = 0;
+    while (want[n]) n++;
+    if (count(v) != n) dump(line, v);
+    assert_int_equal(count(v), n);
+    for (int i = 0; i < n; i++) assert_string_equal(v[i], want[i]);
+    dm_complete_free(v);
+}
+
+static void test_command_names(void **s) {
+    (void)s;
+    expect(":e", (const char *[]){":eval", ":eval-depths", NULL});
+    expect(":pre", (const char *[]){":preset", NULL});
+    expect("pre", (const char *[]){":preset", NULL});  // typed without ':'
+    expect(":sess", (const char *[]){":session", ":sessions", NULL});
+    char **v = comp("");
+    assert_int_equal(count(v), 25);  // every command on an empty line
+    dm_complete_free(v);
+    assert_null(comp(":zzz"));
+    // after ';' a new command starts, wherever the previous one stopped
+    expect(":help;:pre", (const char *[]){":preset", NULL});
+    expect(":preset nano; :ar", (const char *[]){":arm", NULL});
+    expect(":preset nano ;:arm k", (const char *[]){"kda", NULL});
+    // ... but not inside quotes, and nothing in a comment
+    assert_null(comp(":gen \"a;:pre"));
+    assert_null(comp(":help # :pre"));
+}
+
+static void test_arguments(void **s) {
+    (void)s;
+    char **v = comp(":set l");
+    dump(":set l", v);
+    assert_true(has(v, "lr=") && has(v, "lr_muon=") && has(v, "lr_schedule=") && has(v, "lr_min_frac=") &&
+                has(v, "log_every=") && has(v, "loss=") && has(v, "lam_max="));
+    for (int i = 0; v[i]; i++) {
+        assert_int_equal(v[i][0], 'l');
+        assert_int_equal(v[i][strlen(v[i]) - 1], '=');
+    }
+    dm_complete_free(v);
+    v = comp(":set d=64 ");  // every key again for the next word
+    assert_true(count(v) > 30 && has(v, "d=") && has(v, "H="));
+    dm_complete_free(v);
+    expect(":set loss=f", (const char *[]){"loss=final", NULL});  // enum values after '='
+    expect(":set opt=", (const char *[]){"opt=adamw", "opt=mix", NULL});
+    assert_null(comp(":set lr=0"));
+    expect(":preset n", (const char *[]){"nano", NULL});
+    v = comp(":preset ");
+    assert_true(has(v, "nano") && has(v, "mini") && has(v, "small") && has(v, "base") && has(v, "large"));
+    dm_complete_free(v);
+    expect(":arm k", (const char *[]){"kda", NULL});
+    expect(":arm r", (const char *[]){"retract", "rezero", NULL});
+    expect(":arm kda ", (const char *[]){"off", "on", NULL});
+    expect(":arm kda o", (const char *[]){"off", "on", NULL});
+    assert_null(comp(":arm kda on "));
+    expect(":plot b", (const char *[]){"bpb", NULL});
+    expect(":plot bpb,l", (const char *[]){"bpb,loss", "bpb,lr", NULL});
+    expect(":plot bpb x=t", (const char *[]){"x=time", "x=tokens", NULL});
+    expect(":p bpb o", (const char *[]){"out=", NULL});  // the :p shortcut is :plot
+    expect(":probe kda.", (const char *[]){"kda.out", "kda.state", NULL});
+    expect(":probe h ", (const char *[]){"hist", NULL});
+    expect(":show m", (const char *[]){"metrics", "model", NULL});
+    expect(":check d", (const char *[]){"determinism", NULL});
+    expect(":check grad s", (const char *[]){"steps=", NULL});
+    expect(":help ev", (const char *[]){"eval", "eval-depths", NULL});
+    expect(":help :ev", (const char *[]){":eval", ":eval-depths", NULL});
+    expect(":train 100 ", (const char *[]){"ckpt_every=", "eval_every=", "log_every=", NULL});
+    expect(":t 100 l", (const char *[]){"log_every=", NULL});
+    expect(":init s", (const char *[]){"seed=", NULL});
+    expect(":device c", (const char *[]){"cpu", "cuda", "cuda:0", NULL});
+    assert_null(comp(":quit "));
+}
+
+static void test_paths(void **s) {
+    (void)s;
+    char **v = comp(":data /us");
+    dump(":data /us", v);
+    assert_true(has(v, "/usr/"));
+    dm_complete_free(v);
+    v = comp(":data eval=/us");
+    assert_true(has(v, "eval=/usr/"));
+    dm_complete_free(v);
+    v = comp(":data /usr/include/std");  // files: no trailing '/'
+    assert_true(has(v, "/usr/include/stdio.h"));
+    dm_complete_free(v);
+    // a directory of our own: hidden entries only when asked for, subdirectories end in '/'
+    char dir[64] = "/tmp/dmsh_complete_XXXXXX", p[200], line[300];
+    assert_non_null(mkdtemp(dir));
+    snprintf(p, sizeof p, "%s/sub", dir);
+    assert_int_equal(mkdir(p, 0700), 0);
+    const char *files[] = {"corpus.txt", "corpus2.txt", ".hidden"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, files[i]);
+        FILE *f = fopen(p, "w");
+        assert_non_null(f);
+        fclose(f);
+    }
+    snprintf(line, sizeof line, ":load %s/", dir);
+    v = comp(line);
+    dump(line, v);
+    assert_int_equal(count(v), 3);
+    snprintf(p, sizeof p, "%s/sub/", dir);
+    assert_true(has(v, p));
+    dm_complete_free(v);
+    snprintf(line, sizeof line, ":run %s/.h", dir);
+    v = comp(line);
+    snprintf(p, sizeof p, "%s/.hidden", dir);
+    assert_int_equal(count(v), 1);
+    assert_string_equal(v[0], p);
+    dm_complete_free(v);
+    snprintf(line, sizeof line, ":data %s/corpus", dir);
+    v = comp(line);
+    assert_int_equal(count(v), 2);
+    dm_complete_free(v);
+    char cmd[120];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_command_names),
+        cmocka_unit_test(test_arguments),
+        cmocka_unit_test(test_paths),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
