@@ -33,7 +33,7 @@ ifeq ($(HEADLESS)$(wildcard /usr/include/stb/stb_image_write.h),/usr/include/stb
   CFLAGS += -DDM_HAVE_PNG=1 -I/usr/include/stb
 endif
 
-.PHONY: all lib test test-float test-double bench deps cuda-check clean demo dmsh
+.PHONY: all lib test test-float test-double bench deps cuda-check clean demo dmsh headless
 all: lib dmsh
 
 # The prompt: readline when its headers exist, else the plain line reader (the GPU machine has
@@ -150,6 +150,19 @@ deps:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	  else sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi; \
 	fi
+
+# The main job on an embedded default: nano trained on the C headers under /usr/include.
+demo: deps
+	$(MAKE) --no-print-directory dmsh
+	rm -rf runs/demo
+	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 ./$(B)/dmsh --norc --no-tui -b configs/runs/demo.dm
+
+# dmsh without readline, ncurses or PNG (machines without those headers, e.g. the GPU box)
+headless:
+	$(MAKE) --no-print-directory HEADLESS=1 dmsh
+
+docs/commands.md: $(B)/dmsh
+	./$(B)/dmsh --commands-md > $@
 
 clean:
 	rm -rf build

@@ -3,29 +3,60 @@
 #include <math.h>
 #include <string.h>
 #include "model.h"
+#include "../kernels/cpu/ops.h"
 
 #define PT(m, i) ((m)->params + (m)->t[i].offset)
 #define GT(m, i) ((m)->grads + (m)->t[i].offset)
 #define ZERO(p, n) memset((p), 0, sizeof(real) * (size_t)(n))
 
+// dst[n, 0:C] = dy[n, 0:C] * silu'(x[n, 0:C]), x and dst at row strides ldx, ldd
+static void silu_bwd_rows(real *dst, int ldd, const real *dy, const real *x, int ldx, int N, int C) {
+    for (int n = 0; n < N; n++) {
+        real *restrict o = dst + (size_t)n * ldd;
+        const real *restrict g = dy + (size_t)n * C, *restrict xr = x + (size_t)n * ldx;
+        for (int c = 0; c < C; c++) {
+            real s = dm_sigmoid(xr[c]);
+            o[c] = g[c] * s * (1 + xr[c] * (1 - s));
+        }
+    }
+}
+
+// dbias[o] += sum_n dout[n, o] (rows at stride ld), summed in row order in double
+static void colsum_add(real *dbias, const real *dout, int ld, int N, int C) {
+    double acc[C > 0 ? C : 1];
+    for (int c = 0; c < C; c++) acc[c] = 0;
+    for (int n = 0; n < N; n++) {
+        const real *r = dout + (size_t)n * ld;
+        for (int c = 0; c < C; c++) acc[c] += r[c];
+    }
+    for (int c = 0; c < C; c++) dbias[c] += (real)acc[c];
+}
+
+// KDA arm backward from da [N, d]: the parameter gradients of everything but the fused
+// projection, and the arm's columns of dproj (q, k, v, b, f1, g1), which are written (=).
 static void kda_arm_backward(Model *m, IterActs *t, const real *da, int B, int T) {
     const Backend *be = m->be;
     const Config *c = &m->cfg;
     Acts *a = &m->acts;
     int N = B * T, d = c->d, H = c->H, dh = d / H;
     size_t Nd = (size_t)N * d;
-    // a = W_o og; og = on * gt
-    ZERO(a->dog, Nd);
-    be->matmul_backward(a->dog, GT(m, P_WO), NULL, da, t->og, PT(m, P_WO), N, d, d);
-    real *don = a->dtmp2, *dgt = a->dgt;
-    for (size_t i = 0; i < Nd; i++) { don[i] = a->dog[i] * t->gt[i]; dgt[i] = a->dog[i] * t->on[i]; }
-    // gt = sigmoid(W_g2 W_g1 n + b_g)
-    real *dgt_pre = a->dog;  // og's gradient is consumed: reuse
-    ZERO(dgt_pre, Nd);
-    be->sigmoid_backward(dgt_pre, dgt, t->gt, Nd);
-    ZERO(a->dgt1, (size_t)N * dh);
-    be->matmul_backward(a->dgt1, GT(m, P_WG2), GT(m, P_BG), dgt_pre, t->gt1, PT(m, P_WG2), N, dh, d);
-    be->matmul_backward(a->dn, GT(m, P_WG1), NULL, a->dgt1, t->n, PT(m, P_WG1), N, d, dh);
+    ProjLayout pl = proj_layout(c);
+    int P = pl.P;
+    real *dproj = a->dproj;
+    const real *pr = t->proj;
+    // a = W_o og: dog = da W_o (written); dW_o += da^T og
+    be->gemm(0, 0, N, d, d, 1, da, d, PT(m, P_WO), d, 0, a->dog, d);
+    be->gemm(1, 0, d, d, N, 1, da, d, t->og, d, 1, GT(m, P_WO), d);
+    // og = on * gt, gt = sigmoid(W_g2 gt1 + b_g)
+    real *don = a->dtmp2, *dgt_pre = a->dgt;
+    for (size_t i = 0; i < Nd; i++) {
+        real gt = t->gt[i], dog = a->dog[i];
+        don[i] = dog * gt;
+        dgt_pre[i] = dog * t->on[i] * gt * (1 - gt);
+    }
+    be->gemm(0, 0, N, dh, d, 1, dgt_pre, d, PT(m, P_WG2), dh, 0, dproj + pl.g1, P);   // dgt1
+    be->gemm(1, 0, d, dh, N, 1, dgt_pre, d, pr + pl.g1, P, 1, GT(m, P_WG2), dh);
+    colsum_add(GT(m, P_BG), dgt_pre, d, N, d);
     // on = RMSNorm_head(o) * w_on
     ZERO(a->do_, Nd);
     be->rmsnorm_backward(a->do_, GT(m, P_W_ON), don, t->o, PT(m, P_W_ON), t->on_rstd, N * H, dh);
@@ -33,48 +64,51 @@ static void kda_arm_backward(Model *m, IterActs *t, const real *da, int B, int T
     ZERO(a->dq, Nd); ZERO(a->dk, Nd); ZERO(a->dv, Nd); ZERO(a->dbeta, (size_t)N * H); ZERO(a->dg, Nd);
     be->kda_backward(a->dq, a->dk, a->dv, a->dbeta, a->dg, a->do_, t->q, t->k, t->v, t->beta, t->g,
                      t->kda_ws, B, T, H, dh, c->kda_chunk);
-    // g = g_min * sigmoid(exp(A_h) (zf2 + dt_bias))
+    // g = g_min * sigmoid(exp(A_h) (zf2 + dt_bias)); per channel sums in token order
     const real *A = PT(m, P_A), *dtb = PT(m, P_DT_BIAS);
     real *dA = GT(m, P_A), *ddtb = GT(m, P_DT_BIAS);
     real gmin = (real)c->g_min;
-    for (int ch = 0; ch < d; ch++) {
-        real ea = (real)exp(A[ch / dh]);
-        double sA = 0, sb = 0;
-        for (size_t n = 0; n < (size_t)N; n++) {
-            size_t j = n * d + ch;
-            real gs = t->gs[j];
-            real dpre = a->dg[j] * gmin * gs * (1 - gs);
-            a->dzf2[j] = dpre * ea;
-            sb += dpre * ea;
-            sA += dpre * ea * (t->zf2[j] + dtb[ch]);
+    real ea[H];
+    for (int h = 0; h < H; h++) ea[h] = (real)exp(A[h]);
+    double sA[d], sb[d];
+    for (int ch = 0; ch < d; ch++) sA[ch] = sb[ch] = 0;
+    for (size_t n = 0; n < (size_t)N; n++)
+        for (int h = 0; h < H; h++) {
+            real eh = ea[h];
+            size_t j0 = n * d + (size_t)h * dh;
+            const real *restrict gs = t->gs + j0, *restrict dg = a->dg + j0, *restrict z = t->zf2 + j0;
+            const real *restrict b = dtb + (size_t)h * dh;
+            real *restrict dz = a->dzf2 + j0;
+            double *restrict sa = sA + (size_t)h * dh, *restrict sbb = sb + (size_t)h * dh;
+            for (int x = 0; x < dh; x++) {
+                real dpre = dg[x] * gmin * gs[x] * (1 - gs[x]);
+                real v = dpre * eh;
+                dz[x] = v;
+                sbb[x] += v;
+                sa[x] += v * (z[x] + b[x]);
+            }
         }
-        ddtb[ch] += (real)sb;
-        dA[ch / dh] += (real)sA;
+    for (int ch = 0; ch < d; ch++) {
+        ddtb[ch] += (real)sb[ch];
+        dA[ch / dh] += (real)sA[ch];
     }
-    ZERO(a->dzf1, (size_t)N * dh);
-    be->matmul_backward(a->dzf1, GT(m, P_WF2), NULL, a->dzf2, t->zf1, PT(m, P_WF2), N, dh, d);
-    be->matmul_backward(a->dn, GT(m, P_WF1), NULL, a->dzf1, t->n, PT(m, P_WF1), N, d, dh);
+    be->gemm(0, 0, N, dh, d, 1, a->dzf2, d, PT(m, P_WF2), dh, 0, dproj + pl.f1, P);  // dzf1
+    be->gemm(1, 0, d, dh, N, 1, a->dzf2, d, pr + pl.f1, P, 1, GT(m, P_WF2), dh);
     // beta = sigmoid(W_b n)
-    real *dbp = a->dzf2;  // [N, H] fits in [N, d]
-    ZERO(dbp, (size_t)N * H);
-    be->sigmoid_backward(dbp, a->dbeta, t->beta, (size_t)N * H);
-    be->matmul_backward(a->dn, GT(m, P_WB), NULL, dbp, t->n, PT(m, P_WB), N, d, H);
+    for (size_t n = 0; n < (size_t)N; n++)
+        for (int h = 0; h < H; h++) {
+            real bt = t->beta[n * H + h];
+            dproj[n * P + pl.b + h] = a->dbeta[n * H + h] * bt * (1 - bt);
+        }
     // v = silu(W_v n)
-    real *dpre = a->dtmp2;
-    ZERO(dpre, Nd);
-    be->silu_backward(dpre, a->dv, t->vr, Nd);
-    be->matmul_backward(a->dn, GT(m, P_WV), NULL, dpre, t->n, PT(m, P_WV), N, d, d);
+    silu_bwd_rows(dproj + pl.v, P, a->dv, pr + pl.v, P, N, d);
     // k = l2norm(silu(W_k n)), q = l2norm(silu(W_q n)) * dh^-1/2
     ZERO(a->dks, Nd);
     be->l2norm_backward(a->dks, a->dk, t->k, t->k_rn, 1, N * H, dh);
-    ZERO(dpre, Nd);
-    be->silu_backward(dpre, a->dks, t->kr, Nd);
-    be->matmul_backward(a->dn, GT(m, P_WK), NULL, dpre, t->n, PT(m, P_WK), N, d, d);
+    silu_bwd_rows(dproj + pl.k, P, a->dks, pr + pl.k, P, N, d);
     ZERO(a->dqs, Nd);
     be->l2norm_backward(a->dqs, a->dq, t->q, t->q_rn, (real)(1.0 / sqrt(dh)), N * H, dh);
-    ZERO(dpre, Nd);
-    be->silu_backward(dpre, a->dqs, t->qr, Nd);
-    be->matmul_backward(a->dn, GT(m, P_WQ), NULL, dpre, t->n, PT(m, P_WQ), N, d, d);
+    silu_bwd_rows(dproj + pl.q, P, a->dqs, pr + pl.q, P, N, d);
 }
 
 static void mem_arm_backward(Model *m, IterActs *t, const real *de, int N) {
@@ -120,10 +154,10 @@ void model_backward(Model *m) {
         IterActs *t = &a->it[i];
         const real *hprev = i ? a->it[i - 1].h : a->h0;
         if (!isnan(m->depth_loss[i])) {  // this depth's CE is part of the loss
-            ZERO(a->dlogits, (size_t)N * 256);
-            be->softmax_ce_backward(a->dlogits, t->probs, a->tgt, ce_scale, N, 256);
-            ZERO(a->dtmp, Nd);
-            be->matmul_backward(a->dtmp, GT(m, P_HEAD), NULL, a->dlogits, t->yn, PT(m, P_HEAD), N, d, 256);
+            for (size_t j = 0; j < (size_t)N * 256; j++) a->dlogits[j] = ce_scale * t->probs[j];
+            for (int n = 0; n < N; n++) a->dlogits[(size_t)n * 256 + a->tgt[n]] -= ce_scale;
+            be->gemm(0, 0, N, d, 256, 1, a->dlogits, 256, PT(m, P_HEAD), d, 0, a->dtmp, d);
+            be->gemm(1, 0, 256, d, N, 1, a->dlogits, 256, t->yn, d, 1, GT(m, P_HEAD), d);
             be->rmsnorm_backward(a->dybar, GT(m, P_OUT_NORM), a->dtmp, t->ybar, PT(m, P_OUT_NORM), t->yn_rstd, N, d);
         }
         // ybar_i = (i ybar_{i-1} + y_i) / (i + 1)
@@ -133,23 +167,20 @@ void model_backward(Model *m) {
                             PT(m, P_OUTPROJ) + (size_t)i * d * d, N, d, d);
         // h_i = h_{i-1} + alpha body
         if (arms->on[ARM_REZERO]) {
-            double s = 0;
-            for (size_t j = 0; j < Nd; j++) s += (double)a->dh[j] * t->body[j];
-            GT(m, P_ALPHA)[0] += (real)s;
+            GT(m, P_ALPHA)[0] += (real)dm_dot_d(a->dh, t->body, Nd);
             arms->bwd[ARM_REZERO]++;
         }
         for (size_t j = 0; j < Nd; j++) a->dbody[j] = alpha * a->dh[j];
         ZERO(a->dn, Nd);
         ZERO(a->dctrl, (size_t)N * 3);
+        ProjLayout pl = proj_layout(c);
+        int P = pl.P;
+        if (!arms->on[ARM_KDA] || !arms->on[ARM_MOE]) ZERO(a->dproj, (size_t)N * P);  // off arms' columns
         real *darm = a->dtmp;
         if (arms->on[ARM_KDA]) {
             for (size_t n = 0; n < (size_t)N; n++) {
-                double s = 0;
-                for (int ch = 0; ch < d; ch++) {
-                    s += (double)a->dbody[n * d + ch] * t->a[n * d + ch];
-                    darm[n * d + ch] = t->ctrl[n * 3 + 0] * a->dbody[n * d + ch];
-                }
-                a->dctrl[n * 3 + 0] = (real)s;
+                a->dctrl[n * 3 + 0] = (real)dm_dot_d(a->dbody + n * d, t->a + n * d, d);
+                for (int ch = 0; ch < d; ch++) darm[n * d + ch] = t->ctrl[n * 3 + 0] * a->dbody[n * d + ch];
             }
             kda_arm_backward(m, t, darm, B, T);
             arms->bwd[ARM_KDA]++;
@@ -158,47 +189,41 @@ void model_backward(Model *m) {
             for (size_t n = 0; n < (size_t)N; n++) {
                 real w = t->ctrl[n * 3 + 1];
                 int capped = !(w < lam);
-                double s = 0;
-                for (int ch = 0; ch < d; ch++) {
-                    s += (double)a->dbody[n * d + ch] * t->e[n * d + ch];
-                    darm[n * d + ch] = (capped ? lam : w) * a->dbody[n * d + ch];
-                }
-                a->dctrl[n * 3 + 1] = capped ? 0 : (real)s;  // min(w, lam) passes no gradient when capped
+                real wc = capped ? lam : w;
+                for (int ch = 0; ch < d; ch++) darm[n * d + ch] = wc * a->dbody[n * d + ch];
+                a->dctrl[n * 3 + 1] = capped ? 0 : (real)dm_dot_d(a->dbody + n * d, t->e + n * d, d);  // min(w, lam) passes no gradient when capped
             }
             mem_arm_backward(m, t, darm, N);
             arms->bwd[ARM_ENGRAM]++;
         }
         if (arms->on[ARM_MOE]) {
             for (size_t n = 0; n < (size_t)N; n++) {
-                double s = 0;
-                for (int ch = 0; ch < d; ch++) {
-                    s += (double)a->dbody[n * d + ch] * t->gout[n * d + ch];
-                    darm[n * d + ch] = t->ctrl[n * 3 + 2] * a->dbody[n * d + ch];
-                }
-                a->dctrl[n * 3 + 2] = (real)s;
+                a->dctrl[n * 3 + 2] = (real)dm_dot_d(a->dbody + n * d, t->gout + n * d, d);
+                for (int ch = 0; ch < d; ch++) darm[n * d + ch] = t->ctrl[n * 3 + 2] * a->dbody[n * d + ch];
             }
             MoEShape ms = {N, d, E, c->k, c->r, c->f};
             MoEParams mp = {PT(m, P_U1), PT(m, P_S1), PT(m, P_V1), PT(m, P_U2), PT(m, P_S2), PT(m, P_V2)};
             MoEGrads mg = {GT(m, P_U1), GT(m, P_S1), GT(m, P_V1), GT(m, P_U2), GT(m, P_S2), GT(m, P_V2)};
             ZERO(a->dz, (size_t)N * E);
             be->moe_backward(a->dn, a->dz, mg, darm, daux, t->moe_ws, t->n, t->z, mp, ms);
-            be->matmul_backward(a->dn, GT(m, P_ROUTER), NULL, a->dz, t->n, PT(m, P_ROUTER), N, d, E);
+            for (size_t n = 0; n < (size_t)N; n++)
+                for (int e = 0; e < E; e++) a->dproj[n * P + pl.z + e] = a->dz[n * E + e];
             arms->bwd[ARM_MOE]++;
         }
         // controller: ctrl = sigmoid(W_c n + b_c)
-        real *dcp = a->dz;  // [N, 3] scratch (dz consumed)
-        ZERO(dcp, (size_t)N * 3);
-        be->sigmoid_backward(dcp, a->dctrl, t->ctrl, (size_t)N * 3);
-        be->matmul_backward(a->dn, GT(m, P_CTRL_W), GT(m, P_CTRL_B), dcp, t->n, PT(m, P_CTRL_W), N, d, 3);
+        for (size_t n = 0; n < (size_t)N; n++)
+            for (int j = 0; j < 3; j++) {
+                real g = t->ctrl[n * 3 + j];
+                a->dproj[n * P + pl.c + j] = a->dctrl[n * 3 + j] * g * (1 - g);
+            }
+        colsum_add(GT(m, P_CTRL_B), a->dproj + pl.c, P, N, 3);
+        // the fused projection: dn += dproj W, dW += dproj^T n (W: the [P, d] rows at kda.wq)
+        be->gemm(0, 0, N, d, P, 1, a->dproj, P, PT(m, P_WQ), d, 1, a->dn, d);
+        be->gemm(1, 0, P, d, N, 1, a->dproj, P, t->n, d, 1, GT(m, P_WQ), d);
         // n = RMSNorm_blk(u), u = h_{i-1} + IterEmb[i]
         ZERO(a->dtmp, Nd);
         be->rmsnorm_backward(a->dtmp, GT(m, P_BLK_NORM), a->dn, t->u, PT(m, P_BLK_NORM), t->n_rstd, N, d);
-        real *die = GT(m, P_ITER_EMB) + (size_t)i * d;
-        for (int ch = 0; ch < d; ch++) {
-            double s = 0;
-            for (size_t n = 0; n < (size_t)N; n++) s += a->dtmp[n * d + ch];
-            die[ch] += (real)s;
-        }
+        colsum_add(GT(m, P_ITER_EMB) + (size_t)i * d, a->dtmp, d, N, d);
         for (size_t j = 0; j < Nd; j++) a->dh[j] += a->dtmp[j];  // now d loss / d h_{i-1}
         (void)hprev;
     }

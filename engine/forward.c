@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 #include "model.h"
+#include "../kernels/cpu/ops.h"
 
 #define PT(m, i) ((m)->params + (m)->t[i].offset)
 
@@ -12,41 +13,77 @@ static void add_row(real *u, const real *h, const real *row, size_t N, int d) {
         for (int c = 0; c < d; c++) u[n * d + c] = h[n * d + c] + row[c];
 }
 
+// out[n, 0:C] = silu(in[n, 0:C]) for rows at strides ldo, ldi
+static void silu_rows(real *out, int ldo, const real *in, int ldi, int N, int C) {
+    for (int n = 0; n < N; n++) {
+        real *restrict o = out + (size_t)n * ldo;
+        const real *restrict x = in + (size_t)n * ldi;
+        for (int c = 0; c < C; c++) o[c] = x[c] * dm_sigmoid(x[c]);
+    }
+}
+
+// The projections of n that share one gemm (ProjLayout): proj = n [W_q; W_k; W_v; W_b; W_f1;
+// W_g1; W_c; W_r]^T, then the controller gates and the router logits out of it.
+static void proj_forward(Model *m, IterActs *t, int N) {
+    const Config *c = &m->cfg;
+    ProjLayout pl = proj_layout(c);
+    int P = pl.P, E = c->E;
+    m->be->matmul_forward(t->proj, t->n, PT(m, P_WQ), NULL, N, c->d, P);
+    const real *cb = PT(m, P_CTRL_B);
+    for (size_t n = 0; n < (size_t)N; n++) {
+        const real *pr = t->proj + n * P;
+        for (int j = 0; j < 3; j++) t->ctrl[n * 3 + j] = dm_sigmoid(pr[pl.c + j] + cb[j]);
+        for (int j = 0; j < E; j++) t->z[n * E + j] = pr[pl.z + j];
+    }
+}
+
 // KDA arm: n [N,d] -> a [N,d]. Activations are kept in `t` for the backward pass.
 static void kda_arm_forward(Model *m, IterActs *t, int B, int T) {
     const Backend *be = m->be;
     const Config *c = &m->cfg;
     int N = B * T, d = c->d, H = c->H, dh = d / H;
-    be->matmul_forward(t->qr, t->n, PT(m, P_WQ), NULL, N, d, d);
-    be->matmul_forward(t->kr, t->n, PT(m, P_WK), NULL, N, d, d);
-    be->matmul_forward(t->vr, t->n, PT(m, P_WV), NULL, N, d, d);
-    be->silu_forward(t->qs, t->qr, (size_t)N * d);
-    be->silu_forward(t->ks, t->kr, (size_t)N * d);
-    be->silu_forward(t->v, t->vr, (size_t)N * d);
+    ProjLayout pl = proj_layout(c);
+    int P = pl.P;
+    const real *pr = t->proj;
+    silu_rows(t->qs, d, pr + pl.q, P, N, d);
+    silu_rows(t->ks, d, pr + pl.k, P, N, d);
+    silu_rows(t->v, d, pr + pl.v, P, N, d);
     // per-head l2norm over dh: rows of [N*H, dh]; q also carries the dh^-1/2 scale
     be->l2norm_forward(t->q, t->q_rn, t->qs, (real)(1.0 / sqrt(dh)), N * H, dh);
     be->l2norm_forward(t->k, t->k_rn, t->ks, 1, N * H, dh);
-    be->matmul_forward(t->beta_pre, t->n, PT(m, P_WB), NULL, N, d, H);
-    be->sigmoid_forward(t->beta, t->beta_pre, (size_t)N * H);
+    for (size_t n = 0; n < (size_t)N; n++)
+        for (int h = 0; h < H; h++) t->beta[n * H + h] = dm_sigmoid(pr[n * P + pl.b + h]);
     // decay: g = g_min * sigmoid(exp(A_h) * (W_f2 W_f1 n + dt_bias))
-    be->matmul_forward(t->zf1, t->n, PT(m, P_WF1), NULL, N, d, dh);
-    be->matmul_forward(t->zf2, t->zf1, PT(m, P_WF2), NULL, N, dh, d);
+    be->gemm(0, 1, N, d, dh, 1, pr + pl.f1, P, PT(m, P_WF2), dh, 0, t->zf2, d);
     const real *A = PT(m, P_A), *dtb = PT(m, P_DT_BIAS);
     real gmin = (real)c->g_min;
+    real ea[H];
+    for (int h = 0; h < H; h++) ea[h] = (real)exp(A[h]);
     for (size_t n = 0; n < (size_t)N; n++)
-        for (int ch = 0; ch < d; ch++) {
-            real ea = (real)exp(A[ch / dh]);
-            real s = 1 / (1 + (real)exp(-ea * (t->zf2[n * d + ch] + dtb[ch])));
-            t->gs[n * d + ch] = s;
-            t->g[n * d + ch] = gmin * s;
+        for (int h = 0; h < H; h++) {
+            real eh = ea[h];
+            const real *restrict z = t->zf2 + n * d + (size_t)h * dh, *restrict b = dtb + (size_t)h * dh;
+            real *restrict gs = t->gs + n * d + (size_t)h * dh, *restrict g = t->g + n * d + (size_t)h * dh;
+            for (int x = 0; x < dh; x++) {
+                real s = dm_sigmoid(eh * (z[x] + b[x]));
+                gs[x] = s;
+                g[x] = gmin * s;
+            }
         }
     be->kda_forward(t->o, t->kda_ws, t->q, t->k, t->v, t->beta, t->g, B, T, H, dh, c->kda_chunk);
     // gated output norm: RMSNorm per head (gain w_on shared by heads) * sigmoid(W_g2 W_g1 n + b_g)
     be->rmsnorm_forward(t->on, t->on_rstd, t->o, PT(m, P_W_ON), N * H, dh);
-    be->matmul_forward(t->gt1, t->n, PT(m, P_WG1), NULL, N, d, dh);
-    be->matmul_forward(t->gt_pre, t->gt1, PT(m, P_WG2), PT(m, P_BG), N, dh, d);
-    be->sigmoid_forward(t->gt, t->gt_pre, (size_t)N * d);
-    for (size_t i = 0; i < (size_t)N * d; i++) t->og[i] = t->on[i] * t->gt[i];
+    be->gemm(0, 1, N, d, dh, 1, pr + pl.g1, P, PT(m, P_WG2), dh, 0, t->gt, d);
+    const real *bg = PT(m, P_BG);
+    for (size_t n = 0; n < (size_t)N; n++) {
+        real *restrict gt = t->gt + n * d, *restrict og = t->og + n * d;
+        const real *restrict on = t->on + n * d;
+        for (int ch = 0; ch < d; ch++) {
+            real s = dm_sigmoid(gt[ch] + bg[ch]);
+            gt[ch] = s;
+            og[ch] = on[ch] * s;
+        }
+    }
     be->matmul_forward(t->a, t->og, PT(m, P_WO), NULL, N, d, d);
 }
 
@@ -57,8 +94,7 @@ static void mem_arm_forward(Model *m, IterActs *t, int N) {
     m->be->rmsnorm_forward(t->nn, t->nn_rstd, t->n, PT(m, P_MEM_GN), N, d);
     real inv = (real)(1.0 / sqrt(d));
     for (size_t n = 0; n < (size_t)N; n++) {
-        double dot = 0;
-        for (int c = 0; c < d; c++) dot += (double)t->nn[n * d + c] * a->kn[n * d + c];
+        double dot = dm_dot_d(t->nn + n * d, a->kn + n * d, d);
         real gte = (real)(1.0 / (1.0 + exp(-dot * inv)));
         t->mgate[n] = gte;
         for (int c = 0; c < d; c++) t->e[n * d + c] = gte * a->val[n * d + c];
@@ -105,35 +141,47 @@ double model_forward(Model *m, const int *x, const int *tgt, int B, int T, int d
         const real *hprev = i ? a->it[i - 1].h : a->h0;
         add_row(t->u, hprev, PT(m, P_ITER_EMB) + (size_t)i * d, N, d);
         be->rmsnorm_forward(t->n, t->n_rstd, t->u, PT(m, P_BLK_NORM), N, d);
-        be->matmul_forward(t->ctrl_pre, t->n, PT(m, P_CTRL_W), PT(m, P_CTRL_B), N, d, 3);
-        be->sigmoid_forward(t->ctrl, t->ctrl_pre, (size_t)N * 3);
-        memset(t->body, 0, sizeof(real) * N * d);
+        proj_forward(m, t, N);
         if (arms->on[ARM_KDA]) {
             kda_arm_forward(m, t, B, T);
-            for (size_t n = 0; n < (size_t)N; n++)
-                for (int ch = 0; ch < d; ch++) t->body[n * d + ch] += t->ctrl[n * 3 + 0] * t->a[n * d + ch];
             arms->fwd[ARM_KDA]++;
         }
         if (arms->on[ARM_ENGRAM]) {
             mem_arm_forward(m, t, N);
-            for (size_t n = 0; n < (size_t)N; n++) {
-                real w = t->ctrl[n * 3 + 1] < lam ? t->ctrl[n * 3 + 1] : lam;
-                for (int ch = 0; ch < d; ch++) t->body[n * d + ch] += w * t->e[n * d + ch];
-            }
             arms->fwd[ARM_ENGRAM]++;
         }
         t->aux = 0;
         if (arms->on[ARM_MOE]) {
-            be->matmul_forward(t->z, t->n, PT(m, P_ROUTER), NULL, N, d, E);
             MoEShape ms = {N, d, E, c->k, c->r, c->f};
             MoEParams mp = {PT(m, P_U1), PT(m, P_S1), PT(m, P_V1), PT(m, P_U2), PT(m, P_S2), PT(m, P_V2)};
             be->moe_forward(t->gout, &t->aux, m->expert_load + i * E, t->moe_ws, t->n, t->z, mp, ms);
-            for (size_t n = 0; n < (size_t)N; n++)
-                for (int ch = 0; ch < d; ch++) t->body[n * d + ch] += t->ctrl[n * 3 + 2] * t->gout[n * d + ch];
             aux_sum += t->aux;
             arms->fwd[ARM_MOE]++;
         }
-        for (size_t j = 0; j < (size_t)N * d; j++) t->h[j] = hprev[j] + alpha * t->body[j];
+        // body = w_attn a + min(w_mem, lam) e + w_ffn gout (in that order); h = h_{i-1} + alpha body
+        {
+            int on_k = arms->on[ARM_KDA], on_e = arms->on[ARM_ENGRAM], on_m = arms->on[ARM_MOE];
+            for (size_t n = 0; n < (size_t)N; n++) {
+                real *restrict body = t->body + n * d, *restrict h = t->h + n * d;
+                const real *restrict hp = hprev + n * d;
+                const real *ct = t->ctrl + n * 3;
+                real wm = ct[1] < lam ? ct[1] : lam;
+                for (int ch = 0; ch < d; ch++) body[ch] = 0;
+                if (on_k) {
+                    const real *restrict ar = t->a + n * d;
+                    for (int ch = 0; ch < d; ch++) body[ch] += ct[0] * ar[ch];
+                }
+                if (on_e) {
+                    const real *restrict er = t->e + n * d;
+                    for (int ch = 0; ch < d; ch++) body[ch] += wm * er[ch];
+                }
+                if (on_m) {
+                    const real *restrict gr = t->gout + n * d;
+                    for (int ch = 0; ch < d; ch++) body[ch] += ct[2] * gr[ch];
+                }
+                for (int ch = 0; ch < d; ch++) h[ch] = hp[ch] + alpha * body[ch];
+            }
+        }
         if (arms->on[ARM_REZERO]) arms->fwd[ARM_REZERO]++;
         // readout: y_i = OutProj_i(h_i); ybar_i = mean(y_1..y_i)
         be->matmul_forward(t->y, t->h, PT(m, P_OUTPROJ) + (size_t)i * d * d, NULL, N, d, d);

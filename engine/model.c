@@ -26,19 +26,20 @@ static void build_table(Model *m) {
     add(m, P_EMB, "emb", GROUP_ADAMW, 2, 256, d, 0);
     add(m, P_ITER_EMB, "iter_emb", GROUP_ADAMW, 2, c->L, d, 0);
     add(m, P_BLK_NORM, "blk_norm", GROUP_ADAMW_1D, 1, d, 0, 0);
-    add(m, P_CTRL_W, "ctrl.w", GROUP_ADAMW, 2, 3, d, 0);
-    add(m, P_CTRL_B, "ctrl.b", GROUP_ADAMW_1D, 1, 3, 0, 0);
-    add(m, P_ROUTER, "ctrl.router", GROUP_ADAMW, 2, c->E, d, 0);
+    // the projections of n, consecutive and in ProjLayout order (one [P, d] matrix at kda.wq)
     add(m, P_WQ, "kda.wq", GROUP_MUON, 2, d, d, 0);
     add(m, P_WK, "kda.wk", GROUP_MUON, 2, d, d, 0);
     add(m, P_WV, "kda.wv", GROUP_MUON, 2, d, d, 0);
     add(m, P_WB, "kda.wb", GROUP_MUON, 2, c->H, d, 0);
     add(m, P_WF1, "kda.wf1", GROUP_MUON, 2, dh, d, 0);
+    add(m, P_WG1, "kda.wg1", GROUP_MUON, 2, dh, d, 0);
+    add(m, P_CTRL_W, "ctrl.w", GROUP_ADAMW, 2, 3, d, 0);
+    add(m, P_ROUTER, "ctrl.router", GROUP_ADAMW, 2, c->E, d, 0);
+    add(m, P_CTRL_B, "ctrl.b", GROUP_ADAMW_1D, 1, 3, 0, 0);
     add(m, P_WF2, "kda.wf2", GROUP_MUON, 2, d, dh, 0);
     add(m, P_A, "kda.A", GROUP_ADAMW_1D, 1, c->H, 0, 0);
     add(m, P_DT_BIAS, "kda.dt_bias", GROUP_ADAMW_1D, 1, d, 0, 0);
     add(m, P_W_ON, "kda.w_on", GROUP_ADAMW_1D, 1, dh, 0, 0);
-    add(m, P_WG1, "kda.wg1", GROUP_MUON, 2, dh, d, 0);
     add(m, P_WG2, "kda.wg2", GROUP_MUON, 2, d, dh, 0);
     add(m, P_BG, "kda.b_g", GROUP_ADAMW_1D, 1, d, 0, 0);
     add(m, P_WO, "kda.wo", GROUP_MUON, 2, d, d, 0);
@@ -60,6 +61,15 @@ static void build_table(Model *m) {
     // s1/s2 are vectors per expert (1-D parameters in SPEC §4's sense): no Muon matrices
     m->t[P_S1].n_mats = m->t[P_S2].n_mats = 0;
     m->t[P_TABLES].n_mats = 0;
+    // the fused projection relies on this layout
+    ProjLayout pl = proj_layout(c);
+    const int prow[] = {P_WQ, P_WK, P_WV, P_WB, P_WF1, P_WG1, P_CTRL_W, P_ROUTER};
+    const int poff[] = {pl.q, pl.k, pl.v, pl.b, pl.f1, pl.g1, pl.c, pl.z};
+    for (int i = 0; i < 8; i++)
+        if (m->t[prow[i]].offset != m->t[P_WQ].offset + (size_t)poff[i] * d) {
+            fprintf(stderr, "%s:%d: internal: projection weights not consecutive\n", __FILE__, __LINE__);
+            abort();
+        }
     for (int i = P_U1; i <= P_V2; i++) m->t[i].orthonormal = (m->t[i].group == GROUP_MUON);
 }
 
@@ -169,6 +179,7 @@ static size_t carve(Model *m, real *base) {
     Acts *a = &m->acts;
     size_t N = (size_t)a->B * a->T, d = c->d, H = c->H, dh = d / H, E = c->E;
     size_t OD = (size_t)c->n_orders * c->engram_dim, V = 256, used = 0;
+    size_t P = (size_t)proj_layout(c).P;
 #define TAKE(ptr, n) do { size_t n_ = (n); (ptr) = base ? base + used : NULL; used += (n_ + 15) & ~(size_t)15; } while (0)
     TAKE(a->h0, N * d); TAKE(a->m, N * OD); TAKE(a->key, N * d); TAKE(a->val, N * d);
     TAKE(a->kn, N * d); TAKE(a->kn_rstd, N); TAKE(a->logits, N * V);
@@ -178,12 +189,12 @@ static size_t carve(Model *m, real *base) {
     for (int i = 0; i < c->L; i++) {
         IterActs *t = &a->it[i];
         TAKE(t->u, N * d); TAKE(t->n, N * d); TAKE(t->n_rstd, N);
-        TAKE(t->ctrl_pre, N * 3); TAKE(t->ctrl, N * 3); TAKE(t->z, N * E);
-        TAKE(t->qr, N * d); TAKE(t->kr, N * d); TAKE(t->vr, N * d); TAKE(t->qs, N * d); TAKE(t->ks, N * d);
+        TAKE(t->proj, N * P); TAKE(t->ctrl, N * 3); TAKE(t->z, N * E);
+        TAKE(t->qs, N * d); TAKE(t->ks, N * d);
         TAKE(t->q, N * d); TAKE(t->k, N * d); TAKE(t->v, N * d); TAKE(t->q_rn, N * H); TAKE(t->k_rn, N * H);
-        TAKE(t->beta_pre, N * H); TAKE(t->beta, N * H); TAKE(t->zf1, N * dh); TAKE(t->zf2, N * d);
+        TAKE(t->beta, N * H); TAKE(t->zf2, N * d);
         TAKE(t->gs, N * d); TAKE(t->g, N * d); TAKE(t->o, N * d); TAKE(t->on, N * d); TAKE(t->on_rstd, N * H);
-        TAKE(t->gt1, N * dh); TAKE(t->gt_pre, N * d); TAKE(t->gt, N * d); TAKE(t->og, N * d); TAKE(t->a, N * d);
+        TAKE(t->gt, N * d); TAKE(t->og, N * d); TAKE(t->a, N * d);
         TAKE(t->kda_ws, kda_ws);
         TAKE(t->nn, N * d); TAKE(t->nn_rstd, N); TAKE(t->mgate, N); TAKE(t->e, N * d);
         TAKE(t->gout, N * d); TAKE(t->moe_ws, moe_ws);
@@ -196,7 +207,7 @@ static size_t carve(Model *m, real *base) {
     TAKE(a->dbeta, N * H); TAKE(a->dg, N * d); TAKE(a->do_, N * d); TAKE(a->dog, N * d); TAKE(a->dgt, N * d);
     TAKE(a->dzf1, N * dh); TAKE(a->dzf2, N * d); TAKE(a->dgt1, N * dh);
     TAKE(a->dkey, N * d); TAKE(a->dval, N * d); TAKE(a->dkn, N * d); TAKE(a->dm, N * OD);
-    TAKE(a->dz, N * E); TAKE(a->dctrl, N * 3);
+    TAKE(a->dz, N * E); TAKE(a->dctrl, N * 3); TAKE(a->dproj, N * P);
 #undef TAKE
     return used;
 }

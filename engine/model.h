@@ -32,24 +32,37 @@ enum {
     P_COUNT
 };
 
+// The projections of n that share one gemm: their weights are consecutive rows of the
+// parameter buffer starting at kda.wq (the table is built in this order), so together they are
+// one [P, d] matrix. Column offsets into IterActs.proj (and rows of that matrix):
+typedef struct { int q, k, v, b, f1, g1, c, z, P; } ProjLayout;
+static inline ProjLayout proj_layout(const Config *c) {
+    int d = c->d, H = c->H, dh = c->d / c->H;
+    ProjLayout l;
+    l.q = 0; l.k = d; l.v = 2 * d; l.b = 3 * d; l.f1 = l.b + H; l.g1 = l.f1 + dh;
+    l.c = l.g1 + dh; l.z = l.c + 3; l.P = l.z + c->E;
+    return l;
+}
+
 // Activations of one iteration of the block, [N = B*T] rows. Shapes beside each.
 typedef struct {
     real *u;          // [N, d] h_{i-1} + IterEmb[i]
     real *n, *n_rstd; // [N, d], [N]
-    real *ctrl_pre, *ctrl;  // [N, 3] controller pre-activation, gates (w_attn, w_mem, w_ffn)
+    real *proj;       // [N, P] every projection of n in one gemm (see ProjLayout): q, k, v before
+                      // silu, beta and ctrl before the sigmoid (ctrl without its bias), zf1, gt1, z
+    real *ctrl;       // [N, 3] gates (w_attn, w_mem, w_ffn)
     real *z;          // [N, E] router logits
     // KDA arm
-    real *qr, *kr, *vr;     // [N, d] projections before silu
     real *qs, *ks;          // [N, d] silu
     real *q, *k, *v;        // [N, d] l2norm(qs)*dh^-1/2, l2norm(ks), silu(vr)  ([N, H, dh])
     real *q_rn, *k_rn;      // [N, H] reciprocal norms
-    real *beta_pre, *beta;  // [N, H]
-    real *zf1, *zf2;        // [N, dh], [N, d] the low-rank decay path
+    real *beta;             // [N, H]
+    real *zf2;              // [N, d] the low-rank decay path (zf1 lives in proj)
     real *gs;               // [N, d] sigmoid(exp(A_h) (z + dt_bias))
     real *g;                // [N, d] log decay = g_min * gs
     real *o;                // [N, d] KDA core output
     real *on, *on_rstd;     // [N, d], [N, H] head RMSNorm * w_on
-    real *gt1, *gt_pre, *gt;// [N, dh], [N, d], [N, d] output gate
+    real *gt;               // [N, d] output gate (gt1 lives in proj)
     real *og;               // [N, d] on * gt
     real *a;                // [N, d] arm output W_o og
     real *kda_ws;           // backend KDA workspace
@@ -85,6 +98,7 @@ typedef struct {
     real *dq, *dk, *dv, *dqs, *dks, *dbeta, *dg, *do_, *dog, *dgt, *dzf1, *dzf2, *dgt1; // [N, d]-ish
     real *dkey, *dval, *dkn, *dm; // [N, d] x3, [N, O*De]
     real *dz, *dctrl;       // [N, E], [N, 3]
+    real *dproj;            // [N, P] gradient of IterActs.proj
     real *buf;              // the arena
     size_t nbuf;
 } Acts;

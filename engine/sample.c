@@ -3,6 +3,7 @@
 #include "sample.h"
 #include <math.h>
 #include <string.h>
+#include "../kernels/cpu/ops.h"
 
 #define PT(m, i) ((m)->params + (m)->t[i].offset)
 
@@ -88,7 +89,7 @@ void decoder_step(Decoder *d, int byte, real *logits) {
             be->matmul_forward(d->zf2, d->zf1, PT(m, P_WF2), NULL, 1, dh, dm);
             for (int ch = 0; ch < dm; ch++) {
                 real ea = (real)exp(PT(m, P_A)[ch / dh]);
-                real s = 1 / (1 + (real)exp(-ea * (d->zf2[ch] + PT(m, P_DT_BIAS)[ch])));
+                real s = dm_sigmoid(ea * (d->zf2[ch] + PT(m, P_DT_BIAS)[ch]));  // as forward.c
                 d->g[ch] = (real)c->g_min * s;
             }
             be->kda_step(d->o, d->S + (size_t)i * H * dh * dh, d->q, d->k, d->v, d->beta, d->g, H, dh);
@@ -102,8 +103,7 @@ void decoder_step(Decoder *d, int byte, real *logits) {
         }
         if (arms->on[ARM_ENGRAM]) {
             be->rmsnorm_forward(d->nn, d->rstd, d->n, PT(m, P_MEM_GN), 1, dm);
-            double dot = 0;
-            for (int j = 0; j < dm; j++) dot += (double)d->nn[j] * d->kn[j];
+            double dot = dm_dot_d(d->nn, d->kn, dm);  // as forward.c
             real gte = (real)(1.0 / (1.0 + exp(-dot / sqrt(dm))));
             real w = d->ctrl[1] < lam ? d->ctrl[1] : lam;
             for (int j = 0; j < dm; j++) d->body[j] += w * gte * d->val[j];

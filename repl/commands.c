@@ -219,10 +219,8 @@ static int cmd_init(Shell *sh, Words *w, dm_err *err) {
 
 static int run_steps(Shell *sh, long long n, int quiet_every, dm_err *err) {
     Engine *e = E_;
-    if (e->cfg.steps == 0) {  // the first run sets the schedule's horizon
-        e->cfg.steps = e->step + n;
-        e->model.cfg.steps = e->cfg.steps;
-    }
+    // :step leaves the schedule's horizon alone (SPEC §4: the first :train sets it); with no
+    // horizon the lr stays constant after warmup
     for (long long i = 0; i < n; i++) {
         if (e->interrupt && *e->interrupt) {
             *e->interrupt = 0;
@@ -263,7 +261,15 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
     if (sh_kv(w, "log_every") && parse_int(sh_kv(w, "log_every"), 1, 1LL << 40, "log_every", &lg, err)) return 1;
     Engine *e = E_;
     if (!e->live || !e->has_data) return dm_fail(err, !e->live ? "no model: :init builds one" : "no data: :data PATH opens a corpus");
-    if (e->cfg.steps == 0) { e->cfg.steps = e->step + n; e->model.cfg.steps = e->cfg.steps; }
+    if (e->cfg.steps == 0) {
+        e->cfg.steps = e->step + n;
+        e->model.cfg.steps = e->cfg.steps;
+        if (e->cfg.lr_cosine) fprintf(OUT, "schedule: cosine to %.2gx lr at step %lld (steps=%lld; :set steps=N to change)\n",
+                                      e->cfg.lr_min_frac, (long long)e->cfg.steps, (long long)e->cfg.steps);
+    } else if (e->cfg.lr_cosine && e->step + n > e->cfg.steps) {
+        fprintf(OUT, "note: the schedule ends at steps=%lld; steps past it run at the floor lr (%.2gx): :set steps=N to extend\n",
+                (long long)e->cfg.steps, e->cfg.lr_min_frac);
+    }
     long long end = e->step + n;
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);

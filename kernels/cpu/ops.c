@@ -28,74 +28,99 @@ void matmul_backward(real *dinp, real *dW, real *dbias, const real *dout, const 
 
 void rmsnorm_forward(real *out, real *rstd, const real *inp, const real *gain, int N, int C) {
     for (int n = 0; n < N; n++) {
-        const real *x = inp + (size_t)n * C;
-        real *y = out + (size_t)n * C;
-        double ss = 0;
-        for (int c = 0; c < C; c++) ss += (double)x[c] * x[c];
+        const real *restrict x = inp + (size_t)n * C;
+        real *restrict y = out + (size_t)n * C;
+        double ss = dm_sumsq_d(x, C);
         real r = (real)(1.0 / sqrt(ss / C + NORM_EPS));
         rstd[n] = r;
-        for (int c = 0; c < C; c++) y[c] = x[c] * r * (gain ? gain[c] : 1);
+        if (gain)
+            for (int c = 0; c < C; c++) y[c] = x[c] * r * gain[c];
+        else
+            for (int c = 0; c < C; c++) y[c] = x[c] * r;
     }
 }
 
 void rmsnorm_backward(real *dinp, real *dgain, const real *dout, const real *inp, const real *gain,
                       const real *rstd, int N, int C) {
+    real gdy[C > 0 ? C : 1];
     for (int n = 0; n < N; n++) {
-        const real *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
+        const real *restrict x = inp + (size_t)n * C, *restrict dy = dout + (size_t)n * C;
         real r = rstd[n];
         // y = x r g; dx = r (g dy) - x r^3/C * sum(g dy x)
-        double dot = 0;
-        for (int c = 0; c < C; c++) dot += (double)dy[c] * (gain ? gain[c] : 1) * x[c];
+        const real *gd = dy;
+        if (gain) {
+            for (int c = 0; c < C; c++) gdy[c] = dy[c] * gain[c];
+            gd = gdy;
+        }
+        double dot = dm_dot_d(gd, x, C);
         real k = (real)(dot * r * r * r / C);
         if (dinp) {
-            real *dx = dinp + (size_t)n * C;
-            for (int c = 0; c < C; c++) dx[c] += r * dy[c] * (gain ? gain[c] : 1) - x[c] * k;
+            real *restrict dx = dinp + (size_t)n * C;
+            for (int c = 0; c < C; c++) dx[c] += r * gd[c] - x[c] * k;
         }
-        if (dgain)
-            for (int c = 0; c < C; c++) dgain[c] += dy[c] * x[c] * r;
+        if (dgain) {
+            real *restrict dgn = dgain;
+            for (int c = 0; c < C; c++) dgn[c] += dy[c] * x[c] * r;
+        }
     }
 }
 
 void l2norm_forward(real *out, real *rn, const real *inp, real scale, int N, int C) {
     for (int n = 0; n < N; n++) {
-        const real *x = inp + (size_t)n * C;
-        double ss = 0;
-        for (int c = 0; c < C; c++) ss += (double)x[c] * x[c];
+        const real *restrict x = inp + (size_t)n * C;
+        real *restrict y = out + (size_t)n * C;
+        double ss = dm_sumsq_d(x, C);
         real r = (real)(1.0 / sqrt(ss + NORM_EPS));
         rn[n] = r;
-        for (int c = 0; c < C; c++) out[(size_t)n * C + c] = x[c] * r * scale;
+        for (int c = 0; c < C; c++) y[c] = x[c] * r * scale;
     }
 }
 
 void l2norm_backward(real *dinp, const real *dout, const real *out, const real *rn, real scale, int N, int C) {
     // y = s x r, r = (|x|^2+eps)^-1/2: dx = s r dy - s r^3 x (x.dy) = r (s dy - y (y.dy) / s)
     for (int n = 0; n < N; n++) {
-        const real *y = out + (size_t)n * C, *dy = dout + (size_t)n * C;
-        double dot = 0;
-        for (int c = 0; c < C; c++) dot += (double)dy[c] * y[c];
+        const real *restrict y = out + (size_t)n * C, *restrict dy = dout + (size_t)n * C;
+        real *restrict dx = dinp + (size_t)n * C;
+        double dot = dm_dot_d(dy, y, C);
         real r = rn[n];
         real k = (real)(dot / scale);
-        for (int c = 0; c < C; c++) dinp[(size_t)n * C + c] += r * (scale * dy[c] - y[c] * k);
+        for (int c = 0; c < C; c++) dx[c] += r * (scale * dy[c] - y[c] * k);
     }
 }
 
 void silu_forward(real *out, const real *inp, size_t n) {
-    for (size_t i = 0; i < n; i++) out[i] = inp[i] / (1 + rexp(-inp[i]));
+    real *restrict o = out;
+    const real *restrict x = inp;
+    if (out == inp) {  // in place (the decoder): same formula
+        for (size_t i = 0; i < n; i++) out[i] = inp[i] * dm_sigmoid(inp[i]);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) o[i] = x[i] * dm_sigmoid(x[i]);
 }
 
 void silu_backward(real *dinp, const real *dout, const real *inp, size_t n) {
+    real *restrict dx = dinp;
+    const real *restrict dy = dout, *restrict x = inp;
     for (size_t i = 0; i < n; i++) {
-        real s = 1 / (1 + rexp(-inp[i]));
-        dinp[i] += dout[i] * s * (1 + inp[i] * (1 - s));
+        real s = dm_sigmoid(x[i]);
+        dx[i] += dy[i] * s * (1 + x[i] * (1 - s));
     }
 }
 
 void sigmoid_forward(real *out, const real *inp, size_t n) {
-    for (size_t i = 0; i < n; i++) out[i] = 1 / (1 + rexp(-inp[i]));
+    if (out == inp) {
+        for (size_t i = 0; i < n; i++) out[i] = dm_sigmoid(inp[i]);
+        return;
+    }
+    real *restrict o = out;
+    const real *restrict x = inp;
+    for (size_t i = 0; i < n; i++) o[i] = dm_sigmoid(x[i]);
 }
 
 void sigmoid_backward(real *dinp, const real *dout, const real *out, size_t n) {
-    for (size_t i = 0; i < n; i++) dinp[i] += dout[i] * out[i] * (1 - out[i]);
+    real *restrict dx = dinp;
+    const real *restrict dy = dout, *restrict y = out;
+    for (size_t i = 0; i < n; i++) dx[i] += dy[i] * y[i] * (1 - y[i]);
 }
 
 void embedding_forward(real *out, const int *x, const real *table, int N, int C) {
@@ -114,14 +139,19 @@ void embedding_backward(real *dtable, const real *dout, const int *x, int N, int
 void softmax_ce_forward(real *losses, real *probs, const real *logits, const int *targets, int N, int V) {
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
-        const real *l = logits + (size_t)n * V;
-        real *p = probs + (size_t)n * V;
+        const real *restrict l = logits + (size_t)n * V;
+        real *restrict p = probs + (size_t)n * V;
         real mx = l[0];
         for (int v = 1; v < V; v++) mx = l[v] > mx ? l[v] : mx;
-        double s = 0;
-        for (int v = 0; v < V; v++) { p[v] = rexp(l[v] - mx); s += p[v]; }
+        for (int v = 0; v < V; v++) p[v] = dm_exp(l[v] - mx);
+        double s8[8] = {0};
+        int v = 0;
+        for (; v + 8 <= V; v += 8)
+            for (int u = 0; u < 8; u++) s8[u] += p[v + u];
+        for (; v < V; v++) s8[0] += p[v];
+        double s = ((s8[0] + s8[4]) + (s8[1] + s8[5])) + ((s8[2] + s8[6]) + (s8[3] + s8[7]));
         real inv = (real)(1.0 / s);
-        for (int v = 0; v < V; v++) p[v] *= inv;
+        for (int v2 = 0; v2 < V; v2++) p[v2] *= inv;
         losses[n] = (real)(log(s) + mx - l[targets[n]]);
     }
 }
