@@ -120,6 +120,17 @@ int engine_step(Engine *e, MetricRow *row, dm_err *err) {
     row->ms = ms;
     row->tok_s = B * T / (ms / 1e3);
     row->skipped = info.skipped;
+    // the routing history behind `:plot experts`: share of this step's assignments per expert
+    const Model *m = &e->model;
+    if (m->arms.on[ARM_MOE] && c->E <= 16) {
+        double tot = 0;
+        for (int i = 0; i < m->last_depth * c->E; i++) tot += m->expert_load[i];
+        for (int x = 0; x < c->E && tot > 0; x++) {
+            double s = 0;
+            for (int i = 0; i < m->last_depth; i++) s += m->expert_load[i * c->E + x];
+            row->expert_frac[x] = (float)(s / tot);
+        }
+    }
     engine_add_row(e, row);
     return stop;
 }

@@ -14,6 +14,7 @@ typedef struct {
     int64_t step, tokens;       // step index (0-based) of the row, tokens seen after it
     double loss, lr, gnorm, ms, tok_s;
     int skipped;
+    float expert_frac[16];      // share of routed assignments per expert this step (E <= 16; else 0)
     // eval rows (kind = 1): bpb at depth over window bytes
     int kind;                   // 0 train, 1 eval
     double bpb;

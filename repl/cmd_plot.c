@@ -321,10 +321,41 @@ static int panel_depths(Ctx *cx, Panel *p, dm_err *err) {
     return 0;
 }
 
-// experts: tokens per expert at each iteration of the last forward. The engine keeps only the
-// last forward's [L, E] counts; a history over steps needs an engine hook.
+// experts over time: each train row carries the share of that step's assignments per expert
+// (MetricRow.expert_frac, E <= 16); one line per expert against the x axis.
+static int panel_experts_history(Ctx *cx, Panel *p, dm_err *err) {
+    const Engine *e = cx->e;
+    int E = e->cfg.E, n = cx->ntrain;
+    if (n < 2) return 1;
+    double *buf = panel_alloc(p, (size_t)(E + 1) * n);
+    double *x = buf + (size_t)E * n;
+    for (int k = 0; k < n; k++) x[k] = x_of(cx, &e->rows[cx->train[k]], k);
+    for (int j = 0; j < E && j < MAX_SERIES; j++) {
+        double *y = buf + (size_t)j * n;
+        for (int k = 0; k < n; k++) y[k] = 100.0 * e->rows[cx->train[k]].expert_frac[j];
+        char lab[32];
+        snprintf(lab, sizeof lab, "expert %d", j);
+        add_series(p, x, y, n, E == 1 ? 0x1f77b4 : viz_ramp(0.9 * j / (E - 1)), lab);
+    }
+    add_ref(p, 100.0 / E, 0x555555, "uniform %.1f%%", 100.0 / E);
+    snprintf(p->title, sizeof p->title, "expert load over training");
+    snprintf(p->subtitle, sizeof p->subtitle, "%d experts, top-%d routing; share of each step's assignments, all iterations", E, e->cfg.k);
+    snprintf(p->ylabel, sizeof p->ylabel, "assignments (%%)");
+    snprintf(p->xlabel, sizeof p->xlabel, "%s", x_label(cx));
+    (void)err;
+    return 0;
+}
+
+// experts: with a routing history (train rows), load per expert over time; otherwise the tokens
+// per expert at each iteration of the last forward.
 static int panel_experts(Ctx *cx, Panel *p, dm_err *err) {
     const Engine *e = cx->e;
+    if (e->cfg.E <= 16) {
+        int have = 0;
+        for (int k = 0; k < cx->ntrain && !have; k++)
+            for (int j = 0; j < e->cfg.E; j++) have |= e->rows[cx->train[k]].expert_frac[j] > 0;
+        if (have && panel_experts_history(cx, p, err) == 0) return 0;
+    }
     const Model *m = &e->model;
     int E = e->cfg.E, L = m->last_depth > 0 ? m->last_depth : e->cfg.L;
     if (!e->live || !m->expert_load || E <= 0) return dm_fail(err, "nothing to plot yet: no model (:init, then train)");
@@ -443,7 +474,7 @@ int cmd_plot(Shell *sh, Words *w, dm_err *err) {
         p->chart.title = p->title; p->chart.subtitle = p->subtitle;
         p->chart.xlabel = p->xlabel; p->chart.ylabel = p->ylabel;
         p->chart.series = p->series; p->chart.refs = p->refs;
-        p->chart.share_x = strcmp(m, "depths") && strcmp(m, "experts");   // the time series line up
+        p->chart.share_x = strcmp(m, "depths") && !(!strcmp(m, "experts") && p->chart.xint);   // the time series line up
         charts[k] = p->chart;
     }
     char path[1400];

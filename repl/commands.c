@@ -162,7 +162,42 @@ static int cmd_show(Shell *sh, Words *w, dm_err *err) {
         }
         return 0;
     }
-    if (!strcmp(what, "params") || !strcmp(what, "model")) {
+    if (!strcmp(what, "model")) {
+        if (!e->live) return dm_fail(err, "no model: :init builds one");
+        const Config *c = &e->model.cfg;
+        fprintf(OUT, "dormouse: d=%d, one block iterated L=%d times (weights shared), loss=%s\n", c->d, c->L, c->loss_final ? "final" : "rec");
+        static const struct { const char *prefix, *part; } parts[] = {
+            {"emb", "byte embedding"}, {"iter_emb", "block: IterEmb, RMSNorm, controller"}, {"blk_norm", NULL},
+            {"ctrl.", NULL}, {"kda.", "KDA attention arm"}, {"mem.", "Engram memory read"},
+            {"moe.", "TSCT experts"}, {"alpha", "ReZero + readout (OutProj per iteration, RMSNorm)"},
+            {"outproj", NULL}, {"out_norm", NULL}, {"head", "head"}, {"engram.tables", "Engram tables (memory rows)"}};
+        size_t tot[12] = {0};
+        int owner = -1;
+        for (int i = 0; i < P_COUNT; i++) {
+            const char *nm = e->model.t[i].name;
+            for (int k = 0; k < 12; k++)
+                if (!strncmp(nm, parts[k].prefix, strlen(parts[k].prefix))) { owner = k; while (owner > 0 && !parts[owner].part) owner--; break; }
+            if (owner >= 0) tot[owner] += e->model.t[i].numel;
+        }
+        char detail[12][96] = {{0}};
+        snprintf(detail[0], 96, "[256, %d]", c->d);
+        snprintf(detail[1], 96, "gates w_attn, w_mem, w_ffn; router over E=%d", c->E);
+        snprintf(detail[4], 96, "H=%d heads of %d, chunk %d", c->H, c->d / c->H, c->kda_chunk);
+        snprintf(detail[5], 96, "gate on RMSNorm(n).RMSNorm(key), lam_max=%g", c->lam_max);
+        snprintf(detail[6], 96, "E=%d top-%d, rank %d, hidden %d", c->E, c->k, c->r, c->f);
+        snprintf(detail[7], 96, "%d x [%d, %d]", c->L, c->d, c->d);
+        snprintf(detail[10], 96, "[256, %d], untied", c->d);
+        snprintf(detail[11], 96, "%d orders x %lld rows x %d", c->n_orders, (long long)c->engram_rows, c->engram_dim);
+        for (int k = 0; k < 12; k++)
+            if (parts[k].part) fprintf(OUT, "  %-52s %10zu  %s\n", parts[k].part, tot[k], detail[k]);
+        size_t comp, tab;
+        model_param_counts(&e->model, &comp, &tab);
+        fprintf(OUT, "  %-52s %10zu + %zu table (%.2fM + %.2fM)%s\n", "total", comp, tab, comp / 1e6, tab / 1e6,
+                tab > comp ? " — mostly table rows: a lookup table with a model attached" : "");
+        fprintf(OUT, "  (:show params lists every tensor with its shape and optimizer)\n");
+        return 0;
+    }
+    if (!strcmp(what, "params")) {
         if (!e->live) return dm_fail(err, "no model: :init builds one");
         show_params(sh);
         return 0;

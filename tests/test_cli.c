@@ -197,6 +197,76 @@ static void test_smoke_beats_unigram(void **s) {
     assert_true(bpb < uni);
 }
 
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc(n + 1);
+    b[fread(b, 1, n, f)] = 0;
+    fclose(f);
+    return b;
+}
+
+// A session, left and resumed in a new process (dmsh -r): metrics.tsv holds every step once,
+// in order; config.dm and transcript.dm exist; leaving saved a checkpoint.
+static void test_session_resume(void **s) {
+    (void)s;
+    char script[2000], cmd[1500], p[600];
+    snprintf(script, sizeof script, ":session s1\n%s:data %s\n:init seed=3\n:train 6 log_every=3 eval_every=3\n", SMALL, corpus);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    assert_non_null(strstr(err_, "saved runs/s1/ckpt/step-6.ckpt"));
+    write_file("s2.dm", ":step 4\n");
+    snprintf(cmd, sizeof cmd, "cd %s && OPENBLAS_NUM_THREADS=1 %s -r runs/s1 -b s2.dm > out.txt 2> err.txt", dir, dmsh);
+    assert_int_equal(system(cmd), 0);
+    snprintf(p, sizeof p, "%s/runs/s1/metrics.tsv", dir);
+    char *tsv = slurp(p);
+    assert_non_null(tsv);
+    int expect = 0, evals = 0;
+    for (char *line = strtok(tsv, "\n"); line; line = strtok(NULL, "\n")) {
+        if (!strncmp(line, "train\t", 6)) {
+            int st = atoi(line + 6);
+            if (st != expect) print_error("metrics.tsv: step %d where %d was expected\n", st, expect);
+            assert_int_equal(st, expect);
+            expect++;
+        } else if (!strncmp(line, "eval\t", 5)) evals++;
+    }
+    assert_int_equal(expect, 10);
+    assert_int_equal(evals, 2);
+    free(tsv);
+    snprintf(p, sizeof p, "%s/runs/s1/config.dm", dir);
+    char *cfg = slurp(p);
+    assert_non_null(cfg);
+    assert_non_null(strstr(cfg, ":set d=32"));
+    free(cfg);
+    snprintf(p, sizeof p, "%s/runs/s1/transcript.dm", dir);
+    char *tr = slurp(p);
+    assert_non_null(tr);
+    assert_non_null(strstr(tr, ":train 6 log_every=3 eval_every=3"));
+    assert_non_null(strstr(tr, ":step 4"));
+    free(tr);
+    assert_true(file_size("runs/s1/ckpt/step-10.ckpt") > 0);
+    // resuming a directory without checkpoints is a clear error
+    snprintf(cmd, sizeof cmd, "cd %s && mkdir -p runs/empty && %s -r runs/empty -e ':help' > out.txt 2> err.txt", dir, dmsh);
+    assert_int_not_equal(system(cmd), 0);
+}
+
+// docs/commands.md is generated from the command table: it must equal the table's output
+static void test_commands_md_current(void **s) {
+    (void)s;
+    char cmd[1200], p[600];
+    snprintf(cmd, sizeof cmd, "%s --commands-md > %s/commands.md", dmsh, dir);
+    assert_int_equal(system(cmd), 0);
+    snprintf(p, sizeof p, "%s/commands.md", dir);
+    char *gen = slurp(p), *doc = slurp("docs/commands.md");
+    assert_non_null(gen);
+    assert_non_null(doc);
+    if (strcmp(gen, doc)) print_error("docs/commands.md is stale: run make docs/commands.md\n");
+    assert_string_equal(gen, doc);
+    free(gen); free(doc);
+}
+
 static int setup(void **s) {
     (void)s;
     snprintf(dir, sizeof dir, "/tmp/dmsh_cli_XXXXXX");
@@ -224,6 +294,8 @@ int main(void) {
         cmocka_unit_test(test_errors_with_line_numbers),
         cmocka_unit_test(test_e_and_prefixes),
         cmocka_unit_test(test_resume_and_seed_bit_identical),
+        cmocka_unit_test(test_session_resume),
+        cmocka_unit_test(test_commands_md_current),
 #ifndef DM_DOUBLE
         cmocka_unit_test(test_smoke_beats_unigram),
 #endif

@@ -1,0 +1,100 @@
+// cuda_common.cuh — what the CUDA backend's translation units share: error-check macros, the
+// one cuBLAS handle, the precision switch, grow-only scratch buffers, the row-major gemm helper
+// and deterministic block reductions. Float build only (the table is fp32; DM_DOUBLE builds get
+// a backend_cuda() that says so).
+#pragma once
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <cublas_v2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <stdint.h>
+extern "C" {
+#include "../backend.h"
+}
+
+// ---- error checks: every runtime / cuBLAS call goes through these. A failed call is a bug or a
+// broken device, not a recoverable condition, so they print where and why and exit.
+void dm_cuda_fail(cudaError_t e, const char *what, const char *file, int line);
+void dm_cublas_fail(cublasStatus_t s, const char *what, const char *file, int line);
+#define cudaCheck(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) dm_cuda_fail(e_, #x, __FILE__, __LINE__); } while (0)
+#define cublasCheck(x) do { cublasStatus_t s_ = (x); if (s_ != CUBLAS_STATUS_SUCCESS) dm_cublas_fail(s_, #x, __FILE__, __LINE__); } while (0)
+// after a kernel launch: catches bad launch configurations at the launch site (asynchronous
+// faults surface at the next synchronising call, which is checked too)
+#define cudaLaunchCheck() cudaCheck(cudaGetLastError())
+
+#ifndef DM_DOUBLE
+// ---- shared state (defined in backend_cuda.cu) ----
+extern cublasHandle_t dm_cublas;  // one handle, on dm_stream
+extern cudaStream_t dm_stream;    // every kernel and cuBLAS call is ordered on this one stream
+extern int dm_fp32;               // 1: fp32 matrix products (pedantic); 0: bf16 operands, fp32 accumulate
+
+// Grow-only device scratch, one buffer per slot (slots let one op hold several at once).
+// Growing frees and reallocates (synchronising): warm-up does it, steady state never does.
+enum { SCR_BF16A, SCR_BF16B, SCR_SORT, SCR_KEYS, SCR_MISC, SCR_N };
+void *dm_scratch(int slot, size_t bytes);
+
+// Row-major C[M,N] = alpha op(A) op(B) + beta C on device pointers (same contract as the CPU's
+// gemm_rm). lowp = 1 lets the product use bf16 operands when the backend is in bf16 mode;
+// internal numerics that must stay fp32 (retraction, KDA) pass 0.
+void dm_gemm(int tA, int tB, int M, int N, int K, float alpha, const float *A, int lda,
+             const float *B, int ldb, float beta, float *C, int ldc, int lowp);
+
+// Stable device radix sort of (key, value) pairs, keys in [0, 2^bits): values with equal keys
+// keep their input order, so a fixed-order walk of each key's run is deterministic.
+void dm_sort_pairs(const uint64_t *keys_in, uint64_t *keys_out, const int *vals_in, int *vals_out,
+                   int n, int bits);
+
+// Deterministic row scatter-add: for items i = 0..n-1 in sorted order (keys sorted, vals the
+// item ids, equal keys in increasing id), dst[key * D + c] += src_row(val)[c], where item a
+// reads src + (a % per) * ld + (a / per) * D. One block per run of equal keys; inside a run the
+// adds happen in id order — the same float operations, in the same order, as the CPU loops.
+void dm_scatter_sorted(float *dst, const float *src, const uint64_t *keys, const int *vals, int n,
+                       int per, size_t ld, int D);
+
+// KDA and MoE entry points (kda_cuda.cu, moe_cuda.cu)
+size_t cuda_kda_ws_size(int B, int T, int H, int D, int C);
+void cuda_kda_forward(real *o, real *ws, const real *q, const real *k, const real *v,
+                      const real *beta, const real *g, int B, int T, int H, int D, int C);
+void cuda_kda_backward(real *dq, real *dk, real *dv, real *dbeta, real *dg, const real *dout,
+                       const real *q, const real *k, const real *v, const real *beta,
+                       const real *g, real *ws, int B, int T, int H, int D, int C);
+void cuda_kda_step(real *o, real *S, const real *q, const real *k, const real *v,
+                   const real *beta, const real *g, int H, int D);
+size_t cuda_moe_ws_size(MoEShape s);
+void cuda_moe_forward(real *out, real *aux, int *load, real *ws, const real *n, const real *z,
+                      MoEParams p, MoEShape s);
+void cuda_moe_backward(real *dn, real *dz, MoEGrads g, const real *dout, real daux, real *ws,
+                       const real *n, const real *z, MoEParams p, MoEShape s);
+
+static inline int ceil_div(long long a, long long b) { return (int)((a + b - 1) / b); }
+
+// Fixed-order block sum: every thread passes its partial; the tree shape depends on blockDim
+// only, so the result is a pure function of the inputs. blockDim must be a power of two <= 1024.
+// Returns the total to every thread. `sh` is blockDim doubles of shared memory.
+__device__ __forceinline__ double block_sum_d(double v, double *sh) {
+    int tid = threadIdx.x;
+    sh[tid] = v;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (tid < s) sh[tid] += sh[tid + s];
+        __syncthreads();
+    }
+    double r = sh[0];
+    __syncthreads();  // sh is reused by the caller's next reduction
+    return r;
+}
+__device__ __forceinline__ float block_max_f(float v, float *sh) {
+    int tid = threadIdx.x;
+    sh[tid] = v;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (tid < s) sh[tid] = fmaxf(sh[tid], sh[tid + s]);
+        __syncthreads();
+    }
+    float r = sh[0];
+    __syncthreads();
+    return r;
+}
+__device__ __forceinline__ float sigmoidf_dev(float x) { return 1.0f / (1.0f + expf(-x)); }
+#endif
