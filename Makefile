@@ -68,13 +68,13 @@ dmsh: $(B)/dmsh
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 ifneq ($(NVCC),)
   CUDAOBJ  := $(patsubst kernels/cuda/%.cu,$(B)/cuda/%.o,$(wildcard kernels/cuda/*.cu))
-  CUDALIBS := -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lpthread -lstdc++
+  CUDALIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart_static -ldl -lrt -lpthread -lstdc++
 else
   CUDAOBJ  := $(B)/kernels/cuda/backend_none.o
   CUDALIBS :=
 endif
 
-$(B)/cuda/%.o: kernels/cuda/%.cu kernels/backend.h
+$(B)/cuda/%.o: kernels/cuda/%.cu kernels/backend.h $(wildcard kernels/cuda/*.cuh) kernels/cpu/moe.h
 	@mkdir -p $(dir $@)
 	$(NVCC) -arch=$(CUDA_ARCH) -O2 $(if $(filter double,$(DM_REAL)),-DDM_DOUBLE) -c $< -o $@
 
@@ -127,7 +127,7 @@ bench: deps
 
 # --- CUDA: compiled whenever nvcc exists (CI has nvcc and no GPU: this proves the .cu build) --
 CUDA_ARCH ?= sm_90
-CUDA_SRC  := $(wildcard kernels/cuda/*.cu)
+CUDA_SRC  := $(wildcard kernels/cuda/*.cu) $(wildcard tests/gpu/*.cu)
 cuda-check:
 ifneq ($(NVCC),)
 	@mkdir -p build/cuda
@@ -135,6 +135,11 @@ ifneq ($(NVCC),)
 else
 	@echo "cuda-check: nvcc not found; CUDA sources not compiled"
 endif
+
+# The CUDA checks on a machine with a GPU (prints a pass/fail table; see tests/gpu/run.sh)
+.PHONY: gpu-check
+gpu-check:
+	tests/gpu/run.sh
 
 # --- packages ----------------------------------------------------------------------------
 PKGS := libcmocka-dev libopenblas-dev libreadline-dev libncurses-dev libstb-dev

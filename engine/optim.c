@@ -16,6 +16,7 @@
 #include <math.h>
 #include <string.h>
 #include "../kernels/cpu/blas.h"
+#include "../kernels/cpu/ops.h"
 
 #define GNORM_CHUNK 65536   // reals per norm chunk: fixed, so the sum order never varies
 #define MUON_EPS 1e-7       // added to ||G||_F (and to the col/row RMS under muon_colrow)
@@ -97,11 +98,30 @@ double lr_schedule_mult(const Config *c, int64_t s) {
 // that iteration back gives X <- a X + X (b A + c A^2) with A = X^T X [cols, cols] (A and the
 // polynomial are symmetric), which is what we do, without materialising the transpose.
 // scratch: ns_scratch_size(rows, cols) = 2 min(rows,cols)^2 + rows*cols reals.
+// The Gram matrices are symmetric: A = X X^T (or X^T X) and A A = A A^T are formed with syrk
+// (the upper triangle only, half the FLOPs of a gemm), then mirrored to the lower triangle.
+void cblas_ssyrk(int order, int uplo, int trans, int n, int k, float alpha, const float *a, int lda,
+                 float beta, float *c, int ldc);
+void cblas_dsyrk(int order, int uplo, int trans, int n, int k, double alpha, const double *a,
+                 int lda, double beta, double *c, int ldc);
+enum { DmCblasUpper = 121 };
+// C[n,n] (upper) = alpha op(A) op(A)^T + beta C, op(A) = A [n,k] (trans 0) or A^T (A [k,n], trans 1)
+static void syrk_rm(int trans, int n, int k, real alpha, const real *A, int lda, real beta, real *C, int ldc) {
+#ifdef DM_DOUBLE
+    cblas_dsyrk(DmCblasRowMajor, DmCblasUpper, trans ? DmCblasTrans : DmCblasNoTrans, n, k, alpha, A, lda, beta, C, ldc);
+#else
+    cblas_ssyrk(DmCblasRowMajor, DmCblasUpper, trans ? DmCblasTrans : DmCblasNoTrans, n, k, alpha, A, lda, beta, C, ldc);
+#endif
+}
+static void mirror_upper(real *C, int n) {
+    for (int i = 1; i < n; i++)
+        for (int j = 0; j < i; j++) C[(size_t)i * n + j] = C[(size_t)j * n + i];
+}
+
 void muon_orthogonalize(real *G, int rows, int cols, real *scratch) {
     const real a = (real)3.4445, b = (real)-4.7750, c = (real)2.0315;
     size_t n = (size_t)rows * cols;
-    double ss = 0;
-    for (size_t i = 0; i < n; i++) ss += (double)G[i] * G[i];
+    double ss = dm_sumsq_d(G, n);
     real inv = (real)(1.0 / (sqrt(ss) + MUON_EPS));
     for (size_t i = 0; i < n; i++) G[i] *= inv;
     int tall = rows > cols;
@@ -109,14 +129,13 @@ void muon_orthogonalize(real *G, int rows, int cols, real *scratch) {
     real *A = scratch, *Bm = scratch + (size_t)s * s, *Y = Bm + (size_t)s * s;
     real *X = G;
     for (int it = 0; it < 5; it++) {
-        if (tall) {
-            gemm_rm(1, 0, s, s, rows, 1, X, cols, X, cols, 0, A, s);      // A = X^T X  [cols, cols]
-        } else {
-            gemm_rm(0, 1, s, s, cols, 1, X, cols, X, cols, 0, A, s);      // A = X X^T  [rows, rows]
-        }
-        // Bm = b A + c A A
+        // A = X^T X [cols, cols] (tall) or X X^T [rows, rows]
+        syrk_rm(tall, s, tall ? rows : cols, 1, X, cols, 0, A, s);
+        mirror_upper(A, s);
+        // Bm = b A + c A A  (A symmetric: A A = A A^T)
         for (size_t i = 0; i < (size_t)s * s; i++) Bm[i] = b * A[i];
-        gemm_rm(0, 0, s, s, s, c, A, s, A, s, 1, Bm, s);
+        syrk_rm(0, s, s, c, A, s, 1, Bm, s);
+        mirror_upper(Bm, s);
         // Y = a X + (Bm X | X Bm)
         for (size_t i = 0; i < n; i++) Y[i] = a * X[i];
         if (tall) gemm_rm(0, 0, rows, cols, cols, 1, X, cols, Bm, s, 1, Y, cols);
@@ -255,13 +274,13 @@ static int grad_norm_check(const Model *m, double *ss) {
         #pragma omp parallel for if (nchunks > 1) schedule(static)
         for (size_t ch = 0; ch < nchunks; ch++) {
             size_t lo = ch * GNORM_CHUNK, hi = lo + GNORM_CHUNK < t->numel ? lo + GNORM_CHUNK : t->numel;
-            double s = 0;
+            // the sum is finite when every x is (then no element check is needed); inf and NaN
+            // propagate into it (in the double build a huge finite x can overflow it too, hence
+            // the exact per-element check on that rare path)
+            double s = dm_sumsq_d(g + lo, hi - lo);
             int b = 0;
-            for (size_t j = lo; j < hi; j++) {
-                double x = g[j];
-                b |= !isfinite(x);
-                s += x * x;
-            }
+            if (!isfinite(s))
+                for (size_t j = lo; j < hi; j++) b |= !isfinite((double)g[j]);
             part[ch] = s; bad[ch] = b;
         }
         double s = 0;

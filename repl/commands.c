@@ -221,7 +221,27 @@ static int cmd_show(Shell *sh, Words *w, dm_err *err) {
         return 0;
     }
     if (!strcmp(what, "metrics")) {
-        fprintf(OUT, "%d metric rows, step %lld, %lld tokens\n", e->nrows, (long long)e->step, (long long)e->tokens);
+        fprintf(OUT, "%d metric rows, step %lld, %lld tokens, %lld skipped steps%s%s\n", e->nrows, (long long)e->step,
+                (long long)e->tokens, (long long)e->opt.total_skips, e->session_dir[0] ? ", session " : "",
+                e->session_dir[0] ? e->session_dir : "");
+        int shown = 0;
+        for (int i = e->nrows - 1; i >= 0 && shown < 5; i--)
+            if (e->rows[i].kind == 0) shown++;
+        for (int i = 0, skip = 0; i < e->nrows; i++) {
+            const MetricRow *r = &e->rows[i];
+            if (r->kind != 0) continue;
+            int ntrain_after = 0;
+            for (int j = i + 1; j < e->nrows; j++) ntrain_after += e->rows[j].kind == 0;
+            if (ntrain_after >= shown) { skip++; continue; }
+            fprintf(OUT, "  step %lld loss %.4f lr %.3e gnorm %.3f ms %.1f tok/s %.0f skipped %d\n", (long long)r->step,
+                    r->loss, r->lr, r->gnorm, r->ms, r->tok_s, r->skipped);
+        }
+        for (int i = e->nrows - 1, k = 0; i >= 0 && k < 1; i--)
+            if (e->rows[i].kind == 1) {
+                fprintf(OUT, "  last eval: step %lld depth %d bpb %.4f over %lld B\n", (long long)e->rows[i].step,
+                        e->rows[i].depth, e->rows[i].bpb, (long long)e->rows[i].window);
+                k++;
+            }
         return 0;
     }
     return dm_fail(err, "unknown :show target '%s' (config, model, params, arms, data, device, metrics)", what);

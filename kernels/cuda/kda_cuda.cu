@@ -25,7 +25,7 @@
 #define KDA_SEG 16
 #define KDA_MAXD 128
 
-static size_t kda_per_bh(int T, int D) {
+static __host__ __device__ size_t kda_per_bh(int T, int D) {
     size_t nseg = (size_t)(T + KDA_SEG - 1) / KDA_SEG, DD = (size_t)D * D;
     return (nseg + KDA_SEG + 2) * DD + 2 * (size_t)KDA_SEG * D;
 }

@@ -1,0 +1,430 @@
+// parity.cu — every op of the CUDA Backend table against the CPU table (kernels/backend.h).
+// Random inputs on the host; the CPU op runs on host copies, the CUDA op on device copies; the
+// outputs are compared with the normwise relative error max|gpu - cpu| / max|cpu| (a per-element
+// ratio would blow up on entries that are ~0). Backward ops accumulate (+=), so every d-buffer
+// starts from the same random values on both sides: that checks the accumulation too.
+// Tolerances: 1e-4 at fp32; 3e-2 for the bf16 matrix products. Determinism: scatters with every
+// position colliding on one row, run twice, must be bit-identical (and, being the CPU's float
+// adds in the CPU's order, equal to the CPU's).
+// Exit status: 0 when every row passes. Needs a GPU; builds anywhere nvcc does (tests/gpu/run.sh).
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <vector>
+extern "C" {
+#include "../../kernels/backend.h"
+void cuda_set_precision(int fp32);
+}
+
+static const Backend *C_, *G_;
+static int n_fail = 0, n_pass = 0;
+
+// ---- random numbers: a fixed-seed xorshift, so a failure reproduces ----
+static uint64_t rng = 0x9E3779B97F4A7C15ULL;
+static float urand() {  // [0, 1)
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return (float)((rng >> 40) * (1.0 / 16777216.0));
+}
+static float nrand() { return (urand() + urand() + urand() + urand() - 2.0f) * 1.7320508f; }
+static std::vector<float> randv(size_t n, float scale = 1) {
+    std::vector<float> v(n);
+    for (auto &x : v) x = nrand() * scale;
+    return v;
+}
+
+// ---- device mirrors ----
+struct Dev {
+    void *p = NULL; size_t bytes = 0;
+    Dev() {}
+    explicit Dev(size_t b) : bytes(b) { p = G_->alloc(b); if (!p) { fprintf(stderr, "device alloc failed\n"); exit(2); } }
+    ~Dev() { if (p) G_->free(p); }
+    Dev(const Dev &) = delete;
+    Dev &operator=(const Dev &) = delete;
+    float *f() { return (float *)p; }
+    int *i() { return (int *)p; }
+};
+template <typename T> static Dev *up(const std::vector<T> &v) {
+    Dev *d = new Dev(sizeof(T) * (v.size() ? v.size() : 1));
+    if (v.size()) G_->upload(d->p, v.data(), sizeof(T) * v.size());
+    return d;
+}
+template <typename T> static std::vector<T> down(Dev *d, size_t n) {
+    std::vector<T> v(n);
+    if (n) G_->download(v.data(), d->p, sizeof(T) * n);
+    return v;
+}
+
+static void report(const char *name, double err, double tol, const char *note = "") {
+    int ok = err <= tol;  // NaN fails
+    printf("  %-34s %-4s  rel err %9.2e  (tol %.0e) %s\n", name, ok ? "PASS" : "FAIL", err, tol, note);
+    if (ok) n_pass++; else n_fail++;
+}
+static double relerr(const float *cpu, const float *gpu, size_t n) {
+    double mx = 0, md = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(gpu[i]) && isfinite(cpu[i])) return INFINITY;
+        mx = fmax(mx, fabs((double)cpu[i]));
+        md = fmax(md, fabs((double)gpu[i] - cpu[i]));
+    }
+    return mx > 0 ? md / mx : md;
+}
+static void cmp(const char *name, const std::vector<float> &cpu, Dev *gpu, double tol) {
+    std::vector<float> g = down<float>(gpu, cpu.size());
+    report(name, relerr(cpu.data(), g.data(), cpu.size()), tol);
+}
+static void cmp_exact_i(const char *name, const std::vector<int> &cpu, Dev *gpu) {
+    std::vector<int> g = down<int>(gpu, cpu.size());
+    size_t bad = 0;
+    for (size_t i = 0; i < cpu.size(); i++) bad += cpu[i] != g[i];
+    char note[64];
+    snprintf(note, sizeof note, "(%zu of %zu differ)", bad, cpu.size());
+    report(name, bad ? 1.0 : 0.0, 0, note);
+}
+
+// ================================================================================================
+static void t_matmul(int fp32) {
+    cuda_set_precision(fp32);
+    double tol = fp32 ? 1e-4 : 3e-2;
+    const char *tag = fp32 ? "fp32" : "bf16";
+    char nm[64];
+    int N = 67, Cc = 96, OC = 130;
+    auto inp = randv((size_t)N * Cc), W = randv((size_t)OC * Cc, 0.1f), bias = randv(OC);
+    Dev *dinp = up(inp), *dW = up(W), *dbias = up(bias), *dout_ = new Dev(sizeof(float) * N * OC);
+    std::vector<float> out((size_t)N * OC);
+    C_->matmul_forward(out.data(), inp.data(), W.data(), bias.data(), N, Cc, OC);
+    G_->matmul_forward(dout_->f(), dinp->f(), dW->f(), dbias->f(), N, Cc, OC);
+    snprintf(nm, sizeof nm, "matmul_forward %s", tag); cmp(nm, out, dout_, tol);
+    // backward, accumulating onto random starts
+    auto dy = randv((size_t)N * OC), gi = randv((size_t)N * Cc), gW = randv((size_t)OC * Cc), gb = randv(OC);
+    Dev *ddy = up(dy), *dgi = up(gi), *dgW = up(gW), *dgb = up(gb);
+    C_->matmul_backward(gi.data(), gW.data(), gb.data(), dy.data(), inp.data(), W.data(), N, Cc, OC);
+    G_->matmul_backward(dgi->f(), dgW->f(), dgb->f(), ddy->f(), dinp->f(), dW->f(), N, Cc, OC);
+    snprintf(nm, sizeof nm, "matmul_backward dinp %s", tag); cmp(nm, gi, dgi, tol);
+    snprintf(nm, sizeof nm, "matmul_backward dW %s", tag); cmp(nm, gW, dgW, tol);
+    snprintf(nm, sizeof nm, "matmul_backward dbias %s", tag); cmp(nm, gb, dgb, 1e-4);  // fp32 always
+    // gemm: all transposes, alpha/beta, padded leading dimensions
+    for (int tA = 0; tA < 2; tA++)
+        for (int tB = 0; tB < 2; tB++) {
+            int M = 37, Nn = 45, K = 29;
+            int ar = tA ? K : M, ac = tA ? M : K, br = tB ? Nn : K, bc = tB ? K : Nn;
+            int lda = ac + 3, ldb = bc + 5, ldc = Nn + 2;
+            auto A = randv((size_t)ar * lda), Bm = randv((size_t)br * ldb), Cm = randv((size_t)M * ldc);
+            Dev *dA = up(A), *dB = up(Bm), *dC = up(Cm);
+            C_->gemm(tA, tB, M, Nn, K, 0.7f, A.data(), lda, Bm.data(), ldb, 0.3f, Cm.data(), ldc);
+            G_->gemm(tA, tB, M, Nn, K, 0.7f, dA->f(), lda, dB->f(), ldb, 0.3f, dC->f(), ldc);
+            snprintf(nm, sizeof nm, "gemm tA=%d tB=%d %s", tA, tB, tag); cmp(nm, Cm, dC, tol);
+            delete dA; delete dB; delete dC;
+        }
+    delete dinp; delete dW; delete dbias; delete dout_; delete ddy; delete dgi; delete dgW; delete dgb;
+    cuda_set_precision(1);
+}
+
+static void t_norms() {
+    int N = 53, Cc = 130;
+    auto x = randv((size_t)N * Cc, 2), gain = randv(Cc), dy = randv((size_t)N * Cc);
+    Dev *dx = up(x), *dgain = up(gain), *ddy = up(dy);
+    for (int withgain = 1; withgain >= 0; withgain--) {
+        std::vector<float> out((size_t)N * Cc), rstd(N);
+        Dev dout_(sizeof(float) * N * Cc), drstd(sizeof(float) * N);
+        const float *gc = withgain ? gain.data() : NULL, *gg = withgain ? dgain->f() : NULL;
+        C_->rmsnorm_forward(out.data(), rstd.data(), x.data(), gc, N, Cc);
+        G_->rmsnorm_forward(dout_.f(), drstd.f(), dx->f(), gg, N, Cc);
+        cmp(withgain ? "rmsnorm_forward out" : "rmsnorm_forward out (no gain)", out, &dout_, 1e-4);
+        cmp("rmsnorm_forward rstd", rstd, &drstd, 1e-4);
+        auto gx = randv((size_t)N * Cc), gg0 = randv(Cc);
+        Dev *dgx = up(gx), *dgg = up(gg0);
+        C_->rmsnorm_backward(gx.data(), withgain ? gg0.data() : NULL, dy.data(), x.data(), gc, rstd.data(), N, Cc);
+        G_->rmsnorm_backward(dgx->f(), withgain ? dgg->f() : NULL, ddy->f(), dx->f(), gg, drstd.f(), N, Cc);
+        cmp("rmsnorm_backward dinp", gx, dgx, 1e-4);
+        if (withgain) cmp("rmsnorm_backward dgain", gg0, dgg, 1e-4);
+        delete dgx; delete dgg;
+    }
+    {
+        std::vector<float> out((size_t)N * Cc), rn(N);
+        Dev dout_(sizeof(float) * N * Cc), drn(sizeof(float) * N);
+        C_->l2norm_forward(out.data(), rn.data(), x.data(), 0.125f, N, Cc);
+        G_->l2norm_forward(dout_.f(), drn.f(), dx->f(), 0.125f, N, Cc);
+        cmp("l2norm_forward out", out, &dout_, 1e-4);
+        cmp("l2norm_forward rn", rn, &drn, 1e-4);
+        auto gx = randv((size_t)N * Cc);
+        Dev *dgx = up(gx);
+        C_->l2norm_backward(gx.data(), dy.data(), out.data(), rn.data(), 0.125f, N, Cc);
+        G_->l2norm_backward(dgx->f(), ddy->f(), dout_.f(), drn.f(), 0.125f, N, Cc);
+        cmp("l2norm_backward dinp", gx, dgx, 1e-4);
+        delete dgx;
+    }
+    delete dx; delete dgain; delete ddy;
+}
+
+static void t_elementwise() {
+    size_t n = 10007;
+    auto x = randv(n, 4), dy = randv(n), g0 = randv(n);
+    Dev *dx = up(x), *ddy = up(dy);
+    std::vector<float> y(n);
+    Dev dyv(sizeof(float) * n);
+    C_->silu_forward(y.data(), x.data(), n);
+    G_->silu_forward(dyv.f(), dx->f(), n);
+    cmp("silu_forward", y, &dyv, 1e-4);
+    { auto g = g0; Dev *dg = up(g);
+      C_->silu_backward(g.data(), dy.data(), x.data(), n);
+      G_->silu_backward(dg->f(), ddy->f(), dx->f(), n);
+      cmp("silu_backward", g, dg, 1e-4); delete dg; }
+    { auto xi = x; Dev *dxi = up(xi);  // in place, as the decoder calls it
+      C_->silu_forward(xi.data(), xi.data(), n);
+      G_->silu_forward(dxi->f(), dxi->f(), n);
+      cmp("silu_forward in place", xi, dxi, 1e-4); delete dxi; }
+    C_->sigmoid_forward(y.data(), x.data(), n);
+    G_->sigmoid_forward(dyv.f(), dx->f(), n);
+    cmp("sigmoid_forward", y, &dyv, 1e-4);
+    { auto g = g0; Dev *dg = up(g);
+      C_->sigmoid_backward(g.data(), dy.data(), y.data(), n);
+      G_->sigmoid_backward(dg->f(), ddy->f(), dyv.f(), n);
+      cmp("sigmoid_backward", g, dg, 1e-4); delete dg; }
+    delete dx; delete ddy;
+}
+
+static void t_embedding_ce() {
+    int N = 1000, Cc = 64, V = 256;
+    std::vector<int> x(N);
+    for (auto &v : x) v = (int)(urand() * V);
+    auto table = randv((size_t)V * Cc);
+    Dev *dxx = up(x), *dtab = up(table);
+    std::vector<float> out((size_t)N * Cc);
+    Dev dout_(sizeof(float) * N * Cc);
+    C_->embedding_forward(out.data(), x.data(), table.data(), N, Cc);
+    G_->embedding_forward(dout_.f(), dxx->i(), dtab->f(), N, Cc);
+    cmp("embedding_forward", out, &dout_, 0);
+    auto dy = randv((size_t)N * Cc), gt = randv((size_t)V * Cc);
+    Dev *ddy = up(dy), *dgt = up(gt), *dgt2 = up(gt);
+    C_->embedding_backward(gt.data(), dy.data(), x.data(), N, Cc);
+    G_->embedding_backward(dgt->f(), ddy->f(), dxx->i(), N, Cc);
+    G_->embedding_backward(dgt2->f(), ddy->f(), dxx->i(), N, Cc);
+    cmp("embedding_backward", gt, dgt, 1e-6);
+    { auto a = down<float>(dgt, gt.size()), b = down<float>(dgt2, gt.size());
+      report("embedding_backward twice bit-equal", memcmp(a.data(), b.data(), a.size() * 4) ? 1 : 0, 0); }
+    delete dxx; delete dtab; delete ddy; delete dgt; delete dgt2;
+
+    int Nc = 77;
+    auto logits = randv((size_t)Nc * V, 3);
+    std::vector<int> tg(Nc);
+    for (auto &v : tg) v = (int)(urand() * V);
+    Dev *dl = up(logits), *dtg = up(tg), dloss(sizeof(float) * Nc), dprob(sizeof(float) * Nc * V);
+    std::vector<float> loss(Nc), prob((size_t)Nc * V);
+    C_->softmax_ce_forward(loss.data(), prob.data(), logits.data(), tg.data(), Nc, V);
+    G_->softmax_ce_forward(dloss.f(), dprob.f(), dl->f(), dtg->i(), Nc, V);
+    cmp("softmax_ce_forward losses", loss, &dloss, 1e-4);
+    cmp("softmax_ce_forward probs", prob, &dprob, 1e-4);
+    auto g = randv((size_t)Nc * V);
+    Dev *dg = up(g);
+    C_->softmax_ce_backward(g.data(), prob.data(), tg.data(), 0.01f, Nc, V);
+    G_->softmax_ce_backward(dg->f(), dprob.f(), dtg->i(), 0.01f, Nc, V);
+    cmp("softmax_ce_backward", g, dg, 1e-4);
+    delete dl; delete dtg; delete dg;
+}
+
+static void t_engram() {
+    int B = 3, T = 41, O = 3, D = 16, N = B * T;
+    int orders[3] = {2, 3, 4};
+    int64_t R = 1000;
+    std::vector<int> x(N);
+    for (auto &v : x) v = (int)(urand() * 256);
+    Dev *dxx = up(x), drows(sizeof(int32_t) * O * N);
+    std::vector<int32_t> rows((size_t)O * N);
+    C_->engram_rows(rows.data(), x.data(), B, T, orders, O, R);
+    G_->engram_rows((int32_t *)drows.p, dxx->i(), B, T, orders, O, R);  // orders: host array
+    cmp_exact_i("engram_rows (FNV-1a)", std::vector<int>(rows.begin(), rows.end()), &drows);
+    auto tables = randv((size_t)O * R * D);
+    Dev *dtab = up(tables), dm(sizeof(float) * N * O * D);
+    std::vector<float> m((size_t)N * O * D);
+    C_->engram_gather(m.data(), tables.data(), rows.data(), N, O, R, D);
+    G_->engram_gather(dm.f(), dtab->f(), (int32_t *)drows.p, N, O, R, D);
+    cmp("engram_gather", m, &dm, 0);
+    auto gm = randv((size_t)N * O * D), gt = randv((size_t)O * R * D);
+    Dev *dgm = up(gm), *dgt = up(gt);
+    C_->engram_scatter(gt.data(), gm.data(), rows.data(), N, O, R, D);
+    G_->engram_scatter(dgt->f(), dgm->f(), (int32_t *)drows.p, N, O, R, D);
+    cmp("engram_scatter", gt, dgt, 1e-6);
+    delete dgt;
+    // heavy collision: every position of every order on row 5 — twice, bit-identical
+    int Nh = 4096;
+    std::vector<int32_t> hrows((size_t)O * Nh, 5);
+    auto hgm = randv((size_t)Nh * O * D), ht = randv((size_t)O * R * D);
+    Dev *dhr = up(hrows), *dhg = up(hgm), *dt1 = up(ht);
+    C_->engram_scatter(ht.data(), hgm.data(), hrows.data(), Nh, O, R, D);
+    G_->engram_scatter(dt1->f(), dhg->f(), (int32_t *)dhr->p, Nh, O, R, D);
+    auto a = down<float>(dt1, ht.size());
+    report("engram_scatter collide vs CPU", relerr(ht.data(), a.data(), a.size()), 1e-6);
+    {   // determinism proper: two runs from the same start must agree bit for bit
+        std::vector<float> start = randv((size_t)O * R * D);
+        Dev *s1 = up(start), *s2 = up(start);
+        G_->engram_scatter(s1->f(), dhg->f(), (int32_t *)dhr->p, Nh, O, R, D);
+        G_->engram_scatter(s2->f(), dhg->f(), (int32_t *)dhr->p, Nh, O, R, D);
+        auto r1 = down<float>(s1, start.size()), r2 = down<float>(s2, start.size());
+        report("engram_scatter collide twice bit-equal", memcmp(r1.data(), r2.data(), r1.size() * 4) ? 1 : 0, 0);
+        delete s1; delete s2;
+    }
+    delete dxx; delete dtab; delete dgm; delete dhr; delete dhg; delete dt1;
+}
+
+// q, k l2-normalised rows (q also scaled by D^-1/2), v ~ N(0,1), beta in (0,1), g in [-5, 0]
+static void kda_inputs(int B, int T, int H, int D, std::vector<float> &q, std::vector<float> &k,
+                       std::vector<float> &v, std::vector<float> &beta, std::vector<float> &g) {
+    size_t n = (size_t)B * T * H * D;
+    q = randv(n); k = randv(n); v = randv(n); g.resize(n); beta.resize((size_t)B * T * H);
+    for (size_t r = 0; r < n / D; r++) {
+        double sq = 0, sk = 0;
+        for (int c = 0; c < D; c++) { sq += q[r * D + c] * q[r * D + c]; sk += k[r * D + c] * k[r * D + c]; }
+        for (int c = 0; c < D; c++) {
+            q[r * D + c] = (float)(q[r * D + c] / sqrt(sq) / sqrt((double)D));
+            k[r * D + c] = (float)(k[r * D + c] / sqrt(sk));
+        }
+    }
+    for (auto &x : g) x = -5.0f / (1.0f + expf(-(nrand() * 2 - 2)));
+    for (auto &x : beta) x = 1.0f / (1.0f + expf(-nrand()));
+}
+
+static void t_kda(int T, int C) {
+    int B = 2, H = 2, D = 64;
+    char nm[80];
+    std::vector<float> q, k, v, beta, g;
+    kda_inputs(B, T, H, D, q, k, v, beta, g);
+    size_t n = (size_t)B * T * H * D;
+    Dev *dq = up(q), *dk = up(k), *dv = up(v), *db = up(beta), *dg = up(g), dO(sizeof(float) * n);
+    std::vector<float> o(n), ws(C_->kda_ws_size(B, T, H, D, C));
+    Dev dws(sizeof(float) * G_->kda_ws_size(B, T, H, D, C));
+    C_->kda_forward(o.data(), ws.data(), q.data(), k.data(), v.data(), beta.data(), g.data(), B, T, H, D, C);
+    G_->kda_forward(dO.f(), dws.f(), dq->f(), dk->f(), dv->f(), db->f(), dg->f(), B, T, H, D, C);
+    snprintf(nm, sizeof nm, "kda_forward T=%d C=%d", T, C); cmp(nm, o, &dO, 1e-4);
+    auto dy = randv(n), gq = randv(n), gk = randv(n), gv = randv(n), gb = randv(beta.size()), gg = randv(n);
+    Dev *ddy = up(dy), *dgq = up(gq), *dgk = up(gk), *dgv = up(gv), *dgb = up(gb), *dgg = up(gg);
+    C_->kda_backward(gq.data(), gk.data(), gv.data(), gb.data(), gg.data(), dy.data(), q.data(), k.data(),
+                     v.data(), beta.data(), g.data(), ws.data(), B, T, H, D, C);
+    G_->kda_backward(dgq->f(), dgk->f(), dgv->f(), dgb->f(), dgg->f(), ddy->f(), dq->f(), dk->f(), dv->f(),
+                     db->f(), dg->f(), dws.f(), B, T, H, D, C);
+    const char *names[5] = {"dq", "dk", "dv", "dbeta", "dg"};
+    std::vector<float> *cs[5] = {&gq, &gk, &gv, &gb, &gg};
+    Dev *gs[5] = {dgq, dgk, dgv, dgb, dgg};
+    for (int i = 0; i < 5; i++) {
+        snprintf(nm, sizeof nm, "kda_backward %s T=%d C=%d", names[i], T, C);
+        cmp(nm, *cs[i], gs[i], 1e-4);
+    }
+    delete dq; delete dk; delete dv; delete db; delete dg; delete ddy;
+    for (int i = 0; i < 5; i++) delete gs[i];
+}
+
+static void t_kda_step() {
+    int H = 3, D = 64, T = 20;
+    std::vector<float> q, k, v, beta, g;
+    kda_inputs(1, T, H, D, q, k, v, beta, g);
+    std::vector<float> S((size_t)H * D * D, 0), o((size_t)H * D);
+    Dev dS(sizeof(float) * H * D * D), dO(sizeof(float) * H * D);
+    Dev *dq = up(q), *dk = up(k), *dv = up(v), *db = up(beta), *dg = up(g);
+    for (int t = 0; t < T; t++) {
+        size_t r = (size_t)t * H * D;
+        C_->kda_step(o.data(), S.data(), q.data() + r, k.data() + r, v.data() + r, beta.data() + (size_t)t * H, g.data() + r, H, D);
+        G_->kda_step(dO.f(), dS.f(), dq->f() + r, dk->f() + r, dv->f() + r, db->f() + (size_t)t * H, dg->f() + r, H, D);
+    }
+    cmp("kda_step o (20 steps)", o, &dO, 1e-4);
+    cmp("kda_step S (20 steps)", S, &dS, 1e-4);
+    delete dq; delete dk; delete dv; delete db; delete dg;
+}
+
+static void t_moe(int k, int ties) {
+    MoEShape s = {100, 64, 4, k, 16, 96};
+    char nm[80], tag[32];
+    snprintf(tag, sizeof tag, "k=%d%s", k, ties ? " ties" : "");
+    int N = s.N, d = s.d, E = s.E, r = s.r, f = s.f;
+    auto n = randv((size_t)N * d), z = randv((size_t)N * E);
+    if (ties)  // every other token: all logits equal, or the top two equal
+        for (int t = 0; t < N; t += 2)
+            for (int e = 0; e < E; e++) z[(size_t)t * E + e] = (t % 4 == 0) ? 0.5f : (e < 2 ? 1.0f : z[(size_t)t * E + e] * 0.1f);
+    std::vector<float> U1 = randv((size_t)E * f * r, 0.2f), s1 = randv((size_t)E * r), V1 = randv((size_t)E * d * r, 0.2f),
+                       U2 = randv((size_t)E * d * r, 0.2f), s2 = randv((size_t)E * r), V2 = randv((size_t)E * f * r, 0.2f);
+    Dev *dn = up(n), *dz = up(z), *dU1 = up(U1), *ds1 = up(s1), *dV1 = up(V1), *dU2 = up(U2), *ds2 = up(s2), *dV2 = up(V2);
+    MoEParams pc = {U1.data(), s1.data(), V1.data(), U2.data(), s2.data(), V2.data()};
+    MoEParams pg = {dU1->f(), ds1->f(), dV1->f(), dU2->f(), ds2->f(), dV2->f()};
+    std::vector<float> out((size_t)N * d), ws(C_->moe_ws_size(s));
+    Dev dout_(sizeof(float) * N * d), dws(sizeof(float) * G_->moe_ws_size(s));
+    float auxc = 0, auxg = 0;
+    std::vector<int> loadc(E), loadg(E);
+    C_->moe_forward(out.data(), &auxc, loadc.data(), ws.data(), n.data(), z.data(), pc, s);
+    G_->moe_forward(dout_.f(), &auxg, loadg.data(), dws.f(), dn->f(), dz->f(), pg, s);  // aux, load: host
+    snprintf(nm, sizeof nm, "moe_forward out %s", tag); cmp(nm, out, &dout_, 1e-4);
+    snprintf(nm, sizeof nm, "moe_forward aux %s", tag); report(nm, fabs(auxc - auxg) / fmax(fabs(auxc), 1e-30), 1e-5);
+    { int bad = 0; for (int e = 0; e < E; e++) bad += loadc[e] != loadg[e];
+      snprintf(nm, sizeof nm, "moe_forward load %s", tag); report(nm, bad, 0, "(exact)"); }
+    auto dy = randv((size_t)N * d), gn = randv((size_t)N * d), gz = randv((size_t)N * E);
+    std::vector<float> gU1 = randv(U1.size()), gs1 = randv(s1.size()), gV1 = randv(V1.size()),
+                       gU2 = randv(U2.size()), gs2 = randv(s2.size()), gV2 = randv(V2.size());
+    Dev *ddy = up(dy), *dgn = up(gn), *dgz = up(gz), *dgU1 = up(gU1), *dgs1 = up(gs1), *dgV1 = up(gV1),
+        *dgU2 = up(gU2), *dgs2 = up(gs2), *dgV2 = up(gV2);
+    MoEGrads gc = {gU1.data(), gs1.data(), gV1.data(), gU2.data(), gs2.data(), gV2.data()};
+    MoEGrads gg = {dgU1->f(), dgs1->f(), dgV1->f(), dgU2->f(), dgs2->f(), dgV2->f()};
+    C_->moe_backward(gn.data(), gz.data(), gc, dy.data(), 0.3f, ws.data(), n.data(), z.data(), pc, s);
+    G_->moe_backward(dgn->f(), dgz->f(), gg, ddy->f(), 0.3f, dws.f(), dn->f(), dz->f(), pg, s);
+    const char *names[8] = {"dn", "dz", "dU1", "ds1", "dV1", "dU2", "ds2", "dV2"};
+    std::vector<float> *cs[8] = {&gn, &gz, &gU1, &gs1, &gV1, &gU2, &gs2, &gV2};
+    Dev *gsd[8] = {dgn, dgz, dgU1, dgs1, dgV1, dgU2, dgs2, dgV2};
+    for (int i = 0; i < 8; i++) {
+        snprintf(nm, sizeof nm, "moe_backward %s %s", names[i], tag);
+        cmp(nm, *cs[i], gsd[i], 1e-4);
+        delete gsd[i];
+    }
+    delete dn; delete dz; delete dU1; delete ds1; delete dV1; delete dU2; delete ds2; delete dV2; delete ddy;
+}
+
+static void t_retract() {
+    int rows = 96, r = 16;
+    // near-orthonormal: Gram–Schmidt of a Gaussian, then a 5% perturbation
+    std::vector<float> X = randv((size_t)rows * r);
+    for (int j = 0; j < r; j++) {
+        for (int i = 0; i < j; i++) {
+            double dot = 0;
+            for (int q = 0; q < rows; q++) dot += (double)X[q * r + i] * X[q * r + j];
+            for (int q = 0; q < rows; q++) X[q * r + j] -= (float)(dot * X[q * r + i]);
+        }
+        double nn = 0;
+        for (int q = 0; q < rows; q++) nn += (double)X[q * r + j] * X[q * r + j];
+        for (int q = 0; q < rows; q++) X[q * r + j] = (float)(X[q * r + j] / sqrt(nn));
+    }
+    for (auto &x : X) x += 0.05f * nrand() / sqrtf((float)rows);
+    Dev *dX = up(X);
+    double ec = C_->orth_error(X.data(), rows, r), eg = G_->orth_error(dX->f(), rows, r);
+    report("orth_error (perturbed frame)", fabs(ec - eg) / ec, 1e-6);
+    std::vector<float> scr(C_->retract_scratch_size(rows, r));
+    Dev dscr(sizeof(float) * G_->retract_scratch_size(rows, r));
+    C_->retract(X.data(), rows, r, 3, scr.data());
+    G_->retract(dX->f(), rows, r, 3, dscr.f());
+    cmp("retract (3 Newton-Schulz iters)", X, dX, 1e-4);
+    double ec2 = C_->orth_error(X.data(), rows, r), eg2 = G_->orth_error(dX->f(), rows, r);
+    char note[80];
+    snprintf(note, sizeof note, "(cpu %.2e gpu %.2e)", ec2, eg2);
+    report("orth_error after retract < 1e-4", eg2, 1e-4, note);
+    delete dX;
+}
+
+int main(void) {
+    char why[256] = "";
+    C_ = backend_cpu();
+    G_ = backend_cuda(0, why, sizeof why);
+    if (!G_) { fprintf(stderr, "parity: no CUDA backend: %s\n", why); return 2; }
+    cuda_set_precision(1);  // fp32 parity; the bf16 rows switch it for themselves
+    printf("CUDA parity against the CPU backend (normwise relative error)\n");
+    t_matmul(1);
+    t_matmul(0);
+    t_norms();
+    t_elementwise();
+    t_embedding_ce();
+    t_engram();
+    t_kda(64, 16);   // T a multiple of the chunk
+    t_kda(50, 16);   // and not
+    t_kda(100, 64);
+    t_kda_step();
+    t_moe(2, 0);
+    t_moe(1, 0);
+    t_moe(2, 1);
+    t_retract();
+    printf("parity: %d passed, %d failed\n", n_pass, n_fail);
+    return n_fail ? 1 : 0;
+}

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# tests/gpu/run.sh — on a machine with an NVIDIA GPU: build the float engine library and dmsh
+# (headless) with the CUDA backend, build tests/gpu/parity.cu against build/float/libdm.a, run
+# it, print its pass/fail table. Exits non-zero on any build error or failed row. < 5 minutes
+# (the build dominates; the parity run itself is a few seconds).
+# Env: CUDA_HOME (default /usr/local/cuda), CUDA_ARCH (default sm_90), JOBS (default nproc).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+NVCC=${NVCC:-$CUDA_HOME/bin/nvcc}
+ARCH=${CUDA_ARCH:-sm_90}
+JOBS=${JOBS:-$(nproc)}
+OUT=build/gpu
+# cuBLAS has no static archive in every toolkit (this one ships only libcublas.so): link it
+# dynamically with an rpath; cudart stays static as the Makefile has it.
+CULIBS="-L$CUDA_HOME/lib64 -lcublas -lcudart_static -ldl -lrt -lpthread -lstdc++ -Wl,-rpath,$CUDA_HOME/lib64"
+
+command -v "$NVCC" >/dev/null || { echo "run.sh: nvcc not found at $NVCC" >&2; exit 2; }
+nvidia-smi -L 2>/dev/null || echo "run.sh: nvidia-smi not available (continuing)"
+mkdir -p "$OUT"
+
+echo "== make lib (float) and headless dmsh with the CUDA backend"
+make -j"$JOBS" --no-print-directory lib DM_REAL=float
+make -j"$JOBS" --no-print-directory headless DM_REAL=float CUDA_ARCH="$ARCH" CUDALIBS="$CULIBS"
+
+echo "== nvcc kernels/cuda/*.cu + tests/gpu/parity.cu ($ARCH)"
+objs=()
+for f in kernels/cuda/*.cu; do
+    o="$OUT/$(basename "$f" .cu).o"
+    "$NVCC" -arch="$ARCH" -O2 -c "$f" -o "$o"
+    objs+=("$o")
+done
+"$NVCC" -arch="$ARCH" -O2 -c tests/gpu/parity.cu -o "$OUT/parity.o"
+"$NVCC" -arch="$ARCH" -o "$OUT/parity" "$OUT/parity.o" "${objs[@]}" build/float/libdm.a \
+    -lcublas -lopenblas -lgomp -lm -Xlinker -rpath -Xlinker "$CUDA_HOME/lib64"
+
+echo "== parity"
+OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 timeout 240 "./$OUT/parity"
