@@ -9,14 +9,15 @@
 #include "engine.h"
 #include "rng.h"
 
-int engine_check_grad(Engine *e, FILE *out, int *ok, dm_err *err) {
+int engine_check_grad(Engine *e, const int *arms_on, FILE *out, int *ok, dm_err *err) {
+    (void)e;
     Config c;
     config_defaults(&c);
     c.d = 8; c.H = 2; c.L = 3; c.E = 3; c.k = 2; c.r = 2; c.f = 6;
     c.engram_rows = 13; c.engram_dim = 3; c.seq = 9; c.batch = 2; c.kda_chunk = 4; c.moe_aux = 0.3;
     Model m;
     if (model_create(&m, &c, backend_cpu(), 7, err)) return 1;
-    if (e->live) for (int a = 0; a < ARM_COUNT; a++) m.arms.on[a] = e->model.arms.on[a];
+    for (int a = 0; a < ARM_COUNT; a++) m.arms.on[a] = arms_on[a];
     Rng r = {12345};
     for (size_t j = 0; j < m.n_params; j++) m.params[j] = (real)(0.35 * rng_normal(&r));
     m.params[m.t[P_ALPHA].offset] = (real)0.5;
@@ -33,7 +34,9 @@ int engine_check_grad(Engine *e, FILE *out, int *ok, dm_err *err) {
 #endif
     double worst = 0;
     *ok = 1;
-    fprintf(out, "gradient check (%s, directional, 6th-order central differences) with arms as live:\n", REAL_NAME);
+    fprintf(out, "gradient check (%s, one random direction per tensor, 6th-order central differences), arms off:", REAL_NAME);
+    for (int a = 0; a < ARM_COUNT; a++) if (!arms_on[a]) fprintf(out, " %s", dm_arm_names[a]);
+    fprintf(out, "\n");
     for (int i = 0; i < P_COUNT; i++) {
         ParamTensor *t = &m.t[i];
         real *p = m.params + t->offset;

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include "../engine/engine.h"
 #include "../engine/snapshot.h"
 #include "../sessions/session.h"
@@ -444,13 +445,13 @@ static int cmd_load(Shell *sh, Words *w, dm_err *err) {
     return 0;
 }
 
-int engine_check_grad(Engine *e, FILE *out, int *ok, dm_err *err);
+int engine_check_grad(Engine *e, const int *arms_on, FILE *out, int *ok, dm_err *err);
 
 static int cmd_check(Shell *sh, Words *w, dm_err *err) {
-    static const char *const keys[] = {"steps", NULL};
+    static const char *const keys[] = {"steps", "off", NULL};
     if (check_keys(w, 1, keys, err)) return 1;
     const char *what = positional(w, 0);
-    if (!what) return dm_fail(err, "usage: :check determinism|grad|parity [steps=N]");
+    if (!what) return dm_fail(err, "usage: :check determinism|grad|parity [steps=N] [off=ARM,...]");
     if (!strcmp(what, "determinism")) {
         long long n = 3;
         if (sh_kv(w, "steps") && parse_int(sh_kv(w, "steps"), 1, 100000, "steps", &n, err)) return 1;
@@ -461,9 +462,37 @@ static int cmd_check(Shell *sh, Words *w, dm_err *err) {
         return ok ? 0 : dm_fail(err, "determinism check failed: %s", msg);
     }
     if (!strcmp(what, "grad")) {
-        int ok;
-        if (engine_check_grad(E_, OUT, &ok, err)) return 1;
+#ifndef DM_DOUBLE
+        // Finite differences need double precision (float round-off alone is ~1e-7 of the loss);
+        // the float binary hands the check to the double engine built beside it.
+        char exe[1024], dbl[1200], cmd[1600];
+        ssize_t ne = readlink("/proc/self/exe", exe, sizeof exe - 1);
+        exe[ne > 0 ? ne : 0] = 0;
+        char *slash = strrchr(exe, '/');
+        if (slash) *slash = 0;
+        snprintf(dbl, sizeof dbl, "%s/../double/dmsh", exe);
+        if (access(dbl, X_OK) != 0)
+            return dm_fail(err, ":check grad runs on the double-precision engine: build it with `make DM_REAL=double build/double/dmsh`, then run this again");
+        size_t used = (size_t)snprintf(cmd, sizeof cmd, "%s --norc --no-tui -e ':check grad off=", dbl);
+        for (int a = 0; E_->live && a < ARM_COUNT; a++)
+            if (!E_->model.arms.on[a]) used += snprintf(cmd + used, sizeof cmd - used, "%s,", dm_arm_names[a]);
+        snprintf(cmd + used, sizeof cmd - used, "'");
+        fprintf(OUT, "(running the double-precision engine: %s)\n", dbl);
+        fflush(OUT);
+        int st = system(cmd);
+        return st == 0 ? 0 : dm_fail(err, "gradient check failed (see the table above)");
+#else
+        int ok, on[ARM_COUNT];
+        for (int a = 0; a < ARM_COUNT; a++) on[a] = E_->live ? E_->model.arms.on[a] : 1;
+        const char *off = sh_kv(w, "off");
+        for (int a = 0; off && a < ARM_COUNT; a++) {
+            const char *p = strstr(off, dm_arm_names[a]);
+            size_t l = strlen(dm_arm_names[a]);
+            if (p && (p == off || p[-1] == ',') && (p[l] == 0 || p[l] == ',')) on[a] = 0;
+        }
+        if (engine_check_grad(E_, on, OUT, &ok, err)) return 1;
         return ok ? 0 : dm_fail(err, "gradient check failed (see the table above)");
+#endif
     }
     if (!strcmp(what, "parity"))
         return dm_fail(err, ":check parity needs the CUDA backend, which is not built yet (issue 5)");
@@ -598,7 +627,7 @@ const Command dm_commands[] = {
     {":arm", cmd_arm, NULL, ":arm NAME on|off", "Switch a mechanism live: kda, engram, moe, rezero, retract, aux."},
     {":save", cmd_save, NULL, ":save [PATH]", "Write a checkpoint (atomic: temp file, fsync, rename)."},
     {":load", cmd_load, NULL, ":load PATH", "Load a checkpoint; refuses one whose architecture differs from the live model."},
-    {":check", cmd_check, NULL, ":check determinism|grad|parity [steps=N]", "Built-in verifications: the same steps twice bit for bit; finite-difference gradients; CPU vs CUDA."},
+    {":check", cmd_check, NULL, ":check determinism|grad|parity [steps=N] [off=ARM,...]", "Built-in verifications: the same steps twice bit for bit; finite-difference gradients of every parameter group on a tiny model in double precision (with the live arms, or off=kda,moe,...); CPU vs CUDA."},
     {":stress", cmd_stress, NULL, ":stress lr_mult=X steps=N", "Stability protocol: constant LR at X times the base for N steps; counts loss spikes, gnorm p99.9, arm maxima. Trains the live model."},
     {":bench", cmd_bench, NULL, ":bench [steps=N]", "Warm timing of the training step: median ms/step with step indices, tok/s, model GFLOP/s. Restores the state after."},
     {":plot", cmd_plot, complete_plot, ":plot METRIC[,METRIC...] [out=FILE.png] [x=step|tokens|time] [log=on|off] [size=WxH]", "Charts to PNG: bpb, loss, lr, gnorm, tok_s, depths (BPB against depth per eval), experts (load per expert, last forward). Several metrics stack as panels on one shared x axis. Without out= it writes SESSION/plots/METRIC.png (./plots/ without a session) and prints the path."},
