@@ -9,16 +9,40 @@
 #define GT(m, i) ((m)->grads + (m)->t[i].offset)
 #define ZERO(p, n) memset((p), 0, sizeof(real) * (size_t)(n))
 
-// dst[n, 0:C] = dy[n, 0:C] * silu'(x[n, 0:C]), x and dst at row strides ldx, ldd
-static void silu_bwd_rows(real *dst, int ldd, const real *dy, const real *x, int ldx, int N, int C) {
+// dst[n, :] = dy[n, :] * silu'(x[n, :]), silu'(x) = s (1 + x (1 - s)) with s = sigmoid(x) kept
+// by forward; x and dst rows at strides ldx, ldd, dy and s contiguous [N, C].
+static void silu_bwd_rows(real *dst, int ldd, const real *dy, const real *x, int ldx, const real *sg,
+                          int N, int C) {
     for (int n = 0; n < N; n++) {
         real *restrict o = dst + (size_t)n * ldd;
         const real *restrict g = dy + (size_t)n * C, *restrict xr = x + (size_t)n * ldx;
+        const real *restrict sr = sg + (size_t)n * C;
         for (int c = 0; c < C; c++) {
-            real s = dm_sigmoid(xr[c]);
+            real s = sr[c];
             o[c] = g[c] * s * (1 + xr[c] * (1 - s));
         }
     }
+}
+
+// y = l2norm(silu(x)) * scale per head (rows of dh): dst = d/dx from dy, with y, rn and the
+// sigmoid s kept by forward (l2norm_backward's formula, then silu'), x and dst at strides ldx, ldd.
+static void l2norm_silu_bwd_rows(real *dst, int ldd, const real *dy, const real *y, const real *rn,
+                                 real scale, const real *x, int ldx, const real *sg, int N, int H,
+                                 int dh) {
+    int d = H * dh;
+    for (int n = 0; n < N; n++)
+        for (int h = 0; h < H; h++) {
+            size_t j = (size_t)n * d + (size_t)h * dh;
+            const real *restrict g = dy + j, *restrict yr = y + j, *restrict sr = sg + j;
+            const real *restrict xr = x + (size_t)n * ldx + (size_t)h * dh;
+            real *restrict o = dst + (size_t)n * ldd + (size_t)h * dh;
+            real r = rn[(size_t)n * H + h];
+            real k = (real)(dm_dot_d(g, yr, dh) / scale);
+            for (int c = 0; c < dh; c++) {
+                real du = r * (scale * g[c] - yr[c] * k), s = sr[c];
+                o[c] = du * s * (1 + xr[c] * (1 - s));
+            }
+        }
 }
 
 // dbias[o] += sum_n dout[n, o] (rows at stride ld), summed in row order in double
@@ -101,14 +125,11 @@ static void kda_arm_backward(Model *m, IterActs *t, const real *da, int B, int T
             dproj[n * P + pl.b + h] = a->dbeta[n * H + h] * bt * (1 - bt);
         }
     // v = silu(W_v n)
-    silu_bwd_rows(dproj + pl.v, P, a->dv, pr + pl.v, P, N, d);
+    silu_bwd_rows(dproj + pl.v, P, a->dv, pr + pl.v, P, t->sv, N, d);
     // k = l2norm(silu(W_k n)), q = l2norm(silu(W_q n)) * dh^-1/2
-    ZERO(a->dks, Nd);
-    be->l2norm_backward(a->dks, a->dk, t->k, t->k_rn, 1, N * H, dh);
-    silu_bwd_rows(dproj + pl.k, P, a->dks, pr + pl.k, P, N, d);
-    ZERO(a->dqs, Nd);
-    be->l2norm_backward(a->dqs, a->dq, t->q, t->q_rn, (real)(1.0 / sqrt(dh)), N * H, dh);
-    silu_bwd_rows(dproj + pl.q, P, a->dqs, pr + pl.q, P, N, d);
+    l2norm_silu_bwd_rows(dproj + pl.k, P, a->dk, t->k, t->k_rn, 1, pr + pl.k, P, t->sk, N, H, dh);
+    l2norm_silu_bwd_rows(dproj + pl.q, P, a->dq, t->q, t->q_rn, (real)(1.0 / sqrt(dh)), pr + pl.q, P,
+                         t->sq, N, H, dh);
 }
 
 static void mem_arm_backward(Model *m, IterActs *t, const real *de, int N) {

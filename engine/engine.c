@@ -234,6 +234,16 @@ void engine_config_text(const Config *c, char *buf, size_t n) {
 
 // ---- checkpoints ------------------------------------------------------------------------
 
+// The parameter buffer's layout (name, shape, offset of every tensor): a checkpoint whose layout
+// differs from this build's would load weights into the wrong tensors, so it is refused.
+static void tensor_layout(const Model *m, char *buf, size_t n) {
+    size_t used = 0;
+    buf[0] = 0;
+    for (int i = 0; i < P_COUNT && used < n; i++)
+        used += snprintf(buf + used, n - used, "%s %d %d %d %zu\n", m->t[i].name, m->t[i].shape[0], m->t[i].shape[1],
+                         m->t[i].shape[2], m->t[i].offset);
+}
+
 typedef struct {
     uint32_t real_size;
     uint32_t n_arms;
@@ -263,7 +273,10 @@ int engine_save(Engine *e, const char *path, dm_err *err) {
         st.arms_bwd[a] = e->model.arms.bwd[a];
     }
     size_t P = sizeof(real) * e->model.n_params;
+    char *layout = mallocCheck(8192);
+    tensor_layout(&e->model, layout, 8192);
     CkptSection sec[] = {
+        {"layout", layout, strlen(layout)},
         {"config", cfgtext, strlen(cfgtext)},
         {"state", &st, sizeof st},
         {"params", e->model.params, P},
@@ -276,6 +289,7 @@ int engine_save(Engine *e, const char *path, dm_err *err) {
     };
     int rc = ckpt_write(path, sec, (int)(sizeof sec / sizeof sec[0]), err);
     free(cfgtext);
+    free(layout);
     return rc;
 }
 
@@ -324,6 +338,18 @@ int engine_load(Engine *e, const char *path, dm_err *err) {
     fresh.cfg = c;
     if (engine_build(&fresh, c.seed, err)) goto done;
     size_t P = sizeof(real) * fresh.model.n_params;
+    {
+        char *want = mallocCheck(8192);
+        tensor_layout(&fresh.model, want, 8192);
+        const CkptSection *sl = ckpt_find(&f, "layout");
+        int same = sl && sl->size == strlen(want) && memcmp(sl->data, want, sl->size) == 0;
+        free(want);
+        if (!same) {
+            dm_fail(err, "%s: its parameter layout differs from this dmsh's (written by an older build): it cannot be loaded by this version", path);
+            engine_free(&fresh);
+            goto done;
+        }
+    }
     const CkptSection *sp, *sm, *sv, *smo, *srs, *smet;
     if (!(sp = need_sec(&f, "params", P, path, err)) || !(sm = need_sec(&f, "optim.m", P, path, err)) ||
         !(sv = need_sec(&f, "optim.v", P, path, err)) || !(smo = need_sec(&f, "optim.mom", P, path, err)) ||

@@ -13,12 +13,17 @@ static void add_row(real *u, const real *h, const real *row, size_t N, int d) {
         for (int c = 0; c < d; c++) u[n * d + c] = h[n * d + c] + row[c];
 }
 
-// out[n, 0:C] = silu(in[n, 0:C]) for rows at strides ldo, ldi
-static void silu_rows(real *out, int ldo, const real *in, int ldi, int N, int C) {
+// sg[n, :] = sigmoid(x[n, :]), out[n, :] = silu(x[n, :]) = x sg; x rows at stride ldx, the
+// others contiguous [N, C]. The sigmoid is kept: backward's silu' needs it.
+static void silu_rows(real *out, real *sg, const real *in, int ldx, int N, int C) {
     for (int n = 0; n < N; n++) {
-        real *restrict o = out + (size_t)n * ldo;
-        const real *restrict x = in + (size_t)n * ldi;
-        for (int c = 0; c < C; c++) o[c] = x[c] * dm_sigmoid(x[c]);
+        real *restrict o = out + (size_t)n * C, *restrict sr = sg + (size_t)n * C;
+        const real *restrict x = in + (size_t)n * ldx;
+        for (int c = 0; c < C; c++) {
+            real s = dm_sigmoid(x[c]);
+            sr[c] = s;
+            o[c] = x[c] * s;
+        }
     }
 }
 
@@ -45,12 +50,14 @@ static void kda_arm_forward(Model *m, IterActs *t, int B, int T) {
     ProjLayout pl = proj_layout(c);
     int P = pl.P;
     const real *pr = t->proj;
-    silu_rows(t->qs, d, pr + pl.q, P, N, d);
-    silu_rows(t->ks, d, pr + pl.k, P, N, d);
-    silu_rows(t->v, d, pr + pl.v, P, N, d);
-    // per-head l2norm over dh: rows of [N*H, dh]; q also carries the dh^-1/2 scale
-    be->l2norm_forward(t->q, t->q_rn, t->qs, (real)(1.0 / sqrt(dh)), N * H, dh);
-    be->l2norm_forward(t->k, t->k_rn, t->ks, 1, N * H, dh);
+    // per-head l2norm over dh of silu(q), silu(k): rows of [N*H, dh]; q also carries the dh^-1/2
+    // scale. silu(q), silu(k) pass through a->dtmp (backward scratch, free during forward).
+    real *su = m->acts.dtmp;
+    silu_rows(su, t->sq, pr + pl.q, P, N, d);
+    be->l2norm_forward(t->q, t->q_rn, su, (real)(1.0 / sqrt(dh)), N * H, dh);
+    silu_rows(su, t->sk, pr + pl.k, P, N, d);
+    be->l2norm_forward(t->k, t->k_rn, su, 1, N * H, dh);
+    silu_rows(t->v, t->sv, pr + pl.v, P, N, d);
     for (size_t n = 0; n < (size_t)N; n++)
         for (int h = 0; h < H; h++) t->beta[n * H + h] = dm_sigmoid(pr[n * P + pl.b + h]);
     // decay: g = g_min * sigmoid(exp(A_h) * (W_f2 W_f1 n + dt_bias))

@@ -190,7 +190,7 @@ static size_t carve(Model *m, real *base) {
         IterActs *t = &a->it[i];
         TAKE(t->u, N * d); TAKE(t->n, N * d); TAKE(t->n_rstd, N);
         TAKE(t->proj, N * P); TAKE(t->ctrl, N * 3); TAKE(t->z, N * E);
-        TAKE(t->qs, N * d); TAKE(t->ks, N * d);
+        TAKE(t->sq, N * d); TAKE(t->sk, N * d); TAKE(t->sv, N * d);
         TAKE(t->q, N * d); TAKE(t->k, N * d); TAKE(t->v, N * d); TAKE(t->q_rn, N * H); TAKE(t->k_rn, N * H);
         TAKE(t->beta, N * H); TAKE(t->zf2, N * d);
         TAKE(t->gs, N * d); TAKE(t->g, N * d); TAKE(t->o, N * d); TAKE(t->on, N * d); TAKE(t->on_rstd, N * H);
@@ -203,7 +203,7 @@ static size_t carve(Model *m, real *base) {
     }
     TAKE(a->dh, N * d); TAKE(a->dh_prev, N * d); TAKE(a->dn, N * d); TAKE(a->dbody, N * d);
     TAKE(a->dtmp, N * d); TAKE(a->dtmp2, N * d); TAKE(a->dybar, N * d); TAKE(a->dlogits, N * V);
-    TAKE(a->dq, N * d); TAKE(a->dk, N * d); TAKE(a->dv, N * d); TAKE(a->dqs, N * d); TAKE(a->dks, N * d);
+    TAKE(a->dq, N * d); TAKE(a->dk, N * d); TAKE(a->dv, N * d);
     TAKE(a->dbeta, N * H); TAKE(a->dg, N * d); TAKE(a->do_, N * d); TAKE(a->dog, N * d); TAKE(a->dgt, N * d);
     TAKE(a->dzf1, N * dh); TAKE(a->dzf2, N * d); TAKE(a->dgt1, N * dh);
     TAKE(a->dkey, N * d); TAKE(a->dval, N * d); TAKE(a->dkn, N * d); TAKE(a->dm, N * OD);

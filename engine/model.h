@@ -53,8 +53,8 @@ typedef struct {
     real *ctrl;       // [N, 3] gates (w_attn, w_mem, w_ffn)
     real *z;          // [N, E] router logits
     // KDA arm
-    real *qs, *ks;          // [N, d] silu
-    real *q, *k, *v;        // [N, d] l2norm(qs)*dh^-1/2, l2norm(ks), silu(vr)  ([N, H, dh])
+    real *sq, *sk, *sv;     // [N, d] sigmoid of the q, k, v projections (silu(x) = x sigmoid(x))
+    real *q, *k, *v;        // [N, d] l2norm(silu(q proj))*dh^-1/2, l2norm(silu(k proj)), silu(v proj)  ([N, H, dh])
     real *q_rn, *k_rn;      // [N, H] reciprocal norms
     real *beta;             // [N, H]
     real *zf2;              // [N, d] the low-rank decay path (zf1 lives in proj)
@@ -95,7 +95,7 @@ typedef struct {
     IterActs *it;           // [L]
     // gradient scratch (one iteration at a time)
     real *dh, *dh_prev, *dn, *dbody, *dtmp, *dtmp2, *dybar, *dlogits;  // [N, d] (dlogits [N,256])
-    real *dq, *dk, *dv, *dqs, *dks, *dbeta, *dg, *do_, *dog, *dgt, *dzf1, *dzf2, *dgt1; // [N, d]-ish
+    real *dq, *dk, *dv, *dbeta, *dg, *do_, *dog, *dgt, *dzf1, *dzf2, *dgt1; // [N, d]-ish
     real *dkey, *dval, *dkn, *dm; // [N, d] x3, [N, O*De]
     real *dz, *dctrl;       // [N, E], [N, 3]
     real *dproj;            // [N, P] gradient of IterActs.proj

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "blas.h"
+#include "ops.h"
 
 #ifdef DM_DOUBLE
 #define exp_r exp
@@ -24,7 +25,7 @@ static inline real exp_dbl(double x) {
     return exp(x);
 #else
     float hi = (float)x;
-    return expf(hi) * (1.0f + (float)(x - hi));
+    return dm_exp(hi) * (1.0f + (float)(x - hi));  // ops.h: vectorisable, ~1.4 ulp
 #endif
 }
 
@@ -396,8 +397,12 @@ void kda_chunk_forward(real *o, real *ws, const real *q, const real *k, const re
             chunk_prep(&w, w.F + (size_t)t0 * D, 1, qc, kc, gc, HD, L, D);
             // W = V - KE S0;  O = QE S0 (P U is added block by block below)
             for (int t = 0; t < L; t++) memcpy(W + t * D, vc + t * HD, sizeof(real) * D);
-            gemm_rm(0, 0, L, D, D, -1, w.cd[CH_KE], D, S, D, 1, W, D);
-            gemm_rm(0, 0, L, D, D, 1, w.cd[CH_QE], D, S, D, 0, oc, (int)HD);
+            if (ci > 0) {
+                gemm_rm(0, 0, L, D, D, -1, w.cd[CH_KE], D, S, D, 1, W, D);
+                gemm_rm(0, 0, L, D, D, 1, w.cd[CH_QE], D, S, D, 0, oc, (int)HD);
+            } else {  // S0 = 0 before the first chunk: W = V, O starts at 0
+                for (int t = 0; t < L; t++) memset(oc + t * HD, 0, sizeof(real) * D);
+            }
             for (int i = 0; i < nb; i++) {
                 int a = i * KDA_BC, n = L - a < KDA_BC ? L - a : KDA_BC, e = a + n;
                 real *P = w.PM + ci * PMc + (size_t)i * 2 * KDA_BC * C, *M = P + n * C;  // [n, C]
@@ -507,19 +512,31 @@ void kda_chunk_backward(real *dq, real *dk, real *dv, real *dbeta, real *dg, con
             memset(dGam, 0, sizeof(real) * L * D);
             // S_end = Diag(eL) S0 + KD^T U and O = QE S0 + P U:
             // dU = KD dS + P^T dO; dKD = U dS^T; dQE = dO S0^T; dS0 = Diag(eL) dS + QE^T dO
-            gemm_rm(0, 0, L, D, D, 1, KD, D, dS, D, 0, dU, D);
+            // The last chunk has dS = 0 (nothing reads the final state) and the first has S0 = 0:
+            // the products with them are exactly zero and skipped, and the first chunk needs no dS0.
+            int first = ci == 0, last = ci == nc - 1;
+            if (last) {
+                memset(dU, 0, sizeof(real) * L * D);
+                memset(dKD, 0, sizeof(real) * L * D);
+            } else {
+                gemm_rm(0, 0, L, D, D, 1, KD, D, dS, D, 0, dU, D);
+                gemm_rm(0, 1, L, D, D, 1, U, D, dS, D, 0, dKD, D);
+            }
             for (int i = 0; i < nb; i++) {
                 int a = i * KDA_BC, n = L - a < KDA_BC ? L - a : KDA_BC, e = a + n;
                 const real *P = w.PM + ci * PMc + (size_t)i * 2 * KDA_BC * C;
                 gemm_rm(1, 0, e, D, n, 1, P, C, dO + a * HD, (int)HD, 1, dU, D);
             }
-            gemm_rm(0, 1, L, D, D, 1, U, D, dS, D, 0, dKD, D);
-            gemm_rm(0, 1, L, D, D, 1, dO, (int)HD, S0, D, 0, dQE, D);
-            for (int i = 0; i < D; i++) {
-                dGam[(L - 1) * D + i] += w.eL[i] * dot_r(dS + i * D, S0 + i * D, D);
-                for (int j = 0; j < D; j++) dS0[i * D + j] = w.eL[i] * dS[i * D + j];
+            if (first) {
+                memset(dQE, 0, sizeof(real) * L * D);
+            } else {
+                gemm_rm(0, 1, L, D, D, 1, dO, (int)HD, S0, D, 0, dQE, D);
+                for (int i = 0; i < D; i++) {
+                    if (!last) dGam[(L - 1) * D + i] += w.eL[i] * dot_r(dS + i * D, S0 + i * D, D);
+                    for (int j = 0; j < D; j++) dS0[i * D + j] = w.eL[i] * dS[i * D + j];
+                }
+                gemm_rm(1, 0, D, D, L, 1, QE, D, dO, (int)HD, 1, dS0, D);
             }
-            gemm_rm(1, 0, D, D, L, 1, QE, D, dO, (int)HD, 1, dS0, D);
             // (I + Diag(beta) M) U = Diag(beta) W: solve (I + Diag(beta) M)^T dX = dU from the
             // last row up. Z = Diag(beta) dX is dW; once a block's Z is final, its rows push
             // their M-terms into all earlier rows with one gemm.
@@ -576,8 +593,12 @@ void kda_chunk_backward(real *dq, real *dk, real *dv, real *dbeta, real *dg, con
             }
             // W = V - KE S0: dv += Z; dKE = -Z S0^T; dS0 -= KE^T Z
             for (int t = 0; t < L; t++) axpy_r(dvc + t * HD, 1, Z + t * D, D);
-            gemm_rm(0, 1, L, D, D, -1, Z, D, S0, D, 0, dKE, D);
-            gemm_rm(1, 0, D, D, L, -1, KE, D, Z, D, 1, dS0, D);
+            if (first) {
+                memset(dKE, 0, sizeof(real) * L * D);
+            } else {
+                gemm_rm(0, 1, L, D, D, -1, Z, D, S0, D, 0, dKE, D);
+                gemm_rm(1, 0, D, D, L, -1, KE, D, Z, D, 1, dS0, D);
+            }
             for (int t = 0; t < L; t++) {
                 int i = t / KDA_BC;
                 eterm_row(dqc + t * HD, dkc + t * HD, dGam + t * D,
