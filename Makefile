@@ -18,7 +18,7 @@ else ifneq ($(DM_REAL),float)
   $(error DM_REAL must be float or double, not '$(DM_REAL)')
 endif
 
-B        := build/$(DM_REAL)
+B        := build/$(DM_REAL)$(if $(HEADLESS),-headless)
 ENGINE   := $(wildcard engine/*.c)
 KERNELS  := $(wildcard kernels/cpu/*.c) $(wildcard sessions/*.c)
 LIBOBJ   := $(ENGINE:%.c=$(B)/%.o) $(KERNELS:%.c=$(B)/%.o) $(B)/presets_gen.o $(B)/repl/complete.o
