@@ -106,7 +106,7 @@ int cmd_device(Shell *sh, Words *w, dm_err *err) {
         int dev = a[4] == ':' ? atoi(a + 5) : 0;
         char why[300];
         if (!backend_cuda(dev, why, sizeof why)) return dm_fail(err, "%s", why);
-        return dm_fail(err, "internal: CUDA backend reported available but the engine cannot use it yet");
+        return dm_fail(err, "cuda:%d has the CUDA op table (check it with make gpu-check), but the engine cannot train on it yet: some of its element-wise work still runs on host memory (issue 5); use :device cpu", dev);
     }
     return dm_fail(err, "unknown device '%s' (cpu, cuda, cuda:N)", a);
 }
