@@ -33,6 +33,7 @@
 
 #include "blas.h"
 #include "moe.h"
+#include "ops.h"
 
 #ifdef DM_DOUBLE
 #define EXP_R exp
@@ -116,42 +117,9 @@ static void moe_sort(int *asg, int *off, int *cur, const int *idx, int N, int E,
 
 // ---- silu, the one transcendental of the expert chain ----
 // It runs on c*f elements per expert twice a step (forward, backward) and would cost more than
-// all the gemms with a scalar libm expf, so the float build has its own branch-free exp that
-// the compiler vectorises at -O2 (no calls, no float compares: the clamp is done on the integer
-// exponent). The double build (gradient tests) keeps libm's exp.
-#ifdef DM_DOUBLE
-static inline real exp_neg(real x) { return exp(-x); }
-#else
-// exp(-x) by Cody–Waite reduction x*log2(e) = n + f and the Cephes degree-6 polynomial on
-// [-ln2/2, ln2/2]: max relative error ~1e-7 over the whole float range it does not clamp.
-// n is clamped to [-126, 127], so exp(-x) saturates at ~1e-38 / ~1.7e38 instead of 0 / inf —
-// harmless inside 1 / (1 + exp(-x)). NaN stays NaN.
-static inline float exp_neg(float x) {
-    x = -x;
-    const float shifter = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
-    float t = x * 1.44269504088896341f + shifter;
-    float nf = t - shifter;
-    int32_t ti;
-    memcpy(&ti, &t, sizeof ti);
-    int32_t ni = ti - 0x4B400000;  // the integer n, read off the mantissa
-    ni = ni < -126 ? -126 : ni;
-    ni = ni > 127 ? 127 : ni;
-    float r = x - nf * 0.693359375f;  // ln2 split in two: r exact to float precision
-    r = r + nf * 2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    float y = p * r * r + r + 1.0f;
-    int32_t yi;
-    memcpy(&yi, &y, sizeof yi);
-    yi += ni * (1 << 23);  // y * 2^n through the exponent field
-    memcpy(&y, &yi, sizeof y);
-    return y;
-}
-#endif
+// all the gemms with a scalar libm expf, so it uses the shared branch-free exp of ops.h, which
+// the compiler vectorises (libm's exp in the double build, for the gradient tests).
+static inline real exp_neg(real x) { return dm_exp(-x); }
 
 static inline real sigmoid_r(real x) { return (real)1 / ((real)1 + exp_neg(x)); }
 
