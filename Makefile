@@ -97,7 +97,7 @@ $(B)/presets_gen.o: $(B)/presets_gen.c
 $(B)/libdm.a: $(LIBOBJ)
 	ar rcs $@ $^
 
-$(B)/tests/%: tests/%.c tests/testutil.h $(B)/libdm.a
+$(B)/tests/%: tests/%.c $(wildcard tests/*.h) $(B)/libdm.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< -o $@ $(B)/libdm.a -lcmocka $(LDLIBS)
 

@@ -190,12 +190,14 @@ int engine_eval(Engine *e, int depth, EvalResult *r, dm_err *err) {
         for (int b = 0; b < B; b++)  // pad a short last batch with copies: same shape, no realloc
             data_eval_seq(&e->data, s0 + (b < valid ? b : valid - 1), T, x + (size_t)b * T, y + (size_t)b * T);
         model_forward(m, x, y, B, T, depth ? depth : c->L, depth ? FWD_LAST : FWD_ALL_DEPTHS);
-        for (int d = r->depth_lo; d <= r->depth_hi; d++) {
-            const real *l = m->acts.it[d - 1].losses;
-            double s = 0;
-            for (size_t j = 0; j < (size_t)valid * T; j++) s += l[j];
-            sum[d - 1] += s;
-        }
+        // the CE of the valid rows of each depth, summed on the backend (padding rows excluded),
+        // then one download of the per-depth sums
+        double *ls = m->acts.loss_sum;  // [L] backend doubles, free again after the forward
+        for (int d = r->depth_lo; d <= r->depth_hi; d++)
+            m->be->sum_forward(ls + d - 1, m->acts.it[d - 1].losses, (size_t)valid * T);
+        double s[64];
+        m->be->download(s + r->depth_lo - 1, ls + r->depth_lo - 1, sizeof(double) * (r->depth_hi - r->depth_lo + 1));
+        for (int d = r->depth_lo; d <= r->depth_hi; d++) sum[d - 1] += s[d - 1];
     }
     free(x); free(y);
     for (int d = r->depth_lo; d <= r->depth_hi; d++) r->bpb[d - 1] = sum[d - 1] / (double)(nseq * T) / log(2.0);
@@ -273,23 +275,35 @@ int engine_save(Engine *e, const char *path, dm_err *err) {
         st.arms_bwd[a] = e->model.arms.bwd[a];
     }
     size_t P = sizeof(real) * e->model.n_params;
+    real *params = mallocCheck(P);  // the parameters are backend memory: a host copy to write
+    e->model.be->download(params, e->model.params, P);
+    // so is the optimizer state
+    size_t RS = sizeof(int64_t) * st.n_rows_tables;
+    real *om = mallocCheck(P), *ov = mallocCheck(P), *omom = mallocCheck(P);
+    int64_t *ors = mallocCheck(RS ? RS : 1);
+    e->opt.be->download(om, e->opt.m, P);
+    e->opt.be->download(ov, e->opt.v, P);
+    e->opt.be->download(omom, e->opt.mom, P);
+    e->opt.be->download(ors, e->opt.row_steps, RS);
     char *layout = mallocCheck(8192);
     tensor_layout(&e->model, layout, 8192);
     CkptSection sec[] = {
         {"layout", layout, strlen(layout)},
         {"config", cfgtext, strlen(cfgtext)},
         {"state", &st, sizeof st},
-        {"params", e->model.params, P},
-        {"optim.m", e->opt.m, P},
-        {"optim.v", e->opt.v, P},
-        {"optim.mom", e->opt.mom, P},
-        {"optim.row_steps", e->opt.row_steps, sizeof(int64_t) * st.n_rows_tables},
+        {"params", params, P},
+        {"optim.m", om, P},
+        {"optim.v", ov, P},
+        {"optim.mom", omom, P},
+        {"optim.row_steps", ors, RS},
         {"metrics", e->rows, sizeof(MetricRow) * (size_t)e->nrows},
         {"data", e->data_path, strlen(e->data_path)},
     };
     int rc = ckpt_write(path, sec, (int)(sizeof sec / sizeof sec[0]), err);
     free(cfgtext);
     free(layout);
+    free(params);
+    free(om); free(ov); free(omom); free(ors);
     return rc;
 }
 
@@ -363,14 +377,12 @@ int engine_load(Engine *e, const char *path, dm_err *err) {
         engine_free(&fresh);
         goto done;
     }
-    memcpy(fresh.model.params, sp->data, P);
-    memcpy(fresh.opt.m, sm->data, P);
-    memcpy(fresh.opt.v, sv->data, P);
-    memcpy(fresh.opt.mom, smo->data, P);
-    memcpy(fresh.opt.row_steps, srs->data, srs->size);
-    fresh.opt.t = st.opt_t;
-    fresh.opt.total_skips = st.total_skips;
-    fresh.opt.consecutive_skips = st.consecutive_skips;
+    fresh.model.be->upload(fresh.model.params, sp->data, P);
+    fresh.opt.be->upload(fresh.opt.m, sm->data, P);  // the optimizer state is backend memory too
+    fresh.opt.be->upload(fresh.opt.v, sv->data, P);
+    fresh.opt.be->upload(fresh.opt.mom, smo->data, P);
+    fresh.opt.be->upload(fresh.opt.row_steps, srs->data, srs->size);
+    optim_set_counters(&fresh.opt, st.opt_t, st.total_skips, st.consecutive_skips);
     for (int a = 0; a < ARM_COUNT && a < (int)st.n_arms; a++) {
         fresh.model.arms.on[a] = st.arms_on[a];
         fresh.model.arms.fwd[a] = st.arms_fwd[a];
@@ -426,7 +438,7 @@ int engine_check_determinism(Engine *e, int n, int *ok, char *msg, size_t nmsg, 
     int rc = 0;
     MetricRow row;
     for (int i = 0; i < n && !rc; i++) { rc = engine_step(e, &row, err); l1[i] = row.loss; }
-    memcpy(p1, e->model.params, sizeof(real) * P);
+    e->model.be->download(p1, e->model.params, sizeof(real) * P);  // parameters are backend memory
     snapshot_restore(&s0, e);
     snprintf(e->session_dir, sizeof e->session_dir, "%s", sess);
     int first_diff = -1;
@@ -434,8 +446,11 @@ int engine_check_determinism(Engine *e, int n, int *ok, char *msg, size_t nmsg, 
         rc = engine_step(e, &row, err);
         if (first_diff < 0 && memcmp(&row.loss, &l1[i], sizeof(double)) != 0) first_diff = i;
     }
+    real *p2 = mallocCheck(sizeof(real) * P);
+    e->model.be->download(p2, e->model.params, sizeof(real) * P);
     size_t pdiff = 0;
-    for (size_t j = 0; j < P; j++) pdiff += memcmp(&p1[j], &e->model.params[j], sizeof(real)) != 0;
+    for (size_t j = 0; j < P; j++) pdiff += memcmp(&p1[j], &p2[j], sizeof(real)) != 0;
+    free(p2);
     *ok = !rc && first_diff < 0 && pdiff == 0;
     if (!rc) {
         char ld[64];

@@ -3,43 +3,18 @@
 #include <math.h>
 #include <string.h>
 #include "model.h"
-#include "../kernels/cpu/ops.h"
 
 #define PT(m, i) ((m)->params + (m)->t[i].offset)
-
-// u[N,d] = h[N,d] + row[d]
-static void add_row(real *u, const real *h, const real *row, size_t N, int d) {
-    for (size_t n = 0; n < N; n++)
-        for (int c = 0; c < d; c++) u[n * d + c] = h[n * d + c] + row[c];
-}
-
-// sg[n, :] = sigmoid(x[n, :]), out[n, :] = silu(x[n, :]) = x sg; x rows at stride ldx, the
-// others contiguous [N, C]. The sigmoid is kept: backward's silu' needs it.
-static void silu_rows(real *out, real *sg, const real *in, int ldx, int N, int C) {
-    for (int n = 0; n < N; n++) {
-        real *restrict o = out + (size_t)n * C, *restrict sr = sg + (size_t)n * C;
-        const real *restrict x = in + (size_t)n * ldx;
-        for (int c = 0; c < C; c++) {
-            real s = dm_sigmoid(x[c]);
-            sr[c] = s;
-            o[c] = x[c] * s;
-        }
-    }
-}
 
 // The projections of n that share one gemm (ProjLayout): proj = n [W_q; W_k; W_v; W_b; W_f1;
 // W_g1; W_c; W_r]^T, then the controller gates and the router logits out of it.
 static void proj_forward(Model *m, IterActs *t, int N) {
     const Config *c = &m->cfg;
     ProjLayout pl = proj_layout(c);
-    int P = pl.P, E = c->E;
+    int P = pl.P;
     m->be->matmul_forward(t->proj, t->n, PT(m, P_WQ), NULL, N, c->d, P);
-    const real *cb = PT(m, P_CTRL_B);
-    for (size_t n = 0; n < (size_t)N; n++) {
-        const real *pr = t->proj + n * P;
-        for (int j = 0; j < 3; j++) t->ctrl[n * 3 + j] = dm_sigmoid(pr[pl.c + j] + cb[j]);
-        for (int j = 0; j < E; j++) t->z[n * E + j] = pr[pl.z + j];
-    }
+    // ctrl [N,3] = sigmoid(proj[:, c:c+3] + b_c), z [N,E] = proj[:, z:z+E] (z follows c)
+    m->be->sigmoid_split_forward(t->ctrl, t->z, t->proj + pl.c, P, PT(m, P_CTRL_B), N, 3, c->E);
 }
 
 // KDA arm: n [N,d] -> a [N,d]. Activations are kept in `t` for the backward pass.
@@ -53,44 +28,20 @@ static void kda_arm_forward(Model *m, IterActs *t, int B, int T) {
     // per-head l2norm over dh of silu(q), silu(k): rows of [N*H, dh]; q also carries the dh^-1/2
     // scale. silu(q), silu(k) pass through a->dtmp (backward scratch, free during forward).
     real *su = m->acts.dtmp;
-    silu_rows(su, t->sq, pr + pl.q, P, N, d);
+    be->silu_rows_forward(su, t->sq, pr + pl.q, P, N, d);
     be->l2norm_forward(t->q, t->q_rn, su, (real)(1.0 / sqrt(dh)), N * H, dh);
-    silu_rows(su, t->sk, pr + pl.k, P, N, d);
+    be->silu_rows_forward(su, t->sk, pr + pl.k, P, N, d);
     be->l2norm_forward(t->k, t->k_rn, su, 1, N * H, dh);
-    silu_rows(t->v, t->sv, pr + pl.v, P, N, d);
-    for (size_t n = 0; n < (size_t)N; n++)
-        for (int h = 0; h < H; h++) t->beta[n * H + h] = dm_sigmoid(pr[n * P + pl.b + h]);
+    be->silu_rows_forward(t->v, t->sv, pr + pl.v, P, N, d);
+    be->sigmoid_split_forward(t->beta, NULL, pr + pl.b, P, NULL, N, H, 0);  // beta [N,H]
     // decay: g = g_min * sigmoid(exp(A_h) * (W_f2 W_f1 n + dt_bias))
     be->gemm(0, 1, N, d, dh, 1, pr + pl.f1, P, PT(m, P_WF2), dh, 0, t->zf2, d);
-    const real *A = PT(m, P_A), *dtb = PT(m, P_DT_BIAS);
-    real gmin = (real)c->g_min;
-    real ea[H];
-    for (int h = 0; h < H; h++) ea[h] = (real)exp(A[h]);
-    for (size_t n = 0; n < (size_t)N; n++)
-        for (int h = 0; h < H; h++) {
-            real eh = ea[h];
-            const real *restrict z = t->zf2 + n * d + (size_t)h * dh, *restrict b = dtb + (size_t)h * dh;
-            real *restrict gs = t->gs + n * d + (size_t)h * dh, *restrict g = t->g + n * d + (size_t)h * dh;
-            for (int x = 0; x < dh; x++) {
-                real s = dm_sigmoid(eh * (z[x] + b[x]));
-                gs[x] = s;
-                g[x] = gmin * s;
-            }
-        }
+    be->decay_gate_forward(t->gs, t->g, t->zf2, PT(m, P_A), PT(m, P_DT_BIAS), (real)c->g_min, N, H, dh);
     be->kda_forward(t->o, t->kda_ws, t->q, t->k, t->v, t->beta, t->g, B, T, H, dh, c->kda_chunk);
     // gated output norm: RMSNorm per head (gain w_on shared by heads) * sigmoid(W_g2 W_g1 n + b_g)
     be->rmsnorm_forward(t->on, t->on_rstd, t->o, PT(m, P_W_ON), N * H, dh);
     be->gemm(0, 1, N, d, dh, 1, pr + pl.g1, P, PT(m, P_WG2), dh, 0, t->gt, d);
-    const real *bg = PT(m, P_BG);
-    for (size_t n = 0; n < (size_t)N; n++) {
-        real *restrict gt = t->gt + n * d, *restrict og = t->og + n * d;
-        const real *restrict on = t->on + n * d;
-        for (int ch = 0; ch < d; ch++) {
-            real s = dm_sigmoid(gt[ch] + bg[ch]);
-            gt[ch] = s;
-            og[ch] = on[ch] * s;
-        }
-    }
+    be->gate_mul_forward(t->gt, t->og, t->on, PT(m, P_BG), N, d);
     be->matmul_forward(t->a, t->og, PT(m, P_WO), NULL, N, d, d);
 }
 
@@ -99,13 +50,7 @@ static void mem_arm_forward(Model *m, IterActs *t, int N) {
     const Acts *a = &m->acts;
     int d = m->cfg.d;
     m->be->rmsnorm_forward(t->nn, t->nn_rstd, t->n, PT(m, P_MEM_GN), N, d);
-    real inv = (real)(1.0 / sqrt(d));
-    for (size_t n = 0; n < (size_t)N; n++) {
-        double dot = dm_dot_d(t->nn + n * d, a->kn + n * d, d);
-        real gte = (real)(1.0 / (1.0 + exp(-dot * inv)));
-        t->mgate[n] = gte;
-        for (int c = 0; c < d; c++) t->e[n * d + c] = gte * a->val[n * d + c];
-    }
+    m->be->mem_gate_forward(t->mgate, t->e, t->nn, a->kn, a->val, (real)(1.0 / sqrt(d)), N, d);
 }
 
 // Engram lookup and the iteration-independent key / value (computed once per forward)
@@ -134,19 +79,20 @@ double model_forward(Model *m, const int *x, const int *tgt, int B, int T, int d
     Acts *a = &m->acts;
     int N = B * T, d = c->d, E = c->E;
     if (depth < 1 || depth > c->L) depth = c->L;
-    memcpy(a->x, x, sizeof(int) * N);
-    if (tgt) memcpy(a->tgt, tgt, sizeof(int) * N);
+    // token ids live on the backend (the ops index with them there)
+    be->upload(a->x, x, sizeof(int) * N);
+    if (tgt) be->upload(a->tgt, tgt, sizeof(int) * N);
     be->embedding_forward(a->h0, a->x, PT(m, P_EMB), N, d);
     if (arms->on[ARM_ENGRAM]) engram_forward(m, B, T);
-    real alpha = arms->on[ARM_REZERO] ? PT(m, P_ALPHA)[0] : 1;
+    // alpha stays where it lives (a backend scalar); NULL: the rezero arm is off, alpha = 1
+    const real *alpha = arms->on[ARM_REZERO] ? PT(m, P_ALPHA) : NULL;
     real lam = (real)c->lam_max;
-    double loss_sum = 0, aux_sum = 0;
-    int n_scored = 0;
+    double aux_sum = 0;
     memset(m->expert_load, 0, sizeof(int) * c->L * E);
     for (int i = 0; i < depth; i++) {
         IterActs *t = &a->it[i];
         const real *hprev = i ? a->it[i - 1].h : a->h0;
-        add_row(t->u, hprev, PT(m, P_ITER_EMB) + (size_t)i * d, N, d);
+        be->add_row_forward(t->u, hprev, PT(m, P_ITER_EMB) + (size_t)i * d, N, d);
         be->rmsnorm_forward(t->n, t->n_rstd, t->u, PT(m, P_BLK_NORM), N, d);
         proj_forward(m, t, N);
         if (arms->on[ARM_KDA]) {
@@ -161,54 +107,36 @@ double model_forward(Model *m, const int *x, const int *tgt, int B, int T, int d
         if (arms->on[ARM_MOE]) {
             MoEShape ms = {N, d, E, c->k, c->r, c->f};
             MoEParams mp = {PT(m, P_U1), PT(m, P_S1), PT(m, P_V1), PT(m, P_U2), PT(m, P_S2), PT(m, P_V2)};
+            // aux and the load counters are host memory (the step logs them)
             be->moe_forward(t->gout, &t->aux, m->expert_load + i * E, t->moe_ws, t->n, t->z, mp, ms);
             aux_sum += t->aux;
             arms->fwd[ARM_MOE]++;
         }
         // body = w_attn a + min(w_mem, lam) e + w_ffn gout (in that order); h = h_{i-1} + alpha body
-        {
-            int on_k = arms->on[ARM_KDA], on_e = arms->on[ARM_ENGRAM], on_m = arms->on[ARM_MOE];
-            for (size_t n = 0; n < (size_t)N; n++) {
-                real *restrict body = t->body + n * d, *restrict h = t->h + n * d;
-                const real *restrict hp = hprev + n * d;
-                const real *ct = t->ctrl + n * 3;
-                real wm = ct[1] < lam ? ct[1] : lam;
-                for (int ch = 0; ch < d; ch++) body[ch] = 0;
-                if (on_k) {
-                    const real *restrict ar = t->a + n * d;
-                    for (int ch = 0; ch < d; ch++) body[ch] += ct[0] * ar[ch];
-                }
-                if (on_e) {
-                    const real *restrict er = t->e + n * d;
-                    for (int ch = 0; ch < d; ch++) body[ch] += wm * er[ch];
-                }
-                if (on_m) {
-                    const real *restrict gr = t->gout + n * d;
-                    for (int ch = 0; ch < d; ch++) body[ch] += ct[2] * gr[ch];
-                }
-                for (int ch = 0; ch < d; ch++) h[ch] = hp[ch] + alpha * body[ch];
-            }
-        }
+        be->mix_forward(t->body, t->h, hprev, t->ctrl, arms->on[ARM_KDA] ? t->a : NULL,
+                        arms->on[ARM_ENGRAM] ? t->e : NULL, arms->on[ARM_MOE] ? t->gout : NULL, lam, alpha, N, d);
         if (arms->on[ARM_REZERO]) arms->fwd[ARM_REZERO]++;
         // readout: y_i = OutProj_i(h_i); ybar_i = mean(y_1..y_i)
         be->matmul_forward(t->y, t->h, PT(m, P_OUTPROJ) + (size_t)i * d * d, NULL, N, d, d);
-        if (i == 0) memcpy(t->ybar, t->y, sizeof(real) * N * d);
-        else {
-            const real *prev = a->it[i - 1].ybar;
-            real wp = (real)i / (i + 1), wy = (real)1 / (i + 1);
-            for (size_t j = 0; j < (size_t)N * d; j++) t->ybar[j] = wp * prev[j] + wy * t->y[j];
-        }
+        be->running_mean_forward(t->ybar, i ? a->it[i - 1].ybar : NULL, t->y, i, (size_t)N * d);
         m->depth_loss[i] = NAN;
         if (tgt && scored(m, mode, i, depth)) {
             be->rmsnorm_forward(t->yn, t->yn_rstd, t->ybar, PT(m, P_OUT_NORM), N, d);
             be->matmul_forward(a->logits, t->yn, PT(m, P_HEAD), NULL, N, d, 256);
             be->softmax_ce_forward(t->losses, t->probs, a->logits, a->tgt, N, 256);
-            double s = 0;
-            for (int n = 0; n < N; n++) s += t->losses[n];
-            m->depth_loss[i] = s / N;
-            loss_sum += s / N;
-            n_scored++;
+            be->sum_forward(a->loss_sum + i, t->losses, N);  // on the backend; read once below
+            m->depth_loss[i] = 0;  // scored (the value arrives with the download)
         }
+    }
+    // the per-depth CE sums: one download of `depth` doubles for the whole forward
+    double ls[64], loss_sum = 0;
+    int n_scored = 0;
+    if (tgt) be->download(ls, a->loss_sum, sizeof(double) * depth);
+    for (int i = 0; i < depth; i++) {
+        if (isnan(m->depth_loss[i])) continue;
+        m->depth_loss[i] = ls[i] / N;
+        loss_sum += ls[i] / N;
+        n_scored++;
     }
     m->last_depth = depth;
     m->last_mode = mode;

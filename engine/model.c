@@ -102,11 +102,11 @@ static void fill_orthonormal(real *X, int rows, int cols, Rng *r) {
     free(A);
 }
 
-static void init_params(Model *m, uint64_t seed) {
+// Fills P [n_params], a zeroed HOST buffer (model_create uploads it to the backend).
+static void init_params(Model *m, real *P, uint64_t seed) {
     const Config *c = &m->cfg;
     int d = c->d, dh = c->d / c->H, OD = c->n_orders * c->engram_dim;
     Rng r = {splitmix64(seed ^ 0x5EEDULL)};
-    real *P = m->params;
 #define T(i) (P + m->t[i].offset)
 #define N_(i) (m->t[i].numel)
     fill_normal(T(P_EMB), N_(P_EMB), 1.0, &r);
@@ -150,7 +150,11 @@ int model_create(Model *m, const Config *cfg, const Backend *be, uint64_t seed, 
     m->grads = be->alloc(sizeof(real) * m->n_params);
     if (!m->params || !m->grads)
         return dm_fail(err, "cannot allocate %zu parameters on %s: try a smaller preset", m->n_params, be->name);
-    init_params(m, seed);
+    // initialise on the host (sequential RNG draws, Gram–Schmidt in double), then one upload
+    real *host = callocCheck(sizeof(real) * m->n_params);
+    init_params(m, host, seed);
+    be->upload(m->params, host, sizeof(real) * m->n_params);
+    free(host);
     arms_init(&m->arms);
     m->expert_load = callocCheck(sizeof(int) * cfg->L * cfg->E);
     return 0;
@@ -159,7 +163,7 @@ int model_create(Model *m, const Config *cfg, const Backend *be, uint64_t seed, 
 static void acts_free(Model *m) {
     Acts *a = &m->acts;
     if (a->buf) m->be->free(a->buf);
-    free(a->x); free(a->tgt); free(a->rows); free(a->it);
+    free(a->it);  // x, tgt, rows live in the arena
     memset(a, 0, sizeof *a);
     m->acts_B = m->acts_T = 0;
 }
@@ -181,6 +185,11 @@ static size_t carve(Model *m, real *base) {
     size_t OD = (size_t)c->n_orders * c->engram_dim, V = 256, used = 0;
     size_t P = (size_t)proj_layout(c).P;
 #define TAKE(ptr, n) do { size_t n_ = (n); (ptr) = base ? base + used : NULL; used += (n_ + 15) & ~(size_t)15; } while (0)
+    // non-real arrays (ids, row indices, double sums) take whole reals: every piece starts on a
+    // 16-real boundary, so any of these types is aligned
+#define TAKE_AS(ptr, type, n) do { real *p_; TAKE(p_, ((n) * sizeof(type) + sizeof(real) - 1) / sizeof(real)); (ptr) = (type *)p_; } while (0)
+    TAKE_AS(a->x, int, N); TAKE_AS(a->tgt, int, N); TAKE_AS(a->rows, int32_t, N * c->n_orders);
+    TAKE_AS(a->loss_sum, double, (size_t)c->L);
     TAKE(a->h0, N * d); TAKE(a->m, N * OD); TAKE(a->key, N * d); TAKE(a->val, N * d);
     TAKE(a->kn, N * d); TAKE(a->kn_rstd, N); TAKE(a->logits, N * V);
     size_t kda_ws = m->be->kda_ws_size(a->B, a->T, (int)H, (int)dh, c->kda_chunk);
@@ -208,6 +217,7 @@ static size_t carve(Model *m, real *base) {
     TAKE(a->dzf1, N * dh); TAKE(a->dzf2, N * d); TAKE(a->dgt1, N * dh);
     TAKE(a->dkey, N * d); TAKE(a->dval, N * d); TAKE(a->dkn, N * d); TAKE(a->dm, N * OD);
     TAKE(a->dz, N * E); TAKE(a->dctrl, N * 3); TAKE(a->dproj, N * P);
+#undef TAKE_AS
 #undef TAKE
     return used;
 }
@@ -217,11 +227,7 @@ void model_reserve(Model *m, int B, int T) {
     acts_free(m);
     Acts *a = &m->acts;
     a->B = B; a->T = T;
-    size_t N = (size_t)B * T;
     a->it = callocCheck(sizeof(IterActs) * m->cfg.L);
-    a->x = mallocCheck(sizeof(int) * N);
-    a->tgt = mallocCheck(sizeof(int) * N);
-    a->rows = mallocCheck(sizeof(int32_t) * N * m->cfg.n_orders);
     a->nbuf = carve(m, NULL);
     a->buf = m->be->alloc(sizeof(real) * a->nbuf);
     if (!a->buf) { fprintf(stderr, "%s:%d: cannot allocate %zu activation reals for B=%d T=%d\n", __FILE__, __LINE__, a->nbuf, B, T); exit(1); }
@@ -242,7 +248,8 @@ double model_retract(Model *m) {
             if (m->t[i].cols > maxr) maxr = m->t[i].cols;
             if (m->t[i].rows > maxrows) maxrows = m->t[i].rows;
         }
-    real *scratch = mallocCheck(sizeof(real) * m->be->retract_scratch_size(maxrows, maxr));
+    real *scratch = m->be->alloc(sizeof(real) * m->be->retract_scratch_size(maxrows, maxr));  // backend workspace
+    if (!scratch) { fprintf(stderr, "%s:%d: cannot allocate the retraction workspace\n", __FILE__, __LINE__); exit(1); }
     for (int i = 0; i < P_COUNT; i++) {
         ParamTensor *t = &m->t[i];
         if (!t->orthonormal) continue;
@@ -253,7 +260,7 @@ double model_retract(Model *m) {
             if (err > worst) worst = err;
         }
     }
-    free(scratch);
+    m->be->free(scratch);
     return worst;
 }
 

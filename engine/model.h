@@ -83,10 +83,14 @@ typedef struct {
     real *losses;           // [N] per-token CE of logits_i
 } IterActs;
 
+// Every array below (and in IterActs) is backend memory (device memory under CUDA), carved from
+// one backend allocation `buf`; only `it`, the per-iteration pointer sets, is host memory. The
+// engine touches the arrays only through the backend table (ops, or download into host scratch).
 typedef struct {
     int B, T;
-    int *x, *tgt;           // [N], [N]
+    int *x, *tgt;           // [N], [N] token ids (uploaded by model_forward)
     int32_t *rows;          // [O, N]
+    double *loss_sum;       // [L] per-depth CE sums of the last forward (sum_forward)
     real *h0;               // [N, d]
     real *m;                // [N, O*De] retrieved memory
     real *key, *val;        // [N, d]
@@ -108,7 +112,7 @@ typedef struct {
     const Backend *be;
     ParamTensor t[P_COUNT];
     size_t n_params;        // reals in the parameter buffer
-    real *params, *grads;   // [n_params] each
+    real *params, *grads;   // [n_params] each, backend memory
     Arms arms;
     Acts acts;
     int acts_B, acts_T;
@@ -118,7 +122,7 @@ typedef struct {
     int last_depth;         // iterations run
     int last_mode;          // FwdMode of the last forward
     double depth_loss[64];  // mean CE of logits_i, i = 1..last_depth (when computed)
-    int *expert_load;       // [L, E] tokens per expert in the last forward
+    int *expert_load;       // [L, E] tokens per expert in the last forward (host memory)
 } Model;
 
 // Build the tensor table for cfg, allocate, and initialise per SPEC §4 "Defaults".

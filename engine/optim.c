@@ -1,71 +1,89 @@
-// optim.c — the optimizers of SPEC §4 on the CPU, over the model's one contiguous parameter
-// buffer: Muon (Nesterov momentum, Newton–Schulz 5, Moonlight scale or muon_colrow), AdamW,
-// lazy Adam on the Engram tables; the lr schedule; the global-norm clip; the NaN firewall; the
-// retraction cadence.
+// optim.c — the optimizers of SPEC §4 over the model's one contiguous parameter buffer: Muon
+// (Nesterov momentum, Newton–Schulz 5, Moonlight scale or muon_colrow), AdamW, lazy Adam on the
+// Engram tables; the lr schedule; the global-norm clip; the NaN firewall; the retraction
+// cadence. The arithmetic is the backend's optimizer ops (kernels/backend.h; on the CPU
+// kernels/cpu/optim_ops.c): this file only orders them and never touches backend memory.
 //
 // Layout (llm.c style): every moment is ONE buffer of n_params reals, parallel to m->params,
-// so tensor i's moments live at the same offset t[i].offset. Buffers are calloc'd: on Linux a
-// large calloc is lazily zero-mapped, so the ranges a group never touches (e.g. `mom` over the
-// tables, `m`/`v` over Muon matrices) cost no physical memory.
+// so tensor i's moments live at the same offset t[i].offset. The CPU backend's alloc is calloc:
+// on Linux a large calloc is lazily zero-mapped, so the ranges a group never touches (e.g. `mom`
+// over the tables, `m`/`v` over Muon matrices) cost no physical memory.
 //
-// Determinism: every reduction runs in a fixed order that does not depend on the thread count.
-// The global norm is summed over fixed-size chunks of each tensor (each chunk in order, then
-// the chunk sums in order, then the tensors in table order); element-wise updates are parallel
-// only where each element is written by exactly one iteration. No float atomics anywhere.
+// One step, all on the backend and in this order (the host only enqueues):
+//   opt_sumsq    per-tensor gradient sums of squares + non-finite flags (fixed chunk order)
+//   opt_decide   -> status: gnorm, skip (NaN firewall), clip factor, t, retraction cadence
+//   opt_clip     gradients *= clip / gnorm when clipped
+//   opt_adamw / opt_muon / opt_adam_rows   per tensor by group; each reads status (skip: no-op)
+//   opt_retract  U, V factors, when the status says this step retracts
+// then the host downloads the small status to fill StepInfo and its counters (step_report):
+// the one host round trip, kept separate so it can later happen only on logging steps.
 #include "optim.h"
 #include <math.h>
 #include <string.h>
-#include "../kernels/cpu/blas.h"
-#include "../kernels/cpu/ops.h"
 
-#define GNORM_CHUNK 65536   // reals per norm chunk: fixed, so the sum order never varies
-#define MUON_EPS 1e-7       // added to ||G||_F (and to the col/row RMS under muon_colrow)
-
-// Newton–Schulz workspace for one [rows, cols] matrix, s = min(rows, cols):
-// A [s, s] Gram, Bm [s, s] polynomial, Y [rows, cols] the next iterate.
-static size_t ns_scratch_size(int rows, int cols) {
-    size_t s = (size_t)(rows < cols ? rows : cols);
-    return 2 * s * s + (size_t)rows * cols;
-}
-
-#ifdef DM_DOUBLE
-#define SQRT_R sqrt
-#else
-#define SQRT_R sqrtf
-#endif
+// one opt_sumsq segment per tensor (first_bad is a tensor index)
+_Static_assert(P_COUNT <= OPT_MAX_SEGS, "the tensor table exceeds OPT_MAX_SEGS segments");
 
 // ----------------------------------------------------------------------------------------
 // create / free
 
+void optim_set_counters(Optim *o, int64_t t, int64_t total_skips, int consecutive_skips) {
+    o->t = t;
+    o->total_skips = total_skips;
+    o->consecutive_skips = consecutive_skips;
+    OptStatus st;
+    memset(&st, 0, sizeof st);
+    st.t = t;
+    st.total_skips = total_skips;
+    st.consecutive_skips = consecutive_skips;
+    st.first_bad = -1;
+    st.scale = 1;
+    st.orth_err = -1;
+    o->be->upload(o->status, &st, sizeof st);
+}
+
 int optim_create(Optim *o, const Model *m, dm_err *err) {
     memset(o, 0, sizeof *o);
+    const Backend *be = m->be;
+    o->be = be;
     size_t n = m->n_params;
-    o->m = calloc(n ? n : 1, sizeof(real));
-    o->v = calloc(n ? n : 1, sizeof(real));
-    o->mom = calloc(n ? n : 1, sizeof(real));
-    // Muon scratch: the largest matrix's update [rows, cols] + its NS workspace
+    o->m = be->alloc(sizeof(real) * n);
+    o->v = be->alloc(sizeof(real) * n);
+    o->mom = be->alloc(sizeof(real) * n);
+    // scratch: the largest Muon matrix's update + Newton–Schulz workspace, or the largest
+    // retraction workspace (they are never needed at once)
     size_t need = 0;
     for (int i = 0; i < P_COUNT; i++) {
         const ParamTensor *t = &m->t[i];
+        o->segs[i].off = t->offset;
+        o->segs[i].n = t->numel;
         if (t->n_mats <= 0 || t->rows <= 0 || t->cols <= 0) continue;
-        size_t s = (size_t)t->rows * t->cols + ns_scratch_size(t->rows, t->cols);
+        size_t s = be->opt_muon_scratch_size(t->rows, t->cols);
         if (s > need) need = s;
+        if (t->orthonormal && (s = be->opt_retract_scratch_size(t->rows, t->cols)) > need) need = s;
     }
     o->n_scratch = need;
-    o->scratch = malloc(sizeof(real) * (need ? need : 1));
+    o->scratch = be->alloc(sizeof(real) * (need ? need : 1));
     size_t nrows = (size_t)m->cfg.n_orders * (size_t)m->cfg.engram_rows;
-    o->row_touched = calloc(nrows ? nrows : 1, 1);
-    o->row_steps = calloc(nrows ? nrows : 1, sizeof(int64_t));
-    if (!o->m || !o->v || !o->mom || !o->scratch || !o->row_touched || !o->row_steps) {
+    o->row_steps = be->alloc(sizeof(int64_t) * (nrows ? nrows : 1));
+    o->status = be->alloc(sizeof(OptStatus));
+    o->ss = be->alloc(sizeof(double) * P_COUNT);
+    o->bad = be->alloc(sizeof(int32_t) * P_COUNT);
+    if (!o->m || !o->v || !o->mom || !o->scratch || !o->row_steps || !o->status || !o->ss || !o->bad) {
         optim_free(o);
-        return dm_fail(err, "cannot allocate optimizer state (3 x %zu reals): try a smaller preset", n);
+        return dm_fail(err, "cannot allocate optimizer state (3 x %zu reals) on %s: try a smaller preset", n, be->name);
     }
+    optim_set_counters(o, 0, 0, 0);
     return 0;
 }
 
 void optim_free(Optim *o) {
-    free(o->m); free(o->v); free(o->mom); free(o->scratch);
-    free(o->row_touched); free(o->row_steps);
+    const Backend *be = o->be;
+    if (be) {
+        void *bufs[] = {o->m, o->v, o->mom, o->scratch, o->rows_ws, o->row_steps, o->status, o->ss, o->bad};
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+            if (bufs[i]) be->free(bufs[i]);
+    }
     memset(o, 0, sizeof *o);
 }
 
@@ -92,122 +110,38 @@ double lr_schedule_mult(const Config *c, int64_t s) {
 // ----------------------------------------------------------------------------------------
 // Muon
 
-// G [rows, cols] in place. X = G / (||G||_F + 1e-7), then 5 times
-//   X <- a X + (b A + c A^2) X,  A = X X^T        (rows <= cols: A is [rows, rows])
-// When rows > cols, Keller Jordan iterates on X^T so the Gram is the small side; transposing
-// that iteration back gives X <- a X + X (b A + c A^2) with A = X^T X [cols, cols] (A and the
-// polynomial are symmetric), which is what we do, without materialising the transpose.
-// scratch: ns_scratch_size(rows, cols) = 2 min(rows,cols)^2 + rows*cols reals.
-// The Gram matrices are symmetric: A = X X^T (or X^T X) and A A = A A^T are formed with syrk
-// (the upper triangle only, half the FLOPs of a gemm), then mirrored to the lower triangle.
-void cblas_ssyrk(int order, int uplo, int trans, int n, int k, float alpha, const float *a, int lda,
-                 float beta, float *c, int ldc);
-void cblas_dsyrk(int order, int uplo, int trans, int n, int k, double alpha, const double *a,
-                 int lda, double beta, double *c, int ldc);
-enum { DmCblasUpper = 121 };
-// C[n,n] (upper) = alpha op(A) op(A)^T + beta C, op(A) = A [n,k] (trans 0) or A^T (A [k,n], trans 1)
-static void syrk_rm(int trans, int n, int k, real alpha, const real *A, int lda, real beta, real *C, int ldc) {
-#ifdef DM_DOUBLE
-    cblas_dsyrk(DmCblasRowMajor, DmCblasUpper, trans ? DmCblasTrans : DmCblasNoTrans, n, k, alpha, A, lda, beta, C, ldc);
-#else
-    cblas_ssyrk(DmCblasRowMajor, DmCblasUpper, trans ? DmCblasTrans : DmCblasNoTrans, n, k, alpha, A, lda, beta, C, ldc);
-#endif
-}
-static void mirror_upper(real *C, int n) {
-    for (int i = 1; i < n; i++)
-        for (int j = 0; j < i; j++) C[(size_t)i * n + j] = C[(size_t)j * n + i];
-}
-
 void muon_orthogonalize(real *G, int rows, int cols, real *scratch) {
-    const real a = (real)3.4445, b = (real)-4.7750, c = (real)2.0315;
-    size_t n = (size_t)rows * cols;
-    double ss = dm_sumsq_d(G, n);
-    real inv = (real)(1.0 / (sqrt(ss) + MUON_EPS));
-    for (size_t i = 0; i < n; i++) G[i] *= inv;
-    int tall = rows > cols;
-    int s = tall ? cols : rows;
-    real *A = scratch, *Bm = scratch + (size_t)s * s, *Y = Bm + (size_t)s * s;
-    real *X = G;
-    for (int it = 0; it < 5; it++) {
-        // A = X^T X [cols, cols] (tall) or X X^T [rows, rows]
-        syrk_rm(tall, s, tall ? rows : cols, 1, X, cols, 0, A, s);
-        mirror_upper(A, s);
-        // Bm = b A + c A A  (A symmetric: A A = A A^T)
-        for (size_t i = 0; i < (size_t)s * s; i++) Bm[i] = b * A[i];
-        syrk_rm(0, s, s, c, A, s, 1, Bm, s);
-        mirror_upper(Bm, s);
-        // Y = a X + (Bm X | X Bm)
-        for (size_t i = 0; i < n; i++) Y[i] = a * X[i];
-        if (tall) gemm_rm(0, 0, rows, cols, cols, 1, X, cols, Bm, s, 1, Y, cols);
-        else      gemm_rm(0, 0, rows, cols, rows, 1, Bm, s, X, cols, 1, Y, cols);
-        memcpy(X, Y, sizeof(real) * n);
-    }
+    opt_muon_orthogonalize(G, rows, cols, scratch);
 }
 
-// muon_colrow ("Muon+"): each column, then each row, of U [rows, cols] to unit RMS (+1e-7 so an
-// all-zero update stays zero instead of becoming NaN).
-static void colrow_normalize(real *U, int rows, int cols) {
-    for (int j = 0; j < cols; j++) {
-        double ss = 0;
-        for (int i = 0; i < rows; i++) ss += (double)U[(size_t)i * cols + j] * U[(size_t)i * cols + j];
-        real inv = (real)(1.0 / (sqrt(ss / rows) + MUON_EPS));
-        for (int i = 0; i < rows; i++) U[(size_t)i * cols + j] *= inv;
-    }
-    for (int i = 0; i < rows; i++) {
-        real *r = U + (size_t)i * cols;
-        double ss = 0;
-        for (int j = 0; j < cols; j++) ss += (double)r[j] * r[j];
-        real inv = (real)(1.0 / (sqrt(ss / cols) + MUON_EPS));
-        for (int j = 0; j < cols; j++) r[j] *= inv;
-    }
-}
-
-// One Muon step on tensor t: per matrix
+// One Muon step on tensor t (every matrix it holds):
 //   buf = mu buf + g;  u = g + mu buf  (Nesterov);  u = NS5(u / (||u||_F + 1e-7));
 //   u *= 0.2 sqrt(max(rows, cols))   (or colrow-normalise and u *= 0.2);
 //   p = p (1 - lr wd) - lr u          (decoupled decay)
 static void muon_tensor(Optim *o, Model *m, const ParamTensor *t, double lr, double wd) {
     const Config *c = &m->cfg;
     int rows = t->rows, cols = t->cols;
-    size_t n = (size_t)rows * cols;
-    real mu = (real)c->muon_momentum;
-    real *U = o->scratch, *ws = o->scratch + n;
     double scale = c->muon_colrow ? 0.2 : 0.2 * sqrt((double)(rows > cols ? rows : cols));
-    real decay = (real)(1.0 - lr * wd), step = (real)(lr * scale);
-    for (int e = 0; e < t->n_mats; e++) {
-        size_t off = t->offset + (size_t)e * n;
-        real *p = m->params + off, *g = m->grads + off, *buf = o->mom + off;
-        for (size_t i = 0; i < n; i++) {
-            buf[i] = mu * buf[i] + g[i];
-            U[i] = g[i] + mu * buf[i];
-        }
-        muon_orthogonalize(U, rows, cols, ws);
-        if (c->muon_colrow) colrow_normalize(U, rows, cols);
-        for (size_t i = 0; i < n; i++) p[i] = p[i] * decay - step * U[i];
-    }
+    MuonHyper h = {(real)c->muon_momentum, (real)(1.0 - lr * wd), (real)(lr * scale), c->muon_colrow};
+    o->be->opt_muon(m->params + t->offset, m->grads + t->offset, o->mom + t->offset, t->n_mats, rows, cols,
+                    h, o->scratch, o->status);
 }
 
 // ----------------------------------------------------------------------------------------
 // Adam
 
-// AdamW over [off, off+n) with bias-correction step count `t` (1-based):
-//   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
-//   p -= lr (m / (1-b1^t) / (sqrt(v / (1-b2^t)) + eps) + wd p)
-static void adamw_range(Optim *o, Model *m, size_t off, size_t n, double lr, double wd, int64_t t) {
+// AdamW over tensor t (bias correction by the status's applied-step count)
+static void adamw_tensor(Optim *o, Model *m, const ParamTensor *t, double lr, double wd) {
     const Config *c = &m->cfg;
-    real b1 = (real)c->beta1, b2 = (real)c->beta2, eps = (real)c->eps;
-    real bc1 = (real)(1.0 - pow(c->beta1, (double)t)), bc2 = (real)(1.0 - pow(c->beta2, (double)t));
-    real lr_ = (real)lr, wd_ = (real)wd;
-    real *p = m->params + off, *g = m->grads + off, *mm = o->m + off, *vv = o->v + off;
-    #pragma omp parallel for if (n > 65536) schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        real gi = g[i];
-        real mi = b1 * mm[i] + (1 - b1) * gi;
-        real vi = b2 * vv[i] + (1 - b2) * gi * gi;
-        mm[i] = mi; vv[i] = vi;
-        real mhat = mi / bc1, vhat = vi / bc2;
-        p[i] -= lr_ * (mhat / (SQRT_R(vhat) + eps) + wd_ * p[i]);
-    }
+    AdamHyper h = {c->beta1, c->beta2, c->eps, lr, wd};
+    size_t off = t->offset;
+    o->be->opt_adamw(m->params + off, m->grads + off, o->m + off, o->v + off, t->numel, h, o->status);
+}
+
+// 1 when the last forward read table rows (acts.rows holds them)
+static int tables_read(const Model *m) {
+    const Acts *a = &m->acts;
+    return a->rows && a->B > 0 && a->T > 0 && m->arms.on[ARM_ENGRAM];
 }
 
 // Lazy Adam (no decay) on the Engram tables [O, R, D]: only the rows the last forward read
@@ -221,81 +155,92 @@ static void adam_tables(Optim *o, Model *m, double lr) {
     const Config *c = &m->cfg;
     const ParamTensor *t = &m->t[P_TABLES];
     const Acts *a = &m->acts;
-    if (!a->rows || a->B <= 0 || a->T <= 0 || !m->arms.on[ARM_ENGRAM]) return;  // nothing read
-    int O = c->n_orders, D = c->engram_dim;
-    int64_t R = c->engram_rows;
-    size_t N = (size_t)a->B * a->T;
-    real b1 = (real)c->beta1, b2 = (real)c->beta2, eps = (real)c->eps, lr_ = (real)lr;
-    // Each distinct row is updated once, the first time the batch names it; rows are
-    // independent, so the visiting order cannot change any result.
-    for (int q = 0; q < O; q++)
-        for (size_t i = 0; i < N; i++) {
-            int32_t r = a->rows[(size_t)q * N + i];
-            if (r < 0 || r >= R) continue;
-            size_t k = (size_t)q * R + r;
-            if (o->row_touched[k]) continue;
-            o->row_touched[k] = 1;
-            int64_t cnt = ++o->row_steps[k];
-            real bc1 = (real)(1.0 - pow(c->beta1, (double)cnt)), bc2 = (real)(1.0 - pow(c->beta2, (double)cnt));
-            size_t off = t->offset + k * D;
-            real *p = m->params + off, *g = m->grads + off, *mm = o->m + off, *vv = o->v + off;
-            for (int j = 0; j < D; j++) {
-                real gi = g[j];
-                mm[j] = b1 * mm[j] + (1 - b1) * gi;
-                vv[j] = b2 * vv[j] + (1 - b2) * gi * gi;
-                p[j] -= lr_ * ((mm[j] / bc1) / (SQRT_R(vv[j] / bc2) + eps));
-            }
-        }
-    // clear the marks (O*N writes, not O*R)
-    for (int q = 0; q < O; q++)
-        for (size_t i = 0; i < N; i++) {
-            int32_t r = a->rows[(size_t)q * N + i];
-            if (r >= 0 && r < R) o->row_touched[(size_t)q * R + r] = 0;
-        }
+    if (!tables_read(m)) return;  // nothing read
+    AdamHyper h = {c->beta1, c->beta2, c->eps, lr, 0.0};
+    size_t off = t->offset;
+    o->be->opt_adam_rows(m->params + off, m->grads + off, o->m + off, o->v + off, o->row_steps, a->rows,
+                         c->n_orders, a->B * a->T, c->engram_rows, c->engram_dim, h, o->rows_ws, o->status);
 }
-
-// ----------------------------------------------------------------------------------------
-// global norm + finiteness, one pass over every tensor (tables included)
-
-// Fills ss[i] (sum of squares of tensor i's gradient, double) and returns the index of the
-// first tensor (table order) holding a non-finite value, or -1. Chunks of GNORM_CHUNK reals
-// are summed independently (in parallel), then combined in chunk order: the result does not
-// depend on the number of threads.
-static int grad_norm_check(const Model *m, double *ss) {
-    int first_bad = -1;
-    for (int i = 0; i < P_COUNT; i++) {
-        const ParamTensor *t = &m->t[i];
-        const real *g = m->grads + t->offset;
-        size_t nchunks = (t->numel + GNORM_CHUNK - 1) / GNORM_CHUNK;
-        double part_small[16];
-        int bad_small[16];
-        double *part = nchunks <= 16 ? part_small : malloc(sizeof(double) * nchunks);
-        int *bad = nchunks <= 16 ? bad_small : malloc(sizeof(int) * nchunks);
-        #pragma omp parallel for if (nchunks > 1) schedule(static)
-        for (size_t ch = 0; ch < nchunks; ch++) {
-            size_t lo = ch * GNORM_CHUNK, hi = lo + GNORM_CHUNK < t->numel ? lo + GNORM_CHUNK : t->numel;
-            // the sum is finite when every x is (then no element check is needed); inf and NaN
-            // propagate into it (in the double build a huge finite x can overflow it too, hence
-            // the exact per-element check on that rare path)
-            double s = dm_sumsq_d(g + lo, hi - lo);
-            int b = 0;
-            if (!isfinite(s))
-                for (size_t j = lo; j < hi; j++) b |= !isfinite((double)g[j]);
-            part[ch] = s; bad[ch] = b;
-        }
-        double s = 0;
-        int b = 0;
-        for (size_t ch = 0; ch < nchunks; ch++) { s += part[ch]; b |= bad[ch]; }
-        if (part != part_small) free(part);
-        if (bad != bad_small) free(bad);
-        ss[i] = s;
-        if (b && first_bad < 0) first_bad = i;
-    }
-    return first_bad;
+// The lazy-Adam workspace may depend on N (the CUDA sort): grown when the batch grows, before
+// the step enqueues anything.
+static int reserve_rows_ws(Optim *o, const Model *m, dm_err *err) {
+    if (!tables_read(m)) return 0;
+    size_t ws = o->be->opt_adam_rows_ws_size(m->cfg.n_orders, m->acts.B * m->acts.T, m->cfg.engram_rows);
+    if (o->rows_ws && ws <= o->n_rows_ws) return 0;
+    if (o->rows_ws) o->be->free(o->rows_ws);
+    o->rows_ws = o->be->alloc(ws ? ws : 1);
+    o->n_rows_ws = o->rows_ws ? ws : 0;
+    if (!o->rows_ws) return dm_fail(err, "cannot allocate %zu bytes of lazy-Adam workspace on %s", ws, o->be->name);
+    return 0;
 }
 
 // ----------------------------------------------------------------------------------------
 // the step
+
+// Enqueue the whole step on the backend (no host round trip; see the top of the file).
+static void step_enqueue(Optim *o, Model *m, double lr, double lr_muon, double loss) {
+    const Config *c = &m->cfg;
+    const Backend *be = o->be;
+    int retract_every = m->arms.on[ARM_RETRACT] && c->retract_every > 0 ? c->retract_every : 0;
+    // (1) NaN firewall + (2) global norm and clip factor, decided on the backend
+    be->opt_sumsq(o->ss, o->bad, m->grads, o->segs, P_COUNT);
+    be->opt_decide(o->status, o->ss, o->bad, P_COUNT, loss, c->clip, retract_every);
+    be->opt_clip(m->grads, m->n_params, o->status);
+    // (3) updates per group. Every non-table tensor steps, even with an all-zero gradient (its
+    // Adam moments decay, Muon's momentum keeps moving it): one rule, no per-arm special cases.
+    for (int i = 0; i < P_COUNT; i++) {
+        const ParamTensor *t = &m->t[i];
+        if (t->numel == 0) continue;
+        switch (t->group) {
+        case GROUP_TABLE:
+            adam_tables(o, m, lr);
+            break;
+        case GROUP_MUON:
+            if (!c->opt_adamw && t->n_mats > 0) muon_tensor(o, m, t, lr_muon, c->wd);
+            else adamw_tensor(o, m, t, lr, c->wd);
+            break;
+        case GROUP_ADAMW:
+            adamw_tensor(o, m, t, lr, c->wd);
+            break;
+        case GROUP_ADAMW_1D:
+            adamw_tensor(o, m, t, lr, 0.0);
+            break;
+        }
+    }
+    // (4) retraction of every orthonormal factor, on the steps the status marks (t % every)
+    if (retract_every)
+        for (int i = 0; i < P_COUNT; i++) {
+            const ParamTensor *t = &m->t[i];
+            if (!t->orthonormal) continue;
+            for (int e = 0; e < t->n_mats; e++)
+                be->opt_retract(m->params + t->offset + (size_t)e * t->rows * t->cols, t->rows, t->cols,
+                                c->retract_iters, o->scratch, o->status);
+        }
+}
+
+// Download the status: StepInfo, the host counters, the nan_limit error.
+static int step_report(Optim *o, const Model *m, int64_t step, StepInfo *info, dm_err *err) {
+    OptStatus st;
+    o->be->download(&st, o->status, sizeof st);
+    o->t = st.t;
+    o->consecutive_skips = st.consecutive_skips;
+    o->total_skips = st.total_skips;
+    info->gnorm = st.gnorm;
+    if (st.skip) {
+        info->skipped = 1;
+        snprintf(info->first_bad, sizeof info->first_bad, "%s",
+                 st.loss_bad || st.first_bad < 0 || st.first_bad >= P_COUNT ? "loss" : m->t[st.first_bad].name);
+        if (o->consecutive_skips >= m->cfg.nan_limit)
+            return dm_fail(err, "step %lld: nan_limit (%d) consecutive non-finite steps; first non-finite tensor: %s (hint: lower lr or raise clip)",
+                           (long long)step, m->cfg.nan_limit, info->first_bad);
+        return 0;
+    }
+    // the orthogonality error is only measured when we retract (it costs a Gram per factor);
+    // otherwise it is reported as -1 ("not measured")
+    info->retracted = st.retract;
+    info->orth_err = st.retract ? st.orth_err : -1;
+    return 0;
+}
 
 int optim_step(Optim *o, Model *m, int64_t step, double loss, StepInfo *info, dm_err *err) {
     const Config *c = &m->cfg;
@@ -306,63 +251,7 @@ int optim_step(Optim *o, Model *m, int64_t step, double loss, StepInfo *info, dm
     info->lr = c->lr * mult;
     info->lr_muon = c->lr_muon * mult;
     info->orth_err = -1;
-
-    // (1) NaN firewall + (2) global norm, one pass
-    double ss[P_COUNT];
-    int bad = grad_norm_check(m, ss);
-    double total = 0;
-    for (int i = 0; i < P_COUNT; i++) total += ss[i];
-    info->gnorm = sqrt(total);
-    if (!isfinite(loss) || bad >= 0) {
-        info->skipped = 1;
-        snprintf(info->first_bad, sizeof info->first_bad, "%s", !isfinite(loss) ? "loss" : m->t[bad].name);
-        o->consecutive_skips++;
-        o->total_skips++;
-        if (o->consecutive_skips >= c->nan_limit)
-            return dm_fail(err, "step %lld: nan_limit (%d) consecutive non-finite steps; first non-finite tensor: %s (hint: lower lr or raise clip)",
-                           (long long)step, c->nan_limit, info->first_bad);
-        return 0;
-    }
-    if (c->clip > 0 && info->gnorm > c->clip) {
-        real s = (real)(c->clip / info->gnorm);
-        real *g = m->grads;
-        size_t n = m->n_params;
-        #pragma omp parallel for if (n > 65536) schedule(static)
-        for (size_t i = 0; i < n; i++) g[i] *= s;
-    }
-
-    // (3) updates per group. Every non-table tensor steps, even with an all-zero gradient (its
-    // Adam moments decay, Muon's momentum keeps moving it): one rule, no per-arm special cases.
-    int64_t t_adam = o->t + 1;   // bias-correction count: applied steps, skipped ones excluded
-    for (int i = 0; i < P_COUNT; i++) {
-        const ParamTensor *t = &m->t[i];
-        if (t->numel == 0) continue;
-        switch (t->group) {
-        case GROUP_TABLE:
-            adam_tables(o, m, info->lr);
-            break;
-        case GROUP_MUON:
-            if (!c->opt_adamw && t->n_mats > 0) muon_tensor(o, m, t, info->lr_muon, c->wd);
-            else adamw_range(o, m, t->offset, t->numel, info->lr, c->wd, t_adam);
-            break;
-        case GROUP_ADAMW:
-            adamw_range(o, m, t->offset, t->numel, info->lr, c->wd, t_adam);
-            break;
-        case GROUP_ADAMW_1D:
-            adamw_range(o, m, t->offset, t->numel, info->lr, 0.0, t_adam);
-            break;
-        }
-    }
-
-    // (4) retraction cadence. The orthogonality error is only measured when we retract (it
-    // costs a Gram per factor); otherwise it is reported as -1 ("not measured").
-    if (m->arms.on[ARM_RETRACT] && c->retract_every > 0 && (o->t + 1) % c->retract_every == 0) {
-        info->orth_err = model_retract(m);
-        info->retracted = 1;
-    }
-
-    // (5)
-    o->t++;
-    o->consecutive_skips = 0;
-    return 0;
+    if (reserve_rows_ws(o, m, err)) return 1;
+    step_enqueue(o, m, info->lr, info->lr_muon, loss);
+    return step_report(o, m, step, info, err);
 }

@@ -3,20 +3,33 @@
 // warmup + cosine/constant schedule; global-norm clip (pre-clip norm reported); the NaN
 // firewall; the retraction cadence. One contiguous buffer per moment, parallel to the
 // parameter buffer (llm.c style).
+//
+// Device-clean: every buffer below marked "backend memory" is touched only through the
+// backend's optimizer ops (kernels/backend.h), so the step runs unchanged where those buffers
+// are device memory. The step's decision (NaN firewall, clip factor, applied-step count,
+// retraction cadence) is made by the backend into `status`; the host fields t,
+// consecutive_skips and total_skips mirror it, refreshed when optim_step downloads the status
+// at its end. Code that sets them (checkpoint load, snapshot restore) calls optim_set_counters.
 #pragma once
 #include <stdint.h>
 #include "model.h"
 
 typedef struct {
-    real *m, *v;        // [n_params] Adam first / second moments (also used for tables)
-    real *mom;          // [n_params] Muon momentum (only Muon tensors' ranges are used)
-    real *scratch;      // Newton–Schulz workspace
+    const Backend *be;
+    real *m, *v;        // [n_params] Adam first / second moments (also used for tables), backend memory
+    real *mom;          // [n_params] Muon momentum (only Muon tensors' ranges are used), backend memory
+    real *scratch;      // Muon / retraction workspace, backend memory
     size_t n_scratch;
-    uint8_t *row_touched;   // [n_orders * engram_rows] rows read by this step's batch
-    int64_t *row_steps;     // [n_orders * engram_rows] Adam step count per table row (lazy bias correction)
-    int64_t t;              // optimizer steps applied (skipped steps not counted)
-    int consecutive_skips;
-    int64_t total_skips;
+    void *rows_ws;      // lazy-Adam workspace (opt_adam_rows_ws_size bytes), backend memory
+    size_t n_rows_ws;
+    int64_t *row_steps; // [n_orders * engram_rows] Adam step count per table row (lazy bias correction), backend memory
+    OptStatus *status;  // the step's decision, backend memory
+    double *ss;         // [P_COUNT] per-tensor gradient sums of squares, backend memory
+    int32_t *bad;       // [P_COUNT] per-tensor non-finite flags, backend memory
+    OptSeg segs[P_COUNT];   // the tensor table as (offset, numel), host
+    int64_t t;              // optimizer steps applied (skipped steps not counted) — host mirror
+    int consecutive_skips;  // host mirror
+    int64_t total_skips;    // host mirror
 } Optim;
 
 typedef struct {
@@ -30,6 +43,8 @@ typedef struct {
 
 int optim_create(Optim *o, const Model *m, dm_err *err);
 void optim_free(Optim *o);
+// Set the step counters (host mirror and the backend status), e.g. after loading a checkpoint.
+void optim_set_counters(Optim *o, int64_t t, int64_t total_skips, int consecutive_skips);
 // Learning-rate multiplier schedule for step s (0-based): warmup lr*(s+1)/warmup, then cosine
 // to lr_min_frac at cfg->steps (or constant).
 double lr_schedule_mult(const Config *c, int64_t s);
@@ -38,6 +53,7 @@ double lr_schedule_mult(const Config *c, int64_t s);
 // Engram rows. Returns 0, or 1 when nan_limit consecutive skips were reached (err names the
 // step and the first non-finite tensor).
 int optim_step(Optim *o, Model *m, int64_t step, double loss, StepInfo *info, dm_err *err);
-// Muon's orthogonalisation (exposed for tests): G [rows, cols] -> in place, 5 NS iterations
-// with (3.4445, -4.7750, 2.0315) after dividing by ||G||_F + 1e-7.
+// Muon's orthogonalisation on HOST memory (exposed for tests; the CPU backend's opt_muon uses
+// it): G [rows, cols] -> in place, 5 NS iterations with (3.4445, -4.7750, 2.0315) after
+// dividing by ||G||_F + 1e-7. scratch: 2 min(rows, cols)^2 + rows*cols reals.
 void muon_orthogonalize(real *G, int rows, int cols, real *scratch);

@@ -51,10 +51,19 @@ static void set_shape(ProbeInfo *pi, int ndim, int a, int b, int c) {
     pi->n = (size_t)a * (ndim > 1 ? b : 1) * (ndim > 2 ? c : 1);
 }
 
-static double *copy_real(const real *p, size_t n) {
+// p [n] is backend memory (activations, parameters): downloaded into host scratch first
+static double *copy_real(const Backend *be, const real *p, size_t n) {
+    real *h = mallocCheck(sizeof(real) * (n ? n : 1));
+    be->download(h, p, sizeof(real) * n);
     double *v = mallocCheck(sizeof(double) * (n ? n : 1));
-    for (size_t i = 0; i < n; i++) v[i] = p[i];
+    for (size_t i = 0; i < n; i++) v[i] = h[i];
+    free(h);
     return v;
+}
+static real *host_copy(const Backend *be, const real *p, size_t n) {
+    real *h = mallocCheck(sizeof(real) * (n ? n : 1));
+    be->download(h, p, sizeof(real) * n);
+    return h;
 }
 
 int probe_get(Engine *e, const char *name, double **vals, ProbeInfo *info, dm_err *err) {
@@ -67,7 +76,7 @@ int probe_get(Engine *e, const char *name, double **vals, ProbeInfo *info, dm_er
     if (pi >= 0) {
         ParamTensor *t = &m->t[pi];
         set_shape(info, t->ndim, t->shape[0], t->shape[1], t->shape[2]);
-        *vals = copy_real(m->params + t->offset, t->numel);
+        *vals = copy_real(m->be, m->params + t->offset, t->numel);
         return 0;
     }
     if (!have_forward(e)) return dm_fail(err, "no forward yet for activation '%s': :step or :eval first (parameters are probeable now)", name);
@@ -80,7 +89,7 @@ int probe_get(Engine *e, const char *name, double **vals, ProbeInfo *info, dm_er
             if (i > 0 && !m->arms.on[ARM_ENGRAM]) return dm_fail(err, "'%s' did not run: the engram arm is off", name);
             src = i == 0 ? a->h0 : i == 1 ? a->m : i == 2 ? a->key : a->val;
             set_shape(info, 3, B, T, i == 1 ? OD : d);
-            *vals = copy_real(src, info->n);
+            *vals = copy_real(m->be, src, info->n);
             return 0;
         }
     const char *at = strrchr(name, '@');
@@ -114,11 +123,15 @@ int probe_get(Engine *e, const char *name, double **vals, ProbeInfo *info, dm_er
         set_shape(info, 2, B, H, 0);
         double *v = mallocCheck(sizeof(double) * B * H);
         real *S = callocCheck(sizeof(real) * H * dh * dh), *o = mallocCheck(sizeof(real) * H * dh);
+        // host copies of the kept activations, stepped with the CPU's recurrent kernel
+        real *q = host_copy(m->be, t->q, (size_t)N * d), *k = host_copy(m->be, t->k, (size_t)N * d);
+        real *v_ = host_copy(m->be, t->v, (size_t)N * d), *g = host_copy(m->be, t->g, (size_t)N * d);
+        real *beta = host_copy(m->be, t->beta, (size_t)N * H);
         for (int b = 0; b < B; b++) {
             memset(S, 0, sizeof(real) * H * dh * dh);
             for (int s = 0; s < T; s++) {
                 size_t row = (size_t)b * T + s;
-                kda_step(o, S, t->q + row * d, t->k + row * d, t->v + row * d, t->beta + row * H, t->g + row * d, H, dh);
+                kda_step(o, S, q + row * d, k + row * d, v_ + row * d, beta + row * H, g + row * d, H, dh);
             }
             for (int h = 0; h < H; h++) {
                 double ss = 0;
@@ -126,7 +139,7 @@ int probe_get(Engine *e, const char *name, double **vals, ProbeInfo *info, dm_er
                 v[b * H + h] = sqrt(ss);
             }
         }
-        free(S); free(o);
+        free(S); free(o); free(q); free(k); free(v_); free(g); free(beta);
         *vals = v;
         return 0;
     }
@@ -141,7 +154,7 @@ int probe_get(Engine *e, const char *name, double **vals, ProbeInfo *info, dm_er
         if (isnan(m->depth_loss[it - 1])) return dm_fail(err, "'%s': depth %d was not scored in the last forward", name, it);
         if (!strcmp(nm, "probs")) { src = t->probs; set_shape(info, 3, B, T, 256); }
         else { src = t->losses; set_shape(info, 2, B, T, 0); }
-        *vals = copy_real(src, info->n);
+        *vals = copy_real(m->be, src, info->n);
         return 0;
     }
     struct { const char *n; const real *p; int w; } tab[] = {
@@ -154,7 +167,7 @@ int probe_get(Engine *e, const char *name, double **vals, ProbeInfo *info, dm_er
         if (!strcmp(nm, tab[i].n)) {
             if (tab[i].w == 1) set_shape(info, 2, B, T, 0);
             else set_shape(info, 3, B, T, tab[i].w);
-            *vals = copy_real(tab[i].p, (size_t)N * tab[i].w);
+            *vals = copy_real(m->be, tab[i].p, (size_t)N * tab[i].w);
             return 0;
         }
     return dm_fail(err, "internal: probe '%s' has no source", name);

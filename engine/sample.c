@@ -3,40 +3,55 @@
 #include "sample.h"
 #include <math.h>
 #include <string.h>
-#include "../kernels/cpu/ops.h"
 
 #define PT(m, i) ((m)->params + (m)->t[i].offset)
+
+// Carve the per-token scratch: called with base == NULL to size it, then with the real base.
+// Every piece starts on a 16-real boundary, so the int arrays carved from it are aligned.
+static size_t carve(Decoder *d, real *base) {
+    const Config *c = &d->m->cfg;
+    size_t dm = c->d, H = c->H, dh = dm / H, E = c->E, OD = (size_t)c->n_orders * c->engram_dim, used = 0;
+    MoEShape ms = {1, (int)dm, (int)E, c->k, c->r, c->f};
+    size_t moe_ws = d->m->be->moe_ws_size(ms);
+#define TAKE(x, n) do { size_t n_ = (n); d->x = base ? (void *)(base + used) : NULL; used += (n_ + 15) & ~(size_t)15; } while (0)
+#define REALS(type, n) (((n) * sizeof(type) + sizeof(real) - 1) / sizeof(real))
+    TAKE(h, dm); TAKE(h2, dm); TAKE(u, dm); TAKE(n, dm); TAKE(ctrl, 3); TAKE(z, E); TAKE(qr, dm); TAKE(kr, dm);
+    TAKE(vr, dm); TAKE(q, dm); TAKE(k, dm); TAKE(v, dm); TAKE(rn, H); TAKE(bp, H); TAKE(beta, H); TAKE(zf1, dh);
+    TAKE(zf2, dm); TAKE(gs, dm); TAKE(g, dm); TAKE(o, dm); TAKE(on, dm); TAKE(orstd, H); TAKE(gt1, dh); TAKE(gt, dm);
+    TAKE(og, dm); TAKE(a, dm); TAKE(nn, dm); TAKE(rstd, 4); TAKE(gate, 1); TAKE(e, dm); TAKE(gout, dm);
+    TAKE(body, dm); TAKE(y, dm); TAKE(ybar, dm); TAKE(ybar2, dm); TAKE(yn, dm);
+    TAKE(mm, 16 * OD);  // the memory rows of the whole history window (<= 16 positions)
+    TAKE(key, dm); TAKE(val, dm); TAKE(kn, dm); TAKE(logits, 256); TAKE(moe_ws, moe_ws);
+    TAKE(ids, REALS(int, 16)); TAKE(rows, REALS(int32_t, 16 * (size_t)c->n_orders));
+#undef REALS
+#undef TAKE
+    return used;
+}
 
 void decoder_init(Decoder *d, Model *m) {
     memset(d, 0, sizeof *d);
     d->m = m;
+    const Backend *be = m->be;
     const Config *c = &m->cfg;
-    int dm = c->d, H = c->H, dh = dm / H, E = c->E, OD = c->n_orders * c->engram_dim;
-    d->S = callocCheck(sizeof(real) * c->L * H * dh * dh);
-    MoEShape ms = {1, dm, E, c->k, c->r, c->f};
-    size_t moe_ws = m->be->moe_ws_size(ms);
-    size_t total = 40 * (size_t)dm + OD + 4 * H + E + 256 + moe_ws + 64;
-    d->buf = callocCheck(sizeof(real) * total);
-    real *p = d->buf;
-#define TAKE(x, n) do { d->x = p; p += (n); } while (0)
-    TAKE(h, dm); TAKE(u, dm); TAKE(n, dm); TAKE(ctrl, 3); TAKE(z, E); TAKE(qr, dm); TAKE(kr, dm); TAKE(vr, dm);
-    TAKE(q, dm); TAKE(k, dm); TAKE(v, dm); TAKE(rn, H); TAKE(bp, H); TAKE(beta, H); TAKE(zf1, dh); TAKE(zf2, dm);
-    TAKE(g, dm); TAKE(o, dm); TAKE(on, dm); TAKE(orstd, H); TAKE(gt1, dh); TAKE(gt, dm); TAKE(og, dm); TAKE(a, dm);
-    TAKE(nn, dm); TAKE(rstd, 4); TAKE(e, dm); TAKE(gout, dm); TAKE(body, dm); TAKE(y, dm); TAKE(ybar, dm);
-    TAKE(yn, dm); TAKE(mm, OD); TAKE(key, dm); TAKE(val, dm); TAKE(kn, dm); TAKE(moe_ws, moe_ws);
-#undef TAKE
+    int dh = c->d / c->H;
+    d->S = be->alloc(sizeof(real) * c->L * c->H * dh * dh);
+    d->buf = be->alloc(sizeof(real) * carve(d, NULL));
+    if (!d->S || !d->buf) { fprintf(stderr, "%s:%d: cannot allocate the decoder state on %s\n", __FILE__, __LINE__, be->name); exit(1); }
+    carve(d, d->buf);
 }
 
 void decoder_free(Decoder *d) {
-    free(d->S);
-    free(d->buf);
+    if (d->m) {
+        d->m->be->free(d->S);
+        d->m->be->free(d->buf);
+    }
     memset(d, 0, sizeof *d);
 }
 
 void decoder_reset(Decoder *d) {
     const Config *c = &d->m->cfg;
     int dh = c->d / c->H;
-    memset(d->S, 0, sizeof(real) * c->L * c->H * dh * dh);
+    d->m->be->zero(d->S, sizeof(real) * c->L * c->H * dh * dh);
     d->nhist = 0;
     d->pos = 0;
 }
@@ -53,27 +68,28 @@ void decoder_step(Decoder *d, int byte, real *logits) {
     if (d->nhist == maxo) { memmove(d->hist, d->hist + 1, sizeof(int) * (maxo - 1)); d->nhist--; }
     d->hist[d->nhist++] = byte;
     d->pos++;
-    be->embedding_forward(d->h, &byte, PT(m, P_EMB), 1, dm);
+    be->upload(d->ids, d->hist, sizeof(int) * d->nhist);  // the byte is ids[nhist - 1]
+    be->embedding_forward(d->h, d->ids + d->nhist - 1, PT(m, P_EMB), 1, dm);
     if (arms->on[ARM_ENGRAM]) {
-        int32_t rows[DM_MAX_ORDERS * 16];
         // the window holds every byte an n-gram ending here reads; engram_rows pads with 256
-        // exactly where the sequence had no byte yet
-        be->engram_rows(rows, d->hist, 1, d->nhist, c->engram_orders, O, c->engram_rows);
-        for (int o = 0; o < O; o++) {
-            int32_t r = rows[o * d->nhist + d->nhist - 1];
-            memcpy(d->mm + o * De, PT(m, P_TABLES) + ((size_t)o * c->engram_rows + r) * De, sizeof(real) * De);
-        }
-        be->matmul_forward(d->key, d->mm, PT(m, P_MK), NULL, 1, OD, dm);
-        be->matmul_forward(d->val, d->mm, PT(m, P_MV), NULL, 1, OD, dm);
+        // exactly where the sequence had no byte yet. The rows of the whole window are gathered
+        // (nhist <= 16 positions) and the last position's row is the one used.
+        int W = d->nhist;
+        be->engram_rows(d->rows, d->ids, 1, W, c->engram_orders, O, c->engram_rows);
+        be->engram_gather(d->mm, PT(m, P_TABLES), d->rows, W, O, c->engram_rows, De);
+        const real *mm = d->mm + (size_t)(W - 1) * OD;
+        be->matmul_forward(d->key, mm, PT(m, P_MK), NULL, 1, OD, dm);
+        be->matmul_forward(d->val, mm, PT(m, P_MV), NULL, 1, OD, dm);
         be->rmsnorm_forward(d->kn, d->rstd, d->key, PT(m, P_MEM_GK), 1, dm);
     }
-    real alpha = arms->on[ARM_REZERO] ? PT(m, P_ALPHA)[0] : 1, lam = (real)c->lam_max;
+    const real *alpha = arms->on[ARM_REZERO] ? PT(m, P_ALPHA) : NULL;  // backend scalar; NULL = 1
+    real lam = (real)c->lam_max;
+    real *h = d->h, *hn = d->h2, *ybar = d->ybar, *ybn = d->ybar2;  // ping-pong: ops do not alias
     for (int i = 0; i < c->L; i++) {
-        for (int j = 0; j < dm; j++) d->u[j] = d->h[j] + PT(m, P_ITER_EMB)[(size_t)i * dm + j];
+        be->add_row_forward(d->u, h, PT(m, P_ITER_EMB) + (size_t)i * dm, 1, dm);
         be->rmsnorm_forward(d->n, d->rstd, d->u, PT(m, P_BLK_NORM), 1, dm);
         be->matmul_forward(d->ctrl, d->n, PT(m, P_CTRL_W), PT(m, P_CTRL_B), 1, dm, 3);
         be->sigmoid_forward(d->ctrl, d->ctrl, 3);
-        memset(d->body, 0, sizeof(real) * dm);
         if (arms->on[ARM_KDA]) {
             be->matmul_forward(d->qr, d->n, PT(m, P_WQ), NULL, 1, dm, dm);
             be->matmul_forward(d->kr, d->n, PT(m, P_WK), NULL, 1, dm, dm);
@@ -87,42 +103,35 @@ void decoder_step(Decoder *d, int byte, real *logits) {
             be->sigmoid_forward(d->beta, d->bp, H);
             be->matmul_forward(d->zf1, d->n, PT(m, P_WF1), NULL, 1, dm, dh);
             be->matmul_forward(d->zf2, d->zf1, PT(m, P_WF2), NULL, 1, dh, dm);
-            for (int ch = 0; ch < dm; ch++) {
-                real ea = (real)exp(PT(m, P_A)[ch / dh]);
-                real s = dm_sigmoid(ea * (d->zf2[ch] + PT(m, P_DT_BIAS)[ch]));  // as forward.c
-                d->g[ch] = (real)c->g_min * s;
-            }
+            be->decay_gate_forward(d->gs, d->g, d->zf2, PT(m, P_A), PT(m, P_DT_BIAS), (real)c->g_min, 1, H, dh);
             be->kda_step(d->o, d->S + (size_t)i * H * dh * dh, d->q, d->k, d->v, d->beta, d->g, H, dh);
             be->rmsnorm_forward(d->on, d->orstd, d->o, PT(m, P_W_ON), H, dh);
             be->matmul_forward(d->gt1, d->n, PT(m, P_WG1), NULL, 1, dm, dh);
-            be->matmul_forward(d->gt, d->gt1, PT(m, P_WG2), PT(m, P_BG), 1, dh, dm);
-            be->sigmoid_forward(d->gt, d->gt, dm);
-            for (int j = 0; j < dm; j++) d->og[j] = d->on[j] * d->gt[j];
+            be->matmul_forward(d->gt, d->gt1, PT(m, P_WG2), NULL, 1, dh, dm);
+            be->gate_mul_forward(d->gt, d->og, d->on, PT(m, P_BG), 1, dm);  // as forward.c
             be->matmul_forward(d->a, d->og, PT(m, P_WO), NULL, 1, dm, dm);
-            for (int j = 0; j < dm; j++) d->body[j] += d->ctrl[0] * d->a[j];
         }
         if (arms->on[ARM_ENGRAM]) {
             be->rmsnorm_forward(d->nn, d->rstd, d->n, PT(m, P_MEM_GN), 1, dm);
-            double dot = dm_dot_d(d->nn, d->kn, dm);  // as forward.c
-            real gte = (real)(1.0 / (1.0 + exp(-dot / sqrt(dm))));
-            real w = d->ctrl[1] < lam ? d->ctrl[1] : lam;
-            for (int j = 0; j < dm; j++) d->body[j] += w * gte * d->val[j];
+            be->mem_gate_forward(d->gate, d->e, d->nn, d->kn, d->val, (real)(1.0 / sqrt(dm)), 1, dm);
         }
         if (arms->on[ARM_MOE]) {
             be->matmul_forward(d->z, d->n, PT(m, P_ROUTER), NULL, 1, dm, E);
             MoEShape ms = {1, dm, E, c->k, c->r, c->f};
             MoEParams mp = {PT(m, P_U1), PT(m, P_S1), PT(m, P_V1), PT(m, P_U2), PT(m, P_S2), PT(m, P_V2)};
-            real aux;
+            real aux;  // host scalar, unused here
             be->moe_forward(d->gout, &aux, NULL, d->moe_ws, d->n, d->z, mp, ms);
-            for (int j = 0; j < dm; j++) d->body[j] += d->ctrl[2] * d->gout[j];
         }
-        for (int j = 0; j < dm; j++) d->h[j] += alpha * d->body[j];
-        be->matmul_forward(d->y, d->h, PT(m, P_OUTPROJ) + (size_t)i * dm * dm, NULL, 1, dm, dm);
-        real wp = (real)i / (i + 1), wy = (real)1 / (i + 1);
-        for (int j = 0; j < dm; j++) d->ybar[j] = i ? wp * d->ybar[j] + wy * d->y[j] : d->y[j];
+        be->mix_forward(d->body, hn, h, d->ctrl, arms->on[ARM_KDA] ? d->a : NULL, arms->on[ARM_ENGRAM] ? d->e : NULL,
+                        arms->on[ARM_MOE] ? d->gout : NULL, lam, alpha, 1, dm);
+        be->matmul_forward(d->y, hn, PT(m, P_OUTPROJ) + (size_t)i * dm * dm, NULL, 1, dm, dm);
+        be->running_mean_forward(ybn, i ? ybar : NULL, d->y, i, dm);
+        real *t = h; h = hn; hn = t;
+        t = ybar; ybar = ybn; ybn = t;
     }
-    be->rmsnorm_forward(d->yn, d->rstd, d->ybar, PT(m, P_OUT_NORM), 1, dm);
-    be->matmul_forward(logits, d->yn, PT(m, P_HEAD), NULL, 1, dm, 256);
+    be->rmsnorm_forward(d->yn, d->rstd, ybar, PT(m, P_OUT_NORM), 1, dm);
+    be->matmul_forward(d->logits, d->yn, PT(m, P_HEAD), NULL, 1, dm, 256);
+    be->download(logits, d->logits, sizeof(real) * 256);  // the caller's host array
 }
 
 int sample_byte(const real *logits, double temp, int top_k, Rng *r) {

@@ -5,15 +5,20 @@
 #include "model.h"
 #include "rng.h"
 
+// The state and scratch live on the model's backend (device memory under CUDA): the step runs
+// the same backend ops as the training forward, at N = 1.
 typedef struct {
     Model *m;
-    real *S;            // [L, H, dh, dh] KDA state per iteration
-    int hist[16];       // the last bytes, oldest first (for the Engram n-grams)
+    real *S;            // [L, H, dh, dh] KDA state per iteration (backend)
+    int hist[16];       // the last bytes, oldest first (for the Engram n-grams; host)
     int nhist;
     int64_t pos;        // bytes consumed
-    real *buf;          // per-token scratch (one allocation)
-    real *h, *u, *n, *ctrl, *z, *qr, *kr, *vr, *q, *k, *v, *rn, *bp, *beta, *zf1, *zf2, *g, *o, *on, *orstd;
-    real *gt1, *gt, *og, *a, *nn, *rstd, *e, *gout, *body, *y, *ybar, *yn, *mm, *key, *val, *kn, *moe_ws;
+    real *buf;          // per-token scratch (one backend allocation)
+    int *ids;           // [16] backend copy of hist (the ops index with it there)
+    int32_t *rows;      // [O, nhist] Engram rows of the history window (backend, room for 16)
+    real *h, *h2, *u, *n, *ctrl, *z, *qr, *kr, *vr, *q, *k, *v, *rn, *bp, *beta, *zf1, *zf2, *gs, *g, *o, *on, *orstd;
+    real *gt1, *gt, *og, *a, *nn, *rstd, *gate, *e, *gout, *body, *y, *ybar, *ybar2, *yn, *mm, *key, *val, *kn;
+    real *logits, *moe_ws;
 } Decoder;
 
 void decoder_init(Decoder *d, Model *m);

@@ -1,11 +1,13 @@
 // backend.h — the one table of operations the engine calls. Numerics only: no op knows the
 // model. kernels/cpu/ implements every entry; kernels/cuda/ will implement the same table over
 // device pointers, so every engine path runs on either and parity is one loop over the calls.
-// Conventions: row-major; every backward ACCUMULATES (+=) into its d-buffers.
+// Conventions: row-major; every elementary backward ACCUMULATES (+=) into its d-buffers (the
+// fused ops of the looped block say per output whether they write or accumulate).
 #pragma once
 #include <stdint.h>
 #include "real.h"
 #include "cpu/moe.h"   // MoEShape / MoEParams / MoEGrads: plain shape and pointer bundles
+#include "cpu/optim_ops.h"  // OptSeg / OptStatus / AdamHyper / MuonHyper
 
 typedef struct Backend {
     const char *name;
@@ -55,9 +57,69 @@ typedef struct Backend {
     void (*moe_backward)(real *dn, real *dz, MoEGrads g, const real *dout, real daux, real *ws,
                          const real *n, const real *z, MoEParams p, MoEShape s);
 
+    // ---- fused element-wise ops of the looped block (kernels/cpu/fused.h has the full contracts;
+    // kernels/cuda/fused_cuda.cu the device versions). Each is one pass of the engine's forward /
+    // backward, so the engine never touches backend memory on the host. Unlike the elementary
+    // backwards above, these WRITE (=) their outputs unless marked +=. Every pointer is backend
+    // memory (parameters such as A, alpha, biases included), except host scalars passed by value.
+    // Row dot products and sums are in double in a fixed order on every backend (no atomics).
+    void (*add_row_forward)(real *out, const real *inp, const real *row, int N, int C);  // out = inp + row[C]
+    void (*silu_rows_forward)(real *out, real *sg, const real *inp, int ldx, int N, int C);
+    void (*sigmoid_split_forward)(real *sg, real *cp, const real *inp, int ldx, const real *bias, int N,
+                                  int Cs, int Cc);
+    void (*decay_gate_forward)(real *gs, real *g, const real *z, const real *A, const real *bias, real gmin,
+                               int N, int H, int dh);
+    void (*gate_mul_forward)(real *gt, real *og, const real *on, const real *bias, int N, int C);
+    void (*mem_gate_forward)(real *gate, real *e, const real *nn, const real *kn, const real *val,
+                             real scale, int N, int C);
+    void (*mix_forward)(real *body, real *h, const real *hprev, const real *w, const real *a, const real *e,
+                        const real *gout, real cap, const real *alpha, int N, int C);
+    void (*running_mean_forward)(real *out, const real *prev, const real *y, int i, size_t n);
+    void (*sum_forward)(double *out, const real *x, size_t n);  // out[0] = sum (a backend double)
+    void (*ce_logits_backward)(real *dlogits, const real *probs, const int *targets, real scale, int N, int V);
+    void (*running_mean_backward)(real *dy, real *dbar, int i, size_t n);
+    void (*rezero_backward)(real *dbody, real *dalpha, const real *dh, const real *body, const real *alpha,
+                            size_t n);  // dalpha +=
+    void (*mix_arm_backward)(real *darm, real *dw, const real *dbody, const real *arm, const real *w, int j,
+                             int use_cap, real cap, int N, int C);
+    void (*gate_mul_backward)(real *don, real *dpre, const real *dog, const real *gt, const real *on, size_t n);
+    void (*decay_gate_backward)(real *dz, real *dA, real *dbias, const real *dg, const real *gs, const real *z,
+                                const real *A, const real *bias, real gmin, int N, int H, int dh);  // dA, dbias +=
+    void (*sigmoid_rows_backward)(real *dx, int ldd, const real *dy, const real *y, int N, int C);
+    void (*silu_rows_backward)(real *dx, int ldd, const real *dy, const real *x, int ldx, const real *sg,
+                               int N, int C);
+    void (*l2norm_silu_backward)(real *dx, int ldd, const real *dy, const real *y, const real *rn, real scale,
+                                 const real *x, int ldx, const real *sg, int N, int H, int dh);
+    void (*mem_gate_backward)(real *dnn, real *dkn, real *dval, const real *de, const real *gate,
+                              const real *nn, const real *kn, const real *val, real scale, int N,
+                              int C);  // dkn, dval +=
+    void (*bias_backward)(real *dbias, const real *dout, int ld, int N, int C);  // dbias += column sums
+    void (*copy_rows)(real *dst, int ldd, const real *src, int lds, int N, int C);
+    void (*add_inplace)(real *dst, const real *src, size_t n);  // dst +=
+
     size_t (*retract_scratch_size)(int rows, int r);
     void (*retract)(real *X, int rows, int r, int iters, real *scratch);
     double (*orth_error)(const real *X, int rows, int r);
+
+    // ---- optimizer ops (engine/optim.c; kernels/cpu/optim_ops.h has the types and formulas,
+    // kernels/cuda/optim_cuda.cu the device versions). Every pointer is backend memory —
+    // parameters, gradients, moments, row step counts, ws/scratch, the OptStatus — except `segs`
+    // (a host array: the tensor table is static) and the hyper-parameters passed by value.
+    // opt_decide writes the step's decision into the status; every later op reads it (skip =>
+    // it changes nothing), so the step never waits for the host.
+    void (*opt_sumsq)(double *ss, int32_t *bad, const real *x, const OptSeg *segs, int nseg);  // per segment
+    void (*opt_decide)(OptStatus *st, const double *ss, const int32_t *bad, int nseg, double loss,
+                       double clip, int retract_every);  // firewall, norm, clip factor, t, cadence
+    void (*opt_clip)(real *g, size_t n, const OptStatus *st);  // g *= scale when clipped
+    void (*opt_adamw)(real *p, const real *g, real *m, real *v, size_t n, AdamHyper h, const OptStatus *st);
+    size_t (*opt_adam_rows_ws_size)(int O, int N, int64_t R);  // bytes
+    void (*opt_adam_rows)(real *p, const real *g, real *m, real *v, int64_t *row_steps, const int32_t *rows,
+                          int O, int N, int64_t R, int D, AdamHyper h, void *ws, const OptStatus *st);
+    size_t (*opt_muon_scratch_size)(int rows, int cols);  // reals
+    void (*opt_muon)(real *p, const real *g, real *buf, int n_mats, int rows, int cols, MuonHyper h,
+                     real *scratch, const OptStatus *st);
+    size_t (*opt_retract_scratch_size)(int rows, int r);  // reals
+    void (*opt_retract)(real *X, int rows, int r, int iters, real *scratch, OptStatus *st);  // when st->retract
 } Backend;
 
 const Backend *backend_cpu(void);

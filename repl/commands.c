@@ -530,16 +530,21 @@ static int cmd_stress(Shell *sh, Words *w, dm_err *err) {
             if (r.loss > tmp[m / 2] + 0.1) spikes++;
             free(tmp);
         }
+        // the arm outputs are backend memory: each is downloaded into host scratch to scan it
         Model *md = &e->model;
         size_t Nd = (size_t)md->acts.B * md->acts.T * md->cfg.d;
+        real *hbuf = mallocCheck(sizeof(real) * (Nd ? Nd : 1));
+        const int arm_of[3] = {ARM_KDA, ARM_ENGRAM, ARM_MOE};
         for (int it = 0; it < md->last_depth; it++) {
             IterActs *t = &md->acts.it[it];
-            for (size_t j = 0; j < Nd; j++) {
-                if (md->arms.on[ARM_KDA] && fabs(t->a[j]) > amax[0]) amax[0] = fabs(t->a[j]);
-                if (md->arms.on[ARM_ENGRAM] && fabs(t->e[j]) > amax[1]) amax[1] = fabs(t->e[j]);
-                if (md->arms.on[ARM_MOE] && fabs(t->gout[j]) > amax[2]) amax[2] = fabs(t->gout[j]);
+            const real *src[3] = {t->a, t->e, t->gout};
+            for (int k = 0; k < 3; k++) {
+                if (!md->arms.on[arm_of[k]]) continue;
+                md->be->download(hbuf, src[k], sizeof(real) * Nd);
+                for (size_t j = 0; j < Nd; j++) if (fabs(hbuf[j]) > amax[k]) amax[k] = fabs(hbuf[j]);
             }
         }
+        free(hbuf);
         if (rc) break;
     }
     e->cfg = saved;

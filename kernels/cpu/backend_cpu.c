@@ -2,9 +2,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include "../backend.h"
+#include "fused.h"
 #include "kda.h"
 #include "moe.h"
 #include "ops.h"
+#include "optim_ops.h"
 #include "retract.h"
 #include "blas.h"
 
@@ -34,7 +36,23 @@ static const Backend cpu_backend = {
     .kda_ws_size = kda_chunk_ws_size, .kda_forward = kda_chunk_forward, .kda_backward = kda_chunk_backward,
     .kda_step = kda_step,
     .moe_ws_size = moe_ws_size, .moe_forward = moe_forward, .moe_backward = moe_backward,
+    // fused element-wise ops of the looped block (fused.c)
+    .add_row_forward = add_row_forward, .silu_rows_forward = silu_rows_forward,
+    .sigmoid_split_forward = sigmoid_split_forward, .decay_gate_forward = decay_gate_forward,
+    .gate_mul_forward = gate_mul_forward, .mem_gate_forward = mem_gate_forward, .mix_forward = mix_forward,
+    .running_mean_forward = running_mean_forward, .sum_forward = sum_forward,
+    .ce_logits_backward = ce_logits_backward, .running_mean_backward = running_mean_backward,
+    .rezero_backward = rezero_backward, .mix_arm_backward = mix_arm_backward,
+    .gate_mul_backward = gate_mul_backward, .decay_gate_backward = decay_gate_backward,
+    .sigmoid_rows_backward = sigmoid_rows_backward, .silu_rows_backward = silu_rows_backward,
+    .l2norm_silu_backward = l2norm_silu_backward, .mem_gate_backward = mem_gate_backward,
+    .bias_backward = bias_backward, .copy_rows = copy_rows, .add_inplace = add_inplace,
     .retract_scratch_size = retract_scratch_size, .retract = retract, .orth_error = orth_error,
+    // optimizer ops (optim_ops.c)
+    .opt_sumsq = opt_sumsq, .opt_decide = opt_decide, .opt_clip = opt_clip, .opt_adamw = opt_adamw,
+    .opt_adam_rows_ws_size = opt_adam_rows_ws_size, .opt_adam_rows = opt_adam_rows,
+    .opt_muon_scratch_size = opt_muon_scratch_size, .opt_muon = opt_muon,
+    .opt_retract_scratch_size = opt_retract_scratch_size, .opt_retract = opt_retract,
 };
 
 const Backend *backend_cpu(void) { return &cpu_backend; }

@@ -560,6 +560,7 @@ static double cu_orth_error(const real *X, int rows, int r) {
 // the table
 // ================================================================================================
 static Backend cuda_backend;
+void cuda_fused_fill(Backend *b);  // fused_cuda.cu: the fused element-wise ops of the looped block
 
 extern "C" void cuda_set_precision(int fp32) {
     dm_fp32 = fp32 ? 1 : 0;
@@ -612,6 +613,13 @@ extern "C" const Backend *backend_cuda(int device, char *why, size_t n) {
     b->kda_backward = cuda_kda_backward; b->kda_step = cuda_kda_step;
     b->moe_ws_size = cuda_moe_ws_size; b->moe_forward = cuda_moe_forward; b->moe_backward = cuda_moe_backward;
     b->retract_scratch_size = cu_retract_scratch_size; b->retract = cu_retract; b->orth_error = cu_orth_error;
+    // optimizer ops (optim_cuda.cu)
+    b->opt_sumsq = cuda_opt_sumsq; b->opt_decide = cuda_opt_decide; b->opt_clip = cuda_opt_clip;
+    b->opt_adamw = cuda_opt_adamw; b->opt_adam_rows_ws_size = cuda_opt_adam_rows_ws_size;
+    b->opt_adam_rows = cuda_opt_adam_rows; b->opt_muon_scratch_size = cuda_opt_muon_scratch_size;
+    b->opt_muon = cuda_opt_muon; b->opt_retract_scratch_size = cuda_opt_retract_scratch_size;
+    b->opt_retract = cuda_opt_retract;
+    cuda_fused_fill(b);
     return b;
 }
 #endif  // DM_DOUBLE

@@ -67,6 +67,21 @@ void cuda_moe_forward(real *out, real *aux, int *load, real *ws, const real *n, 
 void cuda_moe_backward(real *dn, real *dz, MoEGrads g, const real *dout, real daux, real *ws,
                        const real *n, const real *z, MoEParams p, MoEShape s);
 
+// optimizer entry points (optim_cuda.cu; the Backend table's "optimizer ops")
+void cuda_opt_sumsq(double *ss, int32_t *bad, const real *x, const OptSeg *segs, int nseg);
+void cuda_opt_decide(OptStatus *st, const double *ss, const int32_t *bad, int nseg, double loss,
+                     double clip, int retract_every);
+void cuda_opt_clip(real *g, size_t n, const OptStatus *st);
+void cuda_opt_adamw(real *p, const real *g, real *m, real *v, size_t n, AdamHyper h, const OptStatus *st);
+size_t cuda_opt_adam_rows_ws_size(int O, int N, int64_t R);
+void cuda_opt_adam_rows(real *p, const real *g, real *m, real *v, int64_t *row_steps, const int32_t *rows,
+                        int O, int N, int64_t R, int D, AdamHyper h, void *ws, const OptStatus *st);
+size_t cuda_opt_muon_scratch_size(int rows, int cols);
+void cuda_opt_muon(real *p, const real *g, real *buf, int n_mats, int rows, int cols, MuonHyper h,
+                   real *scratch, const OptStatus *st);
+size_t cuda_opt_retract_scratch_size(int rows, int r);
+void cuda_opt_retract(real *X, int rows, int r, int iters, real *scratch, OptStatus *st);
+
 static inline int ceil_div(long long a, long long b) { return (int)((a + b - 1) / b); }
 
 // Fixed-order block sum: every thread passes its partial; the tree shape depends on blockDim

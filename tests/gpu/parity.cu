@@ -404,6 +404,328 @@ static void t_retract() {
     delete dX;
 }
 
+// ---- the optimizer ops (kernels/cpu/optim_ops.h): the same status, buffers and hyper-parameters
+// on both sides; the GPU's OptStatus is uploaded/downloaded whole.
+static OptStatus st_down(Dev *d) { OptStatus s; G_->download(&s, d->p, sizeof s); return s; }
+static void t_optim() {
+    // segments: two chunks, a small one, an empty one, a table-sized one
+    const int nseg = 4;
+    OptSeg segs[nseg] = {{0, 70000}, {70000, 123}, {70123, 0}, {70123, 4096}};
+    size_t n = 70123 + 4096;
+    auto g = randv(n, 0.01f);
+    Dev *dg = up(g), dss(sizeof(double) * nseg), dbad(sizeof(int32_t) * nseg), dst(sizeof(OptStatus));
+    OptStatus sc;
+    memset(&sc, 0, sizeof sc);
+    sc.t = 3;
+    G_->upload(dst.p, &sc, sizeof sc);
+    double ss[nseg];
+    int32_t bad[nseg];
+    C_->opt_sumsq(ss, bad, g.data(), segs, nseg);
+    G_->opt_sumsq((double *)dss.p, (int32_t *)dbad.p, dg->f(), segs, nseg);
+    double gss[nseg];
+    int32_t gbad[nseg];
+    G_->download(gss, dss.p, sizeof gss);
+    G_->download(gbad, dbad.p, sizeof gbad);
+    double e = 0;
+    for (int i = 0; i < nseg; i++) e = fmax(e, fabs(gss[i] - ss[i]) / fmax(ss[i], 1e-300)), e += gbad[i] != bad[i];
+    report("opt_sumsq (per segment, double)", e, 1e-12);
+    // decide with the clip active and a retraction due (t 3 -> 4, every 2)
+    C_->opt_decide(&sc, ss, bad, nseg, 1.5, 0.5, 2);
+    G_->opt_decide((OptStatus *)dst.p, (double *)dss.p, (int32_t *)dbad.p, nseg, 1.5, 0.5, 2);
+    OptStatus sg = st_down(&dst);
+    int same = sg.t == sc.t && sg.skip == sc.skip && sg.clipped == sc.clipped && sg.retract == sc.retract &&
+               sg.first_bad == sc.first_bad && sg.consecutive_skips == sc.consecutive_skips;
+    report("opt_decide flags (t, skip, clip, retract)", same ? 0 : 1, 0);
+    report("opt_decide gnorm, scale", fmax(fabs(sg.gnorm - sc.gnorm) / sc.gnorm, fabs(sg.scale - sc.scale) / sc.scale), 1e-12);
+    C_->opt_clip(g.data(), n, &sc);
+    G_->opt_clip(dg->f(), n, (OptStatus *)dst.p);
+    cmp("opt_clip", g, dg, 1e-6);
+    // AdamW over everything
+    auto p = randv(n), m = randv(n, 0.01f), v = randv(n, 0.01f);
+    for (auto &x : v) x = fabsf(x);
+    Dev *dp = up(p), *dm = up(m), *dv = up(v);
+    AdamHyper h = {0.9, 0.95, 1e-8, 3e-3, 0.1};
+    C_->opt_adamw(p.data(), g.data(), m.data(), v.data(), n, h, &sc);
+    G_->opt_adamw(dp->f(), dg->f(), dm->f(), dv->f(), n, h, (OptStatus *)dst.p);
+    cmp("opt_adamw p", p, dp, 1e-5); cmp("opt_adamw m", m, dm, 1e-5); cmp("opt_adamw v", v, dv, 1e-5);
+    // lazy Adam rows: 3 tables of R = 50 rows of D = 16 at offset 70123 (the 4th segment is 4096
+    // reals = only 256 rows: use R*O*D = 2400), duplicates and out-of-range rows
+    int O = 3, N = 40, D = 16;
+    int64_t R = 50;
+    std::vector<int32_t> rows((size_t)O * N);
+    for (size_t i = 0; i < rows.size(); i++) rows[i] = (int32_t)((i * 7919u) % 60) - 5;  // some < 0, some >= R
+    std::vector<int64_t> rs((size_t)O * R, 2);
+    Dev *drows = up(rows), *drs = up(rs);
+    std::vector<unsigned char> wsc(C_->opt_adam_rows_ws_size(O, N, R));
+    Dev dws(G_->opt_adam_rows_ws_size(O, N, R));
+    size_t to = 70123;
+    C_->opt_adam_rows(p.data() + to, g.data() + to, m.data() + to, v.data() + to, rs.data(), rows.data(), O, N, R, D, h,
+                      wsc.data(), &sc);
+    G_->opt_adam_rows(dp->f() + to, dg->f() + to, dm->f() + to, dv->f() + to, (int64_t *)drs->p, (int32_t *)drows->p,
+                      O, N, R, D, h, dws.p, (OptStatus *)dst.p);
+    cmp("opt_adam_rows p", p, dp, 1e-5); cmp("opt_adam_rows m", m, dm, 1e-5); cmp("opt_adam_rows v", v, dv, 1e-5);
+    std::vector<int64_t> grs = down<int64_t>(drs, rs.size());
+    size_t nd = 0;
+    for (size_t i = 0; i < rs.size(); i++) nd += grs[i] != rs[i];
+    report("opt_adam_rows row_steps (exact)", nd ? 1 : 0, 0);
+    // Muon: wide and tall, plain and colrow; fp32 products (NS amplifies rounding: 2e-3)
+    int shapes[2][2] = {{48, 80}, {96, 40}};
+    for (int k = 0; k < 4; k++) {
+        int rr = shapes[k & 1][0], cc = shapes[k & 1][1], nm = 2;
+        size_t mn = (size_t)rr * cc * nm;
+        auto mp = randv(mn), mg = randv(mn), mb = randv(mn, 0.1f);
+        Dev *dmp = up(mp), *dmg = up(mg), *dmb = up(mb);
+        std::vector<float> scr(C_->opt_muon_scratch_size(rr, cc));
+        Dev dscr(sizeof(float) * G_->opt_muon_scratch_size(rr, cc));
+        MuonHyper mh = {0.95f, 0.999f, 0.5f, k >= 2};
+        C_->opt_muon(mp.data(), mg.data(), mb.data(), nm, rr, cc, mh, scr.data(), &sc);
+        G_->opt_muon(dmp->f(), dmg->f(), dmb->f(), nm, rr, cc, mh, dscr.f(), (OptStatus *)dst.p);
+        char nmm[64];
+        snprintf(nmm, sizeof nmm, "opt_muon %dx%d%s p", rr, cc, k >= 2 ? " colrow" : "");
+        cmp(nmm, mp, dmp, 2e-3);
+        snprintf(nmm, sizeof nmm, "opt_muon %dx%d%s momentum", rr, cc, k >= 2 ? " colrow" : "");
+        cmp(nmm, mb, dmb, 1e-6);
+        delete dmp; delete dmg; delete dmb;
+    }
+    // the gated retraction (the status says retract) and its orthogonality error
+    {
+        int rr = 96, r = 16;
+        auto X = randv((size_t)rr * r, 0.1f);
+        Dev *dX = up(X);
+        std::vector<float> scr(C_->opt_retract_scratch_size(rr, r));
+        Dev dscr(sizeof(float) * G_->opt_retract_scratch_size(rr, r));
+        C_->opt_retract(X.data(), rr, r, 3, scr.data(), &sc);
+        G_->opt_retract(dX->f(), rr, r, 3, dscr.f(), (OptStatus *)dst.p);
+        cmp("opt_retract (status: retract)", X, dX, 1e-4);
+        sg = st_down(&dst);
+        report("opt_retract orth_err", fabs(sg.orth_err - sc.orth_err) / fmax(sc.orth_err, 1e-30), 1e-3);
+        delete dX;
+    }
+    // a skipped step (non-finite gradient): the decision names the segment and nothing moves
+    g[70000 + 5] = NAN;
+    G_->upload(dg->f() + 70000 + 5, &g[70000 + 5], sizeof(float));
+    C_->opt_sumsq(ss, bad, g.data(), segs, nseg);
+    G_->opt_sumsq((double *)dss.p, (int32_t *)dbad.p, dg->f(), segs, nseg);
+    C_->opt_decide(&sc, ss, bad, nseg, 1.5, 0.5, 2);
+    G_->opt_decide((OptStatus *)dst.p, (double *)dss.p, (int32_t *)dbad.p, nseg, 1.5, 0.5, 2);
+    sg = st_down(&dst);
+    report("opt_decide skip: first_bad, counters", sg.skip == 1 && sg.first_bad == 1 && sg.first_bad == sc.first_bad &&
+                                                       sg.t == sc.t && sg.total_skips == sc.total_skips ? 0 : 1, 0);
+    std::vector<float> p0 = down<float>(dp, n), m0 = down<float>(dm, n), v0 = down<float>(dv, n);
+    std::vector<int64_t> rs0 = down<int64_t>(drs, rs.size());
+    G_->opt_clip(dg->f(), n, (OptStatus *)dst.p);
+    G_->opt_adamw(dp->f(), dg->f(), dm->f(), dv->f(), n, h, (OptStatus *)dst.p);
+    G_->opt_adam_rows(dp->f() + to, dg->f() + to, dm->f() + to, dv->f() + to, (int64_t *)drs->p, (int32_t *)drows->p,
+                      O, N, R, D, h, dws.p, (OptStatus *)dst.p);
+    int moved = down<float>(dp, n) != p0 || down<float>(dm, n) != m0 || down<float>(dv, n) != v0 ||
+                down<int64_t>(drs, rs.size()) != rs0;
+    report("skipped step leaves p, m, v, row_steps", moved ? 1 : 0, 0);
+    delete dg; delete dp; delete dm; delete dv; delete drows; delete drs;
+}
+
+// ---- the fused element-wise ops of the looped block (kernels/cpu/fused.h): the same inputs on
+// both sides; strided outputs start from the same random buffer, so the untouched columns are
+// compared too. The whole-array reductions also run twice on the GPU: bit-identical.
+static void t_fused() {
+    const int N = 67, H = 4, dh = 16, d = H * dh, E = 5, P = 3 * d + 11;
+    const size_t Nd = (size_t)N * d;
+    auto proj = randv((size_t)N * P, 2);
+    Dev *dpr = up(proj);
+    auto A = randv(H, 0.3f), bias = randv(d), row = randv(d), x = randv(Nd), y = randv(Nd), z = randv(Nd);
+    Dev *dA = up(A), *db = up(bias), *drow = up(row), *dx = up(x), *dy = up(y), *dz = up(z);
+    {  // add_row_forward
+        std::vector<float> o(Nd); Dev dout_(sizeof(float) * Nd);
+        C_->add_row_forward(o.data(), x.data(), row.data(), N, d);
+        G_->add_row_forward(dout_.f(), dx->f(), drow->f(), N, d);
+        cmp("add_row_forward", o, &dout_, 1e-6);
+    }
+    {  // silu_rows_forward from strided rows
+        std::vector<float> o(Nd), sg(Nd); Dev dout_(sizeof(float) * Nd), dsg(sizeof(float) * Nd);
+        C_->silu_rows_forward(o.data(), sg.data(), proj.data() + d, P, N, d);
+        G_->silu_rows_forward(dout_.f(), dsg.f(), dpr->f() + d, P, N, d);
+        cmp("silu_rows_forward out", o, &dout_, 1e-5);
+        cmp("silu_rows_forward sigmoid", sg, &dsg, 1e-5);
+    }
+    {  // sigmoid_split_forward: gates with a bias + copied columns; and without either
+        std::vector<float> sg((size_t)N * 3), cp((size_t)N * E), bt((size_t)N * H);
+        Dev dsg(sizeof(float) * N * 3), dcp(sizeof(float) * N * E), dbt(sizeof(float) * N * H);
+        C_->sigmoid_split_forward(sg.data(), cp.data(), proj.data() + 3 * d, P, bias.data(), N, 3, E);
+        G_->sigmoid_split_forward(dsg.f(), dcp.f(), dpr->f() + 3 * d, P, db->f(), N, 3, E);
+        cmp("sigmoid_split_forward gates", sg, &dsg, 1e-5);
+        cmp("sigmoid_split_forward copy", cp, &dcp, 0);
+        C_->sigmoid_split_forward(bt.data(), NULL, proj.data() + 5, P, NULL, N, H, 0);
+        G_->sigmoid_split_forward(dbt.f(), NULL, dpr->f() + 5, P, NULL, N, H, 0);
+        cmp("sigmoid_split_forward no bias", bt, &dbt, 1e-5);
+    }
+    {  // decay_gate_forward / backward
+        std::vector<float> gs(Nd), g(Nd); Dev dgs(sizeof(float) * Nd), dg(sizeof(float) * Nd);
+        C_->decay_gate_forward(gs.data(), g.data(), z.data(), A.data(), bias.data(), -5.0f, N, H, dh);
+        G_->decay_gate_forward(dgs.f(), dg.f(), dz->f(), dA->f(), db->f(), -5.0f, N, H, dh);
+        cmp("decay_gate_forward gs", gs, &dgs, 1e-5);
+        cmp("decay_gate_forward g", g, &dg, 1e-5);
+        auto dgv = randv(Nd), dA0 = randv(H), db0 = randv(d);
+        std::vector<float> dzc(Nd);
+        Dev *ddg = up(dgv), *ddA = up(dA0), *ddb = up(db0), ddz(sizeof(float) * Nd);
+        C_->decay_gate_backward(dzc.data(), dA0.data(), db0.data(), dgv.data(), gs.data(), z.data(), A.data(),
+                                bias.data(), -5.0f, N, H, dh);
+        G_->decay_gate_backward(ddz.f(), ddA->f(), ddb->f(), ddg->f(), dgs.f(), dz->f(), dA->f(), db->f(), -5.0f,
+                                N, H, dh);
+        cmp("decay_gate_backward dz", dzc, &ddz, 1e-5);
+        cmp("decay_gate_backward dA (+=)", dA0, ddA, 1e-4);
+        cmp("decay_gate_backward dbias (+=)", db0, ddb, 1e-4);
+        delete ddg; delete ddA; delete ddb;
+    }
+    {  // gate_mul_forward / backward
+        auto gt = randv(Nd), on = randv(Nd), dog = randv(Nd);
+        Dev *dgt = up(gt), *don = up(on), *ddog = up(dog);
+        std::vector<float> og(Nd), dn(Nd), dp(Nd);
+        Dev dog_(sizeof(float) * Nd), ddn(sizeof(float) * Nd), ddp(sizeof(float) * Nd);
+        C_->gate_mul_forward(gt.data(), og.data(), on.data(), bias.data(), N, d);
+        G_->gate_mul_forward(dgt->f(), dog_.f(), don->f(), db->f(), N, d);
+        cmp("gate_mul_forward gate (in place)", gt, dgt, 1e-5);
+        cmp("gate_mul_forward og", og, &dog_, 1e-5);
+        C_->gate_mul_backward(dn.data(), dp.data(), dog.data(), gt.data(), on.data(), Nd);
+        G_->gate_mul_backward(ddn.f(), ddp.f(), ddog->f(), dgt->f(), don->f(), Nd);
+        cmp("gate_mul_backward don", dn, &ddn, 1e-5);
+        cmp("gate_mul_backward dpre", dp, &ddp, 1e-5);
+        delete dgt; delete don; delete ddog;
+    }
+    {  // mem_gate_forward / backward
+        auto nn = randv(Nd), kn = randv(Nd), val = randv(Nd), de = randv(Nd), dkn = randv(Nd), dval = randv(Nd);
+        Dev *dnn = up(nn), *dkn_in = up(kn), *dval_in = up(val), *dde = up(de), *ddkn = up(dkn), *ddval = up(dval);
+        std::vector<float> gate(N), e(Nd), dnnv(Nd);
+        Dev dgate(sizeof(float) * N), de_(sizeof(float) * Nd), ddnn(sizeof(float) * Nd);
+        float sc = 1.0f / sqrtf((float)d);
+        C_->mem_gate_forward(gate.data(), e.data(), nn.data(), kn.data(), val.data(), sc, N, d);
+        G_->mem_gate_forward(dgate.f(), de_.f(), dnn->f(), dkn_in->f(), dval_in->f(), sc, N, d);
+        cmp("mem_gate_forward gate", gate, &dgate, 1e-5);
+        cmp("mem_gate_forward e", e, &de_, 1e-5);
+        C_->mem_gate_backward(dnnv.data(), dkn.data(), dval.data(), de.data(), gate.data(), nn.data(), kn.data(),
+                              val.data(), sc, N, d);
+        G_->mem_gate_backward(ddnn.f(), ddkn->f(), ddval->f(), dde->f(), dgate.f(), dnn->f(), dkn_in->f(),
+                              dval_in->f(), sc, N, d);
+        cmp("mem_gate_backward dnn", dnnv, &ddnn, 1e-4);
+        cmp("mem_gate_backward dkn (+=)", dkn, ddkn, 1e-4);
+        cmp("mem_gate_backward dval (+=)", dval, ddval, 1e-4);
+        delete dnn; delete dkn_in; delete dval_in; delete dde; delete ddkn; delete ddval;
+    }
+    {  // mix_forward (all arms / some absent, alpha / none) and mix_arm_backward (plain, capped)
+        std::vector<float> w((size_t)N * 3);
+        for (auto &v : w) v = urand();  // gates in (0, 1): the cap 0.5 bites about half the rows
+        std::vector<float> al = {0.7f};
+        Dev *dw = up(w), *dal = up(al);
+        for (int variant = 0; variant < 2; variant++) {
+            std::vector<float> body(Nd), h(Nd);
+            Dev dbody(sizeof(float) * Nd), dh(sizeof(float) * Nd);
+            const float *ca = variant ? NULL : y.data(), *ga = variant ? NULL : dy->f();
+            C_->mix_forward(body.data(), h.data(), x.data(), w.data(), ca, z.data(), y.data(), 0.5f,
+                            variant ? NULL : al.data(), N, d);
+            G_->mix_forward(dbody.f(), dh.f(), dx->f(), dw->f(), ga, dz->f(), dy->f(), 0.5f, variant ? NULL : dal->f(),
+                            N, d);
+            cmp(variant ? "mix_forward body (no kda, alpha 1)" : "mix_forward body", body, &dbody, 1e-5);
+            cmp(variant ? "mix_forward h (no kda, alpha 1)" : "mix_forward h", h, &dh, 1e-5);
+        }
+        for (int j = 0; j < 2; j++) {
+            auto dw0 = randv((size_t)N * 3);
+            std::vector<float> darm(Nd);
+            Dev *ddw = up(dw0), ddarm(sizeof(float) * Nd);
+            C_->mix_arm_backward(darm.data(), dw0.data(), x.data(), y.data(), w.data(), j, j, 0.5f, N, d);
+            G_->mix_arm_backward(ddarm.f(), ddw->f(), dx->f(), dy->f(), dw->f(), j, j, 0.5f, N, d);
+            cmp(j ? "mix_arm_backward darm (capped)" : "mix_arm_backward darm", darm, &ddarm, 1e-5);
+            cmp(j ? "mix_arm_backward dw (capped)" : "mix_arm_backward dw", dw0, ddw, 1e-4);
+            delete ddw;
+        }
+        {  // rezero_backward: dalpha += dh . body, dbody = alpha dh; the sum twice: bit-identical
+            std::vector<float> dbody(Nd), da = {0.25f};
+            Dev ddbody(sizeof(float) * Nd), *dda = up(da), *dda2 = up(da);
+            C_->rezero_backward(dbody.data(), da.data(), x.data(), y.data(), al.data(), Nd);
+            G_->rezero_backward(ddbody.f(), dda->f(), dx->f(), dy->f(), dal->f(), Nd);
+            G_->rezero_backward(ddbody.f(), dda2->f(), dx->f(), dy->f(), dal->f(), Nd);
+            cmp("rezero_backward dbody", dbody, &ddbody, 1e-6);
+            cmp("rezero_backward dalpha (+=)", da, dda, 1e-5);
+            float a1 = down<float>(dda, 1)[0], a2 = down<float>(dda2, 1)[0];
+            report("rezero_backward dalpha twice", memcmp(&a1, &a2, sizeof a1) ? 1.0 : 0.0, 0, "(bit-identical)");
+            delete dda; delete dda2;
+        }
+        delete dw; delete dal;
+    }
+    {  // running mean forward (copy at i = 0, mean at i = 2) and backward
+        std::vector<float> o(Nd); Dev dout_(sizeof(float) * Nd);
+        C_->running_mean_forward(o.data(), NULL, y.data(), 0, Nd);
+        G_->running_mean_forward(dout_.f(), NULL, dy->f(), 0, Nd);
+        cmp("running_mean_forward i=0", o, &dout_, 0);
+        C_->running_mean_forward(o.data(), x.data(), y.data(), 2, Nd);
+        G_->running_mean_forward(dout_.f(), dx->f(), dy->f(), 2, Nd);
+        cmp("running_mean_forward i=2", o, &dout_, 1e-6);
+        auto bar = randv(Nd);
+        std::vector<float> dyc(Nd);
+        Dev *dbar = up(bar), ddy(sizeof(float) * Nd);
+        C_->running_mean_backward(dyc.data(), bar.data(), 2, Nd);
+        G_->running_mean_backward(ddy.f(), dbar->f(), 2, Nd);
+        cmp("running_mean_backward dy", dyc, &ddy, 1e-6);
+        cmp("running_mean_backward dbar", bar, dbar, 1e-6);
+        delete dbar;
+    }
+    {  // sum_forward (a double on the backend), twice: bit-identical
+        size_t n = 100003;
+        auto v = randv(n);
+        Dev *dv = up(v), ds(sizeof(double) * 2);
+        double sc_ = 0;
+        C_->sum_forward(&sc_, v.data(), n);
+        G_->sum_forward((double *)ds.p, dv->f(), n);
+        G_->sum_forward((double *)ds.p + 1, dv->f(), n);
+        std::vector<double> sg = down<double>(&ds, 2);
+        report("sum_forward", fabs(sg[0] - sc_) / fmax(fabs(sc_), 1e-30), 1e-12);
+        report("sum_forward twice", memcmp(&sg[0], &sg[1], sizeof(double)) ? 1.0 : 0.0, 0, "(bit-identical)");
+        delete dv;
+    }
+    {  // ce_logits_backward
+        int V = 256;
+        auto probs = randv((size_t)N * V);
+        std::vector<int> tg(N);
+        for (auto &t : tg) t = (int)(urand() * V);
+        std::vector<float> dl((size_t)N * V);
+        Dev *dprobs = up(probs), *dtg = up(tg), ddl(sizeof(float) * N * V);
+        C_->ce_logits_backward(dl.data(), probs.data(), tg.data(), 0.01f, N, V);
+        G_->ce_logits_backward(ddl.f(), dprobs->f(), dtg->i(), 0.01f, N, V);
+        cmp("ce_logits_backward", dl, &ddl, 1e-6);
+        delete dprobs; delete dtg;
+    }
+    {  // strided backward writers into a random [N, P] buffer: sigmoid, silu, l2norm+silu
+        auto base = randv((size_t)N * P), sg = randv(Nd), yn = randv(Nd), rn = randv((size_t)N * H);
+        for (auto &v : sg) v = urand();
+        Dev *dsg = up(sg), *dyn = up(yn), *drn = up(rn);
+        auto o1 = base; Dev *d1 = up(base);
+        C_->sigmoid_rows_backward(o1.data() + 3 * d, P, x.data(), sg.data(), N, H);
+        G_->sigmoid_rows_backward(d1->f() + 3 * d, P, dx->f(), dsg->f(), N, H);
+        cmp("sigmoid_rows_backward (strided)", o1, d1, 1e-6);
+        C_->silu_rows_backward(o1.data() + 2 * d, P, x.data(), proj.data() + 2 * d, P, sg.data(), N, d);
+        G_->silu_rows_backward(d1->f() + 2 * d, P, dx->f(), dpr->f() + 2 * d, P, dsg->f(), N, d);
+        cmp("silu_rows_backward (strided)", o1, d1, 1e-6);
+        C_->l2norm_silu_backward(o1.data() + d, P, x.data(), yn.data(), rn.data(), 0.25f, proj.data() + d, P,
+                                 sg.data(), N, H, dh);
+        G_->l2norm_silu_backward(d1->f() + d, P, dx->f(), dyn->f(), drn->f(), 0.25f, dpr->f() + d, P, dsg->f(), N,
+                                 H, dh);
+        cmp("l2norm_silu_backward (strided)", o1, d1, 1e-5);
+        // bias_backward over strided columns, copy_rows into them, add_inplace
+        auto bb = randv(E);
+        Dev *dbb = up(bb);
+        C_->bias_backward(bb.data(), proj.data() + 3 * d, P, N, E);
+        G_->bias_backward(dbb->f(), dpr->f() + 3 * d, P, N, E);
+        cmp("bias_backward (strided, +=)", bb, dbb, 1e-5);
+        C_->copy_rows(o1.data() + 3 * d + H, P, z.data(), d, N, E);
+        G_->copy_rows(d1->f() + 3 * d + H, P, dz->f(), d, N, E);
+        cmp("copy_rows (strided)", o1, d1, 1e-6);
+        auto acc = randv(Nd);
+        Dev *dacc = up(acc);
+        C_->add_inplace(acc.data(), x.data(), Nd);
+        G_->add_inplace(dacc->f(), dx->f(), Nd);
+        cmp("add_inplace", acc, dacc, 0);
+        delete dsg; delete dyn; delete drn; delete d1; delete dbb; delete dacc;
+    }
+    delete dpr; delete dA; delete db; delete drow; delete dx; delete dy; delete dz;
+}
+
 int main(void) {
     char why[256] = "";
     C_ = backend_cpu();
@@ -425,6 +747,8 @@ int main(void) {
     t_moe(1, 0);
     t_moe(2, 1);
     t_retract();
+    t_fused();
+    t_optim();
     printf("parity: %d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
 }

@@ -1,0 +1,429 @@
+// optim_cuda.cu — the optimizer ops of the Backend table (kernels/backend.h, "optimizer ops";
+// formulas and the OptStatus contract in kernels/cpu/optim_ops.h) over DEVICE pointers, float
+// build only.
+//
+// The step never waits for the host: opt_decide runs as a one-thread kernel that writes the
+// decision (skip, clip factor, t, retraction cadence) into the device OptStatus, and every
+// later kernel reads it there (skip => it returns before writing anything). Host arguments are
+// only sizes, the static segment table and the hyper-parameters, so the sequence can later be
+// captured into a CUDA graph as is (lr then becomes a per-launch parameter update).
+//
+// Determinism (SPEC §7): no atomics. The gradient norm is summed per fixed 65536-element chunk
+// by a fixed block tree (block_sum_d), then the chunks of each segment in order by one thread;
+// the lazy-Adam rows are de-duplicated by a stable radix sort of (table, row) keys, the first
+// item of each run updating its row — every row has exactly one writer; Muon's and the
+// retraction's reductions are single-block fixed trees. Results are a pure function of the
+// inputs (bit-identical run to run), close to — not bit-identical with — the CPU's (FMA
+// contraction, cuBLAS summation order, bf16 Newton–Schulz products in the default precision).
+#include "cuda_common.cuh"
+#include <math.h>
+#include <string.h>
+
+#ifndef DM_DOUBLE
+
+#define MUON_EPS 1e-7
+#define OPT_NT 256  // threads per block of the reductions (power of two for block_sum_d)
+
+static void opt_fail(const char *what) {
+    fprintf(stderr, "cuda optimizer: %s\n", what);
+    exit(1);
+}
+
+// ================================================================================================
+// per-segment sum of squares + non-finite flags
+// ================================================================================================
+// The segment table by value (a kernel parameter: nothing to upload, graph-capturable).
+// chunk0[i] = index of segment i's first chunk; chunk0[nseg] = total chunks.
+struct SegTable {
+    size_t off[OPT_MAX_SEGS], n[OPT_MAX_SEGS];
+    int chunk0[OPT_MAX_SEGS + 1];
+    int nseg;
+};
+
+// one block per chunk: part[b] = sum of squares (double), badp[b] = any non-finite
+__global__ void sumsq_chunks_kernel(double *part, int32_t *badp, const float *x, SegTable tab) {
+    __shared__ double sh[OPT_NT];
+    int b = blockIdx.x, i = 0;
+    while (i + 1 < tab.nseg && tab.chunk0[i + 1] <= b) i++;  // <= 64 segments: a scan is fine
+    size_t lo = (size_t)(b - tab.chunk0[i]) * OPT_SUMSQ_CHUNK;
+    size_t hi = lo + OPT_SUMSQ_CHUNK < tab.n[i] ? lo + OPT_SUMSQ_CHUNK : tab.n[i];
+    const float *g = x + tab.off[i];
+    double s = 0;
+    int bad = 0;
+    for (size_t j = lo + threadIdx.x; j < hi; j += OPT_NT) {
+        float v = g[j];
+        s += (double)v * v;
+        bad |= !isfinite(v);
+    }
+    double tot = block_sum_d(s, sh);
+    int anybad = __syncthreads_or(bad);
+    if (threadIdx.x == 0) { part[b] = tot; badp[b] = anybad; }
+}
+// one thread per segment: its chunks in order
+__global__ void sumsq_combine_kernel(double *ss, int32_t *bad, const double *part, const int32_t *badp,
+                                     SegTable tab) {
+    int i = threadIdx.x;
+    if (i >= tab.nseg) return;
+    double s = 0;
+    int b = 0;
+    for (int c = tab.chunk0[i]; c < tab.chunk0[i + 1]; c++) { s += part[c]; b |= badp[c]; }
+    ss[i] = s;
+    bad[i] = b;
+}
+
+void cuda_opt_sumsq(double *ss, int32_t *bad, const real *x, const OptSeg *segs, int nseg) {
+    if (nseg <= 0) return;
+    if (nseg > OPT_MAX_SEGS) opt_fail("opt_sumsq: more than OPT_MAX_SEGS segments");
+    SegTable tab;
+    memset(&tab, 0, sizeof tab);
+    tab.nseg = nseg;
+    int nch = 0;
+    for (int i = 0; i < nseg; i++) {  // host arithmetic on the static table, no device access
+        tab.off[i] = segs[i].off;
+        tab.n[i] = segs[i].n;
+        tab.chunk0[i] = nch;
+        nch += (int)((segs[i].n + OPT_SUMSQ_CHUNK - 1) / OPT_SUMSQ_CHUNK);
+    }
+    tab.chunk0[nseg] = nch;
+    double *part = (double *)dm_scratch(SCR_MISC, (sizeof(double) + sizeof(int32_t)) * (size_t)(nch ? nch : 1));
+    int32_t *badp = (int32_t *)(part + (nch ? nch : 1));
+    if (nch > 0) {
+        sumsq_chunks_kernel<<<nch, OPT_NT, 0, dm_stream>>>(part, badp, x, tab);
+        cudaLaunchCheck();
+    }
+    sumsq_combine_kernel<<<1, OPT_MAX_SEGS, 0, dm_stream>>>(ss, bad, part, badp, tab);
+    cudaLaunchCheck();
+}
+
+// ================================================================================================
+// the decision (one thread: a handful of double operations, the CPU's code line for line)
+// ================================================================================================
+__global__ void decide_kernel(OptStatus *st, const double *ss, const int32_t *bad, int nseg, double loss,
+                              double clip, int retract_every) {
+    double total = 0;
+    int first_bad = -1;
+    for (int i = 0; i < nseg; i++) {
+        total += ss[i];
+        if (bad[i] && first_bad < 0) first_bad = i;
+    }
+    st->sumsq = total;
+    st->gnorm = sqrt(total);
+    st->first_bad = first_bad;
+    st->loss_bad = !isfinite(loss);
+    st->skip = st->loss_bad || first_bad >= 0;
+    st->clipped = 0;
+    st->scale = 1;
+    st->retract = 0;
+    st->orth_err = -1;
+    if (st->skip) {
+        st->consecutive_skips++;
+        st->total_skips++;
+        return;
+    }
+    st->t++;
+    st->consecutive_skips = 0;
+    if (clip > 0 && st->gnorm > clip) {
+        st->clipped = 1;
+        st->scale = clip / st->gnorm;
+    }
+    if (retract_every > 0 && st->t % retract_every == 0) {
+        st->retract = 1;
+        st->orth_err = 0;
+    }
+}
+void cuda_opt_decide(OptStatus *st, const double *ss, const int32_t *bad, int nseg, double loss,
+                                double clip, int retract_every) {
+    decide_kernel<<<1, 1, 0, dm_stream>>>(st, ss, bad, nseg, loss, clip, retract_every);
+    cudaLaunchCheck();
+}
+
+// ================================================================================================
+// clip, AdamW
+// ================================================================================================
+__global__ void clip_kernel(float *g, size_t n, const OptStatus *st) {
+    if (st->skip || !st->clipped) return;
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) g[i] *= (float)st->scale;
+}
+void cuda_opt_clip(real *g, size_t n, const OptStatus *st) {
+    if (n == 0) return;
+    clip_kernel<<<ceil_div((long long)n, 256), 256, 0, dm_stream>>>(g, n, st);
+    cudaLaunchCheck();
+}
+
+__global__ void adamw_kernel(float *p, const float *g, float *m, float *v, size_t n, AdamHyper h,
+                             const OptStatus *st) {
+    if (st->skip) return;  // uniform over the grid
+    __shared__ float bc[2];
+    if (threadIdx.x == 0) {  // the bias corrections once per block, from the device step count
+        double t = (double)st->t;
+        bc[0] = (float)(1.0 - pow(h.beta1, t));
+        bc[1] = (float)(1.0 - pow(h.beta2, t));
+    }
+    __syncthreads();
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float b1 = (float)h.beta1, b2 = (float)h.beta2, eps = (float)h.eps, lr = (float)h.lr, wd = (float)h.wd;
+    float gi = g[i];
+    float mi = b1 * m[i] + (1 - b1) * gi;
+    float vi = b2 * v[i] + (1 - b2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    float pi = p[i];
+    p[i] = pi - lr * ((mi / bc[0]) / (sqrtf(vi / bc[1]) + eps) + wd * pi);
+}
+void cuda_opt_adamw(real *p, const real *g, real *m, real *v, size_t n, AdamHyper h, const OptStatus *st) {
+    if (n == 0) return;
+    adamw_kernel<<<ceil_div((long long)n, 256), 256, 0, dm_stream>>>(p, g, m, v, n, h, st);
+    cudaLaunchCheck();
+}
+
+// ================================================================================================
+// lazy Adam on the table rows the batch read
+// ================================================================================================
+// ws: keys [2 n] uint64 (in, out), then vals [2 n] int (in, out), n = O*N
+size_t cuda_opt_adam_rows_ws_size(int O, int N, int64_t R) {
+    size_t n = (size_t)O * (size_t)N;
+    return n * (2 * sizeof(uint64_t) + 2 * sizeof(int));
+}
+// item a = q*N + i -> key q*R + rows[a]; a row outside [0, R) gets the sentinel O*R (sorted last)
+__global__ void rows_keys_kernel(uint64_t *keys, int *vals, const int32_t *rows, int O, int N, int64_t R) {
+    size_t a = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (a >= (size_t)O * N) return;
+    int32_t r = rows[a];
+    keys[a] = r >= 0 && r < R ? (uint64_t)(a / N) * (uint64_t)R + (uint64_t)r : (uint64_t)O * (uint64_t)R;
+    vals[a] = (int)a;
+}
+// one thread per sorted item; the first item of each run of equal keys updates that row
+__global__ void adam_rows_kernel(float *p, const float *g, float *m, float *v, int64_t *row_steps,
+                                 const uint64_t *keys, int n, uint64_t sentinel, int D, AdamHyper h,
+                                 const OptStatus *st) {
+    if (st->skip) return;
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    uint64_t k = keys[i];
+    if (k >= sentinel || (i > 0 && keys[i - 1] == k)) return;
+    int64_t cnt = ++row_steps[k];  // this thread is the row's only writer
+    float bc1 = (float)(1.0 - pow(h.beta1, (double)cnt)), bc2 = (float)(1.0 - pow(h.beta2, (double)cnt));
+    float b1 = (float)h.beta1, b2 = (float)h.beta2, eps = (float)h.eps, lr = (float)h.lr;
+    size_t off = (size_t)k * D;
+    for (int j = 0; j < D; j++) {
+        float gi = g[off + j];
+        float mj = b1 * m[off + j] + (1 - b1) * gi;
+        float vj = b2 * v[off + j] + (1 - b2) * gi * gi;
+        m[off + j] = mj;
+        v[off + j] = vj;
+        p[off + j] -= lr * ((mj / bc1) / (sqrtf(vj / bc2) + eps));
+    }
+}
+void cuda_opt_adam_rows(real *p, const real *g, real *m, real *v, int64_t *row_steps,
+                                   const int32_t *rows, int O, int N, int64_t R, int D, AdamHyper h, void *ws,
+                                   const OptStatus *st) {
+    int n = O * N;
+    if (n <= 0 || D <= 0) return;
+    uint64_t *kin = (uint64_t *)ws, *kout = kin + n;
+    int *vin = (int *)(kout + n), *vout = vin + n;
+    rows_keys_kernel<<<ceil_div(n, 256), 256, 0, dm_stream>>>(kin, vin, rows, O, N, R);
+    cudaLaunchCheck();
+    uint64_t sentinel = (uint64_t)O * (uint64_t)R;
+    int bits = 1;
+    while (bits < 64 && sentinel >= (1ULL << bits)) bits++;  // keys in [0, sentinel]
+    dm_sort_pairs(kin, kout, vin, vout, n, bits);
+    adam_rows_kernel<<<ceil_div(n, 128), 128, 0, dm_stream>>>(p, g, m, v, row_steps, kout, n, sentinel, D, h, st);
+    cudaLaunchCheck();
+}
+
+// ================================================================================================
+// Muon: momentum, Frobenius normalisation, Newton–Schulz through cuBLAS, colrow, apply
+// ================================================================================================
+// scratch: U [rows, cols] | Y [rows, cols] | A [s, s] | Bm [s, s] | inv (1 float, padded)
+size_t cuda_opt_muon_scratch_size(int rows, int cols) {
+    size_t s = (size_t)(rows < cols ? rows : cols);
+    return 2 * (size_t)rows * cols + 2 * s * s + 64;
+}
+
+__global__ void muon_momentum_kernel(float *U, float *buf, const float *g, size_t n, float mu,
+                                     const OptStatus *st) {
+    if (st->skip) return;  // buf untouched; U is scratch (the apply skips too)
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float b = mu * buf[i] + g[i];
+    buf[i] = b;
+    U[i] = g[i] + mu * b;
+}
+// inv[0] = 1 / (||X||_F + eps), one block, double sums over a fixed tree
+__global__ void frob_inv_kernel(float *inv, const float *X, size_t n) {
+    __shared__ double sh[1024];
+    double s = 0;
+    for (size_t i = threadIdx.x; i < n; i += 1024) s += (double)X[i] * X[i];
+    double ss = block_sum_d(s, sh);
+    if (threadIdx.x == 0) inv[0] = (float)(1.0 / (sqrt(ss) + MUON_EPS));
+}
+__global__ void scale_by_dev_kernel(float *X, const float *s, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) X[i] *= s[0];
+}
+// Y = a X
+__global__ void scaled_copy_kernel(float *Y, const float *X, float a, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) Y[i] = a * X[i];
+}
+// M += b A (+ a I when a != 0)
+__global__ void poly_kernel(float *M, const float *A, int s, float a, float b) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= s * s) return;
+    float v = M[i] + b * A[i];
+    if (a != 0 && i / s == i % s) v += a;
+    M[i] = v;
+}
+// colrow: block per column (then per row), RMS in double over a fixed tree, scaled in place
+__global__ void col_normalize_kernel(float *U, int rows, int cols) {
+    __shared__ double sh[OPT_NT];
+    int j = blockIdx.x;
+    double s = 0;
+    for (int i = threadIdx.x; i < rows; i += OPT_NT) { double u = U[(size_t)i * cols + j]; s += u * u; }
+    double ss = block_sum_d(s, sh);
+    float inv = (float)(1.0 / (sqrt(ss / rows) + MUON_EPS));
+    for (int i = threadIdx.x; i < rows; i += OPT_NT) U[(size_t)i * cols + j] *= inv;
+}
+__global__ void row_normalize_kernel(float *U, int cols) {
+    __shared__ double sh[OPT_NT];
+    float *r = U + (size_t)blockIdx.x * cols;  // [cols]
+    double s = 0;
+    for (int j = threadIdx.x; j < cols; j += OPT_NT) s += (double)r[j] * r[j];
+    double ss = block_sum_d(s, sh);
+    float inv = (float)(1.0 / (sqrt(ss / cols) + MUON_EPS));
+    for (int j = threadIdx.x; j < cols; j += OPT_NT) r[j] *= inv;
+}
+__global__ void muon_apply_kernel(float *p, const float *U, size_t n, float decay, float step, const OptStatus *st) {
+    if (st->skip) return;
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) p[i] = p[i] * decay - step * U[i];
+}
+
+// G [rows, cols] (device) -> NS5 of G / (||G||_F + eps); returns the buffer holding the result
+// (G or Y: the iterate ping-pongs, no copy). Products go through dm_gemm with lowp = 1: bf16
+// operands and fp32 accumulation in the default precision (as Muon is usually run), fp32 under
+// DM_CUDA_PRECISION=fp32.
+static float *ns5(float *G, float *Y, float *A, float *Bm, float *inv, int rows, int cols) {
+    const float a = 3.4445f, b = -4.7750f, c = 2.0315f;
+    size_t n = (size_t)rows * cols;
+    int tall = rows > cols, s = tall ? cols : rows;
+    frob_inv_kernel<<<1, 1024, 0, dm_stream>>>(inv, G, n);
+    cudaLaunchCheck();
+    scale_by_dev_kernel<<<ceil_div((long long)n, 256), 256, 0, dm_stream>>>(G, inv, n);
+    cudaLaunchCheck();
+    float *X = G;
+    for (int it = 0; it < 5; it++) {
+        if (tall) dm_gemm(1, 0, s, s, rows, 1, X, cols, X, cols, 0, A, s, 1);  // A = X^T X [cols, cols]
+        else      dm_gemm(0, 1, s, s, cols, 1, X, cols, X, cols, 0, A, s, 1);  // A = X X^T [rows, rows]
+        dm_gemm(0, 0, s, s, s, c, A, s, A, s, 0, Bm, s, 1);                    // Bm = c A A
+        poly_kernel<<<ceil_div((long long)s * s, 256), 256, 0, dm_stream>>>(Bm, A, s, 0.0f, b);  // += b A
+        cudaLaunchCheck();
+        scaled_copy_kernel<<<ceil_div((long long)n, 256), 256, 0, dm_stream>>>(Y, X, a, n);    // Y = a X
+        cudaLaunchCheck();
+        if (tall) dm_gemm(0, 0, rows, cols, cols, 1, X, cols, Bm, s, 1, Y, cols, 1);  // Y += X Bm
+        else      dm_gemm(0, 0, rows, cols, rows, 1, Bm, s, X, cols, 1, Y, cols, 1);  // Y += Bm X
+        float *t = X; X = Y; Y = t;
+    }
+    return X;
+}
+
+void cuda_opt_muon(real *p, const real *g, real *buf, int n_mats, int rows, int cols, MuonHyper h,
+                              real *scratch, const OptStatus *st) {
+    size_t n = (size_t)rows * cols, s = (size_t)(rows < cols ? rows : cols);
+    if (n == 0) return;
+    float *U = scratch, *Y = U + n, *A = Y + n, *Bm = A + s * s, *inv = Bm + s * s;
+    int nb = ceil_div((long long)n, 256);
+    for (int e = 0; e < n_mats; e++) {
+        size_t off = (size_t)e * n;
+        muon_momentum_kernel<<<nb, 256, 0, dm_stream>>>(U, buf + off, g + off, n, h.mu, st);
+        cudaLaunchCheck();
+        float *R = ns5(U, Y, A, Bm, inv, rows, cols);
+        if (h.colrow) {
+            col_normalize_kernel<<<cols, OPT_NT, 0, dm_stream>>>(R, rows, cols);
+            cudaLaunchCheck();
+            row_normalize_kernel<<<rows, OPT_NT, 0, dm_stream>>>(R, cols);
+            cudaLaunchCheck();
+        }
+        muon_apply_kernel<<<nb, 256, 0, dm_stream>>>(p + off, R, n, h.decay, h.step, st);
+        cudaLaunchCheck();
+    }
+}
+
+// ================================================================================================
+// the retraction, gated by the status
+// ================================================================================================
+// The iteration runs on a copy (Xs), and only the final copy back into X is gated by
+// st->retract: a device flag cannot skip cuBLAS calls, so on a non-retracting step (possible
+// only with retract_every > 1, or a skipped step) the products are computed and dropped.
+// scratch: Xs [rows, r] | Y [rows, r] | A [r, r] | M [r, r] | err [r, r] doubles | 2 doubles
+size_t cuda_opt_retract_scratch_size(int rows, int r) {
+    return 2 * (size_t)rows * r + 2 * (size_t)r * r + 2 * (size_t)r * r + 8;
+}
+// scale[0] = sqrt(r / ||X||_F^2), 0 when X = 0 (then X stays 0, as the CPU's early return)
+__global__ void retract_scale_kernel(float *scale, const float *X, size_t n, int r) {
+    __shared__ double sh[1024];
+    double s = 0;
+    for (size_t i = threadIdx.x; i < n; i += 1024) s += (double)X[i] * X[i];
+    double ss = block_sum_d(s, sh);
+    if (threadIdx.x == 0) scale[0] = ss == 0 ? 0.0f : (float)sqrt((double)r / ss);
+}
+__global__ void gated_copy_kernel(float *dst, const float *src, size_t n, const OptStatus *st) {
+    if (!st->retract) return;
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = src[i];
+}
+// err [r, r]: the weighted squared deviation of (X^T X)_ij from I for j >= i (0 below), in double
+__global__ void orth_terms_opt_kernel(double *err, const float *X, int rows, int r) {
+    int i = blockIdx.y, j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= r) return;
+    double v = 0;
+    if (j >= i) {
+        double s = 0;
+        for (int q = 0; q < rows; q++) s += (double)X[(size_t)q * r + i] * (double)X[(size_t)q * r + j];
+        double dev = s - (i == j ? 1.0 : 0.0);
+        v = (i == j ? 1.0 : 2.0) * dev * dev;
+    }
+    err[(size_t)i * r + j] = v;
+}
+// st->orth_err = max(st->orth_err, sqrt(sum err) / r) on a retracting step
+__global__ void orth_fold_kernel(OptStatus *st, const double *err, size_t n, int r) {
+    __shared__ double sh[1024];
+    double s = 0;
+    for (size_t i = threadIdx.x; i < n; i += 1024) s += err[i];
+    double tot = block_sum_d(s, sh);
+    if (threadIdx.x == 0 && st->retract) {
+        double e = sqrt(tot) / r;
+        if (e > st->orth_err) st->orth_err = e;
+    }
+}
+
+void cuda_opt_retract(real *X, int rows, int r, int iters, real *scratch, OptStatus *st) {
+    size_t n = (size_t)rows * r, rr = (size_t)r * r;
+    if (n == 0) return;
+    float *Xs = scratch, *Y = Xs + n, *A = Y + n, *M = A + rr;
+    double *err = (double *)(M + rr);  // 8-aligned: 2 n + 2 rr floats is even
+    float *scale = (float *)(err + rr);
+    cudaCheck(cudaMemcpyAsync(Xs, X, sizeof(float) * n, cudaMemcpyDeviceToDevice, dm_stream));
+    retract_scale_kernel<<<1, 1024, 0, dm_stream>>>(scale, Xs, n, r);
+    cudaLaunchCheck();
+    scale_by_dev_kernel<<<ceil_div((long long)n, 256), 256, 0, dm_stream>>>(Xs, scale, n);
+    cudaLaunchCheck();
+    for (int it = 0; it < iters; it++) {  // fp32 always: the fixed point at 1 needs the digits
+        dm_gemm(1, 0, r, r, rows, 1, Xs, r, Xs, r, 0, A, r, 0);      // A = X^T X
+        dm_gemm(0, 0, r, r, r, 0.375f, A, r, A, r, 0, M, r, 0);      // M = c A^2
+        poly_kernel<<<ceil_div((long long)rr, 256), 256, 0, dm_stream>>>(M, A, r, 1.875f, -1.25f);
+        cudaLaunchCheck();
+        dm_gemm(0, 0, rows, r, r, 1, Xs, r, M, r, 0, Y, r, 0);       // Y = X M
+        float *t = Xs; Xs = Y; Y = t;
+    }
+    gated_copy_kernel<<<ceil_div((long long)n, 256), 256, 0, dm_stream>>>(X, Xs, n, st);
+    cudaLaunchCheck();
+    orth_terms_opt_kernel<<<dim3(ceil_div(r, 64), r), 64, 0, dm_stream>>>(err, Xs, rows, r);
+    cudaLaunchCheck();
+    orth_fold_kernel<<<1, 1024, 0, dm_stream>>>(st, err, rr, r);
+    cudaLaunchCheck();
+}
+
+#endif  // DM_DOUBLE
