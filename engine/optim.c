@@ -110,7 +110,7 @@ static void syrk_rm(int trans, int n, int k, real alpha, const real *A, int lda,
 #ifdef DM_DOUBLE
     cblas_dsyrk(DmCblasRowMajor, DmCblasUpper, trans ? DmCblasTrans : DmCblasNoTrans, n, k, alpha, A, lda, beta, C, ldc);
 #else
-    cblas_ssyrk(DmCblasRowMajor, DmCblasUpper, trans ? DmCblasTrans : DmCblasNoTrans, n, k, alpha, A, lda, beta, C, ldc);
+    dm_ssyrk_upper(trans, n, k, alpha, A, lda, beta, C, ldc);  // kernels/cpu/sgemm.c
 #endif
 }
 static void mirror_upper(real *C, int n) {
