@@ -123,15 +123,19 @@ static inline void store_row(float *c, __m256 lo, __m256 hi, int nr, float alpha
         for (int j = 0; j < nr; j++) c[j] = __builtin_fmaf(bb, c[j], t[j]);
 }
 
+// How a tile reads A (a compile-time constant at every call site, so each variant is its own
+// loop: one pointer with constant offsets, or six row pointers and one shared index):
+//   A_PACKED  a packed panel, a(r, k) = a[6 k + r]
+//   A_ROWS    rows of A in place, a(r, k) = a[r lda + k]
+//   A_COLS    rows of A^T in place, a(r, k) = a[k lda + r]
+enum { A_PACKED, A_ROWS, A_COLS };
+
 // 6x16 tile: acc[r][j] = sum_k a(r, k) b(k, j), 12 accumulators in ymm registers.
-//   a(r, k) = a[r ars + k acs]: a packed panel (ars = 1, acs = 6), rows of A (ars = lda,
-//             acs = 1) or rows of A^T (ars = 1, acs = lda) read in place; rows r >= mr re-read
-//             row 0 (always valid memory) and are not stored;
+//   Rows r >= mr re-read row 0 (always valid memory) and are not stored.
 //   b(k, :) = b + k bs, 16 wide: a packed panel (bs = 16) or rows of B in place (bs = ldb);
-//             `masked` (compile-time constant at each call site) loads only nr < 16 columns,
-//             so an in-place edge panel never reads past its row.
+//   `masked` loads only nr < 16 columns, so an in-place edge panel never reads past its row.
 static inline __attribute__((always_inline)) void
-tile(int kc, const float *a, ptrdiff_t ars, ptrdiff_t acs, const float *b, ptrdiff_t bs,
+tile(int kc, const int amode, const float *a, ptrdiff_t lda, const float *b, ptrdiff_t bs,
      const int masked, __m256i m0, __m256i m1, float *c, int ldc, int mr, int nr, float alpha,
      float beta, int first) {
     __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
@@ -140,23 +144,33 @@ tile(int kc, const float *a, ptrdiff_t ars, ptrdiff_t acs, const float *b, ptrdi
     __m256 c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps();
     __m256 c40 = _mm256_setzero_ps(), c41 = _mm256_setzero_ps();
     __m256 c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
-    const float *a0 = a, *a1 = a + (mr > 1) * ars, *a2 = a + (mr > 2) * 2 * ars;
-    const float *a3 = a + (mr > 3) * 3 * ars, *a4 = a + (mr > 4) * 4 * ars, *a5 = a + (mr > 5) * 5 * ars;
+    // offsets of rows 1..5 from row 0 (0 for rows past mr)
+    ptrdiff_t rs = amode == A_ROWS ? lda : 1;
+    ptrdiff_t o1 = (mr > 1) * rs, o2 = (mr > 2) * 2 * rs, o3 = (mr > 3) * 3 * rs;
+    ptrdiff_t o4 = (mr > 4) * 4 * rs, o5 = (mr > 5) * 5 * rs;
+    ptrdiff_t ks = amode == A_PACKED ? MR : amode == A_ROWS ? 1 : lda;
+#define DM_TILE_STEP(A0, A1, A2, A3, A4, A5)                                                          \
+    do {                                                                                           \
+        __m256 b0, b1, x;                                                                          \
+        if (masked) { b0 = _mm256_maskload_ps(b, m0); b1 = _mm256_maskload_ps(b + 8, m1); }        \
+        else        { b0 = _mm256_loadu_ps(b); b1 = _mm256_loadu_ps(b + 8); }                      \
+        x = _mm256_broadcast_ss(A0); c00 = _mm256_fmadd_ps(x, b0, c00); c01 = _mm256_fmadd_ps(x, b1, c01); \
+        x = _mm256_broadcast_ss(A1); c10 = _mm256_fmadd_ps(x, b0, c10); c11 = _mm256_fmadd_ps(x, b1, c11); \
+        x = _mm256_broadcast_ss(A2); c20 = _mm256_fmadd_ps(x, b0, c20); c21 = _mm256_fmadd_ps(x, b1, c21); \
+        x = _mm256_broadcast_ss(A3); c30 = _mm256_fmadd_ps(x, b0, c30); c31 = _mm256_fmadd_ps(x, b1, c31); \
+        x = _mm256_broadcast_ss(A4); c40 = _mm256_fmadd_ps(x, b0, c40); c41 = _mm256_fmadd_ps(x, b1, c41); \
+        x = _mm256_broadcast_ss(A5); c50 = _mm256_fmadd_ps(x, b0, c50); c51 = _mm256_fmadd_ps(x, b1, c51); \
+        b += bs;                                                                                   \
+    } while (0)
+    if (amode == A_ROWS) {  // six fixed row pointers, one index
+        const float *r0 = a, *r1 = a + o1, *r2 = a + o2, *r3 = a + o3, *r4 = a + o4, *r5 = a + o5;
 #pragma GCC unroll 4
-    for (int k = 0; k < kc; k++) {
-        __m256 b0, b1;
-        if (masked) { b0 = _mm256_maskload_ps(b, m0); b1 = _mm256_maskload_ps(b + 8, m1); }
-        else        { b0 = _mm256_loadu_ps(b); b1 = _mm256_loadu_ps(b + 8); }
-        __m256 x;
-        x = _mm256_broadcast_ss(a0); c00 = _mm256_fmadd_ps(x, b0, c00); c01 = _mm256_fmadd_ps(x, b1, c01);
-        x = _mm256_broadcast_ss(a1); c10 = _mm256_fmadd_ps(x, b0, c10); c11 = _mm256_fmadd_ps(x, b1, c11);
-        x = _mm256_broadcast_ss(a2); c20 = _mm256_fmadd_ps(x, b0, c20); c21 = _mm256_fmadd_ps(x, b1, c21);
-        x = _mm256_broadcast_ss(a3); c30 = _mm256_fmadd_ps(x, b0, c30); c31 = _mm256_fmadd_ps(x, b1, c31);
-        x = _mm256_broadcast_ss(a4); c40 = _mm256_fmadd_ps(x, b0, c40); c41 = _mm256_fmadd_ps(x, b1, c41);
-        x = _mm256_broadcast_ss(a5); c50 = _mm256_fmadd_ps(x, b0, c50); c51 = _mm256_fmadd_ps(x, b1, c51);
-        a0 += acs; a1 += acs; a2 += acs; a3 += acs; a4 += acs; a5 += acs;
-        b += bs;
+        for (int k = 0; k < kc; k++) DM_TILE_STEP(r0 + k, r1 + k, r2 + k, r3 + k, r4 + k, r5 + k);
+    } else {                // one moving pointer, rows at constant offsets
+#pragma GCC unroll 4
+        for (int k = 0; k < kc; k++, a += ks) DM_TILE_STEP(a, a + o1, a + o2, a + o3, a + o4, a + o5);
     }
+#undef DM_TILE_STEP
     store_row(c, c00, c01, nr, alpha, beta, first);
     if (mr > 1) store_row(c + (size_t)ldc, c10, c11, nr, alpha, beta, first);
     if (mr > 2) store_row(c + 2 * (size_t)ldc, c20, c21, nr, alpha, beta, first);
@@ -165,23 +179,32 @@ tile(int kc, const float *a, ptrdiff_t ars, ptrdiff_t acs, const float *b, ptrdi
     if (mr > 5) store_row(c + 5 * (size_t)ldc, c50, c51, nr, alpha, beta, first);
 }
 
-// The three tile variants the loops use (each its own specialised copy of `tile`).
-static void tile_packed_b(int kc, const float *a, ptrdiff_t ars, ptrdiff_t acs, const float *Bp,
-                          float *c, int ldc, int mr, int nr, float alpha, float beta, int first) {
+// The tile variants the loops use, each its own specialised copy of `tile`.
+#define DM_TILE_VARIANTS(MODE, SUF)                                                                 \
+    static void tile_pb_##SUF(int kc, const float *a, ptrdiff_t lda, const float *Bp, float *c,      \
+                              int ldc, int mr, int nr, float alpha, float beta, int first) {         \
+        __m256i z = _mm256_setzero_si256();                                                       \
+        tile(kc, MODE, a, lda, Bp, NR, 0, z, z, c, ldc, mr, nr, alpha, beta, first);              \
+    }                                                                                             \
+    static void tile_db_##SUF(int kc, const float *a, ptrdiff_t lda, const float *b, int ldb,        \
+                              float *c, int ldc, int mr, int nr, float alpha, float beta) {          \
+        if (nr == NR) {                                                                           \
+            __m256i z = _mm256_setzero_si256();                                                   \
+            tile(kc, MODE, a, lda, b, ldb, 0, z, z, c, ldc, mr, NR, alpha, beta, 1);              \
+        } else {                                                                                  \
+            __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);                             \
+            __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(nr), lane);                         \
+            __m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(nr - 8), lane);                     \
+            tile(kc, MODE, a, lda, b, ldb, 1, m0, m1, c, ldc, mr, nr, alpha, beta, 1);            \
+        }                                                                                         \
+    }
+DM_TILE_VARIANTS(A_ROWS, rows)
+DM_TILE_VARIANTS(A_COLS, cols)
+#undef DM_TILE_VARIANTS
+static void tile_pb_packed(int kc, const float *a, const float *Bp, float *c, int ldc, int mr, int nr,
+                           float alpha, float beta, int first) {
     __m256i z = _mm256_setzero_si256();
-    tile(kc, a, ars, acs, Bp, NR, 0, z, z, c, ldc, mr, nr, alpha, beta, first);
-}
-static void tile_direct_b(int kc, const float *a, ptrdiff_t ars, ptrdiff_t acs, const float *b, int ldb,
-                          float *c, int ldc, int mr, float alpha, float beta, int first) {
-    __m256i z = _mm256_setzero_si256();
-    tile(kc, a, ars, acs, b, ldb, 0, z, z, c, ldc, mr, NR, alpha, beta, first);
-}
-static void tile_direct_b_edge(int kc, const float *a, ptrdiff_t ars, ptrdiff_t acs, const float *b, int ldb,
-                               float *c, int ldc, int mr, int nr, float alpha, float beta, int first) {
-    __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(nr), lane);
-    __m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(nr - 8), lane);
-    tile(kc, a, ars, acs, b, ldb, 1, m0, m1, c, ldc, mr, nr, alpha, beta, first);
+    tile(kc, A_PACKED, a, 0, Bp, NR, 0, z, z, c, ldc, mr, nr, alpha, beta, first);
 }
 
 // Rows [i0, i1) of C against one packed B block. A rows are read in place (they stream from
@@ -195,13 +218,13 @@ static void rows_block(int i0, int i1, const float *A, int lda, int tA, const fl
         if (tA) pack_a(Ap, A, lda, tA, ic0, pc, mc, kc);
         for (int ib = 0; ib * MR < mc; ib++) {
             int mr = mc - ib * MR < MR ? mc - ib * MR : MR;
-            const float *ap = tA ? Ap + (size_t)ib * kc * MR : A + (size_t)(ic0 + ib * MR) * lda + pc;
-            ptrdiff_t ars = tA ? 1 : lda, acs = tA ? MR : 1;
             float *crow = C + (size_t)(ic0 + ib * MR) * ldc + jc;
             for (int j0 = 0; j0 < nc; j0 += NR) {
                 int nr = nc - j0 < NR ? nc - j0 : NR;
-                tile_packed_b(kc, ap, ars, acs, Bp + (size_t)(j0 / NR) * kc * NR, crow + j0, ldc, mr, nr,
-                              alpha, beta, first);
+                const float *bp = Bp + (size_t)(j0 / NR) * kc * NR;
+                if (tA) tile_pb_packed(kc, Ap + (size_t)ib * kc * MR, bp, crow + j0, ldc, mr, nr, alpha, beta, first);
+                else tile_pb_rows(kc, A + (size_t)(ic0 + ib * MR) * lda + pc, lda, bp, crow + j0, ldc, mr, nr,
+                                  alpha, beta, first);
             }
         }
     }
@@ -218,16 +241,17 @@ static void small_gemm(int tA, int tB, int M, int N, int K, float alpha, const f
         pack_b(buf, B, ldb, 1, 0, 0, K, N);
         Bp = buf;
     }
-    ptrdiff_t ars = tA ? 1 : lda, acs = tA ? lda : 1;
     for (int ic = 0; ic < M; ic += MR) {
         int mr = M - ic < MR ? M - ic : MR;
         const float *a = tA ? A + ic : A + (size_t)ic * lda;
         float *crow = C + (size_t)ic * ldc;
         for (int j0 = 0; j0 < N; j0 += NR) {
             int nr = N - j0 < NR ? N - j0 : NR;
-            if (tB) tile_packed_b(K, a, ars, acs, Bp + (size_t)(j0 / NR) * K * NR, crow + j0, ldc, mr, nr, alpha, beta, 1);
-            else if (nr == NR) tile_direct_b(K, a, ars, acs, B + j0, ldb, crow + j0, ldc, mr, alpha, beta, 1);
-            else tile_direct_b_edge(K, a, ars, acs, B + j0, ldb, crow + j0, ldc, mr, nr, alpha, beta, 1);
+            const float *bp = tB ? Bp + (size_t)(j0 / NR) * K * NR : NULL;
+            if (tB && tA) tile_pb_cols(K, a, lda, bp, crow + j0, ldc, mr, nr, alpha, beta, 1);
+            else if (tB) tile_pb_rows(K, a, lda, bp, crow + j0, ldc, mr, nr, alpha, beta, 1);
+            else if (tA) tile_db_cols(K, a, lda, B + j0, ldb, crow + j0, ldc, mr, nr, alpha, beta);
+            else tile_db_rows(K, a, lda, B + j0, ldb, crow + j0, ldc, mr, nr, alpha, beta);
         }
     }
 }
@@ -294,7 +318,6 @@ void dm_ssyrk_upper(int trans, int n, int k, float alpha, const float *A, int ld
         return;
     }
     float *Bp = scratch(1, (size_t)KC * (((size_t)n + NR - 1) / NR) * NR);
-    ptrdiff_t ars = trans ? 1 : lda, acs = trans ? lda : 1;
     int nkb = (k + KC - 1) / KC, kb = (k + nkb - 1) / nkb;
     for (int pc = 0; pc < k; pc += kb) {
         int kc = k - pc < kb ? k - pc : kb;
@@ -305,8 +328,9 @@ void dm_ssyrk_upper(int trans, int n, int k, float alpha, const float *A, int ld
             const float *a = trans ? A + (size_t)pc * lda + ic : A + (size_t)ic * lda + pc;
             for (int j0 = ic / NR * NR; j0 < n; j0 += NR) {  // first panel holding column ic
                 int nr = n - j0 < NR ? n - j0 : NR;
-                tile_packed_b(kc, a, ars, acs, Bp + (size_t)(j0 / NR) * kc * NR, C + (size_t)ic * ldc + j0,
-                              ldc, mr, nr, alpha, beta, pc == 0);
+                const float *bp = Bp + (size_t)(j0 / NR) * kc * NR;
+                if (trans) tile_pb_cols(kc, a, lda, bp, C + (size_t)ic * ldc + j0, ldc, mr, nr, alpha, beta, pc == 0);
+                else tile_pb_rows(kc, a, lda, bp, C + (size_t)ic * ldc + j0, ldc, mr, nr, alpha, beta, pc == 0);
             }
         }
     }
