@@ -39,17 +39,27 @@ static double median(const double *v, int n) {
     return m;
 }
 
-// GFLOP/s of C = A B at n x n x n (median of 5 after one warm-up), in the build's precision.
-static double gemm_gflops(int n) {
+// C = A B through the vendor BLAS (cblas_sgemm / cblas_dgemm): the reference rate of the ratios.
+static void blas_gemm(int n, const real *A, const real *B, real *C) {
+#ifdef DM_DOUBLE
+    cblas_dgemm(DmCblasRowMajor, DmCblasNoTrans, DmCblasNoTrans, n, n, n, 1, A, n, B, n, 0, C, n);
+#else
+    cblas_sgemm(DmCblasRowMajor, DmCblasNoTrans, DmCblasNoTrans, n, n, n, 1, A, n, B, n, 0, C, n);
+#endif
+}
+
+// GFLOP/s of C = A B at n x n x n (median of 5 after one warm-up), in the build's precision:
+// own = 0 the vendor BLAS, own = 1 the backend's product (gemm_rm: kernels/cpu/sgemm.c in float).
+static double gemm_gflops(int n, int own) {
     size_t nn = (size_t)n * n;
     real *A = malloc(sizeof(real) * nn), *B = malloc(sizeof(real) * nn), *C = malloc(sizeof(real) * nn);
     Rng r = {7};
     for (size_t i = 0; i < nn; i++) { A[i] = (real)(rng_uniform(&r) - 0.5); B[i] = (real)(rng_uniform(&r) - 0.5); }
     double t[5];
-    gemm_rm(0, 0, n, n, n, 1, A, n, B, n, 0, C, n);
+    if (own) gemm_rm(0, 0, n, n, n, 1, A, n, B, n, 0, C, n); else blas_gemm(n, A, B, C);
     for (int i = 0; i < 5; i++) {
         double t0 = now_s();
-        gemm_rm(0, 0, n, n, n, 1, A, n, B, n, 0, C, n);
+        if (own) gemm_rm(0, 0, n, n, n, 1, A, n, B, n, 0, C, n); else blas_gemm(n, A, B, C);
         t[i] = now_s() - t0;
     }
     free(A); free(B); free(C);
@@ -152,8 +162,11 @@ int main(int argc, char **argv) {
         if (strcmp(argv[a], "nogemm") == 0) nogemm = 1;
         else npick++;
     }
-    double g_before = nogemm ? NAN : gemm_gflops(1024), g = g_before;
-    printf("%s 1024^3: %.1f GFLOP/s (median of 5)\n\n", sizeof(real) == 4 ? "sgemm" : "dgemm", g);
+    double g_before = nogemm ? NAN : gemm_gflops(1024, 0), g = g_before;
+    printf("cblas_%s 1024^3: %.1f GFLOP/s (median of 5; the ratios use this)\n", sizeof(real) == 4 ? "sgemm" : "dgemm", g);
+    if (!nogemm && sizeof(real) == 4)
+        printf("dm_sgemm (kernels/cpu/sgemm.c, the backend's product) 1024^3: %.1f GFLOP/s\n", gemm_gflops(1024, 1));
+    printf("\n");
     printf("%-6s %3s %4s  %-11s %-9s %9s %9s %9s %8s %6s\n", "preset", "B", "T", "phase", "steps",
            "ms/step", "tok/s", "GFLOP", "GFLOP/s", "ratio");
     for (int i = 0; i < nc; i++) {
@@ -183,9 +196,9 @@ int main(int argc, char **argv) {
                "", r.ms_fwd, r.ms_bwd, r.ms_opt, r.compute / 1e6, r.table / 1e6, r.loss0, r.loss1, wall);
         fflush(stdout);
     }
-    double g_after = nogemm ? NAN : gemm_gflops(1024);
+    double g_after = nogemm ? NAN : gemm_gflops(1024, 0);
     if (!nogemm)
-        printf("\n%s 1024^3 again after the presets: %.1f GFLOP/s (before: %.1f, used for the ratios; "
+        printf("\ncblas_%s 1024^3 again after the presets: %.1f GFLOP/s (before: %.1f, used for the ratios; "
                "the two differ by %.0f%%: the machine's noise)\n", sizeof(real) == 4 ? "sgemm" : "dgemm",
                g_after, g_before, 100 * fabs(g_after - g_before) / fmax(g_after, g_before));
     struct rusage ru;

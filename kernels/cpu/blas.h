@@ -2,6 +2,7 @@
 // only libopenblas.so, not cblas.h (the H200 machine has the library but no headers).
 #pragma once
 #include "../real.h"
+#include "sgemm.h"
 
 enum { DmCblasRowMajor = 101 };
 enum { DmCblasNoTrans = 111, DmCblasTrans = 112 };
@@ -26,7 +27,6 @@ static inline void gemm_rm(int transA, int transB, int M, int N, int K, real alp
     cblas_dgemm(DmCblasRowMajor, transA ? DmCblasTrans : DmCblasNoTrans,
                 transB ? DmCblasTrans : DmCblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 #else
-    cblas_sgemm(DmCblasRowMajor, transA ? DmCblasTrans : DmCblasNoTrans,
-                transB ? DmCblasTrans : DmCblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    dm_sgemm(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);  // sgemm.c
 #endif
 }

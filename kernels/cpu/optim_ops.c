@@ -195,7 +195,7 @@ static void syrk_rm(int trans, int n, int k, real alpha, const real *A, int lda,
 #ifdef DM_DOUBLE
     cblas_dsyrk(DmCblasRowMajor, DmCblasUpper, trans ? DmCblasTrans : DmCblasNoTrans, n, k, alpha, A, lda, beta, C, ldc);
 #else
-    cblas_ssyrk(DmCblasRowMajor, DmCblasUpper, trans ? DmCblasTrans : DmCblasNoTrans, n, k, alpha, A, lda, beta, C, ldc);
+    dm_ssyrk_upper(trans, n, k, alpha, A, lda, beta, C, ldc);  // sgemm.c: the computed tiles only
 #endif
 }
 // C [n, n]: lower triangle <- upper, in 16 x 16 tiles so the transposed reads stay in cache lines

@@ -1,9 +1,8 @@
 // kda_cuda.cu — the KDA core (SPEC §2) on the GPU: forward, exact backward, one decoding step.
 //
-// STATUS: this is the RECURRENT (time-sequential, exact) form, not yet the chunked WY/UT form
-// SPEC §8 asks for. It computes the same function as kernels/cpu/kda.c's chunked form (the spec
-// requires the two to agree to 1e-5 relative), so parity holds, but it is latency-bound: one
-// thread block per (b, h), T sequential steps. The chunked kernel is the follow-up.
+// This is the RECURRENT (time-sequential, exact) form: the backend table uses the chunked form
+// of kda_chunk_cuda.cu; these entry points stay as its on-device reference (tests/gpu/parity.cu
+// compares the two) and the decoding step. Latency-bound: one block per (b, h), T steps.
 //
 // Why this shape is cheap to get right: with S[i][j] (key i, value j), column j of the state
 // evolves on its own — r_j = sum_i a_i S_ij k_i, u_j = beta (v_j - r_j), S_ij = a_i S_ij + k_i u_j,
@@ -30,7 +29,7 @@ static __host__ __device__ size_t kda_per_bh(int T, int D) {
     return (nseg + KDA_SEG + 2) * DD + 2 * (size_t)KDA_SEG * D;
 }
 
-size_t cuda_kda_ws_size(int B, int T, int H, int D, int C) {
+size_t cuda_kda_recurrent_ws_size(int B, int T, int H, int D, int C) {
     (void)C;  // the recurrent form has no chunk
     return (size_t)B * H * kda_per_bh(T, D);
 }
@@ -170,7 +169,7 @@ __global__ void kda_bwd_kernel(float *dq, float *dk, float *dv, float *dbeta, fl
     }
 }
 
-void cuda_kda_forward(real *o, real *ws, const real *q, const real *k, const real *v,
+void cuda_kda_recurrent_forward(real *o, real *ws, const real *q, const real *k, const real *v,
                       const real *beta, const real *g, int B, int T, int H, int D, int C) {
     (void)C;
     if (B * H <= 0 || T <= 0) return;
@@ -182,7 +181,7 @@ void cuda_kda_forward(real *o, real *ws, const real *q, const real *k, const rea
     cudaLaunchCheck();
 }
 
-void cuda_kda_backward(real *dq, real *dk, real *dv, real *dbeta, real *dg, const real *dout,
+void cuda_kda_recurrent_backward(real *dq, real *dk, real *dv, real *dbeta, real *dg, const real *dout,
                        const real *q, const real *k, const real *v, const real *beta,
                        const real *g, real *ws, int B, int T, int H, int D, int C) {
     (void)C;

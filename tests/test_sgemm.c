@@ -1,0 +1,158 @@
+// test_sgemm.c — the CPU backend's own float GEMM (kernels/cpu/sgemm.c) against a plain
+// double-precision reference: every transpose combination, edge sizes around the 6x16 tile
+// and the 256-deep K block, padded leading dimensions, alpha and beta (beta = 0 must not read
+// C: C starts as NaN there), and thread-count independence (bit-identical with 1 and 2 threads).
+// Float GEMM in both builds (the double build uses cblas_dgemm, but sgemm.c is compiled in too).
+#include <stdlib.h>
+#include <string.h>
+#include "testutil.h"
+#include "../kernels/cpu/sgemm.h"
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+typedef struct { int tA, tB, M, N, K, pad; float alpha, beta; } Case;
+
+// Runs one case; returns the worst |C - ref| / (sum_k |a||b| |alpha| + |beta c| + tiny).
+static double run_case(const Case *cs, Rng *r, int check_threads) {
+    int M = cs->M, N = cs->N, K = cs->K;
+    int rowsA = cs->tA ? K : M, colsA = cs->tA ? M : K;
+    int rowsB = cs->tB ? N : K, colsB = cs->tB ? K : N;
+    int lda = colsA + cs->pad, ldb = colsB + cs->pad, ldc = N + cs->pad;
+    float *A = malloc(sizeof(float) * ((size_t)rowsA * lda + 1));
+    float *Bm = malloc(sizeof(float) * ((size_t)rowsB * ldb + 1));
+    float *C = malloc(sizeof(float) * ((size_t)M * ldc + 1));
+    float *C0 = malloc(sizeof(float) * ((size_t)M * ldc + 1));
+    for (size_t i = 0; i < (size_t)rowsA * lda; i++) A[i] = (float)rng_normal(r);
+    for (size_t i = 0; i < (size_t)rowsB * ldb; i++) Bm[i] = (float)rng_normal(r);
+    for (size_t i = 0; i < (size_t)M * ldc; i++) C0[i] = cs->beta == 0 ? NAN : (float)rng_normal(r);
+    memcpy(C, C0, sizeof(float) * (size_t)M * ldc);
+    dm_sgemm(cs->tA, cs->tB, M, N, K, cs->alpha, A, lda, Bm, ldb, cs->beta, C, ldc);
+    double worst = 0;
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double s = 0, sa = 0;
+            for (int k = 0; k < K; k++) {
+                double a = cs->tA ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k];
+                double b = cs->tB ? Bm[(size_t)j * ldb + k] : Bm[(size_t)k * ldb + j];
+                s += a * b;
+                sa += fabs(a * b);
+            }
+            double c0 = cs->beta == 0 ? 0 : C0[(size_t)i * ldc + j];
+            double ref = cs->alpha * s + cs->beta * c0;
+            double scale = fabs(cs->alpha) * sa + fabs(cs->beta * c0) + 1e-30;
+            double e = fabs(C[(size_t)i * ldc + j] - ref) / scale;
+            if (!(e <= worst)) worst = isnan(e) ? INFINITY : e;
+        }
+    // the padding columns of C are never written
+    for (int i = 0; i < M; i++)
+        for (int j = N; j < ldc; j++) {
+            float a = C[(size_t)i * ldc + j], b = C0[(size_t)i * ldc + j];
+            if (memcmp(&a, &b, sizeof a)) worst = INFINITY;
+        }
+#ifdef _OPENMP
+    if (check_threads) {  // the same product with 1 and 2 threads: bit-identical
+        float *C1 = malloc(sizeof(float) * ((size_t)M * ldc + 1));
+        memcpy(C1, C0, sizeof(float) * (size_t)M * ldc);
+        int nt = omp_get_max_threads();
+        omp_set_num_threads(1);
+        dm_sgemm(cs->tA, cs->tB, M, N, K, cs->alpha, A, lda, Bm, ldb, cs->beta, C1, ldc);
+        memcpy(C, C0, sizeof(float) * (size_t)M * ldc);
+        omp_set_num_threads(2);
+        dm_sgemm(cs->tA, cs->tB, M, N, K, cs->alpha, A, lda, Bm, ldb, cs->beta, C, ldc);
+        omp_set_num_threads(nt);
+        if (memcmp(C, C1, sizeof(float) * (size_t)M * ldc)) worst = INFINITY;
+        free(C1);
+    }
+#endif
+    free(A); free(Bm); free(C); free(C0);
+    return worst;
+}
+
+// Every transpose pair over sizes that cross the tile (6 x 16) and K-block (256) edges.
+static void test_sgemm_edges(void **s) {
+    (void)s;
+    Rng r = {2024};
+    const int Ms[] = {1, 5, 6, 7, 13, 37, 101}, Ns[] = {1, 15, 16, 17, 33}, Ks[] = {1, 3, 64, 255, 256, 300};
+    const float al[] = {1, -1, 0.5f}, be[] = {0, 1, 0.3f};
+    double worst = 0;
+    int n = 0;
+    for (int t = 0; t < 4; t++)
+        for (unsigned mi = 0; mi < sizeof Ms / sizeof *Ms; mi++)
+            for (unsigned ni = 0; ni < sizeof Ns / sizeof *Ns; ni++)
+                for (unsigned ki = 0; ki < sizeof Ks / sizeof *Ks; ki++) {
+                    Case c = {t & 1, t >> 1, Ms[mi], Ns[ni], Ks[ki], (int)(mi + ni) % 3,
+                              al[(mi + ki) % 3], be[(ni + ki + t) % 3]};
+                    double e = run_case(&c, &r, 0);
+                    if (e > 1e-5) print_message("tA=%d tB=%d M=%d N=%d K=%d pad=%d alpha=%g beta=%g: %.2e\n",
+                                                c.tA, c.tB, c.M, c.N, c.K, c.pad, c.alpha, c.beta, e);
+                    worst = fmax(worst, e);
+                    n++;
+                }
+    print_message("sgemm edges: %d cases, worst error / (|alpha| sum|ab| + |beta c|) = %.2e\n", n, worst);
+    assert_true(worst <= 1e-5);
+}
+
+// The model's shapes (nano and mini), threads on: accuracy and 1-vs-2-thread bit identity.
+static void test_sgemm_model_shapes(void **s) {
+    (void)s;
+    Rng r = {77};
+    const Case cs[] = {
+        {0, 1, 1024, 128, 128, 0, 1, 0},   // forward: out = inp W^T
+        {0, 0, 1024, 128, 514, 0, 1, 1},   // backward d-input: dinp += dout W
+        {1, 0, 514, 128, 1024, 0, 1, 1},   // backward d-weight: dW += dout^T inp
+        {0, 1, 1024, 600, 40, 3, 1, 0},    // more than one NC block of columns
+        {1, 1, 70, 90, 530, 1, -0.5f, 0.25f},
+    };
+    double worst = 0;
+    for (unsigned i = 0; i < sizeof cs / sizeof *cs; i++) worst = fmax(worst, run_case(&cs[i], &r, 1));
+    print_message("sgemm model shapes: worst %.2e\n", worst);
+    assert_true(worst <= 1e-5);
+}
+
+// dm_ssyrk_upper: the upper triangle against the reference, both transposes, with beta.
+static void test_ssyrk_upper(void **s) {
+    (void)s;
+    Rng r = {99};
+    const int ns[] = {1, 7, 16, 37, 128}, ks[] = {5, 128, 300};
+    double worst = 0;
+    for (int tr = 0; tr < 2; tr++)
+        for (unsigned ni = 0; ni < sizeof ns / sizeof *ns; ni++)
+            for (unsigned ki = 0; ki < sizeof ks / sizeof *ks; ki++) {
+                int n = ns[ni], k = ks[ki], lda = (tr ? n : k) + 1, ldc = n + 2;
+                float alpha = ki == 1 ? -0.75f : 1.0f, beta = (ni + ki) % 2 ? 0.5f : 0.0f;
+                size_t na = (size_t)(tr ? k : n) * lda;
+                float *A = malloc(sizeof(float) * na), *C = malloc(sizeof(float) * (size_t)n * ldc),
+                      *C0 = malloc(sizeof(float) * (size_t)n * ldc);
+                for (size_t i = 0; i < na; i++) A[i] = (float)rng_normal(&r);
+                for (size_t i = 0; i < (size_t)n * ldc; i++) C0[i] = beta == 0 ? NAN : (float)rng_normal(&r);
+                memcpy(C, C0, sizeof(float) * (size_t)n * ldc);
+                dm_ssyrk_upper(tr, n, k, alpha, A, lda, beta, C, ldc);
+                for (int i = 0; i < n; i++)
+                    for (int j = i; j < n; j++) {
+                        double acc = 0, sa = 0;
+                        for (int q = 0; q < k; q++) {
+                            double x = tr ? A[(size_t)q * lda + i] : A[(size_t)i * lda + q];
+                            double y = tr ? A[(size_t)q * lda + j] : A[(size_t)j * lda + q];
+                            acc += x * y;
+                            sa += fabs(x * y);
+                        }
+                        double c0 = beta == 0 ? 0 : C0[(size_t)i * ldc + j];
+                        double ref = alpha * acc + beta * c0;
+                        double e = fabs(C[(size_t)i * ldc + j] - ref) / (fabs(alpha) * sa + fabs(beta * c0) + 1e-30);
+                        if (!(e <= worst)) worst = isnan(e) ? INFINITY : e;
+                    }
+                free(A); free(C); free(C0);
+            }
+    print_message("ssyrk upper: worst %.2e\n", worst);
+    assert_true(worst <= 1e-5);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sgemm_edges),
+        cmocka_unit_test(test_sgemm_model_shapes),
+        cmocka_unit_test(test_ssyrk_upper),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
