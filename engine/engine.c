@@ -17,6 +17,8 @@ static double now_ms(void) {
 void engine_init(Engine *e) {
     memset(e, 0, sizeof *e);
     config_defaults(&e->cfg);
+    e->be = backend_cpu();
+    snprintf(e->device, sizeof e->device, "cpu");
 }
 
 static void free_model(Engine *e) {
@@ -37,12 +39,41 @@ int engine_build(Engine *e, uint64_t seed, dm_err *err) {
     if (config_validate(&e->cfg, err)) return 1;
     free_model(e);
     e->cfg.seed = seed;
-    if (model_create(&e->model, &e->cfg, backend_cpu(), seed, err)) return 1;
+    if (!e->be) e->be = backend_cpu();
+    if (e->be->set_precision) e->be->set_precision(e->cfg.precision_fp32);
+    if (model_create(&e->model, &e->cfg, e->be, seed, err)) return 1;
     if (optim_create(&e->opt, &e->model, err)) { model_free(&e->model); return 1; }
     e->live = 1;
     e->step = e->tokens = 0;
     e->nrows = 0;
     e->last_orth_err = model_orth_error(&e->model);
+    return 0;
+}
+
+int engine_set_device(Engine *e, const Backend *be, const char *name, dm_err *err) {
+    if (!e->live) {
+        e->be = be;
+        snprintf(e->device, sizeof e->device, "%s", name);
+        return 0;
+    }
+    // Move: copy the trainable state out, rebuild on the new backend, copy it in. The metric
+    // rows stay in the engine; the activations are rebuilt at the next step.
+    Snapshot s;
+    snapshot_take(&s, e);
+    const Backend *old = e->be;
+    char oldname[16];
+    snprintf(oldname, sizeof oldname, "%s", e->device);
+    e->be = be;
+    if (engine_build(e, e->cfg.seed, err)) {
+        dm_err ignore = {0};
+        e->be = old;  // back where it was: rebuild there and restore
+        if (engine_build(e, e->cfg.seed, &ignore) == 0) snapshot_restore(&s, e);
+        snapshot_free(&s);
+        return dm_fail(err, "moving the model to %s failed (%s); it stays on %s", name, err->msg, oldname);
+    }
+    snapshot_restore(&s, e);
+    snapshot_free(&s);
+    snprintf(e->device, sizeof e->device, "%s", name);
     return 0;
 }
 
@@ -166,6 +197,7 @@ int engine_set(Engine *e, const char *key, const char *value, dm_err *err) {
     if (config_validate(&t, err)) return 1;
     e->cfg = t;
     sync_model_cfg(e);
+    if (e->be && e->be->set_precision) e->be->set_precision(e->cfg.precision_fp32);  // live: next product
     return 0;
 }
 
@@ -350,6 +382,7 @@ int engine_load(Engine *e, const char *path, dm_err *err) {
     Engine fresh;
     engine_init(&fresh);
     fresh.cfg = c;
+    fresh.be = e->be;  // the checkpoint loads onto the current device
     if (engine_build(&fresh, c.seed, err)) goto done;
     size_t P = sizeof(real) * fresh.model.n_params;
     {

@@ -31,6 +31,8 @@ typedef struct {
 
 typedef struct Engine {
     Config cfg;
+    const Backend *be;          // where :init builds the model (backend_cpu() until :device)
+    char device[16];            // "cpu", "cuda:0", ...
     int live;                   // model + optimizer exist
     Model model;
     Optim opt;
@@ -51,6 +53,10 @@ typedef struct Engine {
 void engine_init(Engine *e);
 void engine_free(Engine *e);
 int engine_build(Engine *e, uint64_t seed, dm_err *err);          // :init
+// :device — choose the backend. Without a live model it only records the choice; with one, the
+// trainable state (parameters, optimizer moments, counters, arms) moves to the new backend and
+// training continues from the same step. On failure the model stays where it was.
+int engine_set_device(Engine *e, const Backend *be, const char *name, dm_err *err);
 int engine_open_data(Engine *e, const char *path, const char *eval_path, dm_err *err);
 // One optimizer step; fills the row (also appended to metrics). Returns 1 with err when the
 // NaN firewall stops the run.

@@ -120,6 +120,12 @@ typedef struct Backend {
                      real *scratch, const OptStatus *st);
     size_t (*opt_retract_scratch_size)(int rows, int r);  // reals
     void (*opt_retract)(real *X, int rows, int r, int iters, real *scratch, OptStatus *st);  // when st->retract
+
+    // ---- the device itself (:show device, :bench, the precision key)
+    void (*describe)(char *buf, size_t n);          // name, memory, capability, peak rates measured at start-up
+    void (*mem_stats)(size_t *cur, size_t *peak);   // bytes held through alloc: now and the most ever
+    void (*set_precision)(int fp32);                // matrix products bf16 (0) / fp32 (1); NULL: fixed (CPU)
+    double (*peak_tflops)(void);                    // measured bf16 GEMM peak (the MFU denominator); NULL: CPU
 } Backend;
 
 const Backend *backend_cpu(void);

@@ -101,12 +101,30 @@ int cmd_gen(Shell *sh, Words *w, dm_err *err) {
 int cmd_device(Shell *sh, Words *w, dm_err *err) {
     if (w->argc != 2) return dm_fail(err, "usage: :device cpu|cuda[:N]");
     const char *a = w->argv[1];
-    if (!strcmp(a, "cpu")) { fprintf(sh->out, "device cpu\n"); return 0; }
-    if (!strncmp(a, "cuda", 4)) {
-        int dev = a[4] == ':' ? atoi(a + 5) : 0;
-        char why[300];
-        if (!backend_cuda(dev, why, sizeof why)) return dm_fail(err, "%s", why);
-        return dm_fail(err, "cuda:%d has the CUDA op table (check it with make gpu-check), but the engine cannot train on it yet: some of its element-wise work still runs on host memory (issue 5); use :device cpu", dev);
+    Engine *e = sh->eng;
+    int was_live = e->live;
+    if (!strcmp(a, "cpu")) {
+        if (engine_set_device(e, backend_cpu(), "cpu", err)) return 1;
+        fprintf(sh->out, "device cpu%s\n", was_live ? " (the live model moved here; training continues from its step)" : "");
+        return 0;
+    }
+    if (!strncmp(a, "cuda", 4) && (a[4] == 0 || a[4] == ':')) {
+        int dev = 0;
+        if (a[4] == ':') {
+            char *end;
+            long v = strtol(a + 5, &end, 10);
+            if (end == a + 5 || *end || v < 0 || v > 64) return dm_fail(err, "device '%s': use cuda or cuda:N (N = 0, 1, ...)", a);
+            dev = (int)v;
+        }
+        char why[300], name[16];
+        const Backend *be = backend_cuda(dev, why, sizeof why);
+        if (!be) return dm_fail(err, "%s", why);
+        snprintf(name, sizeof name, "cuda:%d", dev);
+        if (engine_set_device(e, be, name, err)) return 1;
+        char desc[512] = "";
+        if (be->describe) be->describe(desc, sizeof desc);
+        fprintf(sh->out, "device %s%s\n  %s\n", name, was_live ? " (the live model moved here; training continues from its step)" : "", desc);
+        return 0;
     }
     return dm_fail(err, "unknown device '%s' (cpu, cuda, cuda:N)", a);
 }

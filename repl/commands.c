@@ -6,6 +6,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "../engine/engine.h"
+#include "../engine/parity.h"
 #include "../engine/snapshot.h"
 #include "../sessions/session.h"
 #include "panel.h"
@@ -218,7 +219,13 @@ static int cmd_show(Shell *sh, Words *w, dm_err *err) {
         return 0;
     }
     if (!strcmp(what, "device")) {
-        fprintf(OUT, "device: cpu (%s, OpenBLAS)\n", REAL_NAME);
+        char desc[512] = "";
+        const Backend *be = e->live ? e->model.be : e->be;
+        if (be->describe) be->describe(desc, sizeof desc);
+        size_t cur = 0, peak = 0;
+        if (be->mem_stats) be->mem_stats(&cur, &peak);
+        fprintf(OUT, "device %s (%s engine)%s\n  %s\n  backend memory: %.1f MB held, %.1f MB peak\n", e->device, REAL_NAME,
+                e->live ? "" : " — no model yet: :init builds it here", desc, cur / 1e6, peak / 1e6);
         return 0;
     }
     if (!strcmp(what, "metrics")) {
@@ -447,8 +454,39 @@ static int cmd_load(Shell *sh, Words *w, dm_err *err) {
 
 int engine_check_grad(Engine *e, const int *arms_on, FILE *out, int *ok, dm_err *err);
 
+// :check parity — one step from identical weights on the CPU and on CUDA (engine/parity.c):
+// the loss and every parameter's gradient; bar 1e-4 at precision=fp32, 3e-2 at bf16 (SPEC §8).
+static int check_parity(Shell *sh, Words *w, dm_err *err) {
+    Engine *e = E_;
+    int dev = 0;
+    if (!strncmp(e->device, "cuda:", 5)) dev = atoi(e->device + 5);
+    char why[300];
+    const Backend *cu = backend_cuda(dev, why, sizeof why);
+    if (!cu) return dm_fail(err, ":check parity compares the CPU with CUDA: %s", why);
+    long long B = 0, T = 0;
+    if (sh_kv(w, "batch") && parse_int(sh_kv(w, "batch"), 1, 4096, "batch", &B, err)) return 1;
+    if (sh_kv(w, "seq") && parse_int(sh_kv(w, "seq"), 1, 1 << 20, "seq", &T, err)) return 1;
+    int fp32 = e->cfg.precision_fp32;
+    if (sh_kv(w, "precision")) {
+        const char *p = sh_kv(w, "precision");
+        if (strcmp(p, "fp32") && strcmp(p, "bf16")) return dm_fail(err, "precision=%s: fp32 or bf16", p);
+        fp32 = !strcmp(p, "fp32");
+    }
+    if (cu->set_precision) cu->set_precision(fp32);
+    ParityReport rep;
+    int rc = engine_check_parity(e, backend_cpu(), cu, (int)B, (int)T, fp32 ? 1e-4 : 3e-2, &rep, err);
+    if (cu->set_precision) cu->set_precision(e->cfg.precision_fp32);  // the session's setting again
+    if (rc) return 1;
+    fprintf(OUT, "parity cpu vs cuda:%d at %s (bar %.0e): loss %.6f vs %.6f (rel %.1e)\n", dev, fp32 ? "fp32" : "bf16", rep.bar,
+            rep.loss_ref, rep.loss_dev, rep.loss_rel);
+    for (int i = 0; i < rep.nrows; i++)
+        fprintf(OUT, "  %-16s %.2e %s\n", rep.rows[i].name, rep.rows[i].rel, rep.rows[i].rel <= rep.bar ? "ok" : "FAIL");
+    fprintf(OUT, "parity: %s — worst %.2e (%s)\n", rep.ok ? "PASS" : "FAIL", rep.worst, rep.worst_name);
+    return rep.ok ? 0 : dm_fail(err, "parity check failed: %s differs by %.2e (bar %.0e)", rep.worst_name, rep.worst, rep.bar);
+}
+
 static int cmd_check(Shell *sh, Words *w, dm_err *err) {
-    static const char *const keys[] = {"steps", "off", NULL};
+    static const char *const keys[] = {"steps", "off", "batch", "seq", "precision", NULL};
     if (check_keys(w, 1, keys, err)) return 1;
     const char *what = positional(w, 0);
     if (!what) return dm_fail(err, "usage: :check determinism|grad|parity [steps=N] [off=ARM,...]");
@@ -494,8 +532,7 @@ static int cmd_check(Shell *sh, Words *w, dm_err *err) {
         return ok ? 0 : dm_fail(err, "gradient check failed (see the table above)");
 #endif
     }
-    if (!strcmp(what, "parity"))
-        return dm_fail(err, ":check parity needs the CUDA backend, which is not built yet (issue 5)");
+    if (!strcmp(what, "parity")) return check_parity(sh, w, err);
     return dm_fail(err, "unknown check '%s' (determinism, grad, parity)", what);
 }
 
@@ -581,10 +618,16 @@ static int cmd_bench(Shell *sh, Words *w, dm_err *err) {
     for (long long a = 1; a < n; a++) { double v = ms[a]; long long b = a - 1; while (b >= 0 && ms[b] > v) { ms[b + 1] = ms[b]; b--; } ms[b + 1] = v; }
     double med = ms[n / 2];
     double fl = model_flops_per_step(&e->cfg, e->cfg.batch, e->cfg.seq, &e->model.arms);
-    size_t mem = sizeof(real) * (e->model.n_params * 5 + e->model.acts.nbuf);
-    if (!rc)
-        fprintf(OUT, "bench cpu (%s): %.2f ms/step (median of steps %lld..%lld, %d warm), %.0f tok/s, %.2f GFLOP/s model, %.1f MB params+grads+moments+activations\n",
-                REAL_NAME, med, first, first + n - 1, warm, e->cfg.batch * e->cfg.seq / (med / 1e3), fl / (med / 1e3) / 1e9, mem / 1e6);
+    size_t cur = 0, peak = 0;
+    const Backend *be = e->model.be;
+    if (be->mem_stats) be->mem_stats(&cur, &peak);
+    double flops = fl / (med / 1e3);
+    if (!rc) {
+        fprintf(OUT, "bench %s (%s): %.2f ms/step (median of steps %lld..%lld, %d warm), %.0f tok/s, %.2f GFLOP/s model",
+                e->device, REAL_NAME, med, first, first + n - 1, warm, e->cfg.batch * e->cfg.seq / (med / 1e3), flops / 1e9);
+        if (be->peak_tflops) fprintf(OUT, ", MFU %.1f%% of the measured bf16 peak", 100 * flops / (be->peak_tflops() * 1e12));
+        fprintf(OUT, "; backend memory %.1f MB now, %.1f MB peak\n", cur / 1e6, peak / 1e6);
+    }
     free(ms);
     snapshot_restore(&s, e);
     snapshot_free(&s);
@@ -632,13 +675,13 @@ const Command dm_commands[] = {
     {":arm", cmd_arm, NULL, ":arm NAME on|off", "Switch a mechanism live: kda, engram, moe, rezero, retract, aux."},
     {":save", cmd_save, NULL, ":save [PATH]", "Write a checkpoint (atomic: temp file, fsync, rename)."},
     {":load", cmd_load, NULL, ":load PATH", "Load a checkpoint; refuses one whose architecture differs from the live model."},
-    {":check", cmd_check, NULL, ":check determinism|grad|parity [steps=N] [off=ARM,...]", "Built-in verifications: the same steps twice bit for bit; finite-difference gradients of every parameter group on a tiny model in double precision (with the live arms, or off=kda,moe,...); CPU vs CUDA."},
+    {":check", cmd_check, NULL, ":check determinism|grad|parity [steps=N] [off=ARM,...] [batch=N seq=N precision=fp32|bf16]", "Built-in verifications: the same steps twice bit for bit; finite-difference gradients of every parameter group on a tiny model in double precision (with the live arms, or off=kda,moe,...); parity: one step from identical weights on the CPU and CUDA, loss and every gradient (bar 1e-4 fp32, 3e-2 bf16)."},
     {":stress", cmd_stress, NULL, ":stress lr_mult=X steps=N", "Stability protocol: constant LR at X times the base for N steps; counts loss spikes, gnorm p99.9, arm maxima. Trains the live model."},
     {":bench", cmd_bench, NULL, ":bench [steps=N]", "Warm timing of the training step: median ms/step with step indices, tok/s, model GFLOP/s. Restores the state after."},
     {":plot", cmd_plot, complete_plot, ":plot METRIC[,METRIC...] [out=FILE.png] [x=step|tokens|time] [log=on|off] [size=WxH]", "Charts to PNG: bpb, loss, lr, gnorm, tok_s, depths (BPB against depth per eval), experts (load per expert, last forward). Several metrics stack as panels on one shared x axis. Without out= it writes SESSION/plots/METRIC.png (./plots/ without a session) and prints the path."},
     {":probe", cmd_probe, NULL, ":probe [NAME [hist]]", "Statistics of a named activation of the last forward (NAME@i per iteration) or a parameter: shape, mean, std, rms, min, max, absmax, non-finite fraction; hist writes a histogram PNG. Alone: list the names."},
     {":gen", cmd_gen, NULL, ":gen \"prompt\" [n=256 temp=0.8 top_k=0 seed=N]", "Sample bytes with the recurrent form of the model (KDA state carried: O(1) memory per byte)."},
-    {":device", cmd_device, NULL, ":device cpu|cuda[:N]", "Choose the backend. CUDA is not built yet: the command says so instead of falling back."},
+    {":device", cmd_device, NULL, ":device cpu|cuda[:N]", "Choose the backend; a live model moves with its optimizer state and step. Without a usable GPU it says why and nothing changes."},
     {":session", cmd_session, NULL, ":session NAME", "Use runs/NAME as the session directory (metrics.tsv, ckpt/, plots/)."},
     {":sessions", cmd_sessions, NULL, ":sessions", "List the sessions under runs/ with their latest checkpoint."},
     {":run", cmd_run, NULL, ":run FILE.dm", "Run a script."},

@@ -298,6 +298,9 @@ static size_t fw_opt_retract_scratch_size(int rows, int r) {
 static void fw_opt_retract(real *X, int rows, int r, int iters, real *scratch, OptStatus *st) {
     fence_open(); fence_inner->opt_retract(X, rows, r, iters, scratch, st); fence_close();
 }
+// host-only entries (no backend memory behind their pointers): forwarded as they are
+static void fw_describe(char *buf, size_t n) { fence_inner->describe(buf, n); }
+static void fw_mem_stats(size_t *cur, size_t *peak) { fence_inner->mem_stats(cur, peak); }
 #define FENCE_OPS(X) \
     X(matmul_forward) X(matmul_backward) X(gemm) X(rmsnorm_forward) X(rmsnorm_backward) \
     X(l2norm_forward) X(l2norm_backward) X(silu_forward) X(silu_backward) X(sigmoid_forward) \
@@ -310,7 +313,8 @@ static void fw_opt_retract(real *X, int rows, int r, int iters, real *scratch, O
     X(sigmoid_rows_backward) X(silu_rows_backward) X(l2norm_silu_backward) X(mem_gate_backward) X(bias_backward) \
     X(copy_rows) X(add_inplace) X(retract_scratch_size) X(retract) X(orth_error) \
     X(opt_sumsq) X(opt_decide) X(opt_clip) X(opt_adamw) X(opt_adam_rows_ws_size) \
-    X(opt_adam_rows) X(opt_muon_scratch_size) X(opt_muon) X(opt_retract_scratch_size) X(opt_retract)
+    X(opt_adam_rows) X(opt_muon_scratch_size) X(opt_muon) X(opt_retract_scratch_size) X(opt_retract) \
+    X(describe) X(mem_stats)
 
 // The table: the CPU backend's, every entry replaced by its fenced wrapper.
 static const Backend *fenced_backend(void) {

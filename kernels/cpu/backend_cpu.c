@@ -1,6 +1,10 @@
 // backend_cpu.c — the CPU implementation of the backend table (kernels/backend.h).
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include "../backend.h"
 #include "fused.h"
 #include "kda.h"
@@ -10,11 +14,51 @@
 #include "retract.h"
 #include "blas.h"
 
+// Allocations carry their size in a 16-byte header (the block stays 16-byte aligned, as calloc
+// gives) so :bench can report the memory the backend holds, now and at its peak.
+static size_t mem_cur, mem_peak;
 static void *cpu_alloc(size_t bytes) {
-    void *p = calloc(bytes ? bytes : 1, 1);
-    return p;
+    char *p = calloc(bytes + 16, 1);
+    if (!p) return NULL;
+    *(size_t *)p = bytes;
+    mem_cur += bytes;
+    if (mem_cur > mem_peak) mem_peak = mem_cur;
+    return p + 16;
 }
-static void cpu_free(void *p) { free(p); }
+static void cpu_free(void *p) {
+    if (!p) return;
+    char *b = (char *)p - 16;
+    mem_cur -= *(size_t *)b;
+    free(b);
+}
+static void cpu_mem_stats(size_t *cur, size_t *peak) { *cur = mem_cur; *peak = mem_peak; }
+
+// "cpu: MODEL NAME, N cores (OpenMP threads T), float GEMM: ..." from /proc/cpuinfo
+static void cpu_describe(char *buf, size_t n) {
+    char model[128] = "unknown CPU", line[512];
+    int cores = 0;
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    while (f && fgets(line, sizeof line, f)) {
+        if (!strncmp(line, "model name", 10) && strchr(line, ':')) {
+            snprintf(model, sizeof model, "%s", strchr(line, ':') + 2);
+            model[strcspn(model, "\n")] = 0;
+        }
+        if (!strncmp(line, "processor", 9)) cores++;
+    }
+    if (f) fclose(f);
+    int threads = 1;
+#ifdef _OPENMP
+    threads = omp_get_max_threads();
+#endif
+    snprintf(buf, n, "cpu: %s, %d logical cores, OpenMP threads %d; matrix products: %s", model, cores, threads,
+             sizeof(real) == 4 ?
+#if defined(__AVX2__) && defined(__FMA__)
+             "own AVX2/FMA sgemm (kernels/cpu/sgemm.c)"
+#else
+             "OpenBLAS sgemm"
+#endif
+             : "OpenBLAS dgemm (double build)");
+}
 static void cpu_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
 static void cpu_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
 static void cpu_gemm(int tA, int tB, int M, int N, int K, real alpha, const real *A, int lda,
@@ -35,6 +79,7 @@ static const Backend cpu_backend = {
     .engram_rows = engram_rows, .engram_gather = engram_gather, .engram_scatter = engram_scatter,
     .kda_ws_size = kda_chunk_ws_size, .kda_forward = kda_chunk_forward, .kda_backward = kda_chunk_backward,
     .kda_step = kda_step,
+    .describe = cpu_describe, .mem_stats = cpu_mem_stats, .set_precision = NULL,
     .moe_ws_size = moe_ws_size, .moe_forward = moe_forward, .moe_backward = moe_backward,
     // fused element-wise ops of the looped block (fused.c)
     .add_row_forward = add_row_forward, .silu_rows_forward = silu_rows_forward,

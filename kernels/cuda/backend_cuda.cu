@@ -68,6 +68,23 @@ void *dm_scratch(int slot, size_t bytes) {
     return scr_ptr[slot];
 }
 
+// Memory accounting for :bench: every live allocation's size, keyed by pointer (a few hundred
+// at most: parameters, moments, the activation arena, workspaces), and the running peak.
+enum { MEM_SLOTS = 4096 };
+static void *mem_ptr[MEM_SLOTS];
+static size_t mem_size[MEM_SLOTS], mem_cur, mem_peak;
+static void mem_note(void *p, size_t bytes) {
+    for (int i = 0; i < MEM_SLOTS; i++)
+        if (!mem_ptr[i]) { mem_ptr[i] = p; mem_size[i] = bytes; break; }
+    mem_cur += bytes;
+    if (mem_cur > mem_peak) mem_peak = mem_cur;
+}
+static void mem_forget(void *p) {
+    for (int i = 0; i < MEM_SLOTS; i++)
+        if (mem_ptr[i] == p) { mem_cur -= mem_size[i]; mem_ptr[i] = NULL; return; }
+}
+static void cu_mem_stats(size_t *cur, size_t *peak) { *cur = mem_cur; *peak = mem_peak; }
+
 static void *cu_alloc(size_t bytes) {
     void *p = NULL;
     cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
@@ -76,9 +93,14 @@ static void *cu_alloc(size_t bytes) {
         return NULL;
     }
     cudaCheck(cudaMemsetAsync(p, 0, bytes ? bytes : 1, dm_stream));  // zero-filled, as calloc
+    mem_note(p, bytes);
     return p;
 }
-static void cu_free(void *p) { if (p) cudaCheck(cudaFree(p)); }
+static void cu_free(void *p) {
+    if (!p) return;
+    mem_forget(p);
+    cudaCheck(cudaFree(p));
+}
 static void cu_zero(void *p, size_t bytes) { if (bytes) cudaCheck(cudaMemsetAsync(p, 0, bytes, dm_stream)); }
 static void cu_upload(void *dst, const void *src, size_t bytes) {
     if (!bytes) return;
@@ -561,6 +583,8 @@ static double cu_orth_error(const real *X, int rows, int r) {
 // ================================================================================================
 static Backend cuda_backend;
 void cuda_fused_fill(Backend *b);  // fused_cuda.cu: the fused element-wise ops of the looped block
+void cuda_describe(char *buf, size_t n);  // device_cuda.cu
+extern "C" double cuda_peak_bf16_tflops(void);
 
 extern "C" void cuda_set_precision(int fp32) {
     dm_fp32 = fp32 ? 1 : 0;
@@ -620,6 +644,8 @@ extern "C" const Backend *backend_cuda(int device, char *why, size_t n) {
     b->opt_muon = cuda_opt_muon; b->opt_retract_scratch_size = cuda_opt_retract_scratch_size;
     b->opt_retract = cuda_opt_retract;
     cuda_fused_fill(b);
+    b->describe = cuda_describe; b->mem_stats = cu_mem_stats; b->set_precision = cuda_set_precision;
+    b->peak_tflops = cuda_peak_bf16_tflops;
     return b;
 }
 #endif  // DM_DOUBLE

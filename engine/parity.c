@@ -1,0 +1,79 @@
+// parity.c — `:check parity`: the same step on two backends, compared tensor by tensor.
+// Why a separate model per backend (and not the live one): the check must not move the live
+// model or its optimizer, and the reference backend (the CPU) is the arbiter of what is right.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "parity.h"
+#include "rng.h"
+
+static double rel_err(const real *a, const real *b, size_t n) {
+    double mx = 0, diff = 0;
+    for (size_t i = 0; i < n; i++) {
+        mx = fmax(mx, fabs((double)b[i]));
+        diff = fmax(diff, fabs((double)a[i] - (double)b[i]));
+    }
+    if (mx == 0) return diff == 0 ? 0 : INFINITY;
+    return isnan(diff) ? INFINITY : diff / mx;
+}
+
+int engine_check_parity(Engine *e, const Backend *ref, const Backend *dev, int B, int T, double bar,
+                        ParityReport *rep, dm_err *err) {
+    memset(rep, 0, sizeof *rep);
+    rep->bar = bar;
+    Config c = e->live ? e->model.cfg : e->cfg;
+    if (config_validate(&c, err)) return 1;
+    if (B <= 0) B = c.batch;
+    if (T <= 0) T = c.seq;
+    Model mr, md;
+    if (model_create(&mr, &c, ref, c.seed, err)) return 1;
+    if (model_create(&md, &c, dev, c.seed, err)) { model_free(&mr); return 1; }
+    size_t P = mr.n_params;
+    real *w = malloc(sizeof(real) * P), *gr = malloc(sizeof(real) * P), *gd = malloc(sizeof(real) * P);
+    int *x = malloc(sizeof(int) * (size_t)B * T), *y = malloc(sizeof(int) * (size_t)B * T);
+    if (!w || !gr || !gd || !x || !y) {
+        free(w); free(gr); free(gd); free(x); free(y);
+        model_free(&mr); model_free(&md);
+        return dm_fail(err, "check parity: out of host memory for %zu parameters", P);
+    }
+    // identical weights: the live model's, else the reference model's initialisation
+    if (e->live) e->model.be->download(w, e->model.params, sizeof(real) * P);
+    else ref->download(w, mr.params, sizeof(real) * P);
+    ref->upload(mr.params, w, sizeof(real) * P);
+    dev->upload(md.params, w, sizeof(real) * P);
+    if (e->live) { mr.arms = e->model.arms; md.arms = e->model.arms; }
+    if (e->has_data) {
+        data_batch(&e->data, c.seed, e->step, B, T, x, y);
+    } else {
+        Rng r = {c.seed ^ 0x9a17ull};
+        for (int i = 0; i < B * T; i++) { x[i] = (int)(rng_next(&r) & 255); y[i] = (int)(rng_next(&r) & 255); }
+    }
+    model_forward(&mr, x, y, B, T, c.L, FWD_TRAIN);
+    model_backward(&mr);
+    model_forward(&md, x, y, B, T, c.L, FWD_TRAIN);
+    model_backward(&md);
+    ref->download(gr, mr.grads, sizeof(real) * P);
+    dev->download(gd, md.grads, sizeof(real) * P);
+    rep->loss_ref = model_objective(&mr);
+    rep->loss_dev = model_objective(&md);
+    rep->loss_rel = fabs(rep->loss_dev - rep->loss_ref) / fmax(fabs(rep->loss_ref), 1e-30);
+    if (isnan(rep->loss_rel)) rep->loss_rel = INFINITY;
+    rep->worst = rep->loss_rel;
+    snprintf(rep->worst_name, sizeof rep->worst_name, "loss");
+    for (int i = 0; i < P_COUNT; i++) {
+        const ParamTensor *t = &mr.t[i];
+        if (t->numel == 0) continue;
+        ParityRow *row = &rep->rows[rep->nrows++];
+        snprintf(row->name, sizeof row->name, "%s", t->name);
+        row->rel = rel_err(gd + t->offset, gr + t->offset, t->numel);
+        if (row->rel > rep->worst) {
+            rep->worst = row->rel;
+            snprintf(rep->worst_name, sizeof rep->worst_name, "%s", t->name);
+        }
+    }
+    rep->ok = rep->worst <= bar;
+    free(w); free(gr); free(gd); free(x); free(y);
+    model_free(&mr);
+    model_free(&md);
+    return 0;
+}

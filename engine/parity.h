@@ -1,0 +1,27 @@
+// parity.h — `:check parity` (SPEC §8, issue 5): one training step (forward + backward) from
+// identical weights on two backends, the loss and every parameter's gradient compared.
+#pragma once
+#include "engine.h"
+
+typedef struct {
+    char name[32];       // tensor name (model.h table)
+    double rel;          // max |a - b| / max |b| over the tensor (b: the reference backend)
+} ParityRow;
+
+typedef struct {
+    double loss_ref, loss_dev, loss_rel;
+    ParityRow rows[P_COUNT];
+    int nrows;
+    double worst;        // max over the loss and every tensor
+    char worst_name[32];
+    double bar;          // the tolerance the caller passed
+    int ok;              // worst <= bar
+} ParityReport;
+
+// Builds two models of e->cfg (batch B, sequence T: 0 = the config's) on `ref` and `dev`,
+// gives both the live model's weights (or, without a live model, the seed's initialisation),
+// runs one forward + backward on the same batch (the training batch of step e->step when data
+// is open, else seeded random bytes) with the live arm switches, and compares. The live model
+// is not touched.
+int engine_check_parity(Engine *e, const Backend *ref, const Backend *dev, int B, int T, double bar,
+                        ParityReport *rep, dm_err *err);

@@ -1,0 +1,130 @@
+// test_device_move.c — `:device` and `:check parity` through the engine, on the CPU: the fenced
+// CPU backend (tests/fenced_backend.h) stands in for a second device. A live model moved between
+// backends mid-run must train on exactly as if it had stayed (bit for bit), and the parity check
+// must report 0 between two exact backends and catch a backend with one wrong op.
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "testutil.h"
+#include "fenced_backend.h"
+#include "../engine/engine.h"
+#include "../engine/parity.h"
+
+// A small structured corpus in a temp file (tests must not need ../shared)
+static void make_corpus(char *path, size_t n) {
+    snprintf(path, n, "/tmp/dmsh_move_%d.txt", (int)getpid());
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    for (int i = 0; i < 3000; i++) fprintf(f, "the %d-th line says %s.\n", i, i % 3 ? "hello" : "goodbye");
+    fclose(f);
+}
+
+static void small_engine(Engine *e, const char *corpus) {
+    dm_err err = {0};
+    engine_init(e);
+    assert_int_equal(config_preset(&e->cfg, "nano", &err), 0);
+    e->cfg.d = 32; e->cfg.H = 2; e->cfg.f = 64; e->cfg.r = 8; e->cfg.seq = 24; e->cfg.batch = 3;
+    e->cfg.kda_chunk = 8; e->cfg.engram_rows = 97; e->cfg.warmup = 2;
+    assert_int_equal(engine_open_data(e, corpus, NULL, &err), 0);
+}
+
+static real *params_of(Engine *e) {
+    real *h = malloc(sizeof(real) * e->model.n_params);
+    e->model.be->download(h, e->model.params, sizeof(real) * e->model.n_params);
+    return h;
+}
+
+// 2 steps on the CPU, move to the fenced backend, 3 steps, back to the CPU, 1 step == 6 steps
+// on the CPU: losses and every parameter bit for bit; the step counter and rows carry over.
+static void test_move_live_model(void **s) {
+    (void)s;
+    char corpus[128];
+    make_corpus(corpus, sizeof corpus);
+    dm_err err = {0};
+    Engine a, b;
+    small_engine(&a, corpus);
+    small_engine(&b, corpus);
+    assert_int_equal(engine_build(&a, 11, &err), 0);
+    assert_int_equal(engine_build(&b, 11, &err), 0);
+    MetricRow ra, rb;
+    double la[6], lb[6];
+    for (int i = 0; i < 6; i++) { assert_int_equal(engine_step(&a, &ra, &err), 0); la[i] = ra.loss; }
+    for (int i = 0; i < 6; i++) {
+        if (i == 2) assert_int_equal(engine_set_device(&b, fenced_backend(), "fenced", &err), 0);
+        if (i == 5) assert_int_equal(engine_set_device(&b, backend_cpu(), "cpu", &err), 0);
+        assert_int_equal(engine_step(&b, &rb, &err), 0);
+        lb[i] = rb.loss;
+        if (i == 2) assert_string_equal(b.model.be->name, "cpu-fenced");
+    }
+    assert_memory_equal(la, lb, sizeof la);
+    assert_int_equal(a.step, b.step);
+    assert_int_equal(a.nrows, b.nrows);
+    real *pa = params_of(&a), *pb = params_of(&b);
+    assert_memory_equal(pa, pb, sizeof(real) * a.model.n_params);
+    free(pa); free(pb);
+    engine_free(&a);
+    engine_free(&b);
+    unlink(corpus);
+}
+
+// Before :init the choice is only recorded: :init builds there.
+static void test_device_before_init(void **s) {
+    (void)s;
+    char corpus[128];
+    make_corpus(corpus, sizeof corpus);
+    dm_err err = {0};
+    Engine e;
+    small_engine(&e, corpus);
+    char why[200];
+    assert_true(fenced_backend_complete(fenced_backend(), why, sizeof why));  // every entry is wrapped
+    assert_int_equal(engine_set_device(&e, fenced_backend(), "fenced", &err), 0);
+    assert_int_equal(e.live, 0);
+    assert_int_equal(engine_build(&e, 3, &err), 0);
+    assert_string_equal(e.model.be->name, "cpu-fenced");
+    MetricRow r;
+    assert_int_equal(engine_step(&e, &r, &err), 0);
+    engine_free(&e);
+    unlink(corpus);
+}
+
+// A backend whose silu is slightly wrong: parity must fail and name a tensor.
+static Backend broken;
+static void bad_silu_rows(real *out, real *sg, const real *in, int ldx, int N, int C) {
+    backend_cpu()->silu_rows_forward(out, sg, in, ldx, N, C);
+    out[0] *= (real)1.01;
+}
+
+static void test_parity(void **s) {
+    (void)s;
+    char corpus[128];
+    make_corpus(corpus, sizeof corpus);
+    dm_err err = {0};
+    Engine e;
+    small_engine(&e, corpus);
+    assert_int_equal(engine_build(&e, 5, &err), 0);
+    MetricRow r;
+    for (int i = 0; i < 3; i++) assert_int_equal(engine_step(&e, &r, &err), 0);  // trained weights
+    ParityReport rep;
+    assert_int_equal(engine_check_parity(&e, backend_cpu(), fenced_backend(), 0, 0, 1e-4, &rep, &err), 0);
+    print_message("parity cpu vs fenced: worst %.2e (%s), %d tensors\n", rep.worst, rep.worst_name, rep.nrows);
+    assert_true(rep.ok);
+    assert_true(rep.worst == 0);  // two exact backends: identical
+    assert_true(rep.nrows > 20);
+    broken = *backend_cpu();
+    broken.silu_rows_forward = bad_silu_rows;
+    assert_int_equal(engine_check_parity(&e, backend_cpu(), &broken, 2, 16, 1e-4, &rep, &err), 0);
+    print_message("parity cpu vs broken silu: worst %.2e (%s)\n", rep.worst, rep.worst_name);
+    assert_false(rep.ok);
+    assert_true(rep.worst > 1e-4);
+    engine_free(&e);
+    unlink(corpus);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_move_live_model),
+        cmocka_unit_test(test_device_before_init),
+        cmocka_unit_test(test_parity),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
