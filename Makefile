@@ -74,7 +74,7 @@ else
   CUDALIBS :=
 endif
 
-$(B)/cuda/%.o: kernels/cuda/%.cu kernels/backend.h $(wildcard kernels/cuda/*.cuh) kernels/cpu/moe.h
+$(B)/cuda/%.o: kernels/cuda/%.cu kernels/backend.h $(wildcard kernels/cuda/*.cuh) $(wildcard kernels/cuda/*.h) kernels/cpu/moe.h
 	@mkdir -p $(dir $@)
 	$(NVCC) -arch=$(CUDA_ARCH) -O2 $(if $(filter double,$(DM_REAL)),-DDM_DOUBLE) -c $< -o $@
 
@@ -97,7 +97,7 @@ $(B)/presets_gen.o: $(B)/presets_gen.c
 $(B)/libdm.a: $(LIBOBJ)
 	ar rcs $@ $^
 
-$(B)/tests/%: tests/%.c $(wildcard tests/*.h) $(B)/libdm.a
+$(B)/tests/%: tests/%.c $(wildcard tests/*.h) $(wildcard kernels/cuda/*.h) $(B)/libdm.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< -o $@ $(B)/libdm.a -lcmocka $(LDLIBS)
 
@@ -137,9 +137,11 @@ else
 endif
 
 # The CUDA checks on a machine with a GPU (prints a pass/fail table; see tests/gpu/run.sh)
-.PHONY: gpu-check
+.PHONY: gpu-check gpu-bench
 gpu-check:
-	tests/gpu/run.sh
+	tests/gpu/run.sh check
+gpu-bench:
+	tests/gpu/run.sh bench
 
 # --- packages ----------------------------------------------------------------------------
 PKGS := libcmocka-dev libopenblas-dev libreadline-dev libncurses-dev libstb-dev

@@ -20,6 +20,10 @@
 #include <unistd.h>
 #include "../kernels/backend.h"
 
+// FENCE_HOOKS: a file that defines it before including this one supplies fence_inner,
+// fence_open() and fence_close() itself and gets only the wrappers (fw_*) and FENCE_OPS — e.g.
+// tests/gpu/bench_gpu.c times every op on the device through them.
+#ifndef FENCE_HOOKS
 typedef struct { void *base; size_t len; } FenceRegion;
 static FenceRegion fence_regs[1024];
 static int fence_nregs, fence_depth;
@@ -73,6 +77,8 @@ static void fb_upload(void *dst, const void *src, size_t bytes) {
 static void fb_download(void *dst, const void *src, size_t bytes) {
     fence_open(); fence_inner->download(dst, src, bytes); fence_close();
 }
+
+#endif  // FENCE_HOOKS
 
 // ---- one wrapper per op (generated from kernels/backend.h) ----
 static void fw_matmul_forward(real *out, const real *inp, const real *W, const real *bias, int N, int C,
@@ -316,6 +322,7 @@ static void fw_mem_stats(size_t *cur, size_t *peak) { fence_inner->mem_stats(cur
     X(opt_adam_rows) X(opt_muon_scratch_size) X(opt_muon) X(opt_retract_scratch_size) X(opt_retract) \
     X(describe) X(mem_stats)
 
+#ifndef FENCE_HOOKS
 // The table: the CPU backend's, every entry replaced by its fenced wrapper.
 static const Backend *fenced_backend(void) {
     static Backend b;
@@ -346,3 +353,4 @@ static int fenced_backend_complete(const Backend *fb, char *why, size_t n) {
     }
     return 1;
 }
+#endif  // FENCE_HOOKS

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# tests/gpu/run.sh — on a machine with an NVIDIA GPU: build the float engine library and dmsh
-# (headless) with the CUDA backend, build tests/gpu/parity.cu against build/float/libdm.a, run
-# it, print its pass/fail table. Exits non-zero on any build error or failed row. < 5 minutes
-# (the build dominates; the parity run itself is a few seconds).
+# tests/gpu/run.sh [all|check|bench] — on a machine with an NVIDIA GPU: build the float engine
+# library and dmsh (headless) with the CUDA backend, then
+#   check: tests/gpu/parity.cu (every op CPU vs CUDA, pass/fail table) and
+#          tests/gpu/parity_model.c (:check parity per preset x arms x precision)
+#   bench: tests/gpu/bench_gpu.c (the issue-5 benchmark table)
+# Exits non-zero on any build error or failed row. Put the corpus in shared-data/ (ignored by
+# git) to bench on real text. Aimed at < 5 minutes on an H200 (the build dominates).
 # Env: CUDA_HOME (default /usr/local/cuda), CUDA_ARCH (default sm_90), JOBS (default nproc).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -34,5 +37,22 @@ done
 "$NVCC" -arch="$ARCH" -o "$OUT/parity" "$OUT/parity.o" "${objs[@]}" build/float/libdm.a \
     -lcublas -lopenblas -lgomp -lm -Xlinker -rpath -Xlinker "$CUDA_HOME/lib64"
 
-echo "== parity"
-OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 timeout 240 "./$OUT/parity"
+# the engine-level programs: plain C against libdm.a and the CUDA objects
+HOSTLIBS="build/float/libdm.a -lopenblas -lm -fopenmp -L$CUDA_HOME/lib64 -lcublas -lcudart_static -ldl -lrt -lpthread -lstdc++ -Wl,-rpath,$CUDA_HOME/lib64"
+for prog in parity_model bench_gpu; do
+    gcc -std=c11 -D_GNU_SOURCE -O2 -I"$CUDA_HOME/include" "tests/gpu/$prog.c" "${objs[@]}" $HOSTLIBS -o "$OUT/$prog"
+done
+
+MODE=${1:-all}
+status=0
+if [ "$MODE" = all ] || [ "$MODE" = check ]; then
+    echo "== parity: every op, CPU vs CUDA (tests/gpu/parity.cu)"
+    OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 timeout 240 "./$OUT/parity" || status=1
+    echo "== parity: one training step per preset x arms x precision (:check parity, tests/gpu/parity_model.c)"
+    timeout 240 "./$OUT/parity_model" || status=1
+fi
+if [ "$MODE" = all ] || [ "$MODE" = bench ]; then
+    echo "== bench (tests/gpu/bench_gpu.c)"
+    timeout 300 "./$OUT/bench_gpu" 20 || status=1
+fi
+exit $status
