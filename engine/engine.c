@@ -37,9 +37,13 @@ void engine_free(Engine *e) {
 
 int engine_build(Engine *e, uint64_t seed, dm_err *err) {
     if (config_validate(&e->cfg, err)) return 1;
+    if (!e->be) e->be = backend_cpu();
+    // On the CPU the tables are in host RAM anyway. On a GPU, host-RAM tables (gathered into a
+    // pinned buffer per step) are not built yet: refuse rather than silently put them on the device.
+    if (e->cfg.engram_ram && strcmp(e->be->name, "cpu") != 0 && strcmp(e->be->name, "cpu-fenced") != 0)
+        return dm_fail(err, "engram_ram=on is not implemented for the %s backend yet (the tables would be device memory): :set engram_ram=off, or train on :device cpu", e->be->name);
     free_model(e);
     e->cfg.seed = seed;
-    if (!e->be) e->be = backend_cpu();
     if (e->be->set_precision) e->be->set_precision(e->cfg.precision_fp32);
     if (model_create(&e->model, &e->cfg, e->be, seed, err)) return 1;
     if (optim_create(&e->opt, &e->model, err)) { model_free(&e->model); return 1; }
