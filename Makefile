@@ -110,8 +110,10 @@ $(B)/bench_cpu: tests/bench_cpu.c $(B)/libdm.a
 	$(CC) $(CFLAGS) $< -o $@ $(B)/libdm.a $(LDLIBS)
 
 # --- tests -------------------------------------------------------------------------------
-# Tests run with one BLAS thread so results and timings do not depend on the machine's cores.
-TESTENV := OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=2
+# Tests run with one BLAS thread so results and timings do not depend on the machine's cores,
+# and passive OpenMP waits: with actively spinning waits, two test runs sharing a small machine
+# each stall at every barrier on a descheduled thread (seen here: a 1-minute test took 26).
+TESTENV := OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive
 test: deps
 	$(MAKE) --no-print-directory test-float DM_REAL=float
 	$(MAKE) --no-print-directory test-double DM_REAL=double
@@ -132,6 +134,8 @@ cuda-check:
 ifneq ($(NVCC),)
 	@mkdir -p build/cuda
 	@set -e; for f in $(CUDA_SRC); do echo "nvcc $$f"; $(NVCC) -arch=$(CUDA_ARCH) -O2 -c $$f -o build/cuda/$$(basename $$f .cu).o; done
+	@# the engine-level GPU programs (plain C, linked by tests/gpu/run.sh on a GPU machine)
+	@set -e; for f in $(wildcard tests/gpu/*.c); do echo "cc $$f"; $(CC) -std=c11 -D_GNU_SOURCE -Wall -I$(CUDA_HOME)/include -fsyntax-only $$f; done
 else
 	@echo "cuda-check: nvcc not found; CUDA sources not compiled"
 endif

@@ -54,6 +54,7 @@ const ConfigKey dm_config_keys[] = {
     {"ckpt_every", KEY_INT, OFF(ckpt_every), 0, 1 << 30, NULL, 0, "checkpoint period of :train (0 = off)"},
     {"log_every", KEY_INT, OFF(log_every), 1, 1 << 30, NULL, 0, "log period of :train"},
     {"precision", KEY_ENUM, OFF(precision_fp32), 0, 1, "bf16|fp32", 0, "CUDA matrix-product precision"},
+    {"cuda_graph", KEY_BOOL, OFF(cuda_graph), 0, 1, "off|on", 0, "replay the training step as one CUDA graph after warm-up (off: launch every op, for debugging)"},
 };
 const int dm_n_config_keys = sizeof(dm_config_keys) / sizeof(dm_config_keys[0]);
 
@@ -68,6 +69,7 @@ void config_defaults(Config *c) {
     c->muon_momentum = 0.95; c->warmup = 100; c->lr_cosine = 1; c->lr_min_frac = 0.1; c->steps = 0;
     c->clip = 1.0; c->nan_limit = 20; c->seed = 1337; c->eval_frac = 0.1; c->eval_bytes = 262144;
     c->anchor_fit_bytes = 8 << 20; c->eval_every = 500; c->ckpt_every = 0; c->log_every = 1;
+    c->cuda_graph = 1;
 }
 
 const ConfigKey *config_find_key(const char *name) {

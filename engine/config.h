@@ -38,6 +38,7 @@ typedef struct {
     int64_t eval_bytes, anchor_fit_bytes;
     int eval_every, ckpt_every, log_every;
     int precision_fp32;          // CUDA: precision = bf16 (0) | fp32 (1)
+    int cuda_graph;              // replay the training step as one captured graph (where the backend has graphs)
 } Config;
 
 typedef enum { KEY_INT, KEY_I64, KEY_U64, KEY_REAL, KEY_BOOL, KEY_ENUM, KEY_ORDERS } KeyType;

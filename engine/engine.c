@@ -8,12 +8,6 @@
 #include "ckpt.h"
 #include "snapshot.h"
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 void engine_init(Engine *e) {
     memset(e, 0, sizeof *e);
     config_defaults(&e->cfg);
@@ -23,6 +17,9 @@ void engine_init(Engine *e) {
 
 static void free_model(Engine *e) {
     if (!e->live) return;
+    dm_err ignore = {0};
+    engine_report(e, NULL, &ignore);  // steps still pending become rows before the model goes
+    step_free(&e->run);
     optim_free(&e->opt);
     model_free(&e->model);
     e->live = 0;
@@ -128,46 +125,8 @@ void engine_add_row(Engine *e, const MetricRow *r) {
 }
 
 int engine_step(Engine *e, MetricRow *row, dm_err *err) {
-    if (need(e, 1, err)) return 1;
-    const Config *c = &e->cfg;
-    int B = c->batch, T = c->seq;
-    int *x = mallocCheck(sizeof(int) * B * T), *y = mallocCheck(sizeof(int) * B * T);
-    data_batch(&e->data, c->seed, e->step, B, T, x, y);
-    double t0 = now_ms();
-    e->model.cfg.batch = B;
-    model_forward(&e->model, x, y, B, T, c->L, FWD_TRAIN);
-    double obj = model_objective(&e->model);
-    model_backward(&e->model);
-    StepInfo info;
-    int stop = optim_step(&e->opt, &e->model, e->step, obj, &info, err);
-    double ms = now_ms() - t0;
-    free(x); free(y);
-    if (info.retracted) { e->last_orth_err = info.orth_err; e->model.arms.fwd[ARM_RETRACT]++; }
-    if (e->model.arms.on[ARM_AUX] && e->model.arms.on[ARM_MOE]) { e->model.arms.fwd[ARM_AUX]++; e->model.arms.bwd[ARM_AUX]++; }
-    memset(row, 0, sizeof *row);
-    row->step = e->step;
-    e->step++;
-    e->tokens += (int64_t)B * T;
-    row->tokens = e->tokens;
-    row->loss = e->model.last_loss;
-    row->lr = info.lr;
-    row->gnorm = info.gnorm;
-    row->ms = ms;
-    row->tok_s = B * T / (ms / 1e3);
-    row->skipped = info.skipped;
-    // the routing history behind `:plot experts`: share of this step's assignments per expert
-    const Model *m = &e->model;
-    if (m->arms.on[ARM_MOE] && c->E <= 16) {
-        double tot = 0;
-        for (int i = 0; i < m->last_depth * c->E; i++) tot += m->expert_load[i];
-        for (int x = 0; x < c->E && tot > 0; x++) {
-            double s = 0;
-            for (int i = 0; i < m->last_depth; i++) s += m->expert_load[i * c->E + x];
-            row->expert_frac[x] = (float)(s / tot);
-        }
-    }
-    engine_add_row(e, row);
-    return stop;
+    if (engine_step_enqueue(e, err)) return 1;
+    return engine_report(e, row, err);  // step.c: the split, the record ring and the step graph
 }
 
 // Live keys the model copy must follow (the model reads its own cfg for loss, lam_max, ...).
@@ -184,6 +143,7 @@ static void sync_model_cfg(Engine *e) {
 }
 
 int engine_set(Engine *e, const char *key, const char *value, dm_err *err) {
+    if (engine_report(e, NULL, err)) return 1;  // pending steps ran with the old values: report them first
     const ConfigKey *k = config_find_key(key);
     if (k && k->arch && e->live) {
         char cur[128];
@@ -207,6 +167,7 @@ int engine_set(Engine *e, const char *key, const char *value, dm_err *err) {
 
 int engine_eval(Engine *e, int depth, EvalResult *r, dm_err *err) {
     if (need(e, 1, err)) return 1;
+    if (engine_report(e, NULL, err)) return 1;  // the train rows before the eval rows
     const Config *c = &e->cfg;
     if (depth < 0 || depth > c->L) return dm_fail(err, "depth=%d out of range: 1..%d (L), or :eval-depths for all", depth, c->L);
     int T = c->seq, B = c->batch;
@@ -295,6 +256,7 @@ typedef struct {
 
 int engine_save(Engine *e, const char *path, dm_err *err) {
     if (need(e, 0, err)) return 1;
+    if (engine_report(e, NULL, err)) return 1;  // counters and rows of every step taken
     char *cfgtext = mallocCheck(16384);
     engine_config_text(&e->cfg, cfgtext, 16384);
     CkptState st = {0};
@@ -463,6 +425,7 @@ done:
 
 int engine_check_determinism(Engine *e, int n, int *ok, char *msg, size_t nmsg, dm_err *err) {
     if (need(e, 1, err)) return 1;
+    if (engine_report(e, NULL, err)) return 1;
     if (n < 1) return dm_fail(err, "steps must be >= 1");
     size_t P = e->model.n_params;
     Snapshot s0;

@@ -9,6 +9,7 @@
 #include "model.h"
 #include "ngram.h"
 #include "optim.h"
+#include "step.h"
 
 typedef struct {
     int64_t step, tokens;       // step index (0-based) of the row, tokens seen after it
@@ -48,6 +49,7 @@ typedef struct Engine {
     // session (runs/NAME); empty: none
     char session_dir[1024];
     volatile sig_atomic_t *interrupt;   // set by Ctrl-C; checked at step boundaries
+    StepRunner run;             // the training step's staging, record ring and graph (step.c)
 } Engine;
 
 void engine_init(Engine *e);
@@ -59,8 +61,21 @@ int engine_build(Engine *e, uint64_t seed, dm_err *err);          // :init
 int engine_set_device(Engine *e, const Backend *be, const char *name, dm_err *err);
 int engine_open_data(Engine *e, const char *path, const char *eval_path, dm_err *err);
 // One optimizer step; fills the row (also appended to metrics). Returns 1 with err when the
-// NaN firewall stops the run.
+// NaN firewall stops the run. = engine_step_enqueue + engine_report.
 int engine_step(Engine *e, MetricRow *row, dm_err *err);
+// The step in two halves (step.h). Enqueue: the whole step, no host wait on a device (after
+// warm-up one graph replay); it reports by itself first when STEP_RING steps are pending.
+// Report: one download of the records of every pending step -> metric rows (appended, *last =
+// the newest; last may be NULL), optimizer counters, and 1 with err when a step hit nan_limit:
+// the steps enqueued after that one did nothing and are dropped (e->step is the one after it).
+// Every engine function that reads the training state (eval, save, set, determinism, ...)
+// reports first; a caller that enqueues reports before reading e->opt / e->rows itself.
+int engine_step_enqueue(Engine *e, dm_err *err);
+int engine_report(Engine *e, MetricRow *last, dm_err *err);
+int engine_pending(const Engine *e);
+// A one-line message about how steps run (e.g. "the step graph could not be captured: WHY;
+// running eagerly"), once: NULL when there is nothing new to say.
+const char *engine_notice(Engine *e);
 // Eval on the fixed window: depth k (1..L) or all depths (depth = 0).
 int engine_eval(Engine *e, int depth, EvalResult *r, dm_err *err);
 int engine_anchors(Engine *e, dm_err *err);

@@ -71,24 +71,21 @@ static int scored(const Model *m, FwdMode mode, int i, int depth) {
     return m->cfg.loss_final ? i == depth - 1 : 1;
 }
 
-double model_forward(Model *m, const int *x, const int *tgt, int B, int T, int depth, FwdMode mode) {
+// The forward over the token ids already in a->x (and targets in a->tgt when has_tgt), every op
+// enqueued, nothing read back: the per-depth CE sums stay in a->loss_sum, m->depth_loss[i] is 0
+// where depth i is scored and NAN where not. Returns the depth run.
+static int forward_body(Model *m, int has_tgt, int B, int T, int depth, FwdMode mode) {
     const Backend *be = m->be;
     const Config *c = &m->cfg;
     Arms *arms = &m->arms;
-    model_reserve(m, B, T);
     Acts *a = &m->acts;
     int N = B * T, d = c->d, E = c->E;
     if (depth < 1 || depth > c->L) depth = c->L;
-    // token ids live on the backend (the ops index with them there)
-    be->upload(a->x, x, sizeof(int) * N);
-    if (tgt) be->upload(a->tgt, tgt, sizeof(int) * N);
     be->embedding_forward(a->h0, a->x, PT(m, P_EMB), N, d);
     if (arms->on[ARM_ENGRAM]) engram_forward(m, B, T);
     // alpha stays where it lives (a backend scalar); NULL: the rezero arm is off, alpha = 1
     const real *alpha = arms->on[ARM_REZERO] ? PT(m, P_ALPHA) : NULL;
     real lam = (real)c->lam_max;
-    double aux_sum = 0;
-    memset(m->expert_load, 0, sizeof(int) * c->L * E);
     for (int i = 0; i < depth; i++) {
         IterActs *t = &a->it[i];
         const real *hprev = i ? a->it[i - 1].h : a->h0;
@@ -103,13 +100,12 @@ double model_forward(Model *m, const int *x, const int *tgt, int B, int T, int d
             mem_arm_forward(m, t, N);
             arms->fwd[ARM_ENGRAM]++;
         }
-        t->aux = 0;
         if (arms->on[ARM_MOE]) {
             MoEShape ms = {N, d, E, c->k, c->r, c->f};
             MoEParams mp = {PT(m, P_U1), PT(m, P_S1), PT(m, P_V1), PT(m, P_U2), PT(m, P_S2), PT(m, P_V2)};
-            // aux and the load counters are host memory (the step logs them)
-            be->moe_forward(t->gout, &t->aux, m->expert_load + i * E, t->moe_ws, t->n, t->z, mp, ms);
-            aux_sum += t->aux;
+            // aux and the routed counts stay on the backend (no host round trip inside the
+            // forward); model_read_moe brings them to the host when they are reported
+            be->moe_forward(t->gout, m->moe_aux + i, m->moe_load + (size_t)i * E, t->moe_ws, t->n, t->z, mp, ms);
             arms->fwd[ARM_MOE]++;
         }
         // body = w_attn a + min(w_mem, lam) e + w_ffn gout (in that order); h = h_{i-1} + alpha body
@@ -120,7 +116,7 @@ double model_forward(Model *m, const int *x, const int *tgt, int B, int T, int d
         be->matmul_forward(t->y, t->h, PT(m, P_OUTPROJ) + (size_t)i * d * d, NULL, N, d, d);
         be->running_mean_forward(t->ybar, i ? a->it[i - 1].ybar : NULL, t->y, i, (size_t)N * d);
         m->depth_loss[i] = NAN;
-        if (tgt && scored(m, mode, i, depth)) {
+        if (has_tgt && scored(m, mode, i, depth)) {
             be->rmsnorm_forward(t->yn, t->yn_rstd, t->ybar, PT(m, P_OUT_NORM), N, d);
             be->matmul_forward(a->logits, t->yn, PT(m, P_HEAD), NULL, N, d, 256);
             be->softmax_ce_forward(t->losses, t->probs, a->logits, a->tgt, N, 256);
@@ -128,6 +124,43 @@ double model_forward(Model *m, const int *x, const int *tgt, int B, int T, int d
             m->depth_loss[i] = 0;  // scored (the value arrives with the download)
         }
     }
+    m->last_depth = depth;
+    m->last_mode = mode;
+    return depth;
+}
+
+void model_read_moe(Model *m) {
+    const Config *c = &m->cfg;
+    int L = c->L, E = c->E, depth = m->last_depth;
+    memset(m->expert_load, 0, sizeof(int) * L * E);
+    m->last_aux = 0;
+    if (!m->arms.on[ARM_MOE] || depth < 1) return;
+    // one copy: the aux values [L] and the first `depth` rows of the counts [L, E] behind them
+    size_t bytes = sizeof(real) * L + sizeof(int) * (size_t)depth * E;
+    real *st = mallocCheck(bytes);
+    m->be->download(st, m->moe_aux, bytes);
+    double aux_sum = 0;  // in iteration order, as the forward always summed it
+    for (int i = 0; i < depth; i++) aux_sum += st[i];
+    m->last_aux = aux_sum / depth;
+    memcpy(m->expert_load, st + L, sizeof(int) * (size_t)depth * E);
+    free(st);
+}
+
+void model_forward_enqueue(Model *m, int B, int T, int depth, FwdMode mode) {
+    model_reserve(m, B, T);
+    forward_body(m, 1, B, T, depth, mode);
+    m->last_loss = NAN;  // on the backend (a->loss_sum); the training step reduces it there
+}
+
+double model_forward(Model *m, const int *x, const int *tgt, int B, int T, int depth, FwdMode mode) {
+    const Backend *be = m->be;
+    model_reserve(m, B, T);
+    Acts *a = &m->acts;
+    int N = B * T;
+    // token ids live on the backend (the ops index with them there)
+    be->upload(a->x, x, sizeof(int) * N);
+    if (tgt) be->upload(a->tgt, tgt, sizeof(int) * N);
+    depth = forward_body(m, tgt != NULL, B, T, depth, mode);
     // the per-depth CE sums: one download of `depth` doubles for the whole forward
     double ls[64], loss_sum = 0;
     int n_scored = 0;
@@ -138,10 +171,8 @@ double model_forward(Model *m, const int *x, const int *tgt, int B, int T, int d
         loss_sum += ls[i] / N;
         n_scored++;
     }
-    m->last_depth = depth;
-    m->last_mode = mode;
     m->last_loss = n_scored ? loss_sum / n_scored : NAN;
-    m->last_aux = arms->on[ARM_MOE] ? aux_sum / depth : 0;
+    model_read_moe(m);
     return m->last_loss;
 }
 

@@ -157,6 +157,10 @@ int model_create(Model *m, const Config *cfg, const Backend *be, uint64_t seed, 
     free(host);
     arms_init(&m->arms);
     m->expert_load = callocCheck(sizeof(int) * cfg->L * cfg->E);
+    // the MoE's aux [L] and counts [L, E], written on the backend by moe_forward (model.h)
+    m->moe_aux = be->alloc(sizeof(real) * cfg->L + sizeof(int) * (size_t)cfg->L * cfg->E);
+    if (!m->moe_aux) return dm_fail(err, "cannot allocate the MoE statistics on %s", be->name);
+    m->moe_load = (int *)(m->moe_aux + cfg->L);
     return 0;
 }
 
@@ -173,6 +177,7 @@ void model_free(Model *m) {
     acts_free(m);
     m->be->free(m->params);
     m->be->free(m->grads);
+    m->be->free(m->moe_aux);
     free(m->expert_load);
     memset(m, 0, sizeof *m);
 }

@@ -73,7 +73,6 @@ typedef struct {
     // expert arm
     real *gout;             // [N, d]
     real *moe_ws;
-    real aux;               // this iteration's aux loss
     // residual and readout
     real *body;             // [N, d]
     real *h;                // [N, d] h_i
@@ -122,7 +121,11 @@ typedef struct {
     int last_depth;         // iterations run
     int last_mode;          // FwdMode of the last forward
     double depth_loss[64];  // mean CE of logits_i, i = 1..last_depth (when computed)
-    int *expert_load;       // [L, E] tokens per expert in the last forward (host memory)
+    int *expert_load;       // [L, E] tokens per expert in the last forward (host mirror: model_read_moe)
+    // What moe_forward writes per iteration, on the backend (one allocation, aux first): the
+    // forward never waits for them; model_read_moe downloads them, a captured step reads them there
+    real *moe_aux;          // [L] aux loss of iteration i (backend memory)
+    int *moe_load;          // [L, E] routed assignments per iteration and expert (backend memory)
 } Model;
 
 // Build the tensor table for cfg, allocate, and initialise per SPEC §4 "Defaults".
@@ -136,6 +139,16 @@ void model_reserve(Model *m, int B, int T);
 // into depth_loss (for :eval-depths); FWD_LAST scores only logits_depth.
 typedef enum { FWD_TRAIN, FWD_ALL_DEPTHS, FWD_LAST } FwdMode;
 double model_forward(Model *m, const int *x, const int *tgt, int B, int T, int depth, FwdMode mode);
+// The MoE's per-iteration aux values and routed counts of the last forward (m->moe_aux,
+// m->moe_load) into the host mirrors last_aux (their mean over depth) and expert_load (zeros
+// when the moe arm is off): one download. model_forward calls it; a step that only enqueued its
+// forward calls it when it reports.
+void model_read_moe(Model *m);
+// The training step's forward (engine/step.c): the token ids and targets are already in
+// m->acts.x / m->acts.tgt (uploaded asynchronously by the step), every op is enqueued and
+// nothing is read back — the per-depth CE sums stay in m->acts.loss_sum (m->last_loss is NAN;
+// m->depth_loss[i] is 0 where depth i is scored, NAN where not).
+void model_forward_enqueue(Model *m, int B, int T, int depth, FwdMode mode);
 // Backward of the last FWD_TRAIN forward into m->grads (zeroed first). The loss is
 // CE (+ moe_aux * aux when the aux arm is on).
 void model_backward(Model *m);

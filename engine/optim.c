@@ -11,12 +11,14 @@
 //
 // One step, all on the backend and in this order (the host only enqueues):
 //   opt_sumsq    per-tensor gradient sums of squares + non-finite flags (fixed chunk order)
-//   opt_decide   -> status: gnorm, skip (NaN firewall), clip factor, t, retraction cadence
+//   opt_decide   -> status: gnorm, skip (NaN firewall, nan_limit halt), clip factor, t, cadence
 //   opt_clip     gradients *= clip / gnorm when clipped
 //   opt_adamw / opt_muon / opt_adam_rows   per tensor by group; each reads status (skip: no-op)
 //   opt_retract  U, V factors, when the status says this step retracts
-// then the host downloads the small status to fill StepInfo and its counters (step_report):
-// the one host round trip, kept separate so it can later happen only on logging steps.
+// Every scalar the ops need is in the StepHyper at o->hp (backend memory) and the loss is a
+// backend double, so the enqueued sequence is the same at every step: a CUDA graph of it
+// replays correctly. The host learns the outcome from a downloaded status (optim_report): at
+// the end of optim_step, or on the engine's report of the step's record (engine/step.c).
 #include "optim.h"
 #include <math.h>
 #include <string.h>
@@ -69,7 +71,10 @@ int optim_create(Optim *o, const Model *m, dm_err *err) {
     o->status = be->alloc(sizeof(OptStatus));
     o->ss = be->alloc(sizeof(double) * P_COUNT);
     o->bad = be->alloc(sizeof(int32_t) * P_COUNT);
-    if (!o->m || !o->v || !o->mom || !o->scratch || !o->row_steps || !o->status || !o->ss || !o->bad) {
+    o->hp = be->alloc(sizeof(StepHyper));
+    o->loss_in = be->alloc(sizeof(double));
+    if (!o->m || !o->v || !o->mom || !o->scratch || !o->row_steps || !o->status || !o->ss || !o->bad || !o->hp ||
+        !o->loss_in) {
         optim_free(o);
         return dm_fail(err, "cannot allocate optimizer state (3 x %zu reals) on %s: try a smaller preset", n, be->name);
     }
@@ -80,7 +85,8 @@ int optim_create(Optim *o, const Model *m, dm_err *err) {
 void optim_free(Optim *o) {
     const Backend *be = o->be;
     if (be) {
-        void *bufs[] = {o->m, o->v, o->mom, o->scratch, o->rows_ws, o->row_steps, o->status, o->ss, o->bad};
+        void *bufs[] = {o->m, o->v, o->mom, o->scratch, o->rows_ws, o->row_steps, o->status, o->ss, o->bad,
+                        o->hp, o->loss_in};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             if (bufs[i]) be->free(bufs[i]);
     }
@@ -114,28 +120,22 @@ void muon_orthogonalize(real *G, int rows, int cols, real *scratch) {
     opt_muon_orthogonalize(G, rows, cols, scratch);
 }
 
-// One Muon step on tensor t (every matrix it holds):
+// One Muon step on tensor t (every matrix it holds), lr = hp->lr_muon:
 //   buf = mu buf + g;  u = g + mu buf  (Nesterov);  u = NS5(u / (||u||_F + 1e-7));
 //   u *= 0.2 sqrt(max(rows, cols))   (or colrow-normalise and u *= 0.2);
 //   p = p (1 - lr wd) - lr u          (decoupled decay)
-static void muon_tensor(Optim *o, Model *m, const ParamTensor *t, double lr, double wd) {
-    const Config *c = &m->cfg;
-    int rows = t->rows, cols = t->cols;
-    double scale = c->muon_colrow ? 0.2 : 0.2 * sqrt((double)(rows > cols ? rows : cols));
-    MuonHyper h = {(real)c->muon_momentum, (real)(1.0 - lr * wd), (real)(lr * scale), c->muon_colrow};
-    o->be->opt_muon(m->params + t->offset, m->grads + t->offset, o->mom + t->offset, t->n_mats, rows, cols,
-                    h, o->scratch, o->status);
+static void muon_tensor(Optim *o, Model *m, const ParamTensor *t) {
+    o->be->opt_muon(m->params + t->offset, m->grads + t->offset, o->mom + t->offset, t->n_mats, t->rows, t->cols,
+                    m->cfg.muon_colrow, o->scratch, o->hp, o->status);
 }
 
 // ----------------------------------------------------------------------------------------
 // Adam
 
-// AdamW over tensor t (bias correction by the status's applied-step count)
-static void adamw_tensor(Optim *o, Model *m, const ParamTensor *t, double lr, double wd) {
-    const Config *c = &m->cfg;
-    AdamHyper h = {c->beta1, c->beta2, c->eps, lr, wd};
+// AdamW over tensor t (bias correction by the status's applied-step count); decay 0: no wd
+static void adamw_tensor(Optim *o, Model *m, const ParamTensor *t, int decay) {
     size_t off = t->offset;
-    o->be->opt_adamw(m->params + off, m->grads + off, o->m + off, o->v + off, t->numel, h, o->status);
+    o->be->opt_adamw(m->params + off, m->grads + off, o->m + off, o->v + off, t->numel, decay, o->hp, o->status);
 }
 
 // 1 when the last forward read table rows (acts.rows holds them)
@@ -151,19 +151,18 @@ static int tables_read(const Model *m) {
 // as if it had its own Adam (the standard "lazy Adam" convention; with a global count the first
 // update of a rarely-read row would be scaled down by 1-b1 ~ 0.1 relative to 1-b1^t).
 // A row the batch reads several times is updated once (its gradient already sums the reads).
-static void adam_tables(Optim *o, Model *m, double lr) {
+static void adam_tables(Optim *o, Model *m) {
     const Config *c = &m->cfg;
     const ParamTensor *t = &m->t[P_TABLES];
     const Acts *a = &m->acts;
     if (!tables_read(m)) return;  // nothing read
-    AdamHyper h = {c->beta1, c->beta2, c->eps, lr, 0.0};
     size_t off = t->offset;
     o->be->opt_adam_rows(m->params + off, m->grads + off, o->m + off, o->v + off, o->row_steps, a->rows,
-                         c->n_orders, a->B * a->T, c->engram_rows, c->engram_dim, h, o->rows_ws, o->status);
+                         c->n_orders, a->B * a->T, c->engram_rows, c->engram_dim, o->rows_ws, o->hp, o->status);
 }
 // The lazy-Adam workspace may depend on N (the CUDA sort): grown when the batch grows, before
 // the step enqueues anything.
-static int reserve_rows_ws(Optim *o, const Model *m, dm_err *err) {
+int optim_reserve(Optim *o, const Model *m, dm_err *err) {
     if (!tables_read(m)) return 0;
     size_t ws = o->be->opt_adam_rows_ws_size(m->cfg.n_orders, m->acts.B * m->acts.T, m->cfg.engram_rows);
     if (o->rows_ws && ws <= o->n_rows_ws) return 0;
@@ -177,14 +176,35 @@ static int reserve_rows_ws(Optim *o, const Model *m, dm_err *err) {
 // ----------------------------------------------------------------------------------------
 // the step
 
+// the retraction period the status decides on: 0 when the arm is off
+static int retract_period(const Model *m) {
+    return m->arms.on[ARM_RETRACT] && m->cfg.retract_every > 0 ? m->cfg.retract_every : 0;
+}
+
+void optim_hyper(const Optim *o, const Model *m, int64_t step, StepHyper *hp) {
+    (void)o;
+    const Config *c = &m->cfg;
+    memset(hp, 0, sizeof *hp);
+    hp->mult = lr_schedule_mult(c, step);
+    hp->lr = c->lr * hp->mult;
+    hp->lr_muon = c->lr_muon * hp->mult;
+    hp->wd = c->wd;
+    hp->beta1 = c->beta1; hp->beta2 = c->beta2; hp->eps = c->eps;
+    hp->muon_momentum = c->muon_momentum;
+    hp->clip = c->clip;
+    hp->step = step;
+    hp->nan_limit = c->nan_limit;
+    hp->retract_every = retract_period(m);
+}
+
 // Enqueue the whole step on the backend (no host round trip; see the top of the file).
-static void step_enqueue(Optim *o, Model *m, double lr, double lr_muon, double loss) {
+void optim_enqueue(Optim *o, Model *m, const double *loss) {
     const Config *c = &m->cfg;
     const Backend *be = o->be;
-    int retract_every = m->arms.on[ARM_RETRACT] && c->retract_every > 0 ? c->retract_every : 0;
+    int retract_every = retract_period(m);
     // (1) NaN firewall + (2) global norm and clip factor, decided on the backend
     be->opt_sumsq(o->ss, o->bad, m->grads, o->segs, P_COUNT);
-    be->opt_decide(o->status, o->ss, o->bad, P_COUNT, loss, c->clip, retract_every);
+    be->opt_decide(o->status, o->ss, o->bad, P_COUNT, loss, o->hp);
     be->opt_clip(m->grads, m->n_params, o->status);
     // (3) updates per group. Every non-table tensor steps, even with an all-zero gradient (its
     // Adam moments decay, Muon's momentum keeps moving it): one rule, no per-arm special cases.
@@ -193,17 +213,17 @@ static void step_enqueue(Optim *o, Model *m, double lr, double lr_muon, double l
         if (t->numel == 0) continue;
         switch (t->group) {
         case GROUP_TABLE:
-            adam_tables(o, m, lr);
+            adam_tables(o, m);
             break;
         case GROUP_MUON:
-            if (!c->opt_adamw && t->n_mats > 0) muon_tensor(o, m, t, lr_muon, c->wd);
-            else adamw_tensor(o, m, t, lr, c->wd);
+            if (!c->opt_adamw && t->n_mats > 0) muon_tensor(o, m, t);
+            else adamw_tensor(o, m, t, 1);
             break;
         case GROUP_ADAMW:
-            adamw_tensor(o, m, t, lr, c->wd);
+            adamw_tensor(o, m, t, 1);
             break;
         case GROUP_ADAMW_1D:
-            adamw_tensor(o, m, t, lr, 0.0);
+            adamw_tensor(o, m, t, 0);
             break;
         }
     }
@@ -218,40 +238,46 @@ static void step_enqueue(Optim *o, Model *m, double lr, double lr_muon, double l
         }
 }
 
-// Download the status: StepInfo, the host counters, the nan_limit error.
-static int step_report(Optim *o, const Model *m, int64_t step, StepInfo *info, dm_err *err) {
-    OptStatus st;
-    o->be->download(&st, o->status, sizeof st);
-    o->t = st.t;
-    o->consecutive_skips = st.consecutive_skips;
-    o->total_skips = st.total_skips;
-    info->gnorm = st.gnorm;
-    if (st.skip) {
+int optim_report(Optim *o, const Model *m, const OptStatus *st, const StepHyper *hp, StepInfo *info,
+                 dm_err *err) {
+    memset(info, 0, sizeof *info);
+    info->lr = hp->lr;
+    info->lr_muon = hp->lr_muon;
+    info->orth_err = -1;
+    o->t = st->t;
+    o->consecutive_skips = st->consecutive_skips;
+    o->total_skips = st->total_skips;
+    info->gnorm = st->gnorm;
+    if (st->skip) {
         info->skipped = 1;
         snprintf(info->first_bad, sizeof info->first_bad, "%s",
-                 st.loss_bad || st.first_bad < 0 || st.first_bad >= P_COUNT ? "loss" : m->t[st.first_bad].name);
-        if (o->consecutive_skips >= m->cfg.nan_limit)
+                 st->loss_bad || st->first_bad < 0 || st->first_bad >= P_COUNT ? "loss" : m->t[st->first_bad].name);
+        if (st->halted) {
+            // the backend makes every step after this one a no-op until the halt is cleared:
+            // clear it (same counters), so the run can be resumed from here
+            optim_set_counters(o, st->t, st->total_skips, st->consecutive_skips);
             return dm_fail(err, "step %lld: nan_limit (%d) consecutive non-finite steps; first non-finite tensor: %s (hint: lower lr or raise clip)",
-                           (long long)step, m->cfg.nan_limit, info->first_bad);
+                           (long long)hp->step, hp->nan_limit, info->first_bad);
+        }
         return 0;
     }
     // the orthogonality error is only measured when we retract (it costs a Gram per factor);
     // otherwise it is reported as -1 ("not measured")
-    info->retracted = st.retract;
-    info->orth_err = st.retract ? st.orth_err : -1;
+    info->retracted = st->retract;
+    info->orth_err = st->retract ? st->orth_err : -1;
     return 0;
 }
 
 int optim_step(Optim *o, Model *m, int64_t step, double loss, StepInfo *info, dm_err *err) {
-    const Config *c = &m->cfg;
     StepInfo local;
     if (!info) info = &local;
-    memset(info, 0, sizeof *info);
-    double mult = lr_schedule_mult(c, step);
-    info->lr = c->lr * mult;
-    info->lr_muon = c->lr_muon * mult;
-    info->orth_err = -1;
-    if (reserve_rows_ws(o, m, err)) return 1;
-    step_enqueue(o, m, info->lr, info->lr_muon, loss);
-    return step_report(o, m, step, info, err);
+    StepHyper h;
+    optim_hyper(o, m, step, &h);
+    if (optim_reserve(o, m, err)) return 1;
+    o->be->upload(o->hp, &h, sizeof h);
+    o->be->upload(o->loss_in, &loss, sizeof loss);
+    optim_enqueue(o, m, o->loss_in);
+    OptStatus st;
+    o->be->download(&st, o->status, sizeof st);
+    return optim_report(o, m, &st, &h, info, err);
 }

@@ -8,8 +8,14 @@
 // backend's optimizer ops (kernels/backend.h), so the step runs unchanged where those buffers
 // are device memory. The step's decision (NaN firewall, clip factor, applied-step count,
 // retraction cadence) is made by the backend into `status`; the host fields t,
-// consecutive_skips and total_skips mirror it, refreshed when optim_step downloads the status
-// at its end. Code that sets them (checkpoint load, snapshot restore) calls optim_set_counters.
+// consecutive_skips and total_skips mirror it, refreshed when a downloaded status is reported
+// (optim_report). Code that sets them (checkpoint load, snapshot restore) calls optim_set_counters.
+//
+// Two ways to run a step. optim_step: the host API (tests, bench) — the loss is a host value,
+// the status is downloaded at the end. optim_enqueue: the engine's step (engine/step.c) — the
+// loss is the objective the forward left in backend memory, the scalars are the StepHyper at
+// `hp` that the engine uploaded, nothing is downloaded: the whole update is enqueued and the
+// status reaches the host later, in the step's record.
 #pragma once
 #include <stdint.h>
 #include "model.h"
@@ -26,6 +32,8 @@ typedef struct {
     OptStatus *status;  // the step's decision, backend memory
     double *ss;         // [P_COUNT] per-tensor gradient sums of squares, backend memory
     int32_t *bad;       // [P_COUNT] per-tensor non-finite flags, backend memory
+    StepHyper *hp;      // this step's scalars (lr, wd, clip, ...), backend memory: every op reads them here
+    double *loss_in;    // optim_step's host loss, uploaded, backend memory
     OptSeg segs[P_COUNT];   // the tensor table as (offset, numel), host
     int64_t t;              // optimizer steps applied (skipped steps not counted) — host mirror
     int consecutive_skips;  // host mirror
@@ -53,6 +61,22 @@ double lr_schedule_mult(const Config *c, int64_t s);
 // Engram rows. Returns 0, or 1 when nan_limit consecutive skips were reached (err names the
 // step and the first non-finite tensor).
 int optim_step(Optim *o, Model *m, int64_t step, double loss, StepInfo *info, dm_err *err);
+
+// ---- the step in parts (engine/step.c) ----
+// The scalars of training step `step` (0-based) from m->cfg and the arm switches: the scheduled
+// rates, wd, Adam/Muon constants, clip, nan_limit, the retraction period (tokens/ntok/slot: 0).
+void optim_hyper(const Optim *o, const Model *m, int64_t step, StepHyper *hp);
+// Grow the workspaces the update needs at the current batch shape. Before a capture: nothing
+// may allocate inside one.
+int optim_reserve(Optim *o, const Model *m, dm_err *err);
+// Enqueue the whole update: reads the objective at `loss` and the scalars at o->hp (both
+// backend memory, filled by the caller). No host round trip; the decision lands in o->status.
+void optim_enqueue(Optim *o, Model *m, const double *loss);
+// Report a status downloaded after the step that ran with `hp`: StepInfo, the host mirrors, and
+// 1 with err when the step halted the run (nan_limit; the backend's halt is cleared so the run
+// can be resumed).
+int optim_report(Optim *o, const Model *m, const OptStatus *st, const StepHyper *hp, StepInfo *info,
+                 dm_err *err);
 // Muon's orthogonalisation on HOST memory (exposed for tests; the CPU backend's opt_muon uses
 // it): G [rows, cols] -> in place, 5 NS iterations with (3.4445, -4.7750, 2.0315) after
 // dividing by ||G||_F + 1e-7. scratch: 2 min(rows, cols)^2 + rows*cols reals.

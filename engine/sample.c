@@ -119,8 +119,7 @@ void decoder_step(Decoder *d, int byte, real *logits) {
             be->matmul_forward(d->z, d->n, PT(m, P_ROUTER), NULL, 1, dm, E);
             MoEShape ms = {1, dm, E, c->k, c->r, c->f};
             MoEParams mp = {PT(m, P_U1), PT(m, P_S1), PT(m, P_V1), PT(m, P_U2), PT(m, P_S2), PT(m, P_V2)};
-            real aux;  // host scalar, unused here
-            be->moe_forward(d->gout, &aux, NULL, d->moe_ws, d->n, d->z, mp, ms);
+            be->moe_forward(d->gout, NULL, NULL, d->moe_ws, d->n, d->z, mp, ms);  // no aux, no counts
         }
         be->mix_forward(d->body, hn, h, d->ctrl, arms->on[ARM_KDA] ? d->a : NULL, arms->on[ARM_ENGRAM] ? d->e : NULL,
                         arms->on[ARM_MOE] ? d->gout : NULL, lam, alpha, 1, dm);

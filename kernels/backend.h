@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include "real.h"
 #include "cpu/moe.h"   // MoEShape / MoEParams / MoEGrads: plain shape and pointer bundles
-#include "cpu/optim_ops.h"  // OptSeg / OptStatus / AdamHyper / MuonHyper
+#include "cpu/optim_ops.h"  // OptSeg / OptStatus / StepHyper / StepRecord
 
 typedef struct Backend {
     const char *name;
@@ -52,6 +52,7 @@ typedef struct Backend {
                      const real *g, int H, int D);
 
     size_t (*moe_ws_size)(MoEShape s);
+    // aux [1] and load [E] are backend memory (either may be NULL): nothing comes back to the host
     void (*moe_forward)(real *out, real *aux, int *load, real *ws, const real *n, const real *z,
                         MoEParams p, MoEShape s);
     void (*moe_backward)(real *dn, real *dz, MoEGrads g, const real *dout, real daux, real *ws,
@@ -103,21 +104,23 @@ typedef struct Backend {
 
     // ---- optimizer ops (engine/optim.c; kernels/cpu/optim_ops.h has the types and formulas,
     // kernels/cuda/optim_cuda.cu the device versions). Every pointer is backend memory —
-    // parameters, gradients, moments, row step counts, ws/scratch, the OptStatus — except `segs`
-    // (a host array: the tensor table is static) and the hyper-parameters passed by value.
-    // opt_decide writes the step's decision into the status; every later op reads it (skip =>
-    // it changes nothing), so the step never waits for the host.
+    // parameters, gradients, moments, row step counts, ws/scratch, the OptStatus, the loss, the
+    // StepHyper — except `segs` (a host array: the tensor table is static). No step-dependent
+    // value is passed by value (lr, wd, the loss... are read from hp / loss), so a captured step
+    // replays with the current ones. opt_decide writes the step's decision into the status;
+    // every later op reads it (skip => it changes nothing), so the step never waits for the host.
     void (*opt_sumsq)(double *ss, int32_t *bad, const real *x, const OptSeg *segs, int nseg);  // per segment
-    void (*opt_decide)(OptStatus *st, const double *ss, const int32_t *bad, int nseg, double loss,
-                       double clip, int retract_every);  // firewall, norm, clip factor, t, cadence
+    void (*opt_decide)(OptStatus *st, const double *ss, const int32_t *bad, int nseg, const double *loss,
+                       const StepHyper *hp);  // firewall, norm, clip factor, t, cadence, nan_limit halt
     void (*opt_clip)(real *g, size_t n, const OptStatus *st);  // g *= scale when clipped
-    void (*opt_adamw)(real *p, const real *g, real *m, real *v, size_t n, AdamHyper h, const OptStatus *st);
+    void (*opt_adamw)(real *p, const real *g, real *m, real *v, size_t n, int decay, const StepHyper *hp,
+                      const OptStatus *st);  // decay 0: wd = 0 (1-D tensors)
     size_t (*opt_adam_rows_ws_size)(int O, int N, int64_t R);  // bytes
     void (*opt_adam_rows)(real *p, const real *g, real *m, real *v, int64_t *row_steps, const int32_t *rows,
-                          int O, int N, int64_t R, int D, AdamHyper h, void *ws, const OptStatus *st);
+                          int O, int N, int64_t R, int D, void *ws, const StepHyper *hp, const OptStatus *st);
     size_t (*opt_muon_scratch_size)(int rows, int cols);  // reals
-    void (*opt_muon)(real *p, const real *g, real *buf, int n_mats, int rows, int cols, MuonHyper h,
-                     real *scratch, const OptStatus *st);
+    void (*opt_muon)(real *p, const real *g, real *buf, int n_mats, int rows, int cols, int colrow,
+                     real *scratch, const StepHyper *hp, const OptStatus *st);
     size_t (*opt_retract_scratch_size)(int rows, int r);  // reals
     void (*opt_retract)(real *X, int rows, int r, int iters, real *scratch, OptStatus *st);  // when st->retract
 
@@ -126,6 +129,34 @@ typedef struct Backend {
     void (*mem_stats)(size_t *cur, size_t *peak);   // bytes held through alloc: now and the most ever
     void (*set_precision)(int fp32);                // matrix products bf16 (0) / fp32 (1); NULL: fixed (CPU)
     double (*peak_tflops)(void);                    // measured bf16 GEMM peak (the MFU denominator); NULL: CPU
+
+    // ---- the training step as one unit (engine/step.c; CUDA: kernels/cuda/graph_cuda.cu) ----
+    // The step's bookkeeping ops (kernels/cpu/optim_ops.h has the contracts): the loss and the
+    // objective from the per-depth CE sums, and the per-step record the host downloads on report.
+    void (*step_loss)(double *out, const double *loss_sum, const real *aux, int depth, uint64_t scored,
+                      int N, double aux_w);
+    void (*step_begin)(StepRecord *ring, const StepHyper *hp);
+    void (*step_end)(StepRecord *ring, const StepHyper *hp, const OptStatus *st, const double *loss,
+                     const int32_t *load, int depth, int E);
+    // Staging: host memory the backend reads asynchronously (pinned on CUDA, so a copy from it is
+    // enqueued without waiting and can be captured into a graph). Zero-filled.
+    void *(*host_alloc)(size_t bytes);
+    void (*host_free)(void *p);
+    // host (host_alloc memory) -> backend, enqueued in order with the ops: the host may write src
+    // again only after upload_wait(). Inside a captured graph it is a memcpy node that reads src
+    // at EVERY replay — the graph's input channel (batch tokens, StepHyper).
+    void (*upload_async)(void *dst, const void *src, size_t bytes);
+    void (*upload_wait)(void);           // the sources of every upload_async so far may be reused; NULL: at once (CPU)
+    void (*sync)(void);                  // wait for everything enqueued; NULL: ops run as called (CPU)
+    long (*allocs)(void);                // allocations so far: alloc, host_alloc and internal scratch growth
+    // Graphs (NULL on the CPU backend: the step runs eagerly). graph_begin: from now on ops are
+    // recorded, not run; 0, or 1 with why. graph_end: the executable graph, or NULL with why when
+    // the capture failed (an allocation, a host round trip, any error inside it): nothing of it
+    // ran, the caller redoes the step eagerly. graph_launch enqueues one replay.
+    int (*graph_begin)(char *why, size_t n);
+    void *(*graph_end)(char *why, size_t n);
+    void (*graph_launch)(void *graph);
+    void (*graph_free)(void *graph);
 } Backend;
 
 const Backend *backend_cpu(void);

@@ -67,6 +67,12 @@ static void print_step(Shell *sh, const MetricRow *r) {
             r->loss, r->lr, r->gnorm, r->ms, r->tok_s, r->skipped);
 }
 
+// what the engine has to say about how steps run (e.g. the step graph could not be captured)
+static void print_notice(Shell *sh) {
+    const char *n = engine_notice(E_);
+    if (n) fprintf(OUT, "note: %s\n", n);
+}
+
 static void print_eval(Shell *sh, const EvalResult *r) {
     Engine *e = E_;
     char counters[700];
@@ -292,6 +298,7 @@ static int run_steps(Shell *sh, long long n, int quiet_every, dm_err *err) {
         }
         MetricRow r;
         if (engine_step(e, &r, err)) { print_step(sh, &r); return 1; }
+        print_notice(sh);
         if (!quiet_every || (e->step % quiet_every) == 0 || i == n - 1 || r.skipped) print_step(sh, &r);
     }
     return 0;
@@ -351,29 +358,41 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
         if (chunk > end - e->step) chunk = end - e->step;
         if (ev > 0 && chunk > ev - (e->step % ev)) chunk = ev - (e->step % ev);
         if (ck > 0 && chunk > ck - (e->step % ck)) chunk = ck - (e->step % ck);
+        // The chunk ends on a log (or eval / checkpoint) step: its steps are only enqueued (on a
+        // GPU, graph replays the host does not wait for) and reported together at its end, one
+        // download for the whole chunk (engine.h: engine_step_enqueue / engine_report).
+        int row0 = e->nrows, stop = 0;
         for (long long i = 0; i < chunk; i++) {
             if (e->interrupt && *e->interrupt) { *e->interrupt = 0; stopped = 1; break; }
-            MetricRow r;
-            if (engine_step(e, &r, err)) { print_step(sh, &r); rc = 1; break; }
+            if (engine_step_enqueue(e, err)) { rc = 1; break; }
+        }
+        dm_err rerr = {0};
+        if (engine_report(e, NULL, rc ? &rerr : err)) stop = 1;  // an enqueue error keeps its message
+        print_notice(sh);
+        struct timespec t1;
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double el = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+        if (e->step > start) eta = el / (e->step - start) * (end - e->step);
+        for (int k = row0; k < e->nrows; k++) {
+            MetricRow r = e->rows[k];
+            if (r.kind != 0) continue;
+            if (stop && k == e->nrows - 1) { print_step(sh, &r); break; }  // the step that stopped the run
             last = r;
-            struct timespec t1;
-            clock_gettime(CLOCK_MONOTONIC, &t1);
-            double el = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
-            eta = el / (e->step - start) * (end - e->step);
             if (panel) {
                 if (nloss == closs) { closs = closs ? 2 * closs : 1024; losses = realloc(losses, closs * sizeof *losses); }
                 losses[nloss++] = r.loss;
                 skipped += r.skipped;
-                PanelInfo pi = {.step = e->step, .start_step = start, .end_step = end, .loss = losses, .nloss = nloss,
+                PanelInfo pi = {.step = r.step + 1, .start_step = start, .end_step = end, .loss = losses, .nloss = nloss,
                                 .loss_last = r.loss, .bpb = bpb, .tok_s = r.tok_s, .eta_s = eta, .skipped = skipped,
                                 .lr = r.lr, .gnorm = r.gnorm};
                 panel_update(panel, &pi);
-            } else if (e->step % lg == 0 || e->step == end || r.skipped) {
+            } else if ((r.step + 1) % lg == 0 || r.step + 1 == end || r.skipped) {
                 fprintf(OUT, "step %lld loss %.4f lr %.3e gnorm %.3f ms %.1f tok/s %.0f skipped %d eta %.0fs\n",
                         (long long)r.step, r.loss, r.lr, r.gnorm, r.ms, r.tok_s, r.skipped, eta);
                 fflush(OUT);
             }
         }
+        if (stop) rc = 1;
         if (stopped || rc) break;
         if (ev > 0 && e->step % ev == 0) {
             EvalResult er;

@@ -23,6 +23,7 @@
 // FENCE_HOOKS: a file that defines it before including this one supplies fence_inner,
 // fence_open() and fence_close() itself and gets only the wrappers (fw_*) and FENCE_OPS — e.g.
 // tests/gpu/bench_gpu.c times every op on the device through them.
+static long fb_nallocs;    // fb_alloc calls (Backend.allocs; stays 0 under FENCE_HOOKS)
 #ifndef FENCE_HOOKS
 typedef struct { void *base; size_t len; } FenceRegion;
 static FenceRegion fence_regs[1024];
@@ -57,6 +58,7 @@ static void *fb_alloc(size_t bytes) {
     if (p == MAP_FAILED) return NULL;
     if (fence_depth == 0 && mprotect(p, len, PROT_NONE) != 0) { munmap(p, len); return NULL; }
     fence_regs[fence_nregs++] = (FenceRegion){p, len};
+    fb_nallocs++;
     return p;
 }
 static void fb_free(void *p) {
@@ -270,32 +272,32 @@ static double fw_orth_error(const real *X, int rows, int r) {
 static void fw_opt_sumsq(double *ss, int32_t *bad, const real *x, const OptSeg *segs, int nseg) {
     fence_open(); fence_inner->opt_sumsq(ss, bad, x, segs, nseg); fence_close();
 }
-static void fw_opt_decide(OptStatus *st, const double *ss, const int32_t *bad, int nseg, double loss,
-    double clip, int retract_every) {
-    fence_open(); fence_inner->opt_decide(st, ss, bad, nseg, loss, clip, retract_every); fence_close();
+static void fw_opt_decide(OptStatus *st, const double *ss, const int32_t *bad, int nseg, const double *loss,
+    const StepHyper *hp) {
+    fence_open(); fence_inner->opt_decide(st, ss, bad, nseg, loss, hp); fence_close();
 }
 static void fw_opt_clip(real *g, size_t n, const OptStatus *st) {
     fence_open(); fence_inner->opt_clip(g, n, st); fence_close();
 }
-static void fw_opt_adamw(real *p, const real *g, real *m, real *v, size_t n, AdamHyper h, const
-    OptStatus *st) {
-    fence_open(); fence_inner->opt_adamw(p, g, m, v, n, h, st); fence_close();
+static void fw_opt_adamw(real *p, const real *g, real *m, real *v, size_t n, int decay, const StepHyper
+    *hp, const OptStatus *st) {
+    fence_open(); fence_inner->opt_adamw(p, g, m, v, n, decay, hp, st); fence_close();
 }
 static size_t fw_opt_adam_rows_ws_size(int O, int N, int64_t R) {
     fence_open(); size_t res_ = fence_inner->opt_adam_rows_ws_size(O, N, R); fence_close(); return res_;
 }
 static void fw_opt_adam_rows(real *p, const real *g, real *m, real *v, int64_t *row_steps, const int32_t
-    *rows, int O, int N, int64_t R, int D, AdamHyper h, void *ws, const OptStatus *st) {
-    fence_open(); fence_inner->opt_adam_rows(p, g, m, v, row_steps, rows, O, N, R, D, h, ws, st);
+    *rows, int O, int N, int64_t R, int D, void *ws, const StepHyper *hp, const OptStatus *st) {
+    fence_open(); fence_inner->opt_adam_rows(p, g, m, v, row_steps, rows, O, N, R, D, ws, hp, st);
         fence_close();
 }
 static size_t fw_opt_muon_scratch_size(int rows, int cols) {
     fence_open(); size_t res_ = fence_inner->opt_muon_scratch_size(rows, cols); fence_close(); return
         res_;
 }
-static void fw_opt_muon(real *p, const real *g, real *buf, int n_mats, int rows, int cols, MuonHyper h,
-    real *scratch, const OptStatus *st) {
-    fence_open(); fence_inner->opt_muon(p, g, buf, n_mats, rows, cols, h, scratch, st); fence_close();
+static void fw_opt_muon(real *p, const real *g, real *buf, int n_mats, int rows, int cols, int colrow,
+    real *scratch, const StepHyper *hp, const OptStatus *st) {
+    fence_open(); fence_inner->opt_muon(p, g, buf, n_mats, rows, cols, colrow, scratch, hp, st); fence_close();
 }
 static size_t fw_opt_retract_scratch_size(int rows, int r) {
     fence_open(); size_t res_ = fence_inner->opt_retract_scratch_size(rows, r); fence_close(); return
@@ -307,6 +309,26 @@ static void fw_opt_retract(real *X, int rows, int r, int iters, real *scratch, O
 // host-only entries (no backend memory behind their pointers): forwarded as they are
 static void fw_describe(char *buf, size_t n) { fence_inner->describe(buf, n); }
 static void fw_mem_stats(size_t *cur, size_t *peak) { fence_inner->mem_stats(cur, peak); }
+// the step's bookkeeping ops and staging (backend.h, "the training step as one unit")
+static void fw_step_loss(double *out, const double *loss_sum, const real *aux, int depth, uint64_t scored,
+    int N, double aux_w) {
+    fence_open(); fence_inner->step_loss(out, loss_sum, aux, depth, scored, N, aux_w); fence_close();
+}
+static void fw_step_begin(StepRecord *ring, const StepHyper *hp) {
+    fence_open(); fence_inner->step_begin(ring, hp); fence_close();
+}
+static void fw_step_end(StepRecord *ring, const StepHyper *hp, const OptStatus *st, const double *loss,
+    const int32_t *load, int depth, int E) {
+    fence_open(); fence_inner->step_end(ring, hp, st, loss, load, depth, E); fence_close();
+}
+// staging is HOST memory (the host writes it directly): not fenced, only forwarded
+static void *fw_host_alloc(size_t bytes) { return fence_inner->host_alloc(bytes); }
+static void fw_host_free(void *p) { fence_inner->host_free(p); }
+static void fw_upload_async(void *dst, const void *src, size_t bytes) {
+    fence_open(); fence_inner->upload_async(dst, src, bytes); fence_close();
+}
+// this backend's own allocations (fb_alloc), plus the inner backend's (host_alloc, ...)
+static long fw_allocs(void) { return fb_nallocs + fence_inner->allocs(); }
 #define FENCE_OPS(X) \
     X(matmul_forward) X(matmul_backward) X(gemm) X(rmsnorm_forward) X(rmsnorm_backward) \
     X(l2norm_forward) X(l2norm_backward) X(silu_forward) X(silu_backward) X(sigmoid_forward) \
@@ -320,7 +342,8 @@ static void fw_mem_stats(size_t *cur, size_t *peak) { fence_inner->mem_stats(cur
     X(copy_rows) X(add_inplace) X(retract_scratch_size) X(retract) X(orth_error) \
     X(opt_sumsq) X(opt_decide) X(opt_clip) X(opt_adamw) X(opt_adam_rows_ws_size) \
     X(opt_adam_rows) X(opt_muon_scratch_size) X(opt_muon) X(opt_retract_scratch_size) X(opt_retract) \
-    X(describe) X(mem_stats)
+    X(describe) X(mem_stats) \
+    X(step_loss) X(step_begin) X(step_end) X(host_alloc) X(host_free) X(upload_async) X(allocs)
 
 #ifndef FENCE_HOOKS
 // The table: the CPU backend's, every entry replaced by its fenced wrapper.

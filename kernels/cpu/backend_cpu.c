@@ -17,9 +17,11 @@
 // Allocations carry their size in a 16-byte header (the block stays 16-byte aligned, as calloc
 // gives) so :bench can report the memory the backend holds, now and at its peak.
 static size_t mem_cur, mem_peak;
+static long n_allocs;  // allocations ever made (Backend.allocs: a captured step asserts none happen)
 static void *cpu_alloc(size_t bytes) {
     char *p = calloc(bytes + 16, 1);
     if (!p) return NULL;
+    n_allocs++;
     *(size_t *)p = bytes;
     mem_cur += bytes;
     if (mem_cur > mem_peak) mem_peak = mem_cur;
@@ -60,6 +62,9 @@ static void cpu_describe(char *buf, size_t n) {
              : "OpenBLAS dgemm (double build)");
 }
 static void cpu_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
+// staging memory is ordinary host memory here: nothing reads it asynchronously
+static void *cpu_host_alloc(size_t bytes) { n_allocs++; return calloc(bytes ? bytes : 1, 1); }
+static long cpu_allocs(void) { return n_allocs; }
 static void cpu_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
 static void cpu_gemm(int tA, int tB, int M, int N, int K, real alpha, const real *A, int lda,
                      const real *B, int ldb, real beta, real *C, int ldc) {
@@ -98,6 +103,10 @@ static const Backend cpu_backend = {
     .opt_adam_rows_ws_size = opt_adam_rows_ws_size, .opt_adam_rows = opt_adam_rows,
     .opt_muon_scratch_size = opt_muon_scratch_size, .opt_muon = opt_muon,
     .opt_retract_scratch_size = opt_retract_scratch_size, .opt_retract = opt_retract,
+    // the step as one unit (optim_ops.c). Every op has run when it returns, so upload_async is a
+    // copy, and upload_wait, sync and the graph entries are NULL: the engine runs the step eagerly.
+    .step_loss = step_loss, .step_begin = step_begin, .step_end = step_end,
+    .host_alloc = cpu_host_alloc, .host_free = free, .upload_async = cpu_copy, .allocs = cpu_allocs,
 };
 
 const Backend *backend_cpu(void) { return &cpu_backend; }

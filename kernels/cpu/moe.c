@@ -210,7 +210,7 @@ void moe_forward(real *out, real *aux, int *load, real *ws, const real *n, const
         if (load) load[e] = cnt;
         auxv += ((double)cnt / ((double)N * k)) * (Pe / N);
     }
-    *aux = (real)(E * auxv);
+    if (aux) aux[0] = (real)(E * auxv);
 
     for (int e = 0; e < E; e++) {
         const int o = off[e], c = off[e + 1] - off[e];

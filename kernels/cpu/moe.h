@@ -31,8 +31,10 @@ typedef struct {
 
 size_t moe_ws_size(MoEShape s);
 
-// out: [N, d], written (not accumulated). *aux: the aux loss value. load: [E] token counts per
-// expert (may be NULL). n: [N, d]; z: [N, E].
+// out: [N, d], written (not accumulated). aux: [1] the aux loss value; load: [E] routed
+// assignments per expert. Both are BACKEND memory like every other pointer (device memory on
+// CUDA, written there without a host round trip, so a step can be captured as a graph; host
+// memory on the CPU), and either may be NULL (not wanted). n: [N, d]; z: [N, E].
 void moe_forward(real *out, real *aux, int *load, real *ws, const real *n, const real *z,
                  MoEParams p, MoEShape s);
 

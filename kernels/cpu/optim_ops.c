@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "blas.h"
 #include "ops.h"
 #include "retract.h"
@@ -57,11 +58,19 @@ void opt_sumsq(double *ss, int32_t *bad, const real *x, const OptSeg *segs, int 
 }
 
 // The NaN firewall and the global norm: total = sum of ss in segment order; skip when the loss
-// or any segment is non-finite (counted, t unchanged); otherwise t advances, the clip factor is
-// clip / gnorm when gnorm > clip > 0, and the step retracts when t % retract_every == 0
-// (retract_every 0: never).
-void opt_decide(OptStatus *st, const double *ss, const int32_t *bad, int nseg, double loss,
-                double clip, int retract_every) {
+// or any segment is non-finite (counted, t unchanged; the run halts when the skips in a row
+// reach nan_limit); otherwise t advances, the clip factor is clip / gnorm when gnorm > clip > 0,
+// and the step retracts when t % retract_every == 0 (retract_every 0: never). A halted status
+// makes the step a no-op that changes nothing, counters included: the host may have enqueued
+// steps past the one that stopped the run before it reports, and those must not count.
+void opt_decide(OptStatus *st, const double *ss, const int32_t *bad, int nseg, const double *loss_p,
+                const StepHyper *hp) {
+    if (st->halted) {
+        st->skip = 1; st->clipped = 0; st->scale = 1; st->retract = 0; st->orth_err = -1;
+        return;
+    }
+    double loss = *loss_p, clip = hp->clip;
+    int retract_every = hp->retract_every;
     double total = 0;
     int first_bad = -1;
     for (int i = 0; i < nseg; i++) {
@@ -80,6 +89,7 @@ void opt_decide(OptStatus *st, const double *ss, const int32_t *bad, int nseg, d
     if (st->skip) {
         st->consecutive_skips++;
         st->total_skips++;
+        if (hp->nan_limit > 0 && st->consecutive_skips >= hp->nan_limit) st->halted = 1;
         return;
     }
     st->t++;
@@ -104,12 +114,13 @@ void opt_clip(real *g, size_t n, const OptStatus *st) {
 // ----------------------------------------------------------------------------------------
 // Adam
 
-void opt_adamw(real *p, const real *g, real *m, real *v, size_t n, AdamHyper h, const OptStatus *st) {
+void opt_adamw(real *p, const real *g, real *m, real *v, size_t n, int decay, const StepHyper *hp,
+               const OptStatus *st) {
     if (st->skip) return;
     double t = (double)st->t;
-    real b1 = (real)h.beta1, b2 = (real)h.beta2, eps = (real)h.eps;
-    real bc1 = (real)(1.0 - pow(h.beta1, t)), bc2 = (real)(1.0 - pow(h.beta2, t));
-    real lr_ = (real)h.lr, wd_ = (real)h.wd;
+    real b1 = (real)hp->beta1, b2 = (real)hp->beta2, eps = (real)hp->eps;
+    real bc1 = (real)(1.0 - pow(hp->beta1, t)), bc2 = (real)(1.0 - pow(hp->beta2, t));
+    real lr_ = (real)hp->lr, wd_ = (real)(decay ? hp->wd : 0.0);
     #pragma omp parallel for if (n > 65536) schedule(static)
     for (size_t i = 0; i < n; i++) {
         real gi = g[i];
@@ -129,10 +140,10 @@ size_t opt_adam_rows_ws_size(int O, int N, int64_t R) { return (size_t)O * (size
 // the reads); rows are independent, so the visiting order cannot change any result. Rows out of
 // [0, R) are ignored.
 void opt_adam_rows(real *p, const real *g, real *m, real *v, int64_t *row_steps, const int32_t *rows,
-                   int O, int N, int64_t R, int D, AdamHyper h, void *ws, const OptStatus *st) {
+                   int O, int N, int64_t R, int D, void *ws, const StepHyper *hp, const OptStatus *st) {
     if (st->skip) return;
     uint8_t *touched = ws;
-    real b1 = (real)h.beta1, b2 = (real)h.beta2, eps = (real)h.eps, lr_ = (real)h.lr;
+    real b1 = (real)hp->beta1, b2 = (real)hp->beta2, eps = (real)hp->eps, lr_ = (real)hp->lr;
     enum { AHEAD = 8 };  // rows are scattered over tables of MBs: fetch a few reads ahead
     for (int q = 0; q < O; q++)
         for (int i = 0; i < N; i++) {
@@ -152,7 +163,7 @@ void opt_adam_rows(real *p, const real *g, real *m, real *v, int64_t *row_steps,
             if (touched[k]) continue;
             touched[k] = 1;
             int64_t cnt = ++row_steps[k];
-            real bc1 = (real)(1.0 - pow(h.beta1, (double)cnt)), bc2 = (real)(1.0 - pow(h.beta2, (double)cnt));
+            real bc1 = (real)(1.0 - pow(hp->beta1, (double)cnt)), bc2 = (real)(1.0 - pow(hp->beta2, (double)cnt));
             size_t off = k * D;
             // distinct buffers (restrict: the D loop vectorises; same operations, same order)
             real *restrict pp = p + off, *restrict mm = m + off, *restrict vv = v + off;
@@ -265,13 +276,16 @@ size_t opt_muon_scratch_size(int rows, int cols) {
     return (size_t)rows * cols + ns_scratch_size(rows, cols);
 }
 
-// n_mats matrices [rows, cols] one after the other at p / g / buf
-void opt_muon(real *p, const real *g, real *buf, int n_mats, int rows, int cols, MuonHyper h,
-              real *scratch, const OptStatus *st) {
+// n_mats matrices [rows, cols] one after the other at p / g / buf. lr = hp->lr_muon:
+// step = lr * (0.2 sqrt(max(rows, cols)), or 0.2 under colrow), decay = 1 - lr wd, both rounded
+// to real once (the same double expressions the engine evaluated on the host before).
+void opt_muon(real *p, const real *g, real *buf, int n_mats, int rows, int cols, int colrow,
+              real *scratch, const StepHyper *hp, const OptStatus *st) {
     if (st->skip) return;
     size_t n = (size_t)rows * cols;
     real *U = scratch, *ws = scratch + n;
-    real mu = h.mu, decay = h.decay, step = h.step;
+    double lr = hp->lr_muon, scale = colrow ? 0.2 : 0.2 * sqrt((double)(rows > cols ? rows : cols));
+    real mu = (real)hp->muon_momentum, decay = (real)(1.0 - lr * hp->wd), step = (real)(lr * scale);
     for (int e = 0; e < n_mats; e++) {
         real *pe = p + (size_t)e * n, *be = buf + (size_t)e * n;
         const real *ge = g + (size_t)e * n;
@@ -280,7 +294,7 @@ void opt_muon(real *p, const real *g, real *buf, int n_mats, int rows, int cols,
             U[i] = ge[i] + mu * be[i];
         }
         opt_muon_orthogonalize(U, rows, cols, ws);
-        if (h.colrow) colrow_normalize(U, rows, cols);
+        if (colrow) colrow_normalize(U, rows, cols);
         for (size_t i = 0; i < n; i++) pe[i] = pe[i] * decay - step * U[i];
     }
 }
@@ -297,4 +311,48 @@ void opt_retract(real *X, int rows, int r, int iters, real *scratch, OptStatus *
     retract(X, rows, r, iters, scratch);
     double e = orth_error(X, rows, r);
     if (e > st->orth_err) st->orth_err = e;
+}
+
+// ----------------------------------------------------------------------------------------
+// the step's bookkeeping (engine/step.c)
+
+void step_loss(double *out, const double *loss_sum, const real *aux, int depth, uint64_t scored, int N,
+               double aux_w) {
+    double ce = 0;
+    int n_scored = 0;
+    for (int i = 0; i < depth; i++) {
+        if (!((scored >> i) & 1)) continue;
+        ce += loss_sum[i] / N;
+        n_scored++;
+    }
+    ce = n_scored ? ce / n_scored : NAN;
+    out[0] = ce;
+    if (!aux) { out[1] = ce; return; }
+    double aux_sum = 0;
+    for (int i = 0; i < depth; i++) aux_sum += aux[i];
+    out[1] = ce + aux_w * (aux_sum / depth);
+}
+
+// The CPU backend's clock: the process's monotonic clock (the step's ops run as they are called)
+static int64_t clock_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+void step_begin(StepRecord *ring, const StepHyper *hp) { ring[hp->slot].t0_ns = clock_ns(); }
+
+void step_end(StepRecord *ring, const StepHyper *hp, const OptStatus *st, const double *loss,
+              const int32_t *load, int depth, int E) {
+    StepRecord *r = &ring[hp->slot];
+    r->hp = *hp;
+    r->st = *st;
+    r->loss = loss[0];
+    r->objective = loss[1];
+    for (int x = 0; x < STEP_REC_E; x++) {
+        int64_t s = 0;
+        for (int i = 0; load && x < E && i < depth; i++) s += load[(size_t)i * E + x];
+        r->load[x] = s;
+    }
+    r->t1_ns = clock_ns();
 }

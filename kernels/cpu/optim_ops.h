@@ -7,7 +7,14 @@
 // (skip => it changes nothing). So no op of the step waits for the host; the engine downloads
 // the status only to report it.
 //
-// Formulas (t = st->t, the 1-based count of applied steps; b1, b2, eps, lr, wd rounded to real):
+// The step's scalars live on the backend too: a StepHyper (lr, lr_muon, wd, the schedule
+// multiplier, Adam/Muon constants, clip, nan_limit, the retraction period) that the host
+// refreshes before each step with ONE upload, and the loss, which the forward leaves in backend
+// memory. An op's host arguments are therefore only shapes, flags and pointers — the same at
+// every step — so a captured step (a CUDA graph) replays with the current values (issue 5).
+//
+// Formulas (t = st->t, the 1-based count of applied steps; b1, b2, eps, lr, wd rounded to real;
+// lr = hp->lr for Adam, hp->lr_muon for Muon; wd = hp->wd where the tensor decays, else 0):
 //   AdamW : m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
 //           p -= lr (m / (1-b1^t) / (sqrt(v / (1-b2^t)) + eps) + wd p)
 //   lazy Adam on table rows: the same without decay, per DISTINCT row read by the batch, with
@@ -38,11 +45,41 @@ typedef struct {
     double sumsq, gnorm;        // gradient sum of squares and its root, before clipping
     double scale;               // clip / gnorm when clipped, else 1 (rounded to real when applied)
     double orth_err;            // largest orthogonality error after this step's retraction, -1: none
+    int32_t halted;             // 1: consecutive_skips reached nan_limit; every later step is a no-op
+                                // (counters included) until the host reports it and resumes the run
+    int32_t pad_;
 } OptStatus;
 
-typedef struct { double beta1, beta2, eps, lr, wd; } AdamHyper;
-// step = lr * (0.2 sqrt(max(rows, cols)) or 0.2 under colrow), decay = 1 - lr wd (host-rounded)
-typedef struct { real mu, decay, step; int colrow; } MuonHyper;
+// The step's scalars, in backend memory, refreshed by the host before each step with one
+// upload (engine/step.c: from a pinned staging buffer on CUDA, so a captured step reads the
+// current values at every replay). The optimizer ops read them here, never by value.
+// step, tokens, ntok and slot are carried into the step's StepRecord for the metric row.
+typedef struct {
+    double lr, lr_muon;         // this step's rates: the base rates times the schedule multiplier
+    double mult;                // the schedule multiplier (lr_schedule_mult)
+    double wd;                  // decoupled weight decay of the decaying tensors
+    double beta1, beta2, eps;   // Adam
+    double muon_momentum;       // Muon (Nesterov)
+    double clip;                // global gradient-norm clip, 0: off
+    int64_t step;               // the 0-based training step
+    int64_t tokens;             // bytes trained on after this step
+    int64_t ntok;               // bytes in this step's batch (B*T)
+    int32_t nan_limit;          // consecutive skipped steps that halt the run, 0: never
+    int32_t retract_every;      // retract when t % retract_every == 0; 0: never (arm off)
+    int32_t slot;               // this step's entry of the StepRecord ring
+    int32_t pad_;
+} StepHyper;
+
+// What one step leaves for the host (engine/step.c keeps a ring of them in backend memory and
+// downloads all pending ones in one copy when it reports): everything a metric row needs.
+#define STEP_REC_E 16           // experts whose routed share is recorded (MetricRow.expert_frac)
+typedef struct {
+    StepHyper hp;               // the hyper-parameters the step ran with
+    OptStatus st;               // the status after the step
+    double loss, objective;     // mean CE of the forward; what the NaN firewall judged (CE + aux)
+    int64_t t0_ns, t1_ns;       // backend clock when the step started / finished (the row's ms)
+    int64_t load[STEP_REC_E];   // routed assignments per expert summed over depth (E <= 16)
+} StepRecord;
 
 // ---- the CPU implementations of the Backend entries (see backend.h) ----
 // ss[i] = sum of squares of x over segs[i] in double, bad[i] = 1 when it holds a non-finite
@@ -50,18 +87,33 @@ typedef struct { real mu, decay, step; int colrow; } MuonHyper;
 // order: the result does not depend on the thread count.
 #define OPT_SUMSQ_CHUNK 65536
 void opt_sumsq(double *ss, int32_t *bad, const real *x, const OptSeg *segs, int nseg);
-void opt_decide(OptStatus *st, const double *ss, const int32_t *bad, int nseg, double loss,
-                double clip, int retract_every);
+void opt_decide(OptStatus *st, const double *ss, const int32_t *bad, int nseg, const double *loss,
+                const StepHyper *hp);
 void opt_clip(real *g, size_t n, const OptStatus *st);
-void opt_adamw(real *p, const real *g, real *m, real *v, size_t n, AdamHyper h, const OptStatus *st);
+void opt_adamw(real *p, const real *g, real *m, real *v, size_t n, int decay, const StepHyper *hp,
+               const OptStatus *st);
 size_t opt_adam_rows_ws_size(int O, int N, int64_t R);
 void opt_adam_rows(real *p, const real *g, real *m, real *v, int64_t *row_steps, const int32_t *rows,
-                   int O, int N, int64_t R, int D, AdamHyper h, void *ws, const OptStatus *st);
+                   int O, int N, int64_t R, int D, void *ws, const StepHyper *hp, const OptStatus *st);
 size_t opt_muon_scratch_size(int rows, int cols);
-void opt_muon(real *p, const real *g, real *buf, int n_mats, int rows, int cols, MuonHyper h,
-              real *scratch, const OptStatus *st);
+void opt_muon(real *p, const real *g, real *buf, int n_mats, int rows, int cols, int colrow,
+              real *scratch, const StepHyper *hp, const OptStatus *st);
 size_t opt_retract_scratch_size(int rows, int r);
 void opt_retract(real *X, int rows, int r, int iters, real *scratch, OptStatus *st);
+
+// ---- the step's bookkeeping ops (engine/step.c) ----
+// out[0] = mean over the scored depths (bit i of `scored`) of loss_sum[i] / N, in depth order
+// (NaN when none is scored); out[1] = out[0] + aux_w * (sum of aux[0..depth)) / depth, or out[0]
+// when aux is NULL (the aux term off). The host's arithmetic of model_forward, operation for
+// operation, so the CPU's numbers are the ones it always printed.
+void step_loss(double *out, const double *loss_sum, const real *aux, int depth, uint64_t scored, int N,
+               double aux_w);
+// ring[hp->slot]: t0_ns = the backend clock now (the step starts)
+void step_begin(StepRecord *ring, const StepHyper *hp);
+// ring[hp->slot]: the hyper-parameters, the status, loss[0..1] (CE, objective), t1_ns, and the
+// per-expert sums over depth of load [depth, E] (backend int32; NULL: zeros)
+void step_end(StepRecord *ring, const StepHyper *hp, const OptStatus *st, const double *loss,
+              const int32_t *load, int depth, int E);
 
 // Muon's orthogonalisation of G [rows, cols] in place (host memory; opt_muon's inner step,
 // exposed for tests): 5 Newton–Schulz iterations with (3.4445, -4.7750, 2.0315) after dividing

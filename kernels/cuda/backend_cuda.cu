@@ -15,7 +15,6 @@
 //
 // Pointer conventions that are NOT device pointers (host-side by the engine's call sites):
 //   engram_rows: `orders` is the host config array (O <= 16 entries).
-//   moe_forward: `aux` and `load` are host pointers (the step logs them); see moe_cuda.cu.
 //   orth_error returns its value to the host.
 #include "cuda_common.cuh"
 #include <string.h>
@@ -23,6 +22,14 @@
 extern "C" void cuda_set_precision(int fp32);
 
 void dm_cuda_fail(cudaError_t e, const char *what, const char *file, int line) {
+#ifndef DM_DOUBLE
+    if (dm_capturing) {  // inside a graph capture: the capture fails (graph_end says why), not the process
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s at %s:%d: %s", what, file, line, cudaGetErrorString(e));
+        dm_capture_fail(msg);
+        return;
+    }
+#endif
     fprintf(stderr, "%s:%d: CUDA error %s (%s) in %s\n", file, line, cudaGetErrorName(e),
             cudaGetErrorString(e), what);
     fprintf(stderr, "  hint: an illegal address usually means a host pointer was passed where the "
@@ -30,6 +37,14 @@ void dm_cuda_fail(cudaError_t e, const char *what, const char *file, int line) {
     exit(1);
 }
 void dm_cublas_fail(cublasStatus_t s, const char *what, const char *file, int line) {
+#ifndef DM_DOUBLE
+    if (dm_capturing) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s at %s:%d: cuBLAS %s", what, file, line, cublasGetStatusString(s));
+        dm_capture_fail(msg);
+        return;
+    }
+#endif
     fprintf(stderr, "%s:%d: cuBLAS error %d (%s) in %s\n", file, line, (int)s,
             cublasGetStatusString(s), what);
     fprintf(stderr, "  hint: INVALID_VALUE is a bad leading dimension (row-major ld must be >= the "
@@ -48,8 +63,13 @@ extern "C" const Backend *backend_cuda(int device, char *why, size_t n) {
 
 #include <cub/cub.cuh>
 
+#define CUBLAS_WS_BYTES ((size_t)32 << 20)  // cuBLAS's recommended workspace on Hopper
+
 cublasHandle_t dm_cublas = NULL;
-cudaStream_t dm_stream = 0;  // the legacy default stream: ordered with cudaMemcpy and every launch
+// One stream for everything, created by backend_cuda(): a capturable stream (the legacy default
+// stream cannot be captured into a graph), blocking with respect to the legacy stream so that a
+// plain cudaMemcpy elsewhere still waits for the ops enqueued here.
+cudaStream_t dm_stream = 0;
 int dm_fp32 = 0;             // SPEC §8: bf16 operands by default
 
 // ================================================================================================
@@ -60,6 +80,14 @@ static size_t scr_cap[SCR_N];
 
 void *dm_scratch(int slot, size_t bytes) {
     if (bytes > scr_cap[slot]) {
+        if (dm_capturing) {  // a captured op must not free what earlier captured ops name
+            char msg[160];
+            snprintf(msg, sizeof msg, "scratch slot %d would grow from %zu to %zu bytes inside the captured step", slot,
+                     scr_cap[slot], bytes);
+            dm_capture_fail(msg);
+            return scr_ptr[slot];  // never runs: the capture is discarded
+        }
+        dm_nallocs++;
         size_t cap = bytes + bytes / 4 + 256;  // headroom so a slowly growing shape does not thrash
         if (scr_ptr[slot]) cudaCheck(cudaFree(scr_ptr[slot]));
         cudaCheck(cudaMalloc(&scr_ptr[slot], cap));
@@ -86,6 +114,8 @@ static void mem_forget(void *p) {
 static void cu_mem_stats(size_t *cur, size_t *peak) { *cur = mem_cur; *peak = mem_peak; }
 
 static void *cu_alloc(size_t bytes) {
+    if (dm_capturing) { dm_capture_fail("alloc inside the captured step"); return NULL; }
+    dm_nallocs++;
     void *p = NULL;
     cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
     if (e != cudaSuccess) {  // out of memory is the user's to handle (smaller preset), not a crash
@@ -104,11 +134,17 @@ static void cu_free(void *p) {
 static void cu_zero(void *p, size_t bytes) { if (bytes) cudaCheck(cudaMemsetAsync(p, 0, bytes, dm_stream)); }
 static void cu_upload(void *dst, const void *src, size_t bytes) {
     if (!bytes) return;
+    if (dm_capturing) { dm_capture_fail("a synchronous upload (host round trip) inside the captured step"); return; }
     cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, dm_stream));
     cudaCheck(cudaStreamSynchronize(dm_stream));  // the caller may reuse src as soon as we return
 }
 static void cu_download(void *dst, const void *src, size_t bytes) {
     if (!bytes) return;
+    if (dm_capturing) {  // zeros, not garbage, for the host code that reads them before the capture ends
+        dm_capture_fail("a download (host round trip) inside the captured step");
+        memset(dst, 0, bytes);
+        return;
+    }
     cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, dm_stream));
     cudaCheck(cudaStreamSynchronize(dm_stream));
 }
@@ -615,7 +651,13 @@ extern "C" const Backend *backend_cuda(int device, char *why, size_t n) {
             snprintf(why, n, "cublasCreate failed: %s", cublasGetStatusString(s));
             return NULL;
         }
+        cudaCheck(cudaStreamCreate(&dm_stream));  // see dm_stream
         cublasCheck(cublasSetStream(dm_cublas, dm_stream));
+        // a fixed workspace (set after the stream: cublasSetStream resets it): cuBLAS never
+        // allocates inside a captured step, and its algorithm choice cannot depend on free memory
+        static void *cublas_ws = NULL;
+        cudaCheck(cudaMalloc(&cublas_ws, CUBLAS_WS_BYTES));
+        cublasCheck(cublasSetWorkspace(dm_cublas, cublas_ws, CUBLAS_WS_BYTES));
         const char *pr = getenv("DM_CUDA_PRECISION");
         if (pr && !strcmp(pr, "fp32")) dm_fp32 = 1;
         if (pr && !strcmp(pr, "bf16")) dm_fp32 = 0;
@@ -644,6 +686,7 @@ extern "C" const Backend *backend_cuda(int device, char *why, size_t n) {
     b->opt_muon = cuda_opt_muon; b->opt_retract_scratch_size = cuda_opt_retract_scratch_size;
     b->opt_retract = cuda_opt_retract;
     cuda_fused_fill(b);
+    cuda_graph_fill(b);  // graph_cuda.cu: the step's bookkeeping ops, staging, graphs
     b->describe = cuda_describe; b->mem_stats = cu_mem_stats; b->set_precision = cuda_set_precision;
     b->peak_tflops = cuda_peak_bf16_tflops;
     return b;

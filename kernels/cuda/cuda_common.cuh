@@ -29,6 +29,14 @@ extern cublasHandle_t dm_cublas;  // one handle, on dm_stream
 extern cudaStream_t dm_stream;    // every kernel and cuBLAS call is ordered on this one stream
 extern int dm_fp32;               // 1: fp32 matrix products (pedantic); 0: bf16 operands, fp32 accumulate
 
+// Graph capture (graph_cuda.cu). While dm_capturing, ops are recorded, not run: dm_scratch may
+// not grow, upload/download may not run, and a failed CUDA / cuBLAS call is recorded with
+// dm_capture_fail (graph_end reports it, the engine reruns the step eagerly) instead of exiting.
+extern int dm_capturing;
+extern long dm_nallocs;           // device + pinned allocations so far (Backend.allocs)
+void dm_capture_fail(const char *what);
+void cuda_graph_fill(Backend *b); // the step entries of the table (graph_cuda.cu)
+
 // Grow-only device scratch, one buffer per slot (slots let one op hold several at once).
 // Growing frees and reallocates (synchronising): warm-up does it, steady state never does.
 enum { SCR_BF16A, SCR_BF16B, SCR_SORT, SCR_KEYS, SCR_MISC, SCR_N };
@@ -76,16 +84,17 @@ void cuda_moe_backward(real *dn, real *dz, MoEGrads g, const real *dout, real da
 
 // optimizer entry points (optim_cuda.cu; the Backend table's "optimizer ops")
 void cuda_opt_sumsq(double *ss, int32_t *bad, const real *x, const OptSeg *segs, int nseg);
-void cuda_opt_decide(OptStatus *st, const double *ss, const int32_t *bad, int nseg, double loss,
-                     double clip, int retract_every);
+void cuda_opt_decide(OptStatus *st, const double *ss, const int32_t *bad, int nseg, const double *loss,
+                     const StepHyper *hp);
 void cuda_opt_clip(real *g, size_t n, const OptStatus *st);
-void cuda_opt_adamw(real *p, const real *g, real *m, real *v, size_t n, AdamHyper h, const OptStatus *st);
+void cuda_opt_adamw(real *p, const real *g, real *m, real *v, size_t n, int decay, const StepHyper *hp,
+                    const OptStatus *st);
 size_t cuda_opt_adam_rows_ws_size(int O, int N, int64_t R);
 void cuda_opt_adam_rows(real *p, const real *g, real *m, real *v, int64_t *row_steps, const int32_t *rows,
-                        int O, int N, int64_t R, int D, AdamHyper h, void *ws, const OptStatus *st);
+                        int O, int N, int64_t R, int D, void *ws, const StepHyper *hp, const OptStatus *st);
 size_t cuda_opt_muon_scratch_size(int rows, int cols);
-void cuda_opt_muon(real *p, const real *g, real *buf, int n_mats, int rows, int cols, MuonHyper h,
-                   real *scratch, const OptStatus *st);
+void cuda_opt_muon(real *p, const real *g, real *buf, int n_mats, int rows, int cols, int colrow,
+                   real *scratch, const StepHyper *hp, const OptStatus *st);
 size_t cuda_opt_retract_scratch_size(int rows, int r);
 void cuda_opt_retract(real *X, int rows, int r, int iters, real *scratch, OptStatus *st);
 

@@ -3,10 +3,13 @@
 // build only.
 //
 // The step never waits for the host: opt_decide runs as a one-thread kernel that writes the
-// decision (skip, clip factor, t, retraction cadence) into the device OptStatus, and every
-// later kernel reads it there (skip => it returns before writing anything). Host arguments are
-// only sizes, the static segment table and the hyper-parameters, so the sequence can later be
-// captured into a CUDA graph as is (lr then becomes a per-launch parameter update).
+// decision (skip, clip factor, t, retraction cadence, nan_limit halt) into the device
+// OptStatus, and every later kernel reads it there (skip => it returns before writing
+// anything). The loss and every scalar (lr, lr_muon, wd, betas, eps, momentum, clip) are READ
+// ON THE DEVICE from the loss double and the StepHyper the engine uploads before each step;
+// host arguments are only sizes, flags, pointers and the static segment table. So the sequence
+// is captured into the step's CUDA graph as is and each replay uses that step's values
+// (engine/step.c, graph_cuda.cu).
 //
 // Determinism (SPEC §7): no atomics. The gradient norm is summed per fixed 65536-element chunk
 // by a fixed block tree (block_sum_d), then the chunks of each segment in order by one thread;
@@ -98,8 +101,14 @@ void cuda_opt_sumsq(double *ss, int32_t *bad, const real *x, const OptSeg *segs,
 // ================================================================================================
 // the decision (one thread: a handful of double operations, the CPU's code line for line)
 // ================================================================================================
-__global__ void decide_kernel(OptStatus *st, const double *ss, const int32_t *bad, int nseg, double loss,
-                              double clip, int retract_every) {
+__global__ void decide_kernel(OptStatus *st, const double *ss, const int32_t *bad, int nseg, const double *loss_p,
+                              const StepHyper *hp) {
+    if (st->halted) {  // the run stopped at an earlier step: a no-op, counters included
+        st->skip = 1; st->clipped = 0; st->scale = 1; st->retract = 0; st->orth_err = -1;
+        return;
+    }
+    double loss = *loss_p, clip = hp->clip;
+    int retract_every = hp->retract_every;
     double total = 0;
     int first_bad = -1;
     for (int i = 0; i < nseg; i++) {
@@ -118,6 +127,7 @@ __global__ void decide_kernel(OptStatus *st, const double *ss, const int32_t *ba
     if (st->skip) {
         st->consecutive_skips++;
         st->total_skips++;
+        if (hp->nan_limit > 0 && st->consecutive_skips >= hp->nan_limit) st->halted = 1;
         return;
     }
     st->t++;
@@ -131,9 +141,9 @@ __global__ void decide_kernel(OptStatus *st, const double *ss, const int32_t *ba
         st->orth_err = 0;
     }
 }
-void cuda_opt_decide(OptStatus *st, const double *ss, const int32_t *bad, int nseg, double loss,
-                                double clip, int retract_every) {
-    decide_kernel<<<1, 1, 0, dm_stream>>>(st, ss, bad, nseg, loss, clip, retract_every);
+void cuda_opt_decide(OptStatus *st, const double *ss, const int32_t *bad, int nseg, const double *loss,
+                     const StepHyper *hp) {
+    decide_kernel<<<1, 1, 0, dm_stream>>>(st, ss, bad, nseg, loss, hp);
     cudaLaunchCheck();
 }
 
@@ -151,19 +161,20 @@ void cuda_opt_clip(real *g, size_t n, const OptStatus *st) {
     cudaLaunchCheck();
 }
 
-__global__ void adamw_kernel(float *p, const float *g, float *m, float *v, size_t n, AdamHyper h,
-                             const OptStatus *st) {
+__global__ void adamw_kernel(float *p, const float *g, float *m, float *v, size_t n, int decay,
+                             const StepHyper *hp, const OptStatus *st) {
     if (st->skip) return;  // uniform over the grid
     __shared__ float bc[2];
     if (threadIdx.x == 0) {  // the bias corrections once per block, from the device step count
         double t = (double)st->t;
-        bc[0] = (float)(1.0 - pow(h.beta1, t));
-        bc[1] = (float)(1.0 - pow(h.beta2, t));
+        bc[0] = (float)(1.0 - pow(hp->beta1, t));
+        bc[1] = (float)(1.0 - pow(hp->beta2, t));
     }
     __syncthreads();
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    float b1 = (float)h.beta1, b2 = (float)h.beta2, eps = (float)h.eps, lr = (float)h.lr, wd = (float)h.wd;
+    float b1 = (float)hp->beta1, b2 = (float)hp->beta2, eps = (float)hp->eps, lr = (float)hp->lr;
+    float wd = (float)(decay ? hp->wd : 0.0);
     float gi = g[i];
     float mi = b1 * m[i] + (1 - b1) * gi;
     float vi = b2 * v[i] + (1 - b2) * gi * gi;
@@ -172,9 +183,10 @@ __global__ void adamw_kernel(float *p, const float *g, float *m, float *v, size_
     float pi = p[i];
     p[i] = pi - lr * ((mi / bc[0]) / (sqrtf(vi / bc[1]) + eps) + wd * pi);
 }
-void cuda_opt_adamw(real *p, const real *g, real *m, real *v, size_t n, AdamHyper h, const OptStatus *st) {
+void cuda_opt_adamw(real *p, const real *g, real *m, real *v, size_t n, int decay, const StepHyper *hp,
+                    const OptStatus *st) {
     if (n == 0) return;
-    adamw_kernel<<<ceil_div((long long)n, 256), 256, 0, dm_stream>>>(p, g, m, v, n, h, st);
+    adamw_kernel<<<ceil_div((long long)n, 256), 256, 0, dm_stream>>>(p, g, m, v, n, decay, hp, st);
     cudaLaunchCheck();
 }
 
@@ -196,7 +208,7 @@ __global__ void rows_keys_kernel(uint64_t *keys, int *vals, const int32_t *rows,
 }
 // one thread per sorted item; the first item of each run of equal keys updates that row
 __global__ void adam_rows_kernel(float *p, const float *g, float *m, float *v, int64_t *row_steps,
-                                 const uint64_t *keys, int n, uint64_t sentinel, int D, AdamHyper h,
+                                 const uint64_t *keys, int n, uint64_t sentinel, int D, const StepHyper *hp,
                                  const OptStatus *st) {
     if (st->skip) return;
     int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -204,8 +216,8 @@ __global__ void adam_rows_kernel(float *p, const float *g, float *m, float *v, i
     uint64_t k = keys[i];
     if (k >= sentinel || (i > 0 && keys[i - 1] == k)) return;
     int64_t cnt = ++row_steps[k];  // this thread is the row's only writer
-    float bc1 = (float)(1.0 - pow(h.beta1, (double)cnt)), bc2 = (float)(1.0 - pow(h.beta2, (double)cnt));
-    float b1 = (float)h.beta1, b2 = (float)h.beta2, eps = (float)h.eps, lr = (float)h.lr;
+    float bc1 = (float)(1.0 - pow(hp->beta1, (double)cnt)), bc2 = (float)(1.0 - pow(hp->beta2, (double)cnt));
+    float b1 = (float)hp->beta1, b2 = (float)hp->beta2, eps = (float)hp->eps, lr = (float)hp->lr;
     size_t off = (size_t)k * D;
     for (int j = 0; j < D; j++) {
         float gi = g[off + j];
@@ -217,8 +229,8 @@ __global__ void adam_rows_kernel(float *p, const float *g, float *m, float *v, i
     }
 }
 void cuda_opt_adam_rows(real *p, const real *g, real *m, real *v, int64_t *row_steps,
-                                   const int32_t *rows, int O, int N, int64_t R, int D, AdamHyper h, void *ws,
-                                   const OptStatus *st) {
+                        const int32_t *rows, int O, int N, int64_t R, int D, void *ws, const StepHyper *hp,
+                        const OptStatus *st) {
     int n = O * N;
     if (n <= 0 || D <= 0) return;
     uint64_t *kin = (uint64_t *)ws, *kout = kin + n;
@@ -229,7 +241,7 @@ void cuda_opt_adam_rows(real *p, const real *g, real *m, real *v, int64_t *row_s
     int bits = 1;
     while (bits < 64 && sentinel >= (1ULL << bits)) bits++;  // keys in [0, sentinel]
     dm_sort_pairs(kin, kout, vin, vout, n, bits);
-    adam_rows_kernel<<<ceil_div(n, 128), 128, 0, dm_stream>>>(p, g, m, v, row_steps, kout, n, sentinel, D, h, st);
+    adam_rows_kernel<<<ceil_div(n, 128), 128, 0, dm_stream>>>(p, g, m, v, row_steps, kout, n, sentinel, D, hp, st);
     cudaLaunchCheck();
 }
 
@@ -242,11 +254,12 @@ size_t cuda_opt_muon_scratch_size(int rows, int cols) {
     return 2 * (size_t)rows * cols + 2 * s * s + 64;
 }
 
-__global__ void muon_momentum_kernel(float *U, float *buf, const float *g, size_t n, float mu,
+__global__ void muon_momentum_kernel(float *U, float *buf, const float *g, size_t n, const StepHyper *hp,
                                      const OptStatus *st) {
     if (st->skip) return;  // buf untouched; U is scratch (the apply skips too)
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
+    float mu = (float)hp->muon_momentum;
     float b = mu * buf[i] + g[i];
     buf[i] = b;
     U[i] = g[i] + mu * b;
@@ -295,9 +308,14 @@ __global__ void row_normalize_kernel(float *U, int cols) {
     float inv = (float)(1.0 / (sqrt(ss / cols) + MUON_EPS));
     for (int j = threadIdx.x; j < cols; j += OPT_NT) r[j] *= inv;
 }
-__global__ void muon_apply_kernel(float *p, const float *U, size_t n, float decay, float step, const OptStatus *st) {
+// lr = hp->lr_muon: decay = 1 - lr wd, step = lr * scale, rounded to float once (the CPU's
+// expressions); scale = 0.2 sqrt(max(rows, cols)), or 0.2 under colrow (a shape: by value)
+__global__ void muon_apply_kernel(float *p, const float *U, size_t n, double scale, const StepHyper *hp,
+                                  const OptStatus *st) {
     if (st->skip) return;
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    double lr = hp->lr_muon;
+    float decay = (float)(1.0 - lr * hp->wd), step = (float)(lr * scale);
     if (i < n) p[i] = p[i] * decay - step * U[i];
 }
 
@@ -329,24 +347,25 @@ static float *ns5(float *G, float *Y, float *A, float *Bm, float *inv, int rows,
     return X;
 }
 
-void cuda_opt_muon(real *p, const real *g, real *buf, int n_mats, int rows, int cols, MuonHyper h,
-                              real *scratch, const OptStatus *st) {
+void cuda_opt_muon(real *p, const real *g, real *buf, int n_mats, int rows, int cols, int colrow,
+                   real *scratch, const StepHyper *hp, const OptStatus *st) {
     size_t n = (size_t)rows * cols, s = (size_t)(rows < cols ? rows : cols);
     if (n == 0) return;
+    double scale = colrow ? 0.2 : 0.2 * sqrt((double)(rows > cols ? rows : cols));
     float *U = scratch, *Y = U + n, *A = Y + n, *Bm = A + s * s, *inv = Bm + s * s;
     int nb = ceil_div((long long)n, 256);
     for (int e = 0; e < n_mats; e++) {
         size_t off = (size_t)e * n;
-        muon_momentum_kernel<<<nb, 256, 0, dm_stream>>>(U, buf + off, g + off, n, h.mu, st);
+        muon_momentum_kernel<<<nb, 256, 0, dm_stream>>>(U, buf + off, g + off, n, hp, st);
         cudaLaunchCheck();
         float *R = ns5(U, Y, A, Bm, inv, rows, cols);
-        if (h.colrow) {
+        if (colrow) {
             col_normalize_kernel<<<cols, OPT_NT, 0, dm_stream>>>(R, rows, cols);
             cudaLaunchCheck();
             row_normalize_kernel<<<rows, OPT_NT, 0, dm_stream>>>(R, cols);
             cudaLaunchCheck();
         }
-        muon_apply_kernel<<<nb, 256, 0, dm_stream>>>(p + off, R, n, h.decay, h.step, st);
+        muon_apply_kernel<<<nb, 256, 0, dm_stream>>>(p + off, R, n, scale, hp, st);
         cudaLaunchCheck();
     }
 }

@@ -330,15 +330,18 @@ static void t_kda_step() {
     delete dq; delete dk; delete dv; delete db; delete dg;
 }
 
-static void t_moe(int k, int ties) {
-    MoEShape s = {100, 64, 4, k, 16, 96};
-    char nm[80], tag[32];
-    snprintf(tag, sizeof tag, "k=%d%s", k, ties ? " ties" : "");
-    int N = s.N, d = s.d, E = s.E, r = s.r, f = s.f;
+// N tokens; one >= 0: every token routed to expert `one` (the others get no rows)
+static void t_moe(int k, int ties, int N = 100, int one = -1) {
+    MoEShape s = {N, 64, 4, k, 16, 96};
+    char nm[80], tag[48];
+    snprintf(tag, sizeof tag, "k=%d N=%d%s%s", k, N, ties ? " ties" : "", one >= 0 ? " one-expert" : "");
+    int d = s.d, E = s.E, r = s.r, f = s.f;
     auto n = randv((size_t)N * d), z = randv((size_t)N * E);
     if (ties)  // every other token: all logits equal, or the top two equal
         for (int t = 0; t < N; t += 2)
             for (int e = 0; e < E; e++) z[(size_t)t * E + e] = (t % 4 == 0) ? 0.5f : (e < 2 ? 1.0f : z[(size_t)t * E + e] * 0.1f);
+    if (one >= 0)
+        for (int t = 0; t < N; t++) z[(size_t)t * E + one] += 30;
     std::vector<float> U1 = randv((size_t)E * f * r, 0.2f), s1 = randv((size_t)E * r), V1 = randv((size_t)E * d * r, 0.2f),
                        U2 = randv((size_t)E * d * r, 0.2f), s2 = randv((size_t)E * r), V2 = randv((size_t)E * f * r, 0.2f);
     Dev *dn = up(n), *dz = up(z), *dU1 = up(U1), *ds1 = up(s1), *dV1 = up(V1), *dU2 = up(U2), *ds2 = up(s2), *dV2 = up(V2);
@@ -348,8 +351,12 @@ static void t_moe(int k, int ties) {
     Dev dout_(sizeof(float) * N * d), dws(sizeof(float) * G_->moe_ws_size(s));
     float auxc = 0, auxg = 0;
     std::vector<int> loadc(E), loadg(E);
+    Dev daux(sizeof(float)), dload(sizeof(int) * E);  // aux, load: backend memory, written on the device
     C_->moe_forward(out.data(), &auxc, loadc.data(), ws.data(), n.data(), z.data(), pc, s);
-    G_->moe_forward(dout_.f(), &auxg, loadg.data(), dws.f(), dn->f(), dz->f(), pg, s);  // aux, load: host
+    G_->moe_forward(dout_.f(), daux.f(), dload.i(), dws.f(), dn->f(), dz->f(), pg, s);
+    G_->download(&auxg, daux.p, sizeof(float));
+    G_->download(loadg.data(), dload.p, sizeof(int) * E);
+    std::vector<float> outg = down<float>(&dout_, out.size());
     snprintf(nm, sizeof nm, "moe_forward out %s", tag); cmp(nm, out, &dout_, 1e-4);
     snprintf(nm, sizeof nm, "moe_forward aux %s", tag); report(nm, fabs(auxc - auxg) / fmax(fabs(auxc), 1e-30), 1e-5);
     { int bad = 0; for (int e = 0; e < E; e++) bad += loadc[e] != loadg[e];
@@ -359,6 +366,7 @@ static void t_moe(int k, int ties) {
                        gU2 = randv(U2.size()), gs2 = randv(s2.size()), gV2 = randv(V2.size());
     Dev *ddy = up(dy), *dgn = up(gn), *dgz = up(gz), *dgU1 = up(gU1), *dgs1 = up(gs1), *dgV1 = up(gV1),
         *dgU2 = up(gU2), *dgs2 = up(gs2), *dgV2 = up(gV2);
+    std::vector<float> init[8] = {gn, gz, gU1, gs1, gV1, gU2, gs2, gV2};  // the starting gradients
     MoEGrads gc = {gU1.data(), gs1.data(), gV1.data(), gU2.data(), gs2.data(), gV2.data()};
     MoEGrads gg = {dgU1->f(), dgs1->f(), dgV1->f(), dgU2->f(), dgs2->f(), dgV2->f()};
     C_->moe_backward(gn.data(), gz.data(), gc, dy.data(), 0.3f, ws.data(), n.data(), z.data(), pc, s);
@@ -366,11 +374,31 @@ static void t_moe(int k, int ties) {
     const char *names[8] = {"dn", "dz", "dU1", "ds1", "dV1", "dU2", "ds2", "dV2"};
     std::vector<float> *cs[8] = {&gn, &gz, &gU1, &gs1, &gV1, &gU2, &gs2, &gV2};
     Dev *gsd[8] = {dgn, dgz, dgU1, dgs1, dgV1, dgU2, dgs2, dgV2};
+    std::vector<float> first[8];
     for (int i = 0; i < 8; i++) {
         snprintf(nm, sizeof nm, "moe_backward %s %s", names[i], tag);
         cmp(nm, *cs[i], gsd[i], 1e-4);
-        delete gsd[i];
+        first[i] = down<float>(gsd[i], cs[i]->size());
     }
+    // determinism: forward + backward again from the same starting gradients (backward consumed
+    // the forward's h), every output bit-identical
+    for (int i = 0; i < 8; i++) G_->upload(gsd[i]->p, init[i].data(), sizeof(float) * init[i].size());
+    G_->moe_forward(dout_.f(), daux.f(), dload.i(), dws.f(), dn->f(), dz->f(), pg, s);
+    G_->moe_backward(dgn->f(), dgz->f(), gg, ddy->f(), 0.3f, dws.f(), dn->f(), dz->f(), pg, s);
+    {
+        float aux2 = 0;
+        G_->download(&aux2, daux.p, sizeof(float));
+        std::vector<float> out2 = down<float>(&dout_, out.size());
+        int bad = memcmp(&aux2, &auxg, sizeof(float)) != 0;
+        bad += memcmp(out2.data(), outg.data(), sizeof(float) * out.size()) != 0;
+        for (int i = 0; i < 8; i++) {
+            std::vector<float> again = down<float>(gsd[i], cs[i]->size());
+            bad += memcmp(again.data(), first[i].data(), sizeof(float) * again.size()) != 0;
+        }
+        snprintf(nm, sizeof nm, "moe fwd+bwd rerun %s", tag);
+        report(nm, bad, 0, "(bit-identical)");
+    }
+    for (int i = 0; i < 8; i++) delete gsd[i];
     delete dn; delete dz; delete dU1; delete ds1; delete dV1; delete dU2; delete ds2; delete dV2; delete ddy;
 }
 
@@ -418,6 +446,17 @@ static void t_optim() {
     memset(&sc, 0, sizeof sc);
     sc.t = 3;
     G_->upload(dst.p, &sc, sizeof sc);
+    // the step's scalars and loss live on the device (StepHyper, a double); the CPU reads host copies
+    StepHyper hh;
+    memset(&hh, 0, sizeof hh);
+    hh.lr = 3e-3; hh.lr_muon = 0.02; hh.mult = 1; hh.wd = 0.1; hh.beta1 = 0.9; hh.beta2 = 0.95; hh.eps = 1e-8;
+    hh.muon_momentum = 0.95; hh.clip = 0.5; hh.retract_every = 2; hh.nan_limit = 0;
+    double loss = 1.5;
+    Dev dhp(sizeof(StepHyper)), dloss(sizeof(double));
+    G_->upload(dhp.p, &hh, sizeof hh);
+    G_->upload(dloss.p, &loss, sizeof loss);
+    const StepHyper *ghp = (const StepHyper *)dhp.p;
+    const double *gloss = (const double *)dloss.p;
     double ss[nseg];
     int32_t bad[nseg];
     C_->opt_sumsq(ss, bad, g.data(), segs, nseg);
@@ -430,8 +469,8 @@ static void t_optim() {
     for (int i = 0; i < nseg; i++) e = fmax(e, fabs(gss[i] - ss[i]) / fmax(ss[i], 1e-300)), e += gbad[i] != bad[i];
     report("opt_sumsq (per segment, double)", e, 1e-12);
     // decide with the clip active and a retraction due (t 3 -> 4, every 2)
-    C_->opt_decide(&sc, ss, bad, nseg, 1.5, 0.5, 2);
-    G_->opt_decide((OptStatus *)dst.p, (double *)dss.p, (int32_t *)dbad.p, nseg, 1.5, 0.5, 2);
+    C_->opt_decide(&sc, ss, bad, nseg, &loss, &hh);
+    G_->opt_decide((OptStatus *)dst.p, (double *)dss.p, (int32_t *)dbad.p, nseg, gloss, ghp);
     OptStatus sg = st_down(&dst);
     int same = sg.t == sc.t && sg.skip == sc.skip && sg.clipped == sc.clipped && sg.retract == sc.retract &&
                sg.first_bad == sc.first_bad && sg.consecutive_skips == sc.consecutive_skips;
@@ -444,9 +483,8 @@ static void t_optim() {
     auto p = randv(n), m = randv(n, 0.01f), v = randv(n, 0.01f);
     for (auto &x : v) x = fabsf(x);
     Dev *dp = up(p), *dm = up(m), *dv = up(v);
-    AdamHyper h = {0.9, 0.95, 1e-8, 3e-3, 0.1};
-    C_->opt_adamw(p.data(), g.data(), m.data(), v.data(), n, h, &sc);
-    G_->opt_adamw(dp->f(), dg->f(), dm->f(), dv->f(), n, h, (OptStatus *)dst.p);
+    C_->opt_adamw(p.data(), g.data(), m.data(), v.data(), n, 1, &hh, &sc);
+    G_->opt_adamw(dp->f(), dg->f(), dm->f(), dv->f(), n, 1, ghp, (OptStatus *)dst.p);
     cmp("opt_adamw p", p, dp, 1e-5); cmp("opt_adamw m", m, dm, 1e-5); cmp("opt_adamw v", v, dv, 1e-5);
     // lazy Adam rows: 3 tables of R = 50 rows of D = 16 at offset 70123 (the 4th segment is 4096
     // reals = only 256 rows: use R*O*D = 2400), duplicates and out-of-range rows
@@ -459,10 +497,10 @@ static void t_optim() {
     std::vector<unsigned char> wsc(C_->opt_adam_rows_ws_size(O, N, R));
     Dev dws(G_->opt_adam_rows_ws_size(O, N, R));
     size_t to = 70123;
-    C_->opt_adam_rows(p.data() + to, g.data() + to, m.data() + to, v.data() + to, rs.data(), rows.data(), O, N, R, D, h,
-                      wsc.data(), &sc);
+    C_->opt_adam_rows(p.data() + to, g.data() + to, m.data() + to, v.data() + to, rs.data(), rows.data(), O, N, R, D,
+                      wsc.data(), &hh, &sc);
     G_->opt_adam_rows(dp->f() + to, dg->f() + to, dm->f() + to, dv->f() + to, (int64_t *)drs->p, (int32_t *)drows->p,
-                      O, N, R, D, h, dws.p, (OptStatus *)dst.p);
+                      O, N, R, D, dws.p, ghp, (OptStatus *)dst.p);
     cmp("opt_adam_rows p", p, dp, 1e-5); cmp("opt_adam_rows m", m, dm, 1e-5); cmp("opt_adam_rows v", v, dv, 1e-5);
     std::vector<int64_t> grs = down<int64_t>(drs, rs.size());
     size_t nd = 0;
@@ -477,9 +515,8 @@ static void t_optim() {
         Dev *dmp = up(mp), *dmg = up(mg), *dmb = up(mb);
         std::vector<float> scr(C_->opt_muon_scratch_size(rr, cc));
         Dev dscr(sizeof(float) * G_->opt_muon_scratch_size(rr, cc));
-        MuonHyper mh = {0.95f, 0.999f, 0.5f, k >= 2};
-        C_->opt_muon(mp.data(), mg.data(), mb.data(), nm, rr, cc, mh, scr.data(), &sc);
-        G_->opt_muon(dmp->f(), dmg->f(), dmb->f(), nm, rr, cc, mh, dscr.f(), (OptStatus *)dst.p);
+        C_->opt_muon(mp.data(), mg.data(), mb.data(), nm, rr, cc, k >= 2, scr.data(), &hh, &sc);
+        G_->opt_muon(dmp->f(), dmg->f(), dmb->f(), nm, rr, cc, k >= 2, dscr.f(), ghp, (OptStatus *)dst.p);
         char nmm[64];
         snprintf(nmm, sizeof nmm, "opt_muon %dx%d%s p", rr, cc, k >= 2 ? " colrow" : "");
         cmp(nmm, mp, dmp, 2e-3);
@@ -506,20 +543,35 @@ static void t_optim() {
     G_->upload(dg->f() + 70000 + 5, &g[70000 + 5], sizeof(float));
     C_->opt_sumsq(ss, bad, g.data(), segs, nseg);
     G_->opt_sumsq((double *)dss.p, (int32_t *)dbad.p, dg->f(), segs, nseg);
-    C_->opt_decide(&sc, ss, bad, nseg, 1.5, 0.5, 2);
-    G_->opt_decide((OptStatus *)dst.p, (double *)dss.p, (int32_t *)dbad.p, nseg, 1.5, 0.5, 2);
+    C_->opt_decide(&sc, ss, bad, nseg, &loss, &hh);
+    G_->opt_decide((OptStatus *)dst.p, (double *)dss.p, (int32_t *)dbad.p, nseg, gloss, ghp);
     sg = st_down(&dst);
     report("opt_decide skip: first_bad, counters", sg.skip == 1 && sg.first_bad == 1 && sg.first_bad == sc.first_bad &&
                                                        sg.t == sc.t && sg.total_skips == sc.total_skips ? 0 : 1, 0);
     std::vector<float> p0 = down<float>(dp, n), m0 = down<float>(dm, n), v0 = down<float>(dv, n);
     std::vector<int64_t> rs0 = down<int64_t>(drs, rs.size());
     G_->opt_clip(dg->f(), n, (OptStatus *)dst.p);
-    G_->opt_adamw(dp->f(), dg->f(), dm->f(), dv->f(), n, h, (OptStatus *)dst.p);
+    G_->opt_adamw(dp->f(), dg->f(), dm->f(), dv->f(), n, 1, ghp, (OptStatus *)dst.p);
     G_->opt_adam_rows(dp->f() + to, dg->f() + to, dm->f() + to, dv->f() + to, (int64_t *)drs->p, (int32_t *)drows->p,
-                      O, N, R, D, h, dws.p, (OptStatus *)dst.p);
+                      O, N, R, D, dws.p, ghp, (OptStatus *)dst.p);
     int moved = down<float>(dp, n) != p0 || down<float>(dm, n) != m0 || down<float>(dv, n) != v0 ||
                 down<int64_t>(drs, rs.size()) != rs0;
     report("skipped step leaves p, m, v, row_steps", moved ? 1 : 0, 0);
+    // nan_limit: a second skip in a row with nan_limit 2 halts the run; a halted decision changes
+    // nothing (counters included) even when the loss and the gradients are finite again
+    hh.nan_limit = 2;
+    G_->upload(dhp.p, &hh, sizeof hh);
+    C_->opt_decide(&sc, ss, bad, nseg, &loss, &hh);
+    G_->opt_decide((OptStatus *)dst.p, (double *)dss.p, (int32_t *)dbad.p, nseg, gloss, ghp);
+    sg = st_down(&dst);
+    report("opt_decide nan_limit halts", sg.halted == 1 && sc.halted == 1 && sg.consecutive_skips == sc.consecutive_skips ? 0 : 1, 0);
+    int32_t nobad[nseg] = {0, 0, 0, 0};
+    G_->upload(dbad.p, nobad, sizeof nobad);
+    C_->opt_decide(&sc, ss, nobad, nseg, &loss, &hh);
+    G_->opt_decide((OptStatus *)dst.p, (double *)dss.p, (int32_t *)dbad.p, nseg, gloss, ghp);
+    OptStatus sh = st_down(&dst);
+    report("halted decision: a no-op, counters kept", sh.skip == 1 && sh.t == sg.t && sh.total_skips == sg.total_skips &&
+                                                           sh.consecutive_skips == sg.consecutive_skips && sc.t == sh.t ? 0 : 1, 0);
     delete dg; delete dp; delete dm; delete dv; delete drows; delete drs;
 }
 
@@ -746,6 +798,8 @@ int main(void) {
     t_moe(2, 0);
     t_moe(1, 0);
     t_moe(2, 1);
+    t_moe(2, 0, 700);     // experts of several 64-row tiles, more assignments than sort chunks
+    t_moe(1, 0, 333, 2);  // every token on expert 2: experts 0, 1, 3 empty
     t_retract();
     t_fused();
     t_optim();

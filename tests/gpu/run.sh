@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # tests/gpu/run.sh [all|check|bench] — on a machine with an NVIDIA GPU: build the float engine
 # library and dmsh (headless) with the CUDA backend, then
-#   check: tests/gpu/parity.cu (every op CPU vs CUDA, pass/fail table) and
-#          tests/gpu/parity_model.c (:check parity per preset x arms x precision)
+#   check: tests/gpu/parity.cu (every op CPU vs CUDA, pass/fail table),
+#          tests/gpu/parity_model.c (:check parity per preset x arms x precision) and
+#          tests/gpu/graph_step.c (the step graph's replay = the eager step, two processes)
 #   bench: tests/gpu/bench_gpu.c (the issue-5 benchmark table)
 # Exits non-zero on any build error or failed row. Put the corpus in shared-data/ (ignored by
 # git) to bench on real text. Aimed at < 5 minutes on an H200 (the build dominates).
@@ -39,7 +40,7 @@ done
 
 # the engine-level programs: plain C against libdm.a and the CUDA objects
 HOSTLIBS="build/float/libdm.a -lopenblas -lm -fopenmp -L$CUDA_HOME/lib64 -lcublas -lcudart_static -ldl -lrt -lpthread -lstdc++ -Wl,-rpath,$CUDA_HOME/lib64"
-for prog in parity_model bench_gpu; do
+for prog in parity_model bench_gpu graph_step; do
     gcc -std=c11 -D_GNU_SOURCE -O2 -I"$CUDA_HOME/include" "tests/gpu/$prog.c" "${objs[@]}" $HOSTLIBS -o "$OUT/$prog"
 done
 
@@ -50,6 +51,8 @@ if [ "$MODE" = all ] || [ "$MODE" = check ]; then
     OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 timeout 240 "./$OUT/parity" || status=1
     echo "== parity: one training step per preset x arms x precision (:check parity, tests/gpu/parity_model.c)"
     timeout 240 "./$OUT/parity_model" || status=1
+    echo "== the whole-step CUDA graph: replay = un-captured step bit for bit, two processes (tests/gpu/graph_step.c)"
+    timeout 240 "./$OUT/graph_step" || status=1
 fi
 if [ "$MODE" = all ] || [ "$MODE" = bench ]; then
     echo "== bench (tests/gpu/bench_gpu.c)"

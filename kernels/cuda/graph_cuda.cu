@@ -1,0 +1,178 @@
+// graph_cuda.cu — the training step as one unit on the device (SPEC §8, issue 5): the step's
+// bookkeeping kernels (loss / objective, the per-step record), pinned staging and the uploads
+// from it, and CUDA graphs by stream capture on dm_stream. engine/step.c drives them.
+//
+// Capture. graph_begin starts cudaStreamBeginCapture(dm_stream, global mode); every op the
+// engine enqueues from then on is recorded into a graph instead of running; graph_end ends the
+// capture, instantiates the graph and hands back the executable (cudaGraphExec_t). Inside a
+// capture nothing may allocate, synchronise or copy through pageable memory: dm_scratch refuses
+// to grow, upload/download refuse, and any CUDA or cuBLAS error (e.g. a stream synchronise the
+// capture forbids) is recorded instead of ending the process — graph_end then returns NULL with
+// the first such reason, the engine falls back to running the step eagerly and says why. None
+// of the captured ops ran, so nothing needs undoing on the device.
+//
+// The input channel. upload_async is cudaMemcpyAsync from PINNED host memory (host_alloc =
+// cudaHostAlloc) on dm_stream, so it is enqueued without waiting and captured as a memcpy node;
+// the node READS THE STAGING BUFFER WHEN IT EXECUTES, i.e. at every replay. That is how a replay
+// gets its step's batch and StepHyper: the host rewrites the staging before each launch. After
+// each copy an event is recorded (inside a capture with cudaEventRecordExternal, so the graph
+// records it at every replay too); upload_wait waits for it, so the host never overwrites
+// staging a copy has not read yet.
+//
+// Determinism: the graph replays the same kernels with the same launch configurations and the
+// same cuBLAS algorithms as the eager step (cuBLAS gets a fixed workspace at start-up, so its
+// choice cannot depend on what memory is free; the choice is cuBLAS's heuristic — a function of
+// shapes and device — never a timing). A replay is therefore bit-identical to the un-captured
+// step, which tests/gpu/graph_step.c checks on a GPU.
+#include "cuda_common.cuh"
+#include <math_constants.h>
+#include <string.h>
+
+#ifndef DM_DOUBLE
+
+int dm_capturing = 0;        // a capture is open on dm_stream
+long dm_nallocs = 0;         // device + pinned allocations so far (Backend.allocs)
+static char cap_err[256];    // the first reason the open capture failed, "" when none
+static cudaEvent_t stage_ev; // recorded after each upload_async (staging read up to here)
+
+void dm_capture_fail(const char *what) {
+    if (!cap_err[0]) snprintf(cap_err, sizeof cap_err, "%s", what);
+}
+
+// ================================================================================================
+// the step's bookkeeping (contracts: kernels/cpu/optim_ops.h)
+// ================================================================================================
+// One thread: a handful of double operations, the CPU's code line for line.
+__global__ void step_loss_kernel(double *out, const double *loss_sum, const float *aux, int depth,
+                                 uint64_t scored, int N, double aux_w) {
+    double ce = 0;
+    int n_scored = 0;
+    for (int i = 0; i < depth; i++) {
+        if (!((scored >> i) & 1)) continue;
+        ce += loss_sum[i] / N;
+        n_scored++;
+    }
+    ce = n_scored ? ce / n_scored : CUDART_NAN;
+    out[0] = ce;
+    if (!aux) { out[1] = ce; return; }
+    double aux_sum = 0;
+    for (int i = 0; i < depth; i++) aux_sum += aux[i];
+    out[1] = ce + aux_w * (aux_sum / depth);
+}
+static void cu_step_loss(double *out, const double *loss_sum, const real *aux, int depth, uint64_t scored,
+                         int N, double aux_w) {
+    step_loss_kernel<<<1, 1, 0, dm_stream>>>(out, loss_sum, aux, depth, scored, N, aux_w);
+    cudaLaunchCheck();
+}
+
+// the device's nanosecond clock (the rows' ms: the step's time on the device, queueing excluded)
+__device__ __forceinline__ int64_t globaltimer_ns() {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return (int64_t)t;
+}
+__global__ void step_begin_kernel(StepRecord *ring, const StepHyper *hp) { ring[hp->slot].t0_ns = globaltimer_ns(); }
+__global__ void step_end_kernel(StepRecord *ring, const StepHyper *hp, const OptStatus *st, const double *loss,
+                                const int32_t *load, int depth, int E) {
+    StepRecord *r = &ring[hp->slot];
+    r->hp = *hp;
+    r->st = *st;
+    r->loss = loss[0];
+    r->objective = loss[1];
+    for (int x = 0; x < STEP_REC_E; x++) {
+        int64_t s = 0;
+        for (int i = 0; load && x < E && i < depth; i++) s += load[(size_t)i * E + x];
+        r->load[x] = s;
+    }
+    r->t1_ns = globaltimer_ns();
+}
+static void cu_step_begin(StepRecord *ring, const StepHyper *hp) {
+    step_begin_kernel<<<1, 1, 0, dm_stream>>>(ring, hp);
+    cudaLaunchCheck();
+}
+static void cu_step_end(StepRecord *ring, const StepHyper *hp, const OptStatus *st, const double *loss,
+                        const int32_t *load, int depth, int E) {
+    step_end_kernel<<<1, 1, 0, dm_stream>>>(ring, hp, st, loss, load, depth, E);
+    cudaLaunchCheck();
+}
+
+// ================================================================================================
+// staging
+// ================================================================================================
+static void *cu_host_alloc(size_t bytes) {
+    if (dm_capturing) { dm_capture_fail("host_alloc (cudaHostAlloc) inside the captured step"); return NULL; }
+    void *p = NULL;
+    cudaError_t e = cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault);
+    if (e != cudaSuccess) {
+        fprintf(stderr, "cuda pinned host alloc of %zu bytes failed: %s\n", bytes, cudaGetErrorString(e));
+        return NULL;
+    }
+    memset(p, 0, bytes ? bytes : 1);
+    dm_nallocs++;
+    return p;
+}
+static void cu_host_free(void *p) { if (p) cudaCheck(cudaFreeHost(p)); }
+
+static void cu_upload_async(void *dst, const void *src, size_t bytes) {
+    if (!bytes) return;
+    cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, dm_stream));
+    if (dm_capturing) cudaCheck(cudaEventRecordWithFlags(stage_ev, dm_stream, cudaEventRecordExternal));
+    else cudaCheck(cudaEventRecord(stage_ev, dm_stream));
+}
+static void cu_upload_wait(void) { cudaCheck(cudaEventSynchronize(stage_ev)); }
+static void cu_sync(void) { cudaCheck(cudaStreamSynchronize(dm_stream)); }
+static long cu_allocs(void) { return dm_nallocs; }
+
+// ================================================================================================
+// graphs
+// ================================================================================================
+static int cu_graph_begin(char *why, size_t n) {
+    if (dm_capturing) { snprintf(why, n, "a capture is already open"); return 1; }
+    (void)cudaGetLastError();  // a stale launch error must not be blamed on the capture
+    cap_err[0] = 0;
+    cudaError_t e = cudaStreamBeginCapture(dm_stream, cudaStreamCaptureModeGlobal);
+    if (e != cudaSuccess) {
+        snprintf(why, n, "cudaStreamBeginCapture: %s", cudaGetErrorString(e));
+        return 1;
+    }
+    dm_capturing = 1;
+    return 0;
+}
+
+static void *cu_graph_end(char *why, size_t n) {
+    cudaGraph_t g = NULL;
+    cudaError_t e = cudaStreamEndCapture(dm_stream, &g);
+    dm_capturing = 0;
+    if (cap_err[0] || e != cudaSuccess || !g) {
+        snprintf(why, n, "%s", cap_err[0] ? cap_err : e != cudaSuccess ? cudaGetErrorString(e) : "empty capture");
+        if (g) cudaGraphDestroy(g);
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    cudaGraphExec_t x = NULL;
+    e = cudaGraphInstantiate(&x, g, 0);
+    cudaGraphDestroy(g);
+    if (e != cudaSuccess) {
+        snprintf(why, n, "cudaGraphInstantiate: %s", cudaGetErrorString(e));
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    cudaCheck(cudaGraphUpload(x, dm_stream));  // the first launch does not pay for setting it up
+    return (void *)x;
+}
+
+static void cu_graph_launch(void *g) { cudaCheck(cudaGraphLaunch((cudaGraphExec_t)g, dm_stream)); }
+// an executable graph still in flight is released when it completes (cudaGraphExecDestroy)
+static void cu_graph_free(void *g) { if (g) cudaCheck(cudaGraphExecDestroy((cudaGraphExec_t)g)); }
+
+void cuda_graph_fill(Backend *b) {
+    if (!stage_ev) cudaCheck(cudaEventCreateWithFlags(&stage_ev, cudaEventDisableTiming));
+    b->step_loss = cu_step_loss; b->step_begin = cu_step_begin; b->step_end = cu_step_end;
+    b->host_alloc = cu_host_alloc; b->host_free = cu_host_free;
+    b->upload_async = cu_upload_async; b->upload_wait = cu_upload_wait; b->sync = cu_sync;
+    b->allocs = cu_allocs;
+    b->graph_begin = cu_graph_begin; b->graph_end = cu_graph_end;
+    b->graph_launch = cu_graph_launch; b->graph_free = cu_graph_free;
+}
+
+#endif  // DM_DOUBLE

@@ -1,0 +1,192 @@
+// graph_step.c — the whole-step CUDA graph on a GPU (issue 5; built and run by tests/gpu/run.sh):
+//   1. the captured step equals the un-captured step BIT FOR BIT: 20 steps with cuda_graph=on
+//      (2 eager warm-up steps, the capture, 17 replays) against 20 steps with cuda_graph=off,
+//      through the warmup/cosine lr schedule, a NaN skip (a poisoned parameter at step 8) and
+//      reports every 5 steps: every metric row (but the timings), the parameters, every moment,
+//      the table row counts and the counters;
+//   2. the same 20 steps in TWO PROCESSES give bit-identical losses and weights (this program
+//      runs itself twice with `dump FILE` and compares the files);
+//   3. the host really only enqueues: with reports every 10 steps, the enqueue of a replayed step
+//      returns before the device has run it (ms per enqueue, printed) — informational.
+// Every arm on, nano's shapes at batch 4 x seq 128, default precision (bf16 operands).
+// Exit status 0 when 1 and 2 pass.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include "../../engine/engine.h"
+
+static int fails = 0;
+static void row(const char *what, int ok, const char *note) {
+    printf("  %-58s %s  %s\n", what, ok ? "PASS" : "FAIL", note);
+    fails += !ok;
+}
+
+static const char *corpus(void) {
+    static char path[256];
+    FILE *f = fopen("shared-data/tinyshakespeare.txt", "r");
+    if (f) { fclose(f); return "shared-data/tinyshakespeare.txt"; }
+    snprintf(path, sizeof path, "/tmp/dmsh_graph_%d.txt", (int)getpid());
+    f = fopen(path, "w");
+    const char *w[] = {"the ", "cat ", "sat ", "on ", "a ", "mat, ", "and ", "dog ", "ran.\n", "so "};
+    unsigned s = 1;
+    for (int i = 0; i < 400000; i++) { s = s * 1103515245u + 12345u; fputs(w[(s >> 16) % 10], f); }
+    fclose(f);
+    return path;
+}
+
+static const Backend *cu;
+
+static int make(Engine *e, int graph, const char *data) {
+    dm_err err = {0};
+    engine_init(e);
+    if (config_preset(&e->cfg, "nano", &err)) { printf("%s\n", err.msg); return 1; }
+    e->cfg.batch = 4; e->cfg.seq = 128; e->cfg.warmup = 5; e->cfg.steps = 20; e->cfg.retract_every = 2;
+    e->cfg.cuda_graph = graph;
+    if (engine_set_device(e, cu, "cuda:0", &err) || engine_build(e, 7, &err) || engine_open_data(e, data, NULL, &err)) {
+        printf("%s\n", err.msg);
+        return 1;
+    }
+    return 0;
+}
+
+static real saved;
+static void poison(Engine *e, int on) {
+    real *p = e->model.params + e->model.t[P_WK].offset;
+    if (on) { real nan_ = (real)NAN; e->model.be->download(&saved, p, sizeof saved); e->model.be->upload(p, &nan_, sizeof nan_); }
+    else e->model.be->upload(p, &saved, sizeof saved);
+}
+
+// 20 steps, reports every `every`, the parameter poisoned for step 8
+static int run20(Engine *e, int every) {
+    dm_err err = {0};
+    for (int i = 0; i < 20; i++) {
+        if (e->step == 8) poison(e, 1);
+        if (engine_step_enqueue(e, &err)) { printf("enqueue: %s\n", err.msg); return 1; }
+        if (e->step == 9) poison(e, 0);  // stream-ordered after step 8's ops
+        if (e->step % every == 0 && engine_report(e, NULL, &err)) { printf("report: %s\n", err.msg); return 1; }
+    }
+    if (engine_report(e, NULL, &err)) { printf("report: %s\n", err.msg); return 1; }
+    return 0;
+}
+
+typedef struct { real *p, *m, *v, *mom; int64_t *rs; size_t P, R; } State;
+static void state_get(const Engine *e, State *s) {
+    s->P = e->model.n_params;
+    s->R = (size_t)e->cfg.n_orders * e->cfg.engram_rows;
+    size_t b = sizeof(real) * s->P;
+    s->p = malloc(b); s->m = malloc(b); s->v = malloc(b); s->mom = malloc(b);
+    s->rs = malloc(sizeof(int64_t) * s->R);
+    e->model.be->download(s->p, e->model.params, b);
+    e->opt.be->download(s->m, e->opt.m, b);
+    e->opt.be->download(s->v, e->opt.v, b);
+    e->opt.be->download(s->mom, e->opt.mom, b);
+    e->opt.be->download(s->rs, e->opt.row_steps, sizeof(int64_t) * s->R);
+}
+static void state_free(State *s) { free(s->p); free(s->m); free(s->v); free(s->mom); free(s->rs); }
+
+static size_t ndiff(const void *a, const void *b, size_t n, size_t w) {
+    size_t d = 0;
+    for (size_t i = 0; i < n; i++) d += memcmp((const char *)a + i * w, (const char *)b + i * w, w) != 0;
+    return d;
+}
+
+// `dump FILE`: the 20 steps with the graph, every row's loss and gnorm and the parameters, raw
+static int dump(const char *path, const char *data) {
+    Engine e;
+    if (make(&e, 1, data) || run20(&e, 5)) return 1;
+    State s;
+    state_get(&e, &s);
+    FILE *f = fopen(path, "wb");
+    if (!f) return 1;
+    for (int i = 0; i < e.nrows; i++) {
+        fwrite(&e.rows[i].loss, sizeof(double), 1, f);
+        fwrite(&e.rows[i].gnorm, sizeof(double), 1, f);
+    }
+    fwrite(s.p, sizeof(real), s.P, f);
+    fclose(f);
+    state_free(&s);
+    engine_free(&e);
+    return 0;
+}
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+int main(int argc, char **argv) {
+    char why[300];
+    cu = backend_cuda(0, why, sizeof why);
+    if (!cu) { fprintf(stderr, "graph_step: %s\n", why); return 2; }
+    const char *data = corpus();
+    if (argc == 3 && !strcmp(argv[1], "dump")) return dump(argv[2], data);
+
+    printf("== graph_step: the captured step vs the un-captured step (nano, B=4, T=128, every arm on)\n");
+    Engine eg, ee;
+    if (make(&eg, 1, data) || make(&ee, 0, data)) return 1;
+    if (run20(&eg, 5) || run20(&ee, 5)) return 1;
+    const char *note = engine_notice(&eg);
+    char buf[400];
+    snprintf(buf, sizeof buf, "captures %ld, replays %ld, eager %ld%s%s", eg.run.captures, eg.run.replays, eg.run.eager,
+             note ? "; " : "", note ? note : "");
+    row("the step is captured once and replayed", eg.run.captures == 1 && eg.run.replays == 20 - STEP_GRAPH_WARM - 1, buf);
+    size_t rd = 0;
+    for (int i = 0; i < eg.nrows && i < ee.nrows; i++) {
+        MetricRow a = eg.rows[i], b = ee.rows[i];
+        a.ms = b.ms = a.tok_s = b.tok_s = 0;
+        rd += memcmp(&a, &b, sizeof a) != 0;
+    }
+    snprintf(buf, sizeof buf, "%d rows, %zu differ; skipped %lld (step 8)", eg.nrows, rd, (long long)eg.opt.total_skips);
+    row("metric rows (loss, gnorm, lr, skipped, expert shares)", eg.nrows == 20 && ee.nrows == 20 && rd == 0 &&
+        eg.opt.total_skips == 1 && eg.rows[8].skipped, buf);
+    State sg, se;
+    state_get(&eg, &sg);
+    state_get(&ee, &se);
+    size_t dp = ndiff(sg.p, se.p, sg.P, sizeof(real)), dm = ndiff(sg.m, se.m, sg.P, sizeof(real));
+    size_t dv = ndiff(sg.v, se.v, sg.P, sizeof(real)), dmo = ndiff(sg.mom, se.mom, sg.P, sizeof(real));
+    size_t dr = ndiff(sg.rs, se.rs, sg.R, sizeof(int64_t));
+    snprintf(buf, sizeof buf, "differ: params %zu, m %zu, v %zu, mom %zu, row counts %zu (of %zu)", dp, dm, dv, dmo, dr, sg.P);
+    row("parameters, moments, table row counts bit-identical", dp + dm + dv + dmo + dr == 0, buf);
+    row("optimizer counters, orthogonality error", eg.opt.t == ee.opt.t && eg.opt.total_skips == ee.opt.total_skips &&
+        memcmp(&eg.last_orth_err, &ee.last_orth_err, sizeof(double)) == 0 && eg.step == ee.step, "");
+    state_free(&sg);
+    state_free(&se);
+
+    // the host only enqueues: 30 more replayed steps, reported every 10
+    dm_err err = {0};
+    double t0 = now_ms(), enq = 0;
+    for (int i = 0; i < 30; i++) {
+        double a = now_ms();
+        engine_step_enqueue(&eg, &err);
+        enq += now_ms() - a;
+        if (eg.step % 10 == 0) engine_report(&eg, NULL, &err);
+    }
+    double wall = now_ms() - t0, dev = 0;
+    for (int i = eg.nrows - 30; i < eg.nrows; i++) dev += eg.rows[i].ms;
+    snprintf(buf, sizeof buf, "%.3f ms host per enqueue; %.3f ms device per step; %.3f ms wall per step", enq / 30,
+             dev / 30, wall / 30);
+    printf("  %-58s info  %s\n", "enqueue vs device time (30 replayed steps)", buf);
+    engine_free(&eg);
+    engine_free(&ee);
+
+    // two processes: the same 20 steps
+    char f1[64], f2[64], cmd[600];
+    snprintf(f1, sizeof f1, "/tmp/dmsh_graph_a_%d.bin", (int)getpid());
+    snprintf(f2, sizeof f2, "/tmp/dmsh_graph_b_%d.bin", (int)getpid());
+    int ok = 1;
+    for (int k = 0; k < 2 && ok; k++) {
+        snprintf(cmd, sizeof cmd, "'%s' dump '%s'", argv[0], k ? f2 : f1);
+        ok = system(cmd) == 0;
+    }
+    snprintf(cmd, sizeof cmd, "cmp -s '%s' '%s'", f1, f2);
+    int same = ok && system(cmd) == 0;
+    row("two processes, 20 steps: losses, gnorms, weights bit-identical", same, ok ? "" : "a child run failed");
+    unlink(f1);
+    unlink(f2);
+    printf("graph_step: %s\n", fails ? "FAIL" : "all rows pass");
+    return fails ? 1 : 0;
+}

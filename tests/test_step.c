@@ -1,0 +1,345 @@
+// test_step.c — the training step as enqueue + report and the step graph (engine/step.c, issue 5),
+// on the CPU:
+//   * the split and the device StepHyper on the fenced backend (backend memory PROT_NONE outside
+//     backend calls) equal the plain backend bit for bit, over steps with a NaN skip, log steps
+//     (reports every 5) and a nan_limit stop reported late (the steps after it are dropped);
+//   * reporting every step or every 10 gives the same rows and the same state;
+//   * with a backend that HAS graphs (tests/graph_backend.h: CUDA's capture semantics emulated on
+//     the fenced CPU backend: recorded ops, by-value arguments replayed as captured, uploads read
+//     at replay), the captured and replayed step equals the eager one bit for bit, across a
+//     changing lr schedule, a NaN skip, a batch change, an arm switched off (both re-capture),
+//     and cuda_graph=off; a capture that fails (a host round trip, an allocation inside it) is
+//     reported once and the step runs eagerly with the same results.
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "testutil.h"
+#include "graph_backend.h"
+#include "../engine/engine.h"
+
+static char corpus[64] = "";
+
+// a small text corpus: enough bytes for the train and eval splits of a tiny model
+static int setup(void **s) {
+    (void)s;
+    snprintf(corpus, sizeof corpus, "/tmp/dm_step_corpus_XXXXXX");
+    int fd = mkstemp(corpus);
+    if (fd < 0) return 1;
+    FILE *f = fdopen(fd, "w");
+    Rng r = {99};
+    const char *words[] = {"the ", "cat ", "sat ", "on ", "a ", "mat, ", "and ", "dog ", "ran.\n", "so "};
+    for (int i = 0; i < 12000; i++) fputs(words[rng_next(&r) % 10], f);
+    fclose(f);
+    return 0;
+}
+static int teardown(void **s) {
+    (void)s;
+    unlink(corpus);
+    return 0;
+}
+
+static Config tiny_config(void) {
+    Config c;
+    config_defaults(&c);
+    c.d = 8; c.H = 2; c.L = 3; c.E = 3; c.k = 2; c.r = 2; c.f = 6;
+    c.engram_rows = 13; c.engram_dim = 3; c.n_orders = 2; c.engram_orders[0] = 1; c.engram_orders[1] = 3;
+    c.seq = 9; c.batch = 2; c.kda_chunk = 4;
+    c.moe_aux = 0.3;
+    c.clip = 0.05; c.retract_every = 2; c.warmup = 3; c.steps = 40; c.nan_limit = 5;
+    c.eval_bytes = 64;
+    return c;
+}
+
+static void make_engine(Engine *e, const Backend *be, Config c) {
+    dm_err err = {0};
+    engine_init(e);
+    e->cfg = c;
+    e->be = be;
+    if (engine_build(e, 17, &err)) fail_msg("engine_build: %s", err.msg);
+    if (engine_open_data(e, corpus, NULL, &err)) fail_msg("engine_open_data: %s", err.msg);
+}
+
+static void assert_same_bits(const void *a, const void *b, size_t n, const char *what) {
+    if (memcmp(a, b, n) != 0) fail_msg("%s differs", what);
+}
+
+static void download_all(const Engine *e, const real *src, size_t n, real *dst) {
+    e->model.be->download(dst, src, sizeof(real) * n);
+}
+
+// Everything a step can change: metric rows (all but the timings), parameters, moments, row
+// counts, counters, arm counters, the orthogonality error.
+static void assert_same_engines(const Engine *a, const Engine *b, const char *when) {
+    char what[128];
+    assert_int_equal(a->step, b->step);
+    assert_int_equal(a->tokens, b->tokens);
+    assert_int_equal(a->nrows, b->nrows);
+    for (int i = 0; i < a->nrows; i++) {
+        MetricRow x = a->rows[i], y = b->rows[i];
+        x.ms = y.ms = 0;
+        x.tok_s = y.tok_s = 0;
+        snprintf(what, sizeof what, "%s: metric row %d (step %lld)", when, i, (long long)x.step);
+        assert_same_bits(&x, &y, sizeof x, what);
+    }
+    size_t P = a->model.n_params, R = (size_t)a->cfg.n_orders * a->cfg.engram_rows;
+    real *ha = malloc(sizeof(real) * P), *hb = malloc(sizeof(real) * P);
+    const real *bufs_a[] = {a->model.params, a->opt.m, a->opt.v, a->opt.mom};
+    const real *bufs_b[] = {b->model.params, b->opt.m, b->opt.v, b->opt.mom};
+    const char *names[] = {"parameters", "Adam m", "Adam v", "Muon momentum"};
+    for (int k = 0; k < 4; k++) {
+        download_all(a, bufs_a[k], P, ha);
+        download_all(b, bufs_b[k], P, hb);
+        snprintf(what, sizeof what, "%s: %s", when, names[k]);
+        assert_same_bits(ha, hb, sizeof(real) * P, what);
+    }
+    free(ha); free(hb);
+    int64_t *ra = malloc(sizeof(int64_t) * R), *rb = malloc(sizeof(int64_t) * R);
+    a->opt.be->download(ra, a->opt.row_steps, sizeof(int64_t) * R);
+    b->opt.be->download(rb, b->opt.row_steps, sizeof(int64_t) * R);
+    snprintf(what, sizeof what, "%s: table row counts", when);
+    assert_same_bits(ra, rb, sizeof(int64_t) * R, what);
+    free(ra); free(rb);
+    assert_true(a->opt.t == b->opt.t && a->opt.total_skips == b->opt.total_skips &&
+                a->opt.consecutive_skips == b->opt.consecutive_skips);
+    snprintf(what, sizeof what, "%s: arm counters", when);
+    assert_same_bits(a->model.arms.fwd, b->model.arms.fwd, sizeof a->model.arms.fwd, what);
+    assert_same_bits(a->model.arms.bwd, b->model.arms.bwd, sizeof a->model.arms.bwd, what);
+    assert_same_bits(&a->last_orth_err, &b->last_orth_err, sizeof(double), "orthogonality error");
+}
+
+// Poison (NAN) or restore one parameter of kda.wk: a forward with it is non-finite (a skip)
+static real saved_wk;
+static void poison(Engine *e, int on) {
+    real *p = e->model.params + e->model.t[P_WK].offset;
+    if (on) {
+        real nan_ = NAN;
+        e->model.be->download(&saved_wk, p, sizeof saved_wk);
+        e->model.be->upload(p, &nan_, sizeof nan_);
+    } else {
+        e->model.be->upload(p, &saved_wk, sizeof saved_wk);
+    }
+}
+
+// One run: `n` steps from the engine's current step; report every `every` steps (1: engine_step).
+// Steps in [bad0, bad1) run with the poisoned parameter. Returns the first report error's step
+// (-1 none): the run then stops there (the caller decides what comes next).
+static int64_t run(Engine *e, int n, int every, int64_t bad0, int64_t bad1) {
+    dm_err err = {0};
+    int64_t end = e->step + n;
+    while (e->step < end) {
+        int64_t s = e->step;
+        if (s == bad0) poison(e, 1);
+        int rc;
+        if (every == 1) {
+            MetricRow r;
+            rc = engine_step(e, &r, &err);
+        } else {
+            rc = engine_step_enqueue(e, &err);
+            assert_int_equal(rc, 0);
+            if (e->step % every == 0 || e->step == end) rc = engine_report(e, NULL, &err);
+        }
+        if (s + 1 == bad1 || (rc && bad0 <= s && s < bad1)) poison(e, 0);
+        if (rc) {
+            assert_non_null(strstr(err.msg, "nan_limit"));
+            return e->step - 1;
+        }
+    }
+    assert_int_equal(engine_pending(e), 0);
+    return -1;
+}
+
+// The fenced engine (the split, the StepHyper on the backend) against the plain one.
+static void test_split_fenced_matches_plain(void **s) {
+    (void)s;
+    char why[160];
+    if (!fenced_backend_complete(fenced_backend(), why, sizeof why)) fail_msg("%s", why);
+    Config c = tiny_config();
+    c.nan_limit = 2;
+    Engine ep, ef;
+    make_engine(&ep, backend_cpu(), c);
+    make_engine(&ef, fenced_backend(), c);
+    long calls0 = fence_calls;
+    // 12 steps, a NaN skip at step 4, plain reports each step, the fenced one every 5
+    assert_int_equal(run(&ep, 12, 1, 4, 5), -1);
+    assert_int_equal(run(&ef, 12, 5, 4, 5), -1);
+    assert_true(fence_calls > calls0);
+    assert_same_engines(&ep, &ef, "after 12 steps");
+    assert_int_equal(ef.opt.total_skips, 1);
+    assert_true(ef.rows[4].skipped && !ef.rows[5].skipped);
+    // nan_limit 2: steps 12.. poisoned; the plain run stops at step 13 at once; the fenced one
+    // enqueues 12..14 before it reports (step 14 ran halted: dropped), and must end up the same
+    int64_t sp = run(&ep, 5, 1, 12, 100), sf = run(&ef, 5, 5, 12, 100);
+    assert_int_equal(sp, 13);
+    assert_int_equal(sf, 13);
+    assert_int_equal(ef.step, 14);
+    assert_same_engines(&ep, &ef, "after the nan_limit stop");
+    // the run resumes from the step after the stop
+    assert_int_equal(run(&ep, 6, 1, -1, -1), -1);
+    assert_int_equal(run(&ef, 6, 3, -1, -1), -1);
+    assert_same_engines(&ep, &ef, "after resuming");
+    print_message("fenced split: %lld steps (3 skipped, a late-reported nan_limit stop), bit-identical to the plain backend\n",
+                  (long long)ef.step);
+    engine_free(&ep);
+    engine_free(&ef);
+}
+
+// Reported every step or every 10: the same rows and state
+static void test_report_every_10(void **s) {
+    (void)s;
+    Config c = tiny_config();
+    Engine e1, e10;
+    make_engine(&e1, backend_cpu(), c);
+    make_engine(&e10, backend_cpu(), c);
+    assert_int_equal(run(&e1, 25, 1, 7, 8), -1);
+    assert_int_equal(run(&e10, 25, 10, 7, 8), -1);
+    assert_same_engines(&e1, &e10, "25 steps");
+    // and engine_eval / engine_save report pending steps first: rows stay in step order
+    dm_err err = {0};
+    assert_int_equal(engine_step_enqueue(&e10, &err), 0);
+    assert_int_equal(engine_step_enqueue(&e10, &err), 0);
+    assert_int_equal(engine_pending(&e10), 2);
+    EvalResult er;
+    assert_int_equal(engine_eval(&e10, 0, &er, &err), 0);
+    assert_int_equal(engine_pending(&e10), 0);
+    assert_int_equal(e10.rows[e10.nrows - c.L - 1].step, 26);
+    assert_int_equal(e10.rows[e10.nrows - 1].kind, 1);
+    engine_free(&e1);
+    engine_free(&e10);
+}
+
+// ---- graphs ------------------------------------------------------------------------------
+
+static long gr_fake_allocs;  // added to the allocation count at graph_end (an "allocation inside")
+static int gr_force_fail;    // fail the next capture (as a host round trip inside it would)
+static void *(*gr_end_real)(char *, size_t);
+static long (*gr_allocs_real)(void);
+static void *gr_end_hooked(char *why, size_t n) {
+    if (gr_force_fail) { gr_force_fail = 0; gr_fail("a download (forced by the test)"); }
+    void *g = gr_end_real(why, n);
+    return g;
+}
+static long gr_allocs_hooked(void) { return gr_allocs_real() + gr_fake_allocs; }
+static int gr_begin_bump;
+static int (*gr_begin_real)(char *, size_t);
+static int gr_begin_hooked(char *why, size_t n) {
+    int rc = gr_begin_real(why, n);
+    if (gr_begin_bump) { gr_begin_bump = 0; gr_fake_allocs++; }  // as if something grew inside
+    return rc;
+}
+static const Backend *hooked_graph_backend(void) {
+    static Backend b;
+    b = *graph_backend();
+    gr_end_real = b.graph_end; b.graph_end = gr_end_hooked;
+    gr_allocs_real = b.allocs; b.allocs = gr_allocs_hooked;
+    gr_begin_real = b.graph_begin; b.graph_begin = gr_begin_hooked;
+    return &b;
+}
+
+static void test_graph_replay_matches_eager(void **s) {
+    (void)s;
+    char why[200];
+    if (!graph_backend_complete(graph_backend(), why, sizeof why)) fail_msg("%s", why);
+    Config c = tiny_config();
+    Engine ep, eg;
+    make_engine(&ep, backend_cpu(), c);
+    make_engine(&eg, hooked_graph_backend(), c);
+    long l0 = gr_launches;
+    // warm-up (2 eager), capture, replays through the warmup/cosine schedule, a NaN skip at 6
+    assert_int_equal(run(&ep, 14, 1, 6, 7), -1);
+    assert_int_equal(run(&eg, 14, 4, 6, 7), -1);
+    assert_same_engines(&ep, &eg, "14 steps, graph");
+    assert_int_equal(eg.run.captures, 1);
+    assert_int_equal(eg.run.eager, STEP_GRAPH_WARM);
+    assert_int_equal(eg.run.replays, 14 - STEP_GRAPH_WARM - 1);
+    assert_int_equal(gr_launches - l0, 14 - STEP_GRAPH_WARM);
+    assert_null(engine_notice(&eg));
+    // an eval between replays (it runs eagerly, at another depth) changes nothing of the step
+    dm_err err = {0};
+    EvalResult er;
+    assert_int_equal(engine_eval(&ep, 1, &er, &err), 0);
+    assert_int_equal(engine_eval(&eg, 1, &er, &err), 0);
+    assert_int_equal(run(&ep, 4, 1, -1, -1), -1);
+    assert_int_equal(run(&eg, 4, 2, -1, -1), -1);
+    assert_same_engines(&ep, &eg, "an eval between replays");
+    assert_int_equal(eg.run.captures, 1);
+    assert_int_equal(eg.model.last_depth, c.L);
+    // a batch change: re-captured after a new warm-up
+    assert_int_equal(engine_set(&ep, "batch", "3", &err), 0);
+    assert_int_equal(engine_set(&eg, "batch", "3", &err), 0);
+    assert_int_equal(run(&ep, 6, 1, -1, -1), -1);
+    assert_int_equal(run(&eg, 6, 3, -1, -1), -1);
+    assert_same_engines(&ep, &eg, "after a batch change");
+    assert_int_equal(eg.run.captures, 2);
+    // an arm switched off: re-captured
+    ep.model.arms.on[ARM_ENGRAM] = eg.model.arms.on[ARM_ENGRAM] = 0;
+    assert_int_equal(run(&ep, 5, 1, -1, -1), -1);
+    assert_int_equal(run(&eg, 5, 5, -1, -1), -1);
+    assert_same_engines(&ep, &eg, "engram off");
+    assert_int_equal(eg.run.captures, 3);
+    // cuda_graph=off: every step eager
+    assert_int_equal(engine_set(&ep, "cuda_graph", "off", &err), 0);
+    assert_int_equal(engine_set(&eg, "cuda_graph", "off", &err), 0);
+    long r0 = eg.run.replays, e0 = eg.run.eager;
+    assert_int_equal(run(&ep, 3, 1, -1, -1), -1);
+    assert_int_equal(run(&eg, 3, 1, -1, -1), -1);
+    assert_int_equal(eg.run.replays, r0);
+    assert_int_equal(eg.run.eager, e0 + 3);
+    assert_same_engines(&ep, &eg, "cuda_graph=off");
+    print_message("graph: %ld captures, %ld replays, %ld eager steps; bit-identical to eager steps\n", eg.run.captures,
+                  eg.run.replays, eg.run.eager);
+    engine_free(&ep);
+    engine_free(&eg);
+}
+
+// A capture that fails (a host round trip inside it; an allocation inside it) is said once, and
+// the step runs eagerly with the same results; the next key change tries again.
+static void test_graph_fallback(void **s) {
+    (void)s;
+    Config c = tiny_config();
+    Engine ep, eg;
+    make_engine(&ep, backend_cpu(), c);
+    make_engine(&eg, hooked_graph_backend(), c);
+    assert_int_equal(run(&ep, STEP_GRAPH_WARM, 1, -1, -1), -1);
+    assert_int_equal(run(&eg, STEP_GRAPH_WARM, 1, -1, -1), -1);
+    gr_force_fail = 1;  // the capture at the next step fails
+    assert_int_equal(run(&ep, 6, 1, -1, -1), -1);
+    assert_int_equal(run(&eg, 6, 2, -1, -1), -1);
+    assert_same_engines(&ep, &eg, "capture failed");
+    assert_int_equal(eg.run.captures, 0);
+    assert_int_equal(eg.run.replays, 0);
+    const char *note = engine_notice(&eg);
+    assert_non_null(note);
+    assert_non_null(strstr(note, "forced by the test"));
+    assert_null(engine_notice(&eg));  // said once
+    // a key change (lr is a config key) tries again; this time something "allocates" inside
+    dm_err err = {0};
+    assert_int_equal(engine_set(&ep, "lr", "0.002", &err), 0);
+    assert_int_equal(engine_set(&eg, "lr", "0.002", &err), 0);
+    assert_int_equal(run(&ep, STEP_GRAPH_WARM, 1, -1, -1), -1);
+    assert_int_equal(run(&eg, STEP_GRAPH_WARM, 1, -1, -1), -1);
+    gr_begin_bump = 1;
+    assert_int_equal(run(&ep, 1, 1, -1, -1), -1);
+    assert_int_equal(run(&eg, 1, 1, -1, -1), -1);
+    note = engine_notice(&eg);
+    assert_non_null(note);
+    assert_non_null(strstr(note, "allocation"));
+    assert_same_engines(&ep, &eg, "allocation inside the capture");
+    // the allocation count moved, so the key did: a fresh warm-up, then a clean capture
+    assert_int_equal(run(&ep, STEP_GRAPH_WARM + 3, 1, -1, -1), -1);
+    assert_int_equal(run(&eg, STEP_GRAPH_WARM + 3, 1, -1, -1), -1);
+    assert_int_equal(eg.run.captures, 1);
+    assert_same_engines(&ep, &eg, "re-captured");
+    print_message("fallback: \"%.90s...\"\n", eg.run.notice);
+    engine_free(&ep);
+    engine_free(&eg);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_split_fenced_matches_plain),
+        cmocka_unit_test(test_report_every_10),
+        cmocka_unit_test(test_graph_replay_matches_eager),
+        cmocka_unit_test(test_graph_fallback),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
