@@ -7,6 +7,7 @@
 // updates are parallel only where each element is written by exactly one iteration. No float
 // atomics anywhere.
 #include "optim_ops.h"
+#include "opt_decide.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,43 +66,7 @@ void opt_sumsq(double *ss, int32_t *bad, const real *x, const OptSeg *segs, int 
 // steps past the one that stopped the run before it reports, and those must not count.
 void opt_decide(OptStatus *st, const double *ss, const int32_t *bad, int nseg, const double *loss_p,
                 const StepHyper *hp) {
-    if (st->halted) {
-        st->skip = 1; st->clipped = 0; st->scale = 1; st->retract = 0; st->orth_err = -1;
-        return;
-    }
-    double loss = *loss_p, clip = hp->clip;
-    int retract_every = hp->retract_every;
-    double total = 0;
-    int first_bad = -1;
-    for (int i = 0; i < nseg; i++) {
-        total += ss[i];
-        if (bad[i] && first_bad < 0) first_bad = i;
-    }
-    st->sumsq = total;
-    st->gnorm = sqrt(total);
-    st->first_bad = first_bad;
-    st->loss_bad = !isfinite(loss);
-    st->skip = st->loss_bad || first_bad >= 0;
-    st->clipped = 0;
-    st->scale = 1;
-    st->retract = 0;
-    st->orth_err = -1;
-    if (st->skip) {
-        st->consecutive_skips++;
-        st->total_skips++;
-        if (hp->nan_limit > 0 && st->consecutive_skips >= hp->nan_limit) st->halted = 1;
-        return;
-    }
-    st->t++;
-    st->consecutive_skips = 0;
-    if (clip > 0 && st->gnorm > clip) {
-        st->clipped = 1;
-        st->scale = clip / st->gnorm;
-    }
-    if (retract_every > 0 && st->t % retract_every == 0) {
-        st->retract = 1;
-        st->orth_err = 0;
-    }
+    opt_decide_status(st, ss, bad, nseg, loss_p, hp);  // opt_decide.h: shared with the CUDA kernel
 }
 
 void opt_clip(real *g, size_t n, const OptStatus *st) {

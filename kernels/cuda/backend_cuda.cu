@@ -582,19 +582,7 @@ static void cu_retract(real *X, int rows, int r, int iters, real *scratch) {
         cudaCheck(cudaMemcpyAsync(X, Y, sizeof(float) * n, cudaMemcpyDeviceToDevice, dm_stream));
     }
 }
-// err [r, r]: the weighted squared deviation of (X^T X)_ij from I for j >= i (0 below), in double
-__global__ void orth_terms_kernel(double *err, const float *X, int rows, int r) {
-    int i = blockIdx.y, j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= r) return;
-    double v = 0;
-    if (j >= i) {
-        double s = 0;
-        for (int q = 0; q < rows; q++) s += (double)X[(size_t)q * r + i] * (double)X[(size_t)q * r + j];
-        double dev = s - (i == j ? 1.0 : 0.0);
-        v = (i == j ? 1.0 : 2.0) * dev * dev;
-    }
-    err[(size_t)i * r + j] = v;
-}
+// orth_terms_kernel: cuda_common.cuh (the optimizer's gated retraction uses it too)
 __global__ void sum_d_kernel(double *out, const double *x, size_t n) {
     __shared__ double sh[1024];
     double s = 0;

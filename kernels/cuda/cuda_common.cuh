@@ -128,4 +128,19 @@ __device__ __forceinline__ float block_max_f(float v, float *sh) {
     return r;
 }
 __device__ __forceinline__ float sigmoidf_dev(float x) { return 1.0f / (1.0f + expf(-x)); }
+// The orthogonality error's terms (the retraction reports it, backend_cuda.cu and optim_cuda.cu):
+// err [r, r]: the weighted squared deviation of (X^T X)_ij from I for j >= i (0 below), in double
+static __global__ void orth_terms_kernel(double *err, const float *X, int rows, int r) {
+    int i = blockIdx.y, j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= r) return;
+    double v = 0;
+    if (j >= i) {
+        double s = 0;
+        for (int q = 0; q < rows; q++) s += (double)X[(size_t)q * r + i] * (double)X[(size_t)q * r + j];
+        double dev = s - (i == j ? 1.0 : 0.0);
+        v = (i == j ? 1.0 : 2.0) * dev * dev;
+    }
+    err[(size_t)i * r + j] = v;
+}
+
 #endif

@@ -19,6 +19,8 @@
 // inputs (bit-identical run to run), close to — not bit-identical with — the CPU's (FMA
 // contraction, cuBLAS summation order, bf16 Newton–Schulz products in the default precision).
 #include "cuda_common.cuh"
+#define OPT_HD __device__
+#include "../cpu/opt_decide.h"
 #include <math.h>
 #include <string.h>
 
@@ -103,43 +105,7 @@ void cuda_opt_sumsq(double *ss, int32_t *bad, const real *x, const OptSeg *segs,
 // ================================================================================================
 __global__ void decide_kernel(OptStatus *st, const double *ss, const int32_t *bad, int nseg, const double *loss_p,
                               const StepHyper *hp) {
-    if (st->halted) {  // the run stopped at an earlier step: a no-op, counters included
-        st->skip = 1; st->clipped = 0; st->scale = 1; st->retract = 0; st->orth_err = -1;
-        return;
-    }
-    double loss = *loss_p, clip = hp->clip;
-    int retract_every = hp->retract_every;
-    double total = 0;
-    int first_bad = -1;
-    for (int i = 0; i < nseg; i++) {
-        total += ss[i];
-        if (bad[i] && first_bad < 0) first_bad = i;
-    }
-    st->sumsq = total;
-    st->gnorm = sqrt(total);
-    st->first_bad = first_bad;
-    st->loss_bad = !isfinite(loss);
-    st->skip = st->loss_bad || first_bad >= 0;
-    st->clipped = 0;
-    st->scale = 1;
-    st->retract = 0;
-    st->orth_err = -1;
-    if (st->skip) {
-        st->consecutive_skips++;
-        st->total_skips++;
-        if (hp->nan_limit > 0 && st->consecutive_skips >= hp->nan_limit) st->halted = 1;
-        return;
-    }
-    st->t++;
-    st->consecutive_skips = 0;
-    if (clip > 0 && st->gnorm > clip) {
-        st->clipped = 1;
-        st->scale = clip / st->gnorm;
-    }
-    if (retract_every > 0 && st->t % retract_every == 0) {
-        st->retract = 1;
-        st->orth_err = 0;
-    }
+    opt_decide_status(st, ss, bad, nseg, loss_p, hp);  // kernels/cpu/opt_decide.h, the CPU's code
 }
 void cuda_opt_decide(OptStatus *st, const double *ss, const int32_t *bad, int nseg, const double *loss,
                      const StepHyper *hp) {
@@ -393,19 +359,6 @@ __global__ void gated_copy_kernel(float *dst, const float *src, size_t n, const 
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) dst[i] = src[i];
 }
-// err [r, r]: the weighted squared deviation of (X^T X)_ij from I for j >= i (0 below), in double
-__global__ void orth_terms_opt_kernel(double *err, const float *X, int rows, int r) {
-    int i = blockIdx.y, j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= r) return;
-    double v = 0;
-    if (j >= i) {
-        double s = 0;
-        for (int q = 0; q < rows; q++) s += (double)X[(size_t)q * r + i] * (double)X[(size_t)q * r + j];
-        double dev = s - (i == j ? 1.0 : 0.0);
-        v = (i == j ? 1.0 : 2.0) * dev * dev;
-    }
-    err[(size_t)i * r + j] = v;
-}
 // st->orth_err = max(st->orth_err, sqrt(sum err) / r) on a retracting step
 __global__ void orth_fold_kernel(OptStatus *st, const double *err, size_t n, int r) {
     __shared__ double sh[1024];
@@ -439,7 +392,7 @@ void cuda_opt_retract(real *X, int rows, int r, int iters, real *scratch, OptSta
     }
     gated_copy_kernel<<<ceil_div((long long)n, 256), 256, 0, dm_stream>>>(X, Xs, n, st);
     cudaLaunchCheck();
-    orth_terms_opt_kernel<<<dim3(ceil_div(r, 64), r), 64, 0, dm_stream>>>(err, Xs, rows, r);
+    orth_terms_kernel<<<dim3(ceil_div(r, 64), r), 64, 0, dm_stream>>>(err, Xs, rows, r);
     cudaLaunchCheck();
     orth_fold_kernel<<<1, 1024, 0, dm_stream>>>(st, err, rr, r);
     cudaLaunchCheck();

@@ -1,0 +1,53 @@
+// opt_decide.h — the step decision (SPEC §5: NaN firewall, global norm, clip factor, applied-step
+// count, retraction cadence) as one function both backends run: the CPU's opt_decide calls it,
+// the CUDA backend's one-thread decide kernel compiles it as device code (OPT_HD = __device__),
+// so the two cannot drift apart. A handful of double operations on the per-tensor sums.
+#pragma once
+#include <math.h>
+#include "optim_ops.h"
+
+#ifndef OPT_HD
+#define OPT_HD
+#endif
+
+// Steps enqueued after the run halted (nan_limit reached) are no-ops, counters included.
+static OPT_HD inline void opt_decide_status(OptStatus *st, const double *ss, const int32_t *bad, int nseg,
+                                            const double *loss_p, const StepHyper *hp) {
+    if (st->halted) {
+        st->skip = 1; st->clipped = 0; st->scale = 1; st->retract = 0; st->orth_err = -1;
+        return;
+    }
+    double loss = *loss_p, clip = hp->clip;
+    int retract_every = hp->retract_every;
+    double total = 0;
+    int first_bad = -1;
+    for (int i = 0; i < nseg; i++) {
+        total += ss[i];
+        if (bad[i] && first_bad < 0) first_bad = i;
+    }
+    st->sumsq = total;
+    st->gnorm = sqrt(total);
+    st->first_bad = first_bad;
+    st->loss_bad = !isfinite(loss);
+    st->skip = st->loss_bad || first_bad >= 0;
+    st->clipped = 0;
+    st->scale = 1;
+    st->retract = 0;
+    st->orth_err = -1;
+    if (st->skip) {
+        st->consecutive_skips++;
+        st->total_skips++;
+        if (hp->nan_limit > 0 && st->consecutive_skips >= hp->nan_limit) st->halted = 1;
+        return;
+    }
+    st->t++;
+    st->consecutive_skips = 0;
+    if (clip > 0 && st->gnorm > clip) {
+        st->clipped = 1;
+        st->scale = clip / st->gnorm;
+    }
+    if (retract_every > 0 && st->t % retract_every == 0) {
+        st->retract = 1;
+        st->orth_err = 0;
+    }
+}
