@@ -74,7 +74,7 @@ else
   CUDALIBS :=
 endif
 
-$(B)/cuda/%.o: kernels/cuda/%.cu kernels/backend.h $(wildcard kernels/cuda/*.cuh) $(wildcard kernels/cuda/*.h) kernels/cpu/moe.h
+$(B)/cuda/%.o: kernels/cuda/%.cu kernels/backend.h $(wildcard kernels/cuda/*.cuh) $(wildcard kernels/cuda/*.h) $(wildcard kernels/cpu/*.h)
 	@mkdir -p $(dir $@)
 	$(NVCC) -arch=$(CUDA_ARCH) -O2 $(if $(filter double,$(DM_REAL)),-DDM_DOUBLE) -c $< -o $@
 

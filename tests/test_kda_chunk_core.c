@@ -107,7 +107,7 @@ static double check(int B, int T, int H, int D, double gmax, uint64_t seed) {
     for (int i = 0; i < IN_N; i++) {
         double e = tensor_rel_err(c.dcore[i], c.dref[i], c.n[i]);
         print_message("  d%s %.2e", in_name[i], e);
-        worst = fmax(worst, e);
+        worst = err_max(worst, e);
     }
     print_message("\n");
     case_free(&c);

@@ -132,7 +132,7 @@ static void check_all(Config c, int arm_off, uint64_t seed) {
             if (flipped) { skipped++; num[t->offset + j] = an[t->offset + j]; continue; }
         }
         double e = grad_rel_err(an + t->offset, num + t->offset, n);
-        if (e > worst_all) worst_all = e;
+        worst_all = err_max(worst_all, e);
         if (e > 1e-6 || getenv("DM_VERBOSE")) {
             size_t wi = 0;
             double wd = -1;

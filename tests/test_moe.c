@@ -13,6 +13,10 @@
 
 #include "../kernels/cpu/moe.h"
 
+// the larger of two errors, a NaN counting as infinite (fmax and `e > worst` both skip a NaN);
+// testutil.h has the same helper, but this file keeps its own Rng
+static double err_max(double a, double b) { return isnan(a) || isnan(b) ? INFINITY : (a > b ? a : b); }
+
 // ---- deterministic random numbers (splitmix64 + Box–Muller) ----
 typedef struct { uint64_t s; } Rng;
 static uint64_t rng_u64(Rng *g) {
@@ -176,7 +180,7 @@ static void check_forward(Inst *m, int expect_all_to_0) {
     dense_reference(ref, &aux_ref, load_ref, m);
     double maxd = 0, maxr = 0;
     for (size_t i = 0; i < (size_t)s.N * s.d; i++) {
-        maxd = fmax(maxd, fabs(out[i] - ref[i]));
+        maxd = err_max(maxd, fabs(out[i] - ref[i]));
         maxr = fmax(maxr, fabs(ref[i]));
     }
     print_message("  forward N=%d E=%d k=%d: max rel diff %.3e, aux %.6f vs %.6f\n", s.N, s.E,
@@ -380,7 +384,7 @@ static double fd_group(FdCtx *x, real *param, const real *grad, size_t cnt, cons
     double worst = 0;
     for (size_t i = 0; i < cnt; i++) {
         double den = fmax(fmax(fabs(grad[i]), fabs(num[i])), 1e-3 * scale);
-        worst = fmax(worst, fabs(grad[i] - num[i]) / den);
+        worst = err_max(worst, fabs(grad[i] - num[i]) / den);
     }
     print_message("  %-3s [%4zu] max rel err %.3e (max |g| %.3e)\n", name, cnt, worst, scale);
     assert_true(scale > 1e-8);  // the check must see a non-trivial gradient
@@ -417,14 +421,14 @@ static void fd_check(int k) {
     moe_route(idx0, w0, p0, m.z, s.N, s.E, s.k);
     FdCtx x = {&m, R, c, out, idx0};
     double worst = 0;
-    worst = fmax(worst, fd_group(&x, m.n, dn, (size_t)s.N * s.d, "dn"));
-    worst = fmax(worst, fd_group(&x, m.z, dz, (size_t)s.N * s.E, "dz"));
-    worst = fmax(worst, fd_group(&x, m.U1, gU1, E * s.f * s.r, "U1"));
-    worst = fmax(worst, fd_group(&x, m.s1, gs1, E * s.r, "s1"));
-    worst = fmax(worst, fd_group(&x, m.V1, gV1, E * s.d * s.r, "V1"));
-    worst = fmax(worst, fd_group(&x, m.U2, gU2, E * s.d * s.r, "U2"));
-    worst = fmax(worst, fd_group(&x, m.s2, gs2, E * s.r, "s2"));
-    worst = fmax(worst, fd_group(&x, m.V2, gV2, E * s.f * s.r, "V2"));
+    worst = err_max(worst, fd_group(&x, m.n, dn, (size_t)s.N * s.d, "dn"));
+    worst = err_max(worst, fd_group(&x, m.z, dz, (size_t)s.N * s.E, "dz"));
+    worst = err_max(worst, fd_group(&x, m.U1, gU1, E * s.f * s.r, "U1"));
+    worst = err_max(worst, fd_group(&x, m.s1, gs1, E * s.r, "s1"));
+    worst = err_max(worst, fd_group(&x, m.V1, gV1, E * s.d * s.r, "V1"));
+    worst = err_max(worst, fd_group(&x, m.U2, gU2, E * s.d * s.r, "U2"));
+    worst = err_max(worst, fd_group(&x, m.s2, gs2, E * s.r, "s2"));
+    worst = err_max(worst, fd_group(&x, m.V2, gV2, E * s.f * s.r, "V2"));
     print_message("  k=%d: worst %.3e\n", k, worst);
     assert_true(worst <= 1e-6);
 

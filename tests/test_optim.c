@@ -46,7 +46,7 @@ static double rel_err_d(const real *a, const double *b, size_t n) {
     double mx = 0, diff = 0;
     for (size_t i = 0; i < n; i++) {
         mx = fmax(mx, fabs(b[i]));
-        diff = fmax(diff, fabs((double)a[i] - b[i]));
+        diff = err_max(diff, fabs((double)a[i] - b[i]));
     }
     return diff / fmax(mx, 1e-30);
 }

@@ -15,7 +15,7 @@ static void test_exp_accuracy(void **s) {
         real x = (real)v;
         double want = exp((double)x), got = dm_exp(x);
         double rel = fabs(got - want) / want;
-        if (rel > worst) worst = rel;
+        worst = err_max(worst, rel);
     }
     print_message("dm_exp max relative error over [-87, 87]: %.3g\n", worst);
 #ifdef DM_DOUBLE

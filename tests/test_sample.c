@@ -37,7 +37,7 @@ static void check_decoder(int arm_off) {
     double worst = 0;
     for (int t = 0; t < T; t++) {
         decoder_step(&d, x[t], lg);
-        worst = fmax(worst, tensor_rel_err(lg, ref + (size_t)t * 256, 256));
+        worst = err_max(worst, tensor_rel_err(lg, ref + (size_t)t * 256, 256));
     }
     print_message("arm_off=%d decoder vs forward logits: max rel err %.2e over %d positions\n", arm_off, worst, T);
 #ifdef DM_DOUBLE

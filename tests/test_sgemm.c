@@ -86,7 +86,7 @@ static void test_sgemm_edges(void **s) {
                     double e = run_case(&c, &r, 0);
                     if (e > 1e-5) print_message("tA=%d tB=%d M=%d N=%d K=%d pad=%d alpha=%g beta=%g: %.2e\n",
                                                 c.tA, c.tB, c.M, c.N, c.K, c.pad, c.alpha, c.beta, e);
-                    worst = fmax(worst, e);
+                    worst = err_max(worst, e);
                     n++;
                 }
     print_message("sgemm edges: %d cases, worst error / (|alpha| sum|ab| + |beta c|) = %.2e\n", n, worst);
@@ -105,7 +105,7 @@ static void test_sgemm_model_shapes(void **s) {
         {1, 1, 70, 90, 530, 1, -0.5f, 0.25f},
     };
     double worst = 0;
-    for (unsigned i = 0; i < sizeof cs / sizeof *cs; i++) worst = fmax(worst, run_case(&cs[i], &r, 1));
+    for (unsigned i = 0; i < sizeof cs / sizeof *cs; i++) worst = err_max(worst, run_case(&cs[i], &r, 1));
     print_message("sgemm model shapes: worst %.2e\n", worst);
     assert_true(worst <= 1e-5);
 }

@@ -14,6 +14,10 @@ static inline void fill_randn(real *p, size_t n, double std, Rng *r) {
     for (size_t i = 0; i < n; i++) p[i] = (real)(std * rng_normal(r));
 }
 
+// The larger of two errors, a NaN counting as the worst possible one: fmax(x, NAN) is x and
+// `if (e > worst)` is false for a NaN, so either idiom lets a NaN result pass a check.
+static inline double err_max(double a, double b) { return isnan(a) || isnan(b) ? INFINITY : (a > b ? a : b); }
+
 // Gradient-check metric: max over elements of |a - n| / max(|a|, |n|, floor), with
 // floor = max(1e-2 * max|n| over the tensor, 1e-5). The FD value of an entry carries the loss's
 // round-off (~1e-15 / h, about 1e-11 after the stencil), so an entry far below its tensor's
@@ -26,21 +30,23 @@ static inline double grad_rel_err(const double *an, const double *num, size_t n)
     // the numeric one is then pure round-off (~1e-13), so compare absolutely.
     if (scale < 1e-9) {
         double amax = 0;
-        for (size_t i = 0; i < n; i++) amax = fmax(amax, fabs(an[i]));
+        for (size_t i = 0; i < n; i++) amax = err_max(amax, fabs(an[i]));
         return amax < 1e-9 ? 0 : 1;
     }
     double floor_ = fmax(1e-2 * scale, 1e-5), worst = 0;
     for (size_t i = 0; i < n; i++) {
         double den = fmax(fmax(fabs(an[i]), fabs(num[i])), floor_);
-        worst = fmax(worst, fabs(an[i] - num[i]) / den);
+        worst = err_max(worst, fabs(an[i] - num[i]) / den);
     }
     return worst;
 }
 
 // Max-abs difference over max-abs value (tensor-wise relative error).
+// A non-finite entry in either tensor is an infinite error (fmax alone would skip a NaN).
 static inline double tensor_rel_err(const real *a, const real *b, size_t n) {
     double mx = 0, diff = 0;
     for (size_t i = 0; i < n; i++) {
+        if (!isfinite((double)a[i]) || !isfinite((double)b[i])) return INFINITY;
         mx = fmax(mx, fabs((double)b[i]));
         diff = fmax(diff, fabs((double)a[i] - (double)b[i]));
     }

@@ -8,6 +8,7 @@
 // atomics anywhere.
 #include "optim_ops.h"
 #include "opt_decide.h"
+#include "step_record.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -283,19 +284,7 @@ void opt_retract(real *X, int rows, int r, int iters, real *scratch, OptStatus *
 
 void step_loss(double *out, const double *loss_sum, const real *aux, int depth, uint64_t scored, int N,
                double aux_w) {
-    double ce = 0;
-    int n_scored = 0;
-    for (int i = 0; i < depth; i++) {
-        if (!((scored >> i) & 1)) continue;
-        ce += loss_sum[i] / N;
-        n_scored++;
-    }
-    ce = n_scored ? ce / n_scored : NAN;
-    out[0] = ce;
-    if (!aux) { out[1] = ce; return; }
-    double aux_sum = 0;
-    for (int i = 0; i < depth; i++) aux_sum += aux[i];
-    out[1] = ce + aux_w * (aux_sum / depth);
+    step_loss_combine(out, loss_sum, aux, depth, scored, N, aux_w);  // step_record.h, shared with CUDA
 }
 
 // The CPU backend's clock: the process's monotonic clock (the step's ops run as they are called)
@@ -310,14 +299,6 @@ void step_begin(StepRecord *ring, const StepHyper *hp) { ring[hp->slot].t0_ns = 
 void step_end(StepRecord *ring, const StepHyper *hp, const OptStatus *st, const double *loss,
               const int32_t *load, int depth, int E) {
     StepRecord *r = &ring[hp->slot];
-    r->hp = *hp;
-    r->st = *st;
-    r->loss = loss[0];
-    r->objective = loss[1];
-    for (int x = 0; x < STEP_REC_E; x++) {
-        int64_t s = 0;
-        for (int i = 0; load && x < E && i < depth; i++) s += load[(size_t)i * E + x];
-        r->load[x] = s;
-    }
+    step_record_fill(r, hp, st, loss, load, depth, E);
     r->t1_ns = clock_ns();
 }

@@ -25,7 +25,8 @@
 // shapes and device — never a timing). A replay is therefore bit-identical to the un-captured
 // step, which tests/gpu/graph_step.c checks on a GPU.
 #include "cuda_common.cuh"
-#include <math_constants.h>
+#define OPT_HD __device__
+#include "../cpu/step_record.h"
 #include <string.h>
 
 #ifndef DM_DOUBLE
@@ -42,22 +43,10 @@ void dm_capture_fail(const char *what) {
 // ================================================================================================
 // the step's bookkeeping (contracts: kernels/cpu/optim_ops.h)
 // ================================================================================================
-// One thread: a handful of double operations, the CPU's code line for line.
+// One thread: a handful of double operations, the CPU's own code (kernels/cpu/step_record.h).
 __global__ void step_loss_kernel(double *out, const double *loss_sum, const float *aux, int depth,
                                  uint64_t scored, int N, double aux_w) {
-    double ce = 0;
-    int n_scored = 0;
-    for (int i = 0; i < depth; i++) {
-        if (!((scored >> i) & 1)) continue;
-        ce += loss_sum[i] / N;
-        n_scored++;
-    }
-    ce = n_scored ? ce / n_scored : CUDART_NAN;
-    out[0] = ce;
-    if (!aux) { out[1] = ce; return; }
-    double aux_sum = 0;
-    for (int i = 0; i < depth; i++) aux_sum += aux[i];
-    out[1] = ce + aux_w * (aux_sum / depth);
+    step_loss_combine(out, loss_sum, aux, depth, scored, N, aux_w);  // kernels/cpu/step_record.h
 }
 static void cu_step_loss(double *out, const double *loss_sum, const real *aux, int depth, uint64_t scored,
                          int N, double aux_w) {
@@ -75,15 +64,7 @@ __global__ void step_begin_kernel(StepRecord *ring, const StepHyper *hp) { ring[
 __global__ void step_end_kernel(StepRecord *ring, const StepHyper *hp, const OptStatus *st, const double *loss,
                                 const int32_t *load, int depth, int E) {
     StepRecord *r = &ring[hp->slot];
-    r->hp = *hp;
-    r->st = *st;
-    r->loss = loss[0];
-    r->objective = loss[1];
-    for (int x = 0; x < STEP_REC_E; x++) {
-        int64_t s = 0;
-        for (int i = 0; load && x < E && i < depth; i++) s += load[(size_t)i * E + x];
-        r->load[x] = s;
-    }
+    step_record_fill(r, hp, st, loss, load, depth, E);  // kernels/cpu/step_record.h
     r->t1_ns = globaltimer_ns();
 }
 static void cu_step_begin(StepRecord *ring, const StepHyper *hp) {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/gpu/run.sh [all|check|bench] — on a machine with an NVIDIA GPU: build the float engine
 # library and dmsh (headless) with the CUDA backend, then
-#   check: tests/gpu/parity.cu (every op CPU vs CUDA, pass/fail table),
+#   check: tests/gpu/parity.cu + parity_optim.cu + parity_fused.cu (every op CPU vs CUDA, pass/fail table),
 #          tests/gpu/parity_model.c (:check parity per preset x arms x precision) and
 #          tests/gpu/graph_step.c (the step graph's replay = the eager step, two processes)
 #   bench: tests/gpu/bench_gpu.c (the issue-5 benchmark table)
@@ -23,23 +23,24 @@ command -v "$NVCC" >/dev/null || { echo "run.sh: nvcc not found at $NVCC" >&2; e
 nvidia-smi -L 2>/dev/null || echo "run.sh: nvidia-smi not available (continuing)"
 mkdir -p "$OUT"
 
-echo "== make lib (float) and headless dmsh with the CUDA backend"
-make -j"$JOBS" --no-print-directory lib DM_REAL=float
+echo "== make headless: the float engine library and dmsh with the CUDA backend (build/float-headless)"
 make -j"$JOBS" --no-print-directory headless DM_REAL=float CUDA_ARCH="$ARCH" CUDALIBS="$CULIBS"
+LIB=build/float-headless/libdm.a
 
-echo "== nvcc kernels/cuda/*.cu + tests/gpu/parity.cu ($ARCH)"
-objs=()
-for f in kernels/cuda/*.cu; do
+echo "== nvcc tests/gpu/parity*.cu ($ARCH); the backend objects are make's (same flags)"
+objs=(build/float-headless/cuda/*.o)
+pobjs=(); pids=()
+for f in tests/gpu/parity*.cu; do
     o="$OUT/$(basename "$f" .cu).o"
-    "$NVCC" -arch="$ARCH" -O2 -c "$f" -o "$o"
-    objs+=("$o")
+    "$NVCC" -arch="$ARCH" -O2 -c "$f" -o "$o" &
+    pids+=($!); pobjs+=("$o")
 done
-"$NVCC" -arch="$ARCH" -O2 -c tests/gpu/parity.cu -o "$OUT/parity.o"
-"$NVCC" -arch="$ARCH" -o "$OUT/parity" "$OUT/parity.o" "${objs[@]}" build/float/libdm.a \
+for p in "${pids[@]}"; do wait "$p"; done   # each one's status (set -e stops on a failed compile)
+"$NVCC" -arch="$ARCH" -o "$OUT/parity" "${pobjs[@]}" "${objs[@]}" $LIB \
     -lcublas -lopenblas -lgomp -lm -Xlinker -rpath -Xlinker "$CUDA_HOME/lib64"
 
 # the engine-level programs: plain C against libdm.a and the CUDA objects
-HOSTLIBS="build/float/libdm.a -lopenblas -lm -fopenmp -L$CUDA_HOME/lib64 -lcublas -lcudart_static -ldl -lrt -lpthread -lstdc++ -Wl,-rpath,$CUDA_HOME/lib64"
+HOSTLIBS="$LIB -lopenblas -lm -fopenmp -L$CUDA_HOME/lib64 -lcublas -lcudart_static -ldl -lrt -lpthread -lstdc++ -Wl,-rpath,$CUDA_HOME/lib64"
 for prog in parity_model bench_gpu graph_step; do
     gcc -std=c11 -D_GNU_SOURCE -O2 -I"$CUDA_HOME/include" "tests/gpu/$prog.c" "${objs[@]}" $HOSTLIBS -o "$OUT/$prog"
 done

@@ -1,0 +1,145 @@
+// parity_optim.cu — the optimizer rows of the CUDA parity program (tests/gpu/parity.cu).
+#include "parity_common.cuh"
+
+// ---- the optimizer ops (kernels/cpu/optim_ops.h): the same status, buffers and hyper-parameters
+// on both sides; the GPU's OptStatus is uploaded/downloaded whole.
+static OptStatus st_down(Dev *d) { OptStatus s; G_->download(&s, d->p, sizeof s); return s; }
+void t_optim() {
+    // segments: two chunks, a small one, an empty one, a table-sized one
+    const int nseg = 4;
+    OptSeg segs[nseg] = {{0, 70000}, {70000, 123}, {70123, 0}, {70123, 4096}};
+    size_t n = 70123 + 4096;
+    auto g = randv(n, 0.01f);
+    Dev *dg = up(g), dss(sizeof(double) * nseg), dbad(sizeof(int32_t) * nseg), dst(sizeof(OptStatus));
+    OptStatus sc;
+    memset(&sc, 0, sizeof sc);
+    sc.t = 3;
+    G_->upload(dst.p, &sc, sizeof sc);
+    // the step's scalars and loss live on the device (StepHyper, a double); the CPU reads host copies
+    StepHyper hh;
+    memset(&hh, 0, sizeof hh);
+    hh.lr = 3e-3; hh.lr_muon = 0.02; hh.mult = 1; hh.wd = 0.1; hh.beta1 = 0.9; hh.beta2 = 0.95; hh.eps = 1e-8;
+    hh.muon_momentum = 0.95; hh.clip = 0.5; hh.retract_every = 2; hh.nan_limit = 0;
+    double loss = 1.5;
+    Dev dhp(sizeof(StepHyper)), dloss(sizeof(double));
+    G_->upload(dhp.p, &hh, sizeof hh);
+    G_->upload(dloss.p, &loss, sizeof loss);
+    const StepHyper *ghp = (const StepHyper *)dhp.p;
+    const double *gloss = (const double *)dloss.p;
+    double ss[nseg];
+    int32_t bad[nseg];
+    C_->opt_sumsq(ss, bad, g.data(), segs, nseg);
+    G_->opt_sumsq((double *)dss.p, (int32_t *)dbad.p, dg->f(), segs, nseg);
+    double gss[nseg];
+    int32_t gbad[nseg];
+    G_->download(gss, dss.p, sizeof gss);
+    G_->download(gbad, dbad.p, sizeof gbad);
+    double e = 0;
+    for (int i = 0; i < nseg; i++) e = fmax(e, fabs(gss[i] - ss[i]) / fmax(ss[i], 1e-300)), e += gbad[i] != bad[i];
+    report("opt_sumsq (per segment, double)", e, 1e-12);
+    // decide with the clip active and a retraction due (t 3 -> 4, every 2)
+    C_->opt_decide(&sc, ss, bad, nseg, &loss, &hh);
+    G_->opt_decide((OptStatus *)dst.p, (double *)dss.p, (int32_t *)dbad.p, nseg, gloss, ghp);
+    OptStatus sg = st_down(&dst);
+    int same = sg.t == sc.t && sg.skip == sc.skip && sg.clipped == sc.clipped && sg.retract == sc.retract &&
+               sg.first_bad == sc.first_bad && sg.consecutive_skips == sc.consecutive_skips;
+    report("opt_decide flags (t, skip, clip, retract)", same ? 0 : 1, 0);
+    report("opt_decide gnorm, scale", fmax(fabs(sg.gnorm - sc.gnorm) / sc.gnorm, fabs(sg.scale - sc.scale) / sc.scale), 1e-12);
+    C_->opt_clip(g.data(), n, &sc);
+    G_->opt_clip(dg->f(), n, (OptStatus *)dst.p);
+    cmp("opt_clip", g, dg, 1e-6);
+    // AdamW over everything
+    auto p = randv(n), m = randv(n, 0.01f), v = randv(n, 0.01f);
+    for (auto &x : v) x = fabsf(x);
+    Dev *dp = up(p), *dm = up(m), *dv = up(v);
+    C_->opt_adamw(p.data(), g.data(), m.data(), v.data(), n, 1, &hh, &sc);
+    G_->opt_adamw(dp->f(), dg->f(), dm->f(), dv->f(), n, 1, ghp, (OptStatus *)dst.p);
+    cmp("opt_adamw p", p, dp, 1e-5); cmp("opt_adamw m", m, dm, 1e-5); cmp("opt_adamw v", v, dv, 1e-5);
+    // lazy Adam rows: 3 tables of R = 50 rows of D = 16 at offset 70123 (the 4th segment is 4096
+    // reals = only 256 rows: use R*O*D = 2400), duplicates and out-of-range rows
+    int O = 3, N = 40, D = 16;
+    int64_t R = 50;
+    std::vector<int32_t> rows((size_t)O * N);
+    for (size_t i = 0; i < rows.size(); i++) rows[i] = (int32_t)((i * 7919u) % 60) - 5;  // some < 0, some >= R
+    std::vector<int64_t> rs((size_t)O * R, 2);
+    Dev *drows = up(rows), *drs = up(rs);
+    std::vector<unsigned char> wsc(C_->opt_adam_rows_ws_size(O, N, R));
+    Dev dws(G_->opt_adam_rows_ws_size(O, N, R));
+    size_t to = 70123;
+    C_->opt_adam_rows(p.data() + to, g.data() + to, m.data() + to, v.data() + to, rs.data(), rows.data(), O, N, R, D,
+                      wsc.data(), &hh, &sc);
+    G_->opt_adam_rows(dp->f() + to, dg->f() + to, dm->f() + to, dv->f() + to, (int64_t *)drs->p, (int32_t *)drows->p,
+                      O, N, R, D, dws.p, ghp, (OptStatus *)dst.p);
+    cmp("opt_adam_rows p", p, dp, 1e-5); cmp("opt_adam_rows m", m, dm, 1e-5); cmp("opt_adam_rows v", v, dv, 1e-5);
+    std::vector<int64_t> grs = down<int64_t>(drs, rs.size());
+    size_t nd = 0;
+    for (size_t i = 0; i < rs.size(); i++) nd += grs[i] != rs[i];
+    report("opt_adam_rows row_steps (exact)", nd ? 1 : 0, 0);
+    // Muon: wide and tall, plain and colrow; fp32 products (NS amplifies rounding: 2e-3)
+    int shapes[2][2] = {{48, 80}, {96, 40}};
+    for (int k = 0; k < 4; k++) {
+        int rr = shapes[k & 1][0], cc = shapes[k & 1][1], nm = 2;
+        size_t mn = (size_t)rr * cc * nm;
+        auto mp = randv(mn), mg = randv(mn), mb = randv(mn, 0.1f);
+        Dev *dmp = up(mp), *dmg = up(mg), *dmb = up(mb);
+        std::vector<float> scr(C_->opt_muon_scratch_size(rr, cc));
+        Dev dscr(sizeof(float) * G_->opt_muon_scratch_size(rr, cc));
+        C_->opt_muon(mp.data(), mg.data(), mb.data(), nm, rr, cc, k >= 2, scr.data(), &hh, &sc);
+        G_->opt_muon(dmp->f(), dmg->f(), dmb->f(), nm, rr, cc, k >= 2, dscr.f(), ghp, (OptStatus *)dst.p);
+        char nmm[64];
+        snprintf(nmm, sizeof nmm, "opt_muon %dx%d%s p", rr, cc, k >= 2 ? " colrow" : "");
+        cmp(nmm, mp, dmp, 2e-3);
+        snprintf(nmm, sizeof nmm, "opt_muon %dx%d%s momentum", rr, cc, k >= 2 ? " colrow" : "");
+        cmp(nmm, mb, dmb, 1e-6);
+        delete dmp; delete dmg; delete dmb;
+    }
+    // the gated retraction (the status says retract) and its orthogonality error
+    {
+        int rr = 96, r = 16;
+        auto X = randv((size_t)rr * r, 0.1f);
+        Dev *dX = up(X);
+        std::vector<float> scr(C_->opt_retract_scratch_size(rr, r));
+        Dev dscr(sizeof(float) * G_->opt_retract_scratch_size(rr, r));
+        C_->opt_retract(X.data(), rr, r, 3, scr.data(), &sc);
+        G_->opt_retract(dX->f(), rr, r, 3, dscr.f(), (OptStatus *)dst.p);
+        cmp("opt_retract (status: retract)", X, dX, 1e-4);
+        sg = st_down(&dst);
+        report("opt_retract orth_err", fabs(sg.orth_err - sc.orth_err) / fmax(sc.orth_err, 1e-30), 1e-3);
+        delete dX;
+    }
+    // a skipped step (non-finite gradient): the decision names the segment and nothing moves
+    g[70000 + 5] = NAN;
+    G_->upload(dg->f() + 70000 + 5, &g[70000 + 5], sizeof(float));
+    C_->opt_sumsq(ss, bad, g.data(), segs, nseg);
+    G_->opt_sumsq((double *)dss.p, (int32_t *)dbad.p, dg->f(), segs, nseg);
+    C_->opt_decide(&sc, ss, bad, nseg, &loss, &hh);
+    G_->opt_decide((OptStatus *)dst.p, (double *)dss.p, (int32_t *)dbad.p, nseg, gloss, ghp);
+    sg = st_down(&dst);
+    report("opt_decide skip: first_bad, counters", sg.skip == 1 && sg.first_bad == 1 && sg.first_bad == sc.first_bad &&
+                                                       sg.t == sc.t && sg.total_skips == sc.total_skips ? 0 : 1, 0);
+    std::vector<float> p0 = down<float>(dp, n), m0 = down<float>(dm, n), v0 = down<float>(dv, n);
+    std::vector<int64_t> rs0 = down<int64_t>(drs, rs.size());
+    G_->opt_clip(dg->f(), n, (OptStatus *)dst.p);
+    G_->opt_adamw(dp->f(), dg->f(), dm->f(), dv->f(), n, 1, ghp, (OptStatus *)dst.p);
+    G_->opt_adam_rows(dp->f() + to, dg->f() + to, dm->f() + to, dv->f() + to, (int64_t *)drs->p, (int32_t *)drows->p,
+                      O, N, R, D, dws.p, ghp, (OptStatus *)dst.p);
+    int moved = down<float>(dp, n) != p0 || down<float>(dm, n) != m0 || down<float>(dv, n) != v0 ||
+                down<int64_t>(drs, rs.size()) != rs0;
+    report("skipped step leaves p, m, v, row_steps", moved ? 1 : 0, 0);
+    // nan_limit: a second skip in a row with nan_limit 2 halts the run; a halted decision changes
+    // nothing (counters included) even when the loss and the gradients are finite again
+    hh.nan_limit = 2;
+    G_->upload(dhp.p, &hh, sizeof hh);
+    C_->opt_decide(&sc, ss, bad, nseg, &loss, &hh);
+    G_->opt_decide((OptStatus *)dst.p, (double *)dss.p, (int32_t *)dbad.p, nseg, gloss, ghp);
+    sg = st_down(&dst);
+    report("opt_decide nan_limit halts", sg.halted == 1 && sc.halted == 1 && sg.consecutive_skips == sc.consecutive_skips ? 0 : 1, 0);
+    int32_t nobad[nseg] = {0, 0, 0, 0};
+    G_->upload(dbad.p, nobad, sizeof nobad);
+    C_->opt_decide(&sc, ss, nobad, nseg, &loss, &hh);
+    G_->opt_decide((OptStatus *)dst.p, (double *)dss.p, (int32_t *)dbad.p, nseg, gloss, ghp);
+    OptStatus sh = st_down(&dst);
+    report("halted decision: a no-op, counters kept", sh.skip == 1 && sh.t == sg.t && sh.total_skips == sg.total_skips &&
+                                                           sh.consecutive_skips == sg.consecutive_skips && sc.t == sh.t ? 0 : 1, 0);
+    delete dg; delete dp; delete dm; delete dv; delete drows; delete drs;
+}
