@@ -4,6 +4,7 @@
 // Activations, parameters and gradients are backend memory: they are touched only through the
 // backend table, so the same code runs on the CPU and on the device.
 #include <math.h>
+#include <string.h>
 #include "model.h"
 
 #define PT(m, i) ((m)->params + (m)->t[i].offset)
@@ -69,7 +70,14 @@ void model_backward(Model *m) {
     Acts *a = &m->acts;
     int B = a->B, T = a->T, N = B * T, d = c->d, E = c->E, depth = m->last_depth;
     size_t Nd = (size_t)N * d;
-    be->zero(m->grads, sizeof(real) * m->n_params);
+    be->zero(m->grads, sizeof(real) * m->n_dev);
+    if (m->tab_grad) {  // host tables: clear only the rows the previous backward wrote
+        size_t De = (size_t)c->engram_dim, R = (size_t)c->engram_rows;
+        for (int q = 0; q < c->n_orders; q++)
+            for (int j = 0; j < m->dirty_n; j++)
+                memset(m->tab_grad + ((size_t)q * R + m->dirty_rows[(size_t)q * m->dirty_n + j]) * De, 0, sizeof(real) * De);
+        m->dirty_n = 0;
+    }
     int n_scored = 0;
     for (int i = 0; i < depth; i++) n_scored += !isnan(m->depth_loss[i]);
     real ce_scale = (real)(1.0 / ((double)n_scored * N));
@@ -144,6 +152,15 @@ void model_backward(Model *m) {
         ZERO(a->dm, (size_t)N * OD);
         be->matmul_backward(a->dm, GT(m, P_MK), NULL, a->dkey, a->m, PT(m, P_MK), N, OD, d);
         be->matmul_backward(a->dm, GT(m, P_MV), NULL, a->dval, a->m, PT(m, P_MV), N, OD, d);
-        be->engram_scatter(GT(m, P_TABLES), a->dm, a->rows, N, O, c->engram_rows, De);
+        if (m->tab) {
+            // host-RAM tables: dm comes down (this waits for the backward) and is scattered into
+            // the host gradient by the CPU's own op — the same sums in the same order
+            be->download(m->stage_m, a->dm, sizeof(real) * (size_t)N * OD);
+            backend_cpu()->engram_scatter(m->tab_grad, m->stage_m, m->host_rows, N, O, c->engram_rows, De);
+            memcpy(m->dirty_rows, m->host_rows, sizeof(int32_t) * (size_t)N * O);
+            m->dirty_n = N;
+        } else {
+            be->engram_scatter(GT(m, P_TABLES), a->dm, a->rows, N, O, c->engram_rows, De);
+        }
     }
 }

@@ -26,7 +26,7 @@ const ConfigKey dm_config_keys[] = {
     {"loss", KEY_ENUM, OFF(loss_final), 0, 1, "rec|final", 0, "rec: mean CE over iterations; final: last only"},
     {"lam_max", KEY_REAL, OFF(lam_max), 0, 1, NULL, 0, "cap of the memory gate"},
     {"g_min", KEY_REAL, OFF(g_min), -100, 0, NULL, 1, "KDA log-decay floor"},
-    {"engram_ram", KEY_BOOL, OFF(engram_ram), 0, 1, "off|on", 1, "Engram tables in host RAM (CUDA)"},
+    {"engram_ram", KEY_BOOL, OFF(engram_ram), 0, 1, "off|on", 1, "Engram tables (and their gradient and Adam state) in host memory, rows staged per step"},
     {"batch", KEY_INT, OFF(batch), 1, 1 << 16, NULL, 0, "sequences per step"},
     {"moe_aux", KEY_REAL, OFF(moe_aux), 0, 100, NULL, 0, "weight of the load-balance loss"},
     {"retract_every", KEY_INT, OFF(retract_every), 1, 1 << 30, NULL, 0, "retract U, V every N steps"},

@@ -19,7 +19,7 @@ typedef struct {
     int loss_final;              // loss = rec (0) | final (1)
     double lam_max;              // cap of the memory gate
     double g_min;                // KDA log-decay floor (-5)
-    int engram_ram;              // host-RAM tables (CUDA only)
+    int engram_ram;              // host-RAM tables (model.h: rows staged per step)
     // training (live keys)
     int batch;
     double moe_aux;

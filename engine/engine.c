@@ -35,10 +35,6 @@ void engine_free(Engine *e) {
 int engine_build(Engine *e, uint64_t seed, dm_err *err) {
     if (config_validate(&e->cfg, err)) return 1;
     if (!e->be) e->be = backend_cpu();
-    // On the CPU the tables are in host RAM anyway. On a GPU, host-RAM tables (gathered into a
-    // pinned buffer per step) are not built yet: refuse rather than silently put them on the device.
-    if (e->cfg.engram_ram && strcmp(e->be->name, "cpu") != 0 && strcmp(e->be->name, "cpu-fenced") != 0)
-        return dm_fail(err, "engram_ram=on is not implemented for the %s backend yet (the tables would be device memory): :set engram_ram=off, or train on :device cpu", e->be->name);
     free_model(e);
     e->cfg.seed = seed;
     if (e->be->set_precision) e->be->set_precision(e->cfg.precision_fp32);
@@ -274,15 +270,12 @@ int engine_save(Engine *e, const char *path, dm_err *err) {
     }
     size_t P = sizeof(real) * e->model.n_params;
     real *params = mallocCheck(P);  // the parameters are backend memory: a host copy to write
-    e->model.be->download(params, e->model.params, P);
+    model_params_get(&e->model, params);  // (the same file wherever the tables live)
     // so is the optimizer state
     size_t RS = sizeof(int64_t) * st.n_rows_tables;
     real *om = mallocCheck(P), *ov = mallocCheck(P), *omom = mallocCheck(P);
     int64_t *ors = mallocCheck(RS ? RS : 1);
-    e->opt.be->download(om, e->opt.m, P);
-    e->opt.be->download(ov, e->opt.v, P);
-    e->opt.be->download(omom, e->opt.mom, P);
-    e->opt.be->download(ors, e->opt.row_steps, RS);
+    optim_state_get(&e->opt, &e->model, om, ov, omom, ors);
     char *layout = mallocCheck(8192);
     tensor_layout(&e->model, layout, 8192);
     CkptSection sec[] = {
@@ -376,11 +369,8 @@ int engine_load(Engine *e, const char *path, dm_err *err) {
         engine_free(&fresh);
         goto done;
     }
-    fresh.model.be->upload(fresh.model.params, sp->data, P);
-    fresh.opt.be->upload(fresh.opt.m, sm->data, P);  // the optimizer state is backend memory too
-    fresh.opt.be->upload(fresh.opt.v, sv->data, P);
-    fresh.opt.be->upload(fresh.opt.mom, smo->data, P);
-    fresh.opt.be->upload(fresh.opt.row_steps, srs->data, srs->size);
+    model_params_put(&fresh.model, sp->data);  // backend memory (and host tables under engram_ram)
+    optim_state_put(&fresh.opt, &fresh.model, sm->data, sv->data, smo->data, srs->data);
     optim_set_counters(&fresh.opt, st.opt_t, st.total_skips, st.consecutive_skips);
     for (int a = 0; a < ARM_COUNT && a < (int)st.n_arms; a++) {
         fresh.model.arms.on[a] = st.arms_on[a];
@@ -438,7 +428,7 @@ int engine_check_determinism(Engine *e, int n, int *ok, char *msg, size_t nmsg, 
     int rc = 0;
     MetricRow row;
     for (int i = 0; i < n && !rc; i++) { rc = engine_step(e, &row, err); l1[i] = row.loss; }
-    e->model.be->download(p1, e->model.params, sizeof(real) * P);  // parameters are backend memory
+    model_params_get(&e->model, p1);  // wherever they live
     snapshot_restore(&s0, e);
     snprintf(e->session_dir, sizeof e->session_dir, "%s", sess);
     int first_diff = -1;
@@ -447,7 +437,7 @@ int engine_check_determinism(Engine *e, int n, int *ok, char *msg, size_t nmsg, 
         if (first_diff < 0 && memcmp(&row.loss, &l1[i], sizeof(double)) != 0) first_diff = i;
     }
     real *p2 = mallocCheck(sizeof(real) * P);
-    e->model.be->download(p2, e->model.params, sizeof(real) * P);
+    model_params_get(&e->model, p2);
     size_t pdiff = 0;
     for (size_t j = 0; j < P; j++) pdiff += memcmp(&p1[j], &p2[j], sizeof(real)) != 0;
     free(p2);

@@ -58,8 +58,20 @@ static void engram_forward(Model *m, int B, int T) {
     const Config *c = &m->cfg;
     Acts *a = &m->acts;
     int N = B * T, O = c->n_orders, De = c->engram_dim, OD = O * De;
-    m->be->engram_rows(a->rows, a->x, B, T, c->engram_orders, O, c->engram_rows);
-    m->be->engram_gather(a->m, PT(m, P_TABLES), a->rows, N, O, c->engram_rows, De);
+    if (m->tab) {
+        // host-RAM tables: hash and gather on the host (the CPU's own ops), one upload of the
+        // rows [N, OD] (and of the row ids, for probes); the device never holds a table
+        const Backend *host = backend_cpu();
+        host->engram_rows(m->host_rows, a->host_x, B, T, c->engram_orders, O, c->engram_rows);
+        host->engram_gather(m->stage_m, m->tab, m->host_rows, N, O, c->engram_rows, De);
+        // (async: stage_m is next written after a download that waits for this copy — backward's
+        // dm, or model_forward's statistics)
+        m->be->upload_async(a->m, m->stage_m, sizeof(real) * (size_t)N * OD);
+        m->be->upload_async(a->rows, m->host_rows, sizeof(int32_t) * (size_t)N * O);
+    } else {
+        m->be->engram_rows(a->rows, a->x, B, T, c->engram_orders, O, c->engram_rows);
+        m->be->engram_gather(a->m, PT(m, P_TABLES), a->rows, N, O, c->engram_rows, De);
+    }
     m->be->matmul_forward(a->key, a->m, PT(m, P_MK), NULL, N, OD, c->d);
     m->be->matmul_forward(a->val, a->m, PT(m, P_MV), NULL, N, OD, c->d);
     m->be->rmsnorm_forward(a->kn, a->kn_rstd, a->key, PT(m, P_MEM_GK), N, c->d);
@@ -159,6 +171,7 @@ double model_forward(Model *m, const int *x, const int *tgt, int B, int T, int d
     int N = B * T;
     // token ids live on the backend (the ops index with them there)
     be->upload(a->x, x, sizeof(int) * N);
+    a->host_x = x;  // engram_ram hashes on the host
     if (tgt) be->upload(a->tgt, tgt, sizeof(int) * N);
     depth = forward_body(m, tgt != NULL, B, T, depth, mode);
     // the per-depth CE sums: one download of `depth` doubles for the whole forward

@@ -146,14 +146,28 @@ int model_create(Model *m, const Config *cfg, const Backend *be, uint64_t seed, 
     m->cfg = *cfg;
     m->be = be;
     build_table(m);
-    m->params = be->alloc(sizeof(real) * m->n_params);
-    m->grads = be->alloc(sizeof(real) * m->n_params);
-    if (!m->params || !m->grads)
-        return dm_fail(err, "cannot allocate %zu parameters on %s: try a smaller preset", m->n_params, be->name);
+    _Static_assert(P_TABLES == P_COUNT - 1, "engram_ram keeps the tables as the layout's tail");
+    m->n_dev = cfg->engram_ram ? m->t[P_TABLES].offset : m->n_params;
+    m->params = be->alloc(sizeof(real) * (m->n_dev ? m->n_dev : 1));
+    m->grads = be->alloc(sizeof(real) * (m->n_dev ? m->n_dev : 1));
+    if (!m->params || !m->grads) {
+        model_free(m);
+        return dm_fail(err, "cannot allocate %zu parameters on %s: try a smaller preset%s", m->n_dev, be->name,
+                       cfg->engram_ram ? "" : " (or :set engram_ram=on to keep the Engram tables in host memory)");
+    }
+    size_t ntab = m->n_params - m->n_dev;
+    if (ntab) {  // calloc: the pages of rows never read stay unmapped
+        m->tab = calloc(ntab, sizeof(real));
+        m->tab_grad = calloc(ntab, sizeof(real));
+        if (!m->tab || !m->tab_grad) {
+            model_free(m);
+            return dm_fail(err, "cannot allocate the Engram tables (%zu reals) in host memory: lower engram_rows", ntab);
+        }
+    }
     // initialise on the host (sequential RNG draws, Gram–Schmidt in double), then one upload
     real *host = callocCheck(sizeof(real) * m->n_params);
     init_params(m, host, seed);
-    be->upload(m->params, host, sizeof(real) * m->n_params);
+    model_params_put(m, host);
     free(host);
     arms_init(&m->arms);
     m->expert_load = callocCheck(sizeof(int) * cfg->L * cfg->E);
@@ -175,11 +189,44 @@ static void acts_free(Model *m) {
 void model_free(Model *m) {
     if (!m->be) return;
     acts_free(m);
-    m->be->free(m->params);
-    m->be->free(m->grads);
-    m->be->free(m->moe_aux);
+    if (m->params) m->be->free(m->params);
+    if (m->grads) m->be->free(m->grads);
+    if (m->moe_aux) m->be->free(m->moe_aux);
     free(m->expert_load);
+    free(m->tab);
+    free(m->tab_grad);
+    if (m->stage_m) m->be->host_free(m->stage_m);
+    free(m->host_rows);
+    free(m->dirty_rows);
     memset(m, 0, sizeof *m);
+}
+
+void model_params_get(const Model *m, real *dst) {
+    m->be->download(dst, m->params, sizeof(real) * m->n_dev);
+    if (m->tab) memcpy(dst + m->n_dev, m->tab, sizeof(real) * (m->n_params - m->n_dev));
+}
+
+void model_params_put(Model *m, const real *src) {
+    m->be->upload(m->params, src, sizeof(real) * m->n_dev);
+    if (m->tab) memcpy(m->tab, src + m->n_dev, sizeof(real) * (m->n_params - m->n_dev));
+}
+
+void model_grads_get(const Model *m, real *dst) {
+    m->be->download(dst, m->grads, sizeof(real) * m->n_dev);
+    if (m->tab_grad) memcpy(dst + m->n_dev, m->tab_grad, sizeof(real) * (m->n_params - m->n_dev));
+}
+
+int model_ram_reserve(Model *m, int N) {
+    if (!m->tab || N <= m->stage_n) return 0;
+    size_t OD = (size_t)m->cfg.n_orders * m->cfg.engram_dim;
+    if (m->stage_m) m->be->host_free(m->stage_m);
+    m->stage_m = m->be->host_alloc(sizeof(real) * (size_t)N * OD);
+    size_t nr = (size_t)N * m->cfg.n_orders;
+    m->host_rows = realloc(m->host_rows, sizeof(int32_t) * nr);
+    // (realloc keeps the dirty list, [O, dirty_n] at the front: those rows are still to be cleared)
+    m->dirty_rows = realloc(m->dirty_rows, sizeof(int32_t) * nr);
+    m->stage_n = m->stage_m && m->host_rows && m->dirty_rows ? N : 0;
+    return m->stage_n ? 0 : 1;
 }
 
 // Carve the arena: called once with base == NULL to size it, then with the real base.
@@ -237,6 +284,7 @@ void model_reserve(Model *m, int B, int T) {
     a->buf = m->be->alloc(sizeof(real) * a->nbuf);
     if (!a->buf) { fprintf(stderr, "%s:%d: cannot allocate %zu activation reals for B=%d T=%d\n", __FILE__, __LINE__, a->nbuf, B, T); exit(1); }
     carve(m, a->buf);
+    if (model_ram_reserve(m, B * T)) { fprintf(stderr, "%s:%d: cannot allocate the Engram row staging for %d tokens\n", __FILE__, __LINE__, B * T); exit(1); }
     m->acts_B = B; m->acts_T = T;
 }
 

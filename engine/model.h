@@ -88,6 +88,7 @@ typedef struct {
 typedef struct {
     int B, T;
     int *x, *tgt;           // [N], [N] token ids (uploaded by model_forward)
+    const int *host_x;      // [N] the same ids in host memory (engram_ram hashes them on the host)
     int32_t *rows;          // [O, N]
     double *loss_sum;       // [L] per-depth CE sums of the last forward (sum_forward)
     real *h0;               // [N, d]
@@ -110,8 +111,19 @@ typedef struct {
     Config cfg;
     const Backend *be;
     ParamTensor t[P_COUNT];
-    size_t n_params;        // reals in the parameter buffer
-    real *params, *grads;   // [n_params] each, backend memory
+    size_t n_params;        // reals in the (logical) parameter buffer: layout, checkpoints
+    size_t n_dev;           // of which the first n_dev are backend memory (n_params unless engram_ram)
+    real *params, *grads;   // [n_dev] each, backend memory
+    // engram_ram = on (SPEC §3 "Host-RAM tables"): the tables, the layout's last tensor
+    // [n_dev, n_params), live in host memory with their gradient. Each forward hashes and gathers
+    // the batch's rows on the host and uploads them (acts.m); backward downloads dm and scatters
+    // it into tab_grad on the host; the optimizer updates the touched rows there (optim.c).
+    real *tab, *tab_grad;   // host [O, R, De] each, NULL when engram_ram is off
+    real *stage_m;          // host (pinned on CUDA) [N, O*De]: gathered rows, then dm
+    int32_t *host_rows;     // host [O, N] the rows the last forward read (engram_ram)
+    int32_t *dirty_rows;    // host [O, dirty_n] the rows of tab_grad the last backward wrote
+    int dirty_n;
+    int stage_n;            // tokens stage_m / host_rows / dirty_rows hold
     Arms arms;
     Acts acts;
     int acts_B, acts_T;
@@ -159,6 +171,15 @@ double model_objective(const Model *m);
 // after retraction.
 double model_retract(Model *m);
 double model_orth_error(const Model *m);
+
+// The logical parameter buffer [n_params] to / from host memory: the backend part and, under
+// engram_ram, the host tables. Every whole-model copy (checkpoints, snapshots, device moves,
+// determinism and parity checks) goes through these, so the placement never shows in a file.
+void model_params_get(const Model *m, real *dst);
+void model_params_put(Model *m, const real *src);
+void model_grads_get(const Model *m, real *dst);
+// engram_ram: the host staging for a batch of N tokens (grown on demand); 1 when it cannot be had
+int model_ram_reserve(Model *m, int N);
 
 // Counts: compute parameters and memory-table rows (reals).
 void model_param_counts(const Model *m, size_t *compute, size_t *table);

@@ -21,6 +21,7 @@
 // the end of optim_step, or on the engine's report of the step's record (engine/step.c).
 #include "optim.h"
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 // one opt_sumsq segment per tensor (first_bad is a tensor index)
@@ -48,7 +49,7 @@ int optim_create(Optim *o, const Model *m, dm_err *err) {
     memset(o, 0, sizeof *o);
     const Backend *be = m->be;
     o->be = be;
-    size_t n = m->n_params;
+    size_t n = m->n_dev;  // engram_ram: the tables' moments are host memory (below)
     o->m = be->alloc(sizeof(real) * n);
     o->v = be->alloc(sizeof(real) * n);
     o->mom = be->alloc(sizeof(real) * n);
@@ -67,6 +68,18 @@ int optim_create(Optim *o, const Model *m, dm_err *err) {
     o->n_scratch = need;
     o->scratch = be->alloc(sizeof(real) * (need ? need : 1));
     size_t nrows = (size_t)m->cfg.n_orders * (size_t)m->cfg.engram_rows;
+    if (m->tab) {
+        size_t ntab = m->n_params - m->n_dev;
+        o->tab_m = calloc(ntab, sizeof(real));
+        o->tab_v = calloc(ntab, sizeof(real));
+        o->tab_rs = calloc(nrows ? nrows : 1, sizeof(int64_t));
+        o->tab_marks = calloc(nrows ? nrows : 1, 1);
+        if (!o->tab_m || !o->tab_v || !o->tab_rs || !o->tab_marks) {
+            optim_free(o);
+            return dm_fail(err, "cannot allocate the Engram tables' Adam state (2 x %zu reals) in host memory", ntab);
+        }
+        nrows = 0;  // the backend keeps no row counts
+    }
     o->row_steps = be->alloc(sizeof(int64_t) * (nrows ? nrows : 1));
     o->status = be->alloc(sizeof(OptStatus));
     o->ss = be->alloc(sizeof(double) * P_COUNT);
@@ -90,6 +103,7 @@ void optim_free(Optim *o) {
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             if (bufs[i]) be->free(bufs[i]);
     }
+    free(o->tab_m); free(o->tab_v); free(o->tab_rs); free(o->tab_marks); free(o->tab_chunks);
     memset(o, 0, sizeof *o);
 }
 
@@ -164,6 +178,15 @@ static void adam_tables(Optim *o, Model *m) {
 // the step enqueues anything.
 int optim_reserve(Optim *o, const Model *m, dm_err *err) {
     if (!tables_read(m)) return 0;
+    if (m->tab) {  // host-RAM tables: host scratch only
+        size_t need = opt_rows_chunk_ws_size(m->cfg.n_orders, m->acts.B * m->acts.T);
+        if (need <= o->n_tab_chunks) return 0;
+        free(o->tab_chunks);
+        o->tab_chunks = malloc(sizeof(int64_t) * need);
+        o->n_tab_chunks = o->tab_chunks ? need : 0;
+        if (!o->tab_chunks) return dm_fail(err, "cannot allocate %zu bytes of table-norm scratch", sizeof(int64_t) * need);
+        return 0;
+    }
     size_t ws = o->be->opt_adam_rows_ws_size(m->cfg.n_orders, m->acts.B * m->acts.T, m->cfg.engram_rows);
     if (o->rows_ws && ws <= o->n_rows_ws) return 0;
     if (o->rows_ws) o->be->free(o->rows_ws);
@@ -197,15 +220,50 @@ void optim_hyper(const Optim *o, const Model *m, int64_t step, StepHyper *hp) {
     hp->retract_every = retract_period(m);
 }
 
-// Enqueue the whole step on the backend (no host round trip; see the top of the file).
+// Host-RAM tables, part 1: the tables' sum of squares and non-finite flag from the rows the
+// batch read (bit for bit opt_sumsq's value over the whole segment), into the backend's
+// per-tensor arrays at P_TABLES (the last segment: opt_sumsq skipped it).
+static void ram_tables_norm(Optim *o, Model *m) {
+    const Config *c = &m->cfg;
+    double ss = 0;
+    int32_t bad = 0;
+    if (tables_read(m) && m->dirty_n > 0 && o->tab_chunks)
+        opt_sumsq_rows(&ss, &bad, m->tab_grad, m->host_rows, c->n_orders, m->acts.B * m->acts.T, c->engram_rows,
+                       c->engram_dim, o->tab_chunks);
+    o->be->upload(o->ss + P_TABLES, &ss, sizeof ss);
+    o->be->upload(o->bad + P_TABLES, &bad, sizeof bad);
+}
+// Host-RAM tables, part 2: clip and lazy Adam on the rows read, with the backend's decision
+// (st) and scalars (hp) — the CPU's own ops on host memory, so the numbers are the ones the
+// tables would get in backend memory.
+static void ram_tables_update(Optim *o, Model *m, const OptStatus *st, const StepHyper *hp) {
+    const Config *c = &m->cfg;
+    if (!tables_read(m) || m->dirty_n <= 0) return;
+    int O = c->n_orders, N = m->acts.B * m->acts.T, D = c->engram_dim;
+    opt_clip_rows(m->tab_grad, m->host_rows, O, N, c->engram_rows, D, o->tab_marks, st);
+    opt_adam_rows(m->tab, m->tab_grad, o->tab_m, o->tab_v, o->tab_rs, m->host_rows, O, N, c->engram_rows, D,
+                  o->tab_marks, hp, st);
+}
+
+// Enqueue the whole step on the backend (no host round trip; see the top of the file). Under
+// engram_ram there are two: the tables' norm goes up before the decision, and the decision
+// comes down after it; the host then updates the table rows while the backend runs the rest.
 void optim_enqueue(Optim *o, Model *m, const double *loss) {
     const Config *c = &m->cfg;
     const Backend *be = o->be;
     int retract_every = retract_period(m);
+    int ram = m->tab != NULL;
     // (1) NaN firewall + (2) global norm and clip factor, decided on the backend
-    be->opt_sumsq(o->ss, o->bad, m->grads, o->segs, P_COUNT);
+    be->opt_sumsq(o->ss, o->bad, m->grads, o->segs, ram ? P_COUNT - 1 : P_COUNT);
+    if (ram) ram_tables_norm(o, m);
     be->opt_decide(o->status, o->ss, o->bad, P_COUNT, loss, o->hp);
-    be->opt_clip(m->grads, m->n_params, o->status);
+    OptStatus st;
+    StepHyper hp;
+    if (ram) {
+        be->download(&st, o->status, sizeof st);
+        be->download(&hp, o->hp, sizeof hp);
+    }
+    be->opt_clip(m->grads, m->n_dev, o->status);
     // (3) updates per group. Every non-table tensor steps, even with an all-zero gradient (its
     // Adam moments decay, Muon's momentum keeps moving it): one rule, no per-arm special cases.
     for (int i = 0; i < P_COUNT; i++) {
@@ -213,7 +271,7 @@ void optim_enqueue(Optim *o, Model *m, const double *loss) {
         if (t->numel == 0) continue;
         switch (t->group) {
         case GROUP_TABLE:
-            adam_tables(o, m);
+            if (!ram) adam_tables(o, m);
             break;
         case GROUP_MUON:
             if (!c->opt_adamw && t->n_mats > 0) muon_tensor(o, m, t);
@@ -236,6 +294,40 @@ void optim_enqueue(Optim *o, Model *m, const double *loss) {
                 be->opt_retract(m->params + t->offset + (size_t)e * t->rows * t->cols, t->rows, t->cols,
                                 c->retract_iters, o->scratch, o->status);
         }
+    if (ram) ram_tables_update(o, m, &st, &hp);  // host work, while the backend runs the above
+}
+
+void optim_state_get(const Optim *o, const Model *m, real *mm, real *vv, real *mom, int64_t *rs) {
+    const Backend *be = o->be;
+    size_t nd = m->n_dev, nt = m->n_params - m->n_dev;
+    size_t R = (size_t)m->cfg.n_orders * (size_t)m->cfg.engram_rows;
+    be->download(mm, o->m, sizeof(real) * nd);
+    be->download(vv, o->v, sizeof(real) * nd);
+    be->download(mom, o->mom, sizeof(real) * nd);
+    if (o->tab_m) {
+        memcpy(mm + nd, o->tab_m, sizeof(real) * nt);
+        memcpy(vv + nd, o->tab_v, sizeof(real) * nt);
+        memset(mom + nd, 0, sizeof(real) * nt);  // Muon momentum never covers the tables
+        memcpy(rs, o->tab_rs, sizeof(int64_t) * R);
+    } else {
+        be->download(rs, o->row_steps, sizeof(int64_t) * R);
+    }
+}
+
+void optim_state_put(Optim *o, const Model *m, const real *mm, const real *vv, const real *mom, const int64_t *rs) {
+    const Backend *be = o->be;
+    size_t nd = m->n_dev, nt = m->n_params - m->n_dev;
+    size_t R = (size_t)m->cfg.n_orders * (size_t)m->cfg.engram_rows;
+    be->upload(o->m, mm, sizeof(real) * nd);
+    be->upload(o->v, vv, sizeof(real) * nd);
+    be->upload(o->mom, mom, sizeof(real) * nd);
+    if (o->tab_m) {
+        memcpy(o->tab_m, mm + nd, sizeof(real) * nt);
+        memcpy(o->tab_v, vv + nd, sizeof(real) * nt);
+        memcpy(o->tab_rs, rs, sizeof(int64_t) * R);
+    } else {
+        be->upload(o->row_steps, rs, sizeof(int64_t) * R);
+    }
 }
 
 int optim_report(Optim *o, const Model *m, const OptStatus *st, const StepHyper *hp, StepInfo *info,

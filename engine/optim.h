@@ -15,7 +15,8 @@
 // the status is downloaded at the end. optim_enqueue: the engine's step (engine/step.c) — the
 // loss is the objective the forward left in backend memory, the scalars are the StepHyper at
 // `hp` that the engine uploaded, nothing is downloaded: the whole update is enqueued and the
-// status reaches the host later, in the step's record.
+// status reaches the host later, in the step's record. (Under engram_ram the host needs the
+// decision for the table rows: the status comes down once it is made, see optim.c.)
 #pragma once
 #include <stdint.h>
 #include "model.h"
@@ -35,6 +36,13 @@ typedef struct {
     StepHyper *hp;      // this step's scalars (lr, wd, clip, ...), backend memory: every op reads them here
     double *loss_in;    // optim_step's host loss, uploaded, backend memory
     OptSeg segs[P_COUNT];   // the tensor table as (offset, numel), host
+    // engram_ram (m->tab != NULL): the tables' Adam state in host memory, updated on the host
+    // while the device runs the rest of the update; m / v / mom above then cover [0, n_dev)
+    real *tab_m, *tab_v;    // [O, R, De] host
+    int64_t *tab_rs;        // [O, R] per-row step counts, host (row_steps is then unused)
+    uint8_t *tab_marks;     // [O, R] scratch marks, zero between calls, host
+    int64_t *tab_chunks;    // opt_rows_chunk_ws_size scratch, host
+    size_t n_tab_chunks;
     int64_t t;              // optimizer steps applied (skipped steps not counted) — host mirror
     int consecutive_skips;  // host mirror
     int64_t total_skips;    // host mirror
@@ -72,6 +80,10 @@ int optim_reserve(Optim *o, const Model *m, dm_err *err);
 // Enqueue the whole update: reads the objective at `loss` and the scalars at o->hp (both
 // backend memory, filled by the caller). No host round trip; the decision lands in o->status.
 void optim_enqueue(Optim *o, Model *m, const double *loss);
+// The optimizer state as whole logical buffers in host memory (checkpoints, snapshots):
+// mm, vv, mom [n_params] and rs [n_orders * engram_rows], wherever each part lives.
+void optim_state_get(const Optim *o, const Model *m, real *mm, real *vv, real *mom, int64_t *rs);
+void optim_state_put(Optim *o, const Model *m, const real *mm, const real *vv, const real *mom, const int64_t *rs);
 // Report a status downloaded after the step that ran with `hp`: StepInfo, the host mirrors, and
 // 1 with err when the step halted the run (nan_limit; the backend's halt is cleared so the run
 // can be resumed).

@@ -37,10 +37,10 @@ int engine_check_parity(Engine *e, const Backend *ref, const Backend *dev, int B
         return dm_fail(err, "check parity: out of host memory for %zu parameters", P);
     }
     // identical weights: the live model's, else the reference model's initialisation
-    if (e->live) e->model.be->download(w, e->model.params, sizeof(real) * P);
-    else ref->download(w, mr.params, sizeof(real) * P);
-    ref->upload(mr.params, w, sizeof(real) * P);
-    dev->upload(md.params, w, sizeof(real) * P);
+    if (e->live) model_params_get(&e->model, w);
+    else model_params_get(&mr, w);
+    model_params_put(&mr, w);
+    model_params_put(&md, w);
     if (e->live) { mr.arms = e->model.arms; md.arms = e->model.arms; }
     if (e->has_data) {
         data_batch(&e->data, c.seed, e->step, B, T, x, y);
@@ -52,8 +52,8 @@ int engine_check_parity(Engine *e, const Backend *ref, const Backend *dev, int B
     model_backward(&mr);
     model_forward(&md, x, y, B, T, c.L, FWD_TRAIN);
     model_backward(&md);
-    ref->download(gr, mr.grads, sizeof(real) * P);
-    dev->download(gd, md.grads, sizeof(real) * P);
+    model_grads_get(&mr, gr);
+    model_grads_get(&md, gd);
     rep->loss_ref = model_objective(&mr);
     rep->loss_dev = model_objective(&md);
     rep->loss_rel = fabs(rep->loss_dev - rep->loss_ref) / fmax(fabs(rep->loss_ref), 1e-30);

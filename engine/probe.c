@@ -76,7 +76,13 @@ int probe_get(Engine *e, const char *name, double **vals, ProbeInfo *info, dm_er
     if (pi >= 0) {
         ParamTensor *t = &m->t[pi];
         set_shape(info, t->ndim, t->shape[0], t->shape[1], t->shape[2]);
-        *vals = copy_real(m->be, m->params + t->offset, t->numel);
+        if (pi == P_TABLES && m->tab) {  // engram_ram: host memory
+            double *v = mallocCheck(sizeof(double) * (t->numel ? t->numel : 1));
+            for (size_t i = 0; i < t->numel; i++) v[i] = m->tab[i];
+            *vals = v;
+        } else {
+            *vals = copy_real(m->be, m->params + t->offset, t->numel);
+        }
         return 0;
     }
     if (!have_forward(e)) return dm_fail(err, "no forward yet for activation '%s': :step or :eval first (parameters are probeable now)", name);

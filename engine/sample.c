@@ -75,8 +75,19 @@ void decoder_step(Decoder *d, int byte, real *logits) {
         // exactly where the sequence had no byte yet. The rows of the whole window are gathered
         // (nhist <= 16 positions) and the last position's row is the one used.
         int W = d->nhist;
-        be->engram_rows(d->rows, d->ids, 1, W, c->engram_orders, O, c->engram_rows);
-        be->engram_gather(d->mm, PT(m, P_TABLES), d->rows, W, O, c->engram_rows, De);
+        if (m->tab) {  // engram_ram: hash and gather on the host, upload the rows
+            const Backend *host = backend_cpu();
+            int32_t *hr = mallocCheck(sizeof(int32_t) * (size_t)W * O);
+            real *hm = mallocCheck(sizeof(real) * (size_t)W * OD);
+            host->engram_rows(hr, d->hist, 1, W, c->engram_orders, O, c->engram_rows);
+            host->engram_gather(hm, m->tab, hr, W, O, c->engram_rows, De);
+            be->upload(d->mm, hm, sizeof(real) * (size_t)W * OD);
+            free(hr);
+            free(hm);
+        } else {
+            be->engram_rows(d->rows, d->ids, 1, W, c->engram_orders, O, c->engram_rows);
+            be->engram_gather(d->mm, PT(m, P_TABLES), d->rows, W, O, c->engram_rows, De);
+        }
         const real *mm = d->mm + (size_t)(W - 1) * OD;
         be->matmul_forward(d->key, mm, PT(m, P_MK), NULL, 1, OD, dm);
         be->matmul_forward(d->val, mm, PT(m, P_MV), NULL, 1, OD, dm);

@@ -99,6 +99,7 @@ static void enqueue_body(Engine *e) {
     be->upload_async(m->acts.x, r->stage_tok, sizeof(int) * (size_t)N);
     be->upload_async(m->acts.tgt, r->stage_tok + N, sizeof(int) * (size_t)N);
     be->step_begin(r->ring, o->hp);
+    m->acts.host_x = r->tok;  // the ids in host memory (engram_ram hashes them there)
     model_forward_enqueue(m, B, T, c->L, FWD_TRAIN);
     // the MoE's aux values and routed counts stay where moe_forward wrote them (m->moe_aux,
     // m->moe_load: backend memory); the objective and the record read them there
@@ -144,7 +145,14 @@ static void run_step(Engine *e) {
     StepRunner *r = &e->run;
     Model *m = &e->model;
     const Backend *be = r->be;
-    if (!be->graph_begin || !m->cfg.cuda_graph) {  // no graphs here, or switched off
+    if (m->tab && be->graph_begin && m->cfg.cuda_graph && !r->ram_noted) {
+        snprintf(r->notice, sizeof r->notice,
+                 "engram_ram=on: every step exchanges the batch's Engram rows with host memory (rows up, "
+                 "row gradients and the step's decision down), so it runs un-captured, without the step graph");
+        r->notice_new = 1;
+        r->ram_noted = 1;
+    }
+    if (!be->graph_begin || !m->cfg.cuda_graph || m->tab) {  // no graphs here, switched off, or host tables
         drop_graph(r);
         enqueue_body(e);
         r->eager++;

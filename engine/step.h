@@ -55,6 +55,7 @@ typedef struct {
     long captures, replays, eager;  // counts, for :bench and the tests
     char notice[320];           // a message for the user (capture failed, ...)
     int notice_new;             // notice not yet handed out by engine_notice
+    int ram_noted;              // the engram_ram "no graph" notice was given
 } StepRunner;
 
 // The functions are engine_step_enqueue / engine_report / engine_notice (engine.h, step.c).

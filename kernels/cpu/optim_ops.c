@@ -152,6 +152,62 @@ void opt_adam_rows(real *p, const real *g, real *m, real *v, int64_t *row_steps,
 }
 
 // ----------------------------------------------------------------------------------------
+// host-RAM tables: the table segment's sum of squares and clip from its read rows only
+
+size_t opt_rows_chunk_ws_size(int O, int N) { return 2 * (size_t)O * (size_t)N; }
+
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+void opt_sumsq_rows(double *ss, int32_t *bad, const real *g, const int32_t *rows, int O, int N, int64_t R,
+                    int D, int64_t *ws) {
+    // the chunks a read row touches (a row of D <= OPT_SUMSQ_CHUNK reals spans at most two)
+    size_t nc = 0;
+    for (int q = 0; q < O; q++)
+        for (int i = 0; i < N; i++) {
+            int32_t r = rows[(size_t)q * N + i];
+            if (r < 0 || r >= R) continue;
+            size_t lo = ((size_t)q * R + r) * D, hi = lo + D - 1;
+            ws[nc++] = (int64_t)(lo / OPT_SUMSQ_CHUNK);
+            if (hi / OPT_SUMSQ_CHUNK != lo / OPT_SUMSQ_CHUNK) ws[nc++] = (int64_t)(hi / OPT_SUMSQ_CHUNK);
+        }
+    qsort(ws, nc, sizeof *ws, cmp_i64);
+    size_t numel = (size_t)O * R * D;
+    double s = 0;
+    int b = 0;
+    for (size_t j = 0; j < nc; j++) {
+        if (j && ws[j] == ws[j - 1]) continue;
+        size_t lo = (size_t)ws[j] * OPT_SUMSQ_CHUNK, hi = lo + OPT_SUMSQ_CHUNK < numel ? lo + OPT_SUMSQ_CHUNK : numel;
+        double c = dm_sumsq_d(g + lo, hi - lo);  // opt_sumsq's chunk, the same way
+        if (!isfinite(c))
+            for (size_t x = lo; x < hi; x++) b |= !isfinite((double)g[x]);
+        s += c;
+    }
+    *ss = s;
+    *bad = b;
+}
+
+void opt_clip_rows(real *g, const int32_t *rows, int O, int N, int64_t R, int D, void *ws, const OptStatus *st) {
+    if (!st || st->skip || !st->clipped) return;
+    uint8_t *touched = ws;
+    real sc = (real)st->scale;
+    for (int pass = 0; pass < 2; pass++)  // scale each distinct row once, then clear the marks
+        for (int q = 0; q < O; q++)
+            for (int i = 0; i < N; i++) {
+                int32_t r = rows[(size_t)q * N + i];
+                if (r < 0 || r >= R) continue;
+                size_t k = (size_t)q * R + r;
+                if (pass) { touched[k] = 0; continue; }
+                if (touched[k]) continue;
+                touched[k] = 1;
+                real *gr = g + k * D;
+                for (int j = 0; j < D; j++) gr[j] *= sc;
+            }
+}
+
+// ----------------------------------------------------------------------------------------
 // Muon
 
 // G [rows, cols] in place. X = G / (||G||_F + 1e-7), then 5 times

@@ -95,6 +95,18 @@ void opt_adamw(real *p, const real *g, real *m, real *v, size_t n, int decay, co
 size_t opt_adam_rows_ws_size(int O, int N, int64_t R);
 void opt_adam_rows(real *p, const real *g, real *m, real *v, int64_t *row_steps, const int32_t *rows,
                    int O, int N, int64_t R, int D, void *ws, const StepHyper *hp, const OptStatus *st);
+// Host-RAM tables (engine/optim.c, engram_ram): the table segment's part of the step on host
+// memory, from the rows [O, N] the batch read, equal bit for bit to the whole-segment ops when the
+// gradient is zero outside those rows.
+// opt_sumsq_rows: ss / bad of the tables [O, R, D] as opt_sumsq computes them over the whole
+// segment — only the OPT_SUMSQ_CHUNK chunks holding a read row are summed, in chunk order (a
+// chunk of zeros adds exactly 0). ws: opt_rows_chunk_ws_size(O, N) int64.
+size_t opt_rows_chunk_ws_size(int O, int N);
+void opt_sumsq_rows(double *ss, int32_t *bad, const real *g, const int32_t *rows, int O, int N, int64_t R,
+                    int D, int64_t *ws);
+// opt_clip_rows: opt_clip on each distinct read row once (ws: opt_adam_rows_ws_size bytes, zero
+// between calls)
+void opt_clip_rows(real *g, const int32_t *rows, int O, int N, int64_t R, int D, void *ws, const OptStatus *st);
 size_t opt_muon_scratch_size(int rows, int cols);
 void opt_muon(real *p, const real *g, real *buf, int n_mats, int rows, int cols, int colrow,
               real *scratch, const StepHyper *hp, const OptStatus *st);
