@@ -10,7 +10,10 @@ CC      ?= gcc
 NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 DM_REAL ?= float
 OPT     ?= -O3 -march=native
-CFLAGS  := -std=c11 -D_GNU_SOURCE $(OPT) -g -Wall -Wextra -Wno-unused-parameter -fopenmp
+# -ffp-contract=fast: ISO C mode (-std=c11) would otherwise forbid fusing a*b + c into one FMA in
+# the element-wise loops (measured: -3..4 % of a nano step); results stay a pure function of
+# the binary (and the GEMM kernel's FMAs are explicit intrinsics either way)
+CFLAGS  := -std=c11 -D_GNU_SOURCE $(OPT) -ffp-contract=fast -g -Wall -Wextra -Wno-unused-parameter -fopenmp
 LDLIBS  := -lopenblas -lm -fopenmp
 ifeq ($(DM_REAL),double)
   CFLAGS += -DDM_DOUBLE
