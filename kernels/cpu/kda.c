@@ -11,6 +11,9 @@
 
 #include "blas.h"
 #include "ops.h"
+#if !defined(DM_DOUBLE) && defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#endif
 
 #ifdef DM_DOUBLE
 #define exp_r exp
@@ -199,6 +202,38 @@ void kda_step(real *o, real *S, const real *q, const real *k, const real *v, con
 // ================================================================================================
 static void axpy_r(real *restrict y, real a, const real *restrict x, int n) {
     for (int j = 0; j < n; j++) y[j] += a * x[j];
+}
+// y -= sum_j c[j * cs] X[rows[j]], j = 0..n-1 in that order, one fused multiply-add per term
+// per element — the same operations, in the same order, as n calls axpy_r(y, -c[j * cs],
+// X + rows[j] * D, D), so the results are identical; here y stays in registers across the
+// terms (the substitutions below are chains of such updates of one row). rows[j] = r0 + j * rs.
+static void rowcomb_sub(real *restrict y, const real *restrict c, int cs, const real *restrict X, int r0,
+                        int rs, int n, int D) {
+    if (n <= 0) return;
+#if !defined(DM_DOUBLE) && defined(__AVX2__) && defined(__FMA__)
+    if (D == 64) {
+        __m256 y0 = _mm256_loadu_ps(y), y1 = _mm256_loadu_ps(y + 8), y2 = _mm256_loadu_ps(y + 16),
+               y3 = _mm256_loadu_ps(y + 24), y4 = _mm256_loadu_ps(y + 32), y5 = _mm256_loadu_ps(y + 40),
+               y6 = _mm256_loadu_ps(y + 48), y7 = _mm256_loadu_ps(y + 56);
+        for (int j = 0; j < n; j++) {
+            const float *x = X + (ptrdiff_t)(r0 + j * rs) * 64;
+            __m256 a = _mm256_set1_ps(-c[(ptrdiff_t)j * cs]);
+            y0 = _mm256_fmadd_ps(a, _mm256_loadu_ps(x), y0);
+            y1 = _mm256_fmadd_ps(a, _mm256_loadu_ps(x + 8), y1);
+            y2 = _mm256_fmadd_ps(a, _mm256_loadu_ps(x + 16), y2);
+            y3 = _mm256_fmadd_ps(a, _mm256_loadu_ps(x + 24), y3);
+            y4 = _mm256_fmadd_ps(a, _mm256_loadu_ps(x + 32), y4);
+            y5 = _mm256_fmadd_ps(a, _mm256_loadu_ps(x + 40), y5);
+            y6 = _mm256_fmadd_ps(a, _mm256_loadu_ps(x + 48), y6);
+            y7 = _mm256_fmadd_ps(a, _mm256_loadu_ps(x + 56), y7);
+        }
+        _mm256_storeu_ps(y, y0); _mm256_storeu_ps(y + 8, y1); _mm256_storeu_ps(y + 16, y2);
+        _mm256_storeu_ps(y + 24, y3); _mm256_storeu_ps(y + 32, y4); _mm256_storeu_ps(y + 40, y5);
+        _mm256_storeu_ps(y + 48, y6); _mm256_storeu_ps(y + 56, y7);
+        return;
+    }
+#endif
+    for (int j = 0; j < n; j++) axpy_r(y, -c[(ptrdiff_t)j * cs], X + (ptrdiff_t)(r0 + j * rs) * D, D);
 }
 static real dot_r(const real *restrict a, const real *restrict b, int n) {
     real s[8] = {0};  // 8 partial sums: vectorisable, and fixed order (deterministic)
@@ -417,7 +452,7 @@ void kda_chunk_forward(real *o, real *ws, const real *q, const real *k, const re
                 if (a > 0) gemm_rm(0, 0, n, D, a, -1, M, C, U, D, 1, U + a * D, D);
                 for (int x = 0; x < n; x++) {
                     real *Ut = U + (a + x) * D;
-                    for (int s = a; s < a + x; s++) axpy_r(Ut, -M[x * C + s], U + s * D, D);
+                    rowcomb_sub(Ut, M + x * C + a, 1, U, a, 1, x, D);  // - sum_{s = a..a+x-1} M[x,s] U_s
                     for (int j = 0; j < D; j++) Ut[j] *= bc[(size_t)(a + x) * H];
                 }
                 gemm_rm(0, 0, n, D, e, 1, P, C, U, D, 1, oc + a * HD, (int)HD);
@@ -544,10 +579,12 @@ void kda_chunk_backward(real *dq, real *dk, real *dv, real *dbeta, real *dg, con
             for (int i = nb - 1; i >= 0; i--) {
                 int a = i * KDA_BC, n = L - a < KDA_BC ? L - a : KDA_BC;
                 const real *M = w.PM + ci * PMc + (size_t)i * 2 * KDA_BC * C + n * C;  // [n, C]
+                // row a+x is final once the rows after it in the block have pushed their terms:
+                // pull them, in the order they would have been pushed (x' = n-1 down to x+1)
                 for (int x = n - 1; x >= 0; x--) {
-                    real *Zt = Z + (a + x) * D;
-                    for (int j = 0; j < D; j++) Zt[j] = beta[b0 + (size_t)(a + x) * H] * dX[(a + x) * D + j];
-                    for (int s = a; s < a + x; s++) axpy_r(dX + s * D, -M[x * C + s], Zt, D);
+                    real *Zt = Z + (a + x) * D, *dXt = dX + (a + x) * D;
+                    rowcomb_sub(dXt, M + (n - 1) * C + a + x, -C, Z, a + n - 1, -1, n - 1 - x, D);
+                    for (int j = 0; j < D; j++) Zt[j] = beta[b0 + (size_t)(a + x) * H] * dXt[j];
                 }
                 if (a > 0) gemm_rm(1, 0, a, D, n, -1, M, C, Z + a * D, D, 1, dX, D);
             }

@@ -82,8 +82,12 @@ static void pack_a(float *restrict Ap, const float *A, int lda, int tA, int ic, 
             const float *src = A + (size_t)(pc + k) * lda + ic;
             float *dst = Ap + (size_t)k * MR;
             int i = 0;
-            for (; i + MR <= mc; i += MR, dst += (size_t)kc * MR)
-                for (int r = 0; r < MR; r++) dst[r] = src[i + r];
+            // six values as a 4-wide and a 2-wide move (exactly six read and written: the
+            // source row may end right after them)
+            for (; i + MR <= mc; i += MR, dst += (size_t)kc * MR) {
+                _mm_storeu_ps(dst, _mm_loadu_ps(src + i));
+                _mm_store_sd((double *)(dst + 4), _mm_load_sd((const double *)(src + i + 4)));
+            }
             for (int r = 0; i + r < mc; r++) dst[r] = src[i + r];
         }
     } else {        // op(A)(i, k) = A[i lda + k]
