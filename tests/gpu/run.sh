@@ -8,7 +8,8 @@
 # Exits non-zero on any build error or failed row. Put the corpus in shared-data/ (ignored by
 # git) to bench on real text. Aimed at < 5 minutes on an H200; each program has a time cap (worst
 # case ~10 minutes in all) so a hang cannot eat a whole device lease.
-# Env: CUDA_HOME (default /usr/local/cuda), CUDA_ARCH (default sm_90), JOBS (default nproc).
+# Env: CUDA_HOME (default /usr/local/cuda), CUDA_ARCH (default sm_90), JOBS (default nproc),
+# DM_GPU_LOGS (a folder to copy the programs' full logs into).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
@@ -48,16 +49,40 @@ done
 
 MODE=${1:-all}
 status=0
+# Each program's whole output goes to build/gpu/logs/NAME.log (and to $DM_GPU_LOGS/ when set: on
+# the device tool, DM_GPU_LOGS=$OUT brings them back as files); the console gets the FAIL rows,
+# the short programs in full, and one summary table at the end — a long parity listing cannot
+# push the results out of a truncated console tail.
+LOGS=build/gpu/logs
+mkdir -p "$LOGS"
+summary=()
+run_prog() {  # NAME CAP_SECONDS FULL(0|1) COMMAND...
+    local name=$1 cap=$2 full=$3 rc=0 t0=$SECONDS
+    shift 3
+    timeout "$cap" "$@" > "$LOGS/$name.log" 2>&1 || rc=$?
+    if [ "$full" = 1 ]; then cat "$LOGS/$name.log"
+    else grep -w FAIL "$LOGS/$name.log" | head -n 40 || true; tail -n 3 "$LOGS/$name.log"; fi
+    local pass fail
+    pass=$(grep -c -w PASS "$LOGS/$name.log" || true)
+    fail=$(grep -c -w FAIL "$LOGS/$name.log" || true)
+    local what="rc=$rc"
+    [ "$rc" = 124 ] && what="TIMEOUT (${cap}s)"
+    summary+=("$(printf '%-13s %-16s %5s PASS %4s FAIL %5ss' "$name" "$what" "$pass" "$fail" $((SECONDS - t0)))")
+    [ "$rc" = 0 ] || status=1
+    if [ -n "${DM_GPU_LOGS:-}" ]; then cp "$LOGS/$name.log" "$DM_GPU_LOGS/" || true; fi
+}
 if [ "$MODE" = all ] || [ "$MODE" = check ]; then
-    echo "== parity: every op, CPU vs CUDA (tests/gpu/parity.cu)"
-    OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 timeout 120 "./$OUT/parity" || status=1
+    echo "== parity: every op, CPU vs CUDA (tests/gpu/parity*.cu)"
+    OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 run_prog parity 120 0 "./$OUT/parity"
     echo "== parity: one training step per preset x arms x precision (:check parity, tests/gpu/parity_model.c)"
-    timeout 180 "./$OUT/parity_model" || status=1
+    run_prog parity_model 180 1 "./$OUT/parity_model"
     echo "== the whole-step CUDA graph: replay = un-captured step bit for bit, two processes (tests/gpu/graph_step.c)"
-    timeout 120 "./$OUT/graph_step" || status=1
+    run_prog graph_step 120 1 "./$OUT/graph_step"
 fi
 if [ "$MODE" = all ] || [ "$MODE" = bench ]; then
     echo "== bench (tests/gpu/bench_gpu.c)"
-    timeout 180 "./$OUT/bench_gpu" 20 || status=1
+    run_prog bench_gpu 180 1 "./$OUT/bench_gpu" 20
 fi
+echo "== summary (full logs: $LOGS/)"
+for line in "${summary[@]}"; do echo "$line"; done
 exit $status
