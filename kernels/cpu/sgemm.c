@@ -44,6 +44,28 @@ static float *scratch(int slot, size_t nfloat) {
     return tl_buf[slot];
 }
 
+// dst[r * ds + c] = src[c * ss + r], r, c < 8: eight rows of 8 in, eight columns out
+static inline void transpose8_store(float *dst, ptrdiff_t ds, const float *src, ptrdiff_t ss) {
+    __m256 r0 = _mm256_loadu_ps(src), r1 = _mm256_loadu_ps(src + ss), r2 = _mm256_loadu_ps(src + 2 * ss),
+           r3 = _mm256_loadu_ps(src + 3 * ss), r4 = _mm256_loadu_ps(src + 4 * ss), r5 = _mm256_loadu_ps(src + 5 * ss),
+           r6 = _mm256_loadu_ps(src + 6 * ss), r7 = _mm256_loadu_ps(src + 7 * ss);
+    __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1), t2 = _mm256_unpacklo_ps(r2, r3),
+           t3 = _mm256_unpackhi_ps(r2, r3), t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5),
+           t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE),
+           u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE),
+           u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE),
+           u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    _mm256_storeu_ps(dst, _mm256_permute2f128_ps(u0, u4, 0x20));
+    _mm256_storeu_ps(dst + ds, _mm256_permute2f128_ps(u1, u5, 0x20));
+    _mm256_storeu_ps(dst + 2 * ds, _mm256_permute2f128_ps(u2, u6, 0x20));
+    _mm256_storeu_ps(dst + 3 * ds, _mm256_permute2f128_ps(u3, u7, 0x20));
+    _mm256_storeu_ps(dst + 4 * ds, _mm256_permute2f128_ps(u0, u4, 0x31));
+    _mm256_storeu_ps(dst + 5 * ds, _mm256_permute2f128_ps(u1, u5, 0x31));
+    _mm256_storeu_ps(dst + 6 * ds, _mm256_permute2f128_ps(u2, u6, 0x31));
+    _mm256_storeu_ps(dst + 7 * ds, _mm256_permute2f128_ps(u3, u7, 0x31));
+}
+
 // B block op(B)[pc:pc+kc, jc:jc+nc] -> Bp [ceil(nc/16)][kc][16], columns past nc zero.
 static void pack_b(float *restrict Bp, const float *B, int ldb, int tB, int pc, int jc, int kc, int nc) {
     for (int j0 = 0; j0 < nc; j0 += NR) {
@@ -61,9 +83,17 @@ static void pack_b(float *restrict Bp, const float *B, int ldb, int tB, int pc, 
                     for (; j < NR; j++) dst[k * NR + j] = 0;
                 }
             }
-        } else {    // op(B)(k, j) = B[j ldb + k]: walk each source row once
+        } else {    // op(B)(k, j) = B[j ldb + k]: a transpose, 8 x 8 blocks in registers
             if (nr < NR) memset(dst, 0, sizeof(float) * (size_t)kc * NR);
-            for (int j = 0; j < nr; j++) {
+            int j = 0;
+            for (; j + 8 <= nr; j += 8) {
+                const float *src = B + (size_t)(jc + j0 + j) * ldb + pc;
+                int k = 0;
+                for (; k + 8 <= kc; k += 8) transpose8_store(dst + (size_t)k * NR + j, NR, src + k, ldb);
+                for (; k < kc; k++)
+                    for (int jj = 0; jj < 8; jj++) dst[k * NR + j + jj] = src[(size_t)jj * ldb + k];
+            }
+            for (; j < nr; j++) {
                 const float *src = B + (size_t)(jc + j0 + j) * ldb + pc;
                 for (int k = 0; k < kc; k++) dst[k * NR + j] = src[k];
             }
