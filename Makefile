@@ -131,7 +131,11 @@ bench: deps
 	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 ./$(B)/bench_cpu
 
 # --- CUDA: compiled whenever nvcc exists (CI has nvcc and no GPU: this proves the .cu build) --
-CUDA_ARCH ?= sm_90
+# The GPU of this machine (nvidia-smi's compute capability: 9.0 -> sm_90), else sm_90 (the H200
+# the project targets; CI has no GPU). Evaluated once.
+ifeq ($(origin CUDA_ARCH),undefined)
+  CUDA_ARCH := $(or $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -d ' .' | sed -n 's/^\([0-9][0-9]*\)$$/sm_\1/p'),sm_90)
+endif
 CUDA_SRC  := $(wildcard kernels/cuda/*.cu) $(wildcard tests/gpu/*.cu)
 cuda-check:
 ifneq ($(NVCC),)

@@ -180,6 +180,7 @@ static void test_resume_and_seed_bit_identical(void **s) {
     free(a); free(b); free(c);
 }
 
+#ifndef DM_DOUBLE  // a training-quality smoke test: the float build only
 static void test_smoke_beats_unigram(void **s) {
     (void)s;
     char script[2000];
@@ -196,6 +197,7 @@ static void test_smoke_beats_unigram(void **s) {
     print_message("smoke: nano 200 steps on %s: eval %.3f bpb, unigram %.3f\n", corpus, bpb, uni);
     assert_true(bpb < uni);
 }
+#endif
 
 static char *slurp(const char *path) {
     FILE *f = fopen(path, "r");

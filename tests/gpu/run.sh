@@ -8,13 +8,15 @@
 # Exits non-zero on any build error or failed row. Put the corpus in shared-data/ (ignored by
 # git) to bench on real text. Aimed at < 5 minutes on an H200; each program has a time cap (worst
 # case ~10 minutes in all) so a hang cannot eat a whole device lease.
-# Env: CUDA_HOME (default /usr/local/cuda), CUDA_ARCH (default sm_90), JOBS (default nproc),
+# Env: CUDA_HOME (default /usr/local/cuda), CUDA_ARCH (default: this machine's GPU, else sm_90), JOBS (default nproc),
 # DM_GPU_LOGS (a folder to copy the programs' full logs into).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 NVCC=${NVCC:-$CUDA_HOME/bin/nvcc}
-ARCH=${CUDA_ARCH:-sm_90}
+# the GPU of this machine (compute capability 9.0 -> sm_90), unless CUDA_ARCH says otherwise
+ARCH=${CUDA_ARCH:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -d ' .' | sed -n 's/^\([0-9][0-9]*\)$/sm_\1/p')}
+ARCH=${ARCH:-sm_90}
 JOBS=${JOBS:-$(nproc)}
 OUT=build/gpu
 # cuBLAS has no static archive in every toolkit (this one ships only libcublas.so): link it
