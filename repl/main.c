@@ -14,7 +14,7 @@ static void on_sigint(int sig) { (void)sig; g_interrupt = 1; }
 
 static void usage(void) {
     fprintf(stderr,
-            "usage: dmsh [--norc] [-b FILE.dm] [-e 'cmds; cmds'] [-r runs/NAME]\n"
+            "usage: dmsh [--norc] [-b FILE.dm] [-e 'cmds; cmds']... [-r runs/NAME]\n"
             "  (no arguments: interactive prompt; a non-terminal stdin runs like a script)\n");
 }
 
@@ -31,10 +31,13 @@ int main(int argc, char **argv) {
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_sigint;
     sigaction(SIGINT, &sa, NULL);
-    const char *batch = NULL, *expr = NULL, *resume = NULL;
+    const char *batch = NULL, *resume = NULL;
+    // every -e runs, in the order given (as sed -e), before -b; the first failing one stops them
+    const char **exprs = calloc((size_t)argc, sizeof *exprs);
+    int nexpr = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-b") && i + 1 < argc) batch = argv[++i];
-        else if (!strcmp(argv[i], "-e") && i + 1 < argc) expr = argv[++i];
+        else if (!strcmp(argv[i], "-e") && i + 1 < argc) exprs[nexpr++] = argv[++i];
         else if (!strcmp(argv[i], "-r") && i + 1 < argc) resume = argv[++i];
         else if (!strcmp(argv[i], "--norc")) dm_norc = 1;
         else if (!strcmp(argv[i], "--no-tui")) dm_no_tui = 1;
@@ -47,7 +50,7 @@ int main(int argc, char **argv) {
             for (int c = 0; dm_commands[c].name; c++) printf("| `%s` | %s |\n", dm_commands[c].usage, dm_commands[c].help);
             return 0;
         }
-        else { fprintf(stderr, "dmsh: unknown argument '%s'\n", argv[i]); usage(); return 2; }
+        else { fprintf(stderr, "dmsh: unknown argument '%s'\n", argv[i]); usage(); free(exprs); return 2; }
     }
     int rc = 0;
     if (resume) {
@@ -56,14 +59,18 @@ int main(int argc, char **argv) {
         printf("resumed %s at step %lld (%d metric rows)%s%s\n", resume, (long long)eng.step, eng.nrows,
                eng.has_data ? ", data " : "", eng.has_data ? eng.data_path : "");
     }
-    if (expr) {
+    for (int k = 0; k < nexpr && !rc && !sh.quit; k++) {
         sh.src = "-e";
-        sh.line = 1;
+        sh.line = k + 1;
         dm_err err = {0};
-        if (sh_exec_line(&sh, expr, &err)) { fprintf(stderr, "-e: error: %s\n", err.msg); rc = 1; }
+        if (sh_exec_line(&sh, exprs[k], &err)) {
+            if (nexpr > 1) fprintf(stderr, "-e #%d: error: %s\n", k + 1, err.msg);
+            else fprintf(stderr, "-e: error: %s\n", err.msg);
+            rc = 1;
+        }
     }
     if (!rc && batch) rc = sh_run_file(&sh, batch);
-    if (!expr && !batch) {
+    if (!nexpr && !batch) {
         if (isatty(0)) rc = repl_interactive(&sh);
         else {
             sh.src = "<stdin>";
@@ -83,5 +90,6 @@ int main(int argc, char **argv) {
     if (session_autosave(&eng, saved, sizeof saved, &aerr)) fprintf(stderr, "dmsh: autosave failed: %s\n", aerr.msg);
     else if (saved[0]) fprintf(stderr, "dmsh: saved %s\n", saved);
     engine_free(&eng);
+    free(exprs);
     return rc;
 }

@@ -132,6 +132,24 @@ static void test_e_and_prefixes(void **s) {
     err_[n] = 0;
     fclose(f);
     assert_non_null(strstr(err_, "-e: error: no model"));
+    // several -e run in order (none is dropped); the first failing one stops the rest
+    snprintf(cmd, sizeof cmd, "cd %s && %s -e ':help step' -e ':h \"eval\"' -e ':nonsense' -e ':help init' > out.txt 2> err.txt",
+             dir, dmsh);
+    assert_int_not_equal(system(cmd), 0);
+    snprintf(p, sizeof p, "%s/out.txt", dir);
+    f = fopen(p, "r");
+    n = fread(out, 1, sizeof out - 1, f);
+    out[n] = 0;
+    fclose(f);
+    assert_non_null(strstr(out, ":step [N]"));
+    assert_non_null(strstr(out, ":eval [depth=k]"));
+    assert_null(strstr(out, ":init [seed"));
+    snprintf(p, sizeof p, "%s/err.txt", dir);
+    f = fopen(p, "r");
+    n = fread(err_, 1, sizeof err_ - 1, f);
+    err_[n] = 0;
+    fclose(f);
+    assert_non_null(strstr(err_, "-e #3: error:"));
 }
 
 // params section and the per-step losses of a checkpoint
