@@ -161,5 +161,5 @@ typedef struct Backend {
 
 const Backend *backend_cpu(void);
 // The CUDA backend: NULL with a one-line reason in why[] when it is not available (not built,
-// no device, or — for now — not implemented yet).
+// no device visible, or a device it cannot use).
 const Backend *backend_cuda(int device, char *why, size_t n);
