@@ -223,13 +223,21 @@ void optim_hyper(const Optim *o, const Model *m, int64_t step, StepHyper *hp) {
 // Host-RAM tables, part 1: the tables' sum of squares and non-finite flag from the rows the
 // batch read (bit for bit opt_sumsq's value over the whole segment), into the backend's
 // per-tensor arrays at P_TABLES (the last segment: opt_sumsq skipped it).
+// The rows that hold gradient are the ones the last backward wrote (dirty_rows [O, dirty_n]);
+// none when the engram arm was off.
 static void ram_tables_norm(Optim *o, Model *m) {
     const Config *c = &m->cfg;
     double ss = 0;
     int32_t bad = 0;
-    if (tables_read(m) && m->dirty_n > 0 && o->tab_chunks)
-        opt_sumsq_rows(&ss, &bad, m->tab_grad, m->host_rows, c->n_orders, m->acts.B * m->acts.T, c->engram_rows,
+    if (m->dirty_n > 0) {
+        if (o->n_tab_chunks < opt_rows_chunk_ws_size(c->n_orders, m->dirty_n)) {  // optim_reserve grows it
+            fprintf(stderr, "%s:%d: internal: the table-norm scratch was not reserved for %d tokens\n", __FILE__,
+                    __LINE__, m->dirty_n);
+            abort();
+        }
+        opt_sumsq_rows(&ss, &bad, m->tab_grad, m->dirty_rows, c->n_orders, m->dirty_n, c->engram_rows,
                        c->engram_dim, o->tab_chunks);
+    }
     o->be->upload(o->ss + P_TABLES, &ss, sizeof ss);
     o->be->upload(o->bad + P_TABLES, &bad, sizeof bad);
 }
@@ -238,10 +246,10 @@ static void ram_tables_norm(Optim *o, Model *m) {
 // tables would get in backend memory.
 static void ram_tables_update(Optim *o, Model *m, const OptStatus *st, const StepHyper *hp) {
     const Config *c = &m->cfg;
-    if (!tables_read(m) || m->dirty_n <= 0) return;
-    int O = c->n_orders, N = m->acts.B * m->acts.T, D = c->engram_dim;
-    opt_clip_rows(m->tab_grad, m->host_rows, O, N, c->engram_rows, D, o->tab_marks, st);
-    opt_adam_rows(m->tab, m->tab_grad, o->tab_m, o->tab_v, o->tab_rs, m->host_rows, O, N, c->engram_rows, D,
+    if (m->dirty_n <= 0) return;  // nothing read (the engram arm was off)
+    int O = c->n_orders, N = m->dirty_n, D = c->engram_dim;
+    opt_clip_rows(m->tab_grad, m->dirty_rows, O, N, c->engram_rows, D, o->tab_marks, st);
+    opt_adam_rows(m->tab, m->tab_grad, o->tab_m, o->tab_v, o->tab_rs, m->dirty_rows, O, N, c->engram_rows, D,
                   o->tab_marks, hp, st);
 }
 

@@ -110,45 +110,50 @@ static void test_errors_with_line_numbers(void **s) {
     assert_int_equal(file_size("keep.ckpt"), sz);
 }
 
+// The whole file at path, NUL-terminated (malloc'd; NULL when it cannot be read).
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc(n + 1);
+    b[fread(b, 1, n, f)] = 0;
+    fclose(f);
+    return b;
+}
+
+// The file NAME of the test directory into buf (truncated to n - 1 bytes).
+static void slurp_to(const char *name, char *buf, size_t n) {
+    char p[400];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    char *t = slurp(p);
+    assert_non_null(t);
+    snprintf(buf, n, "%s", t);
+    free(t);
+}
+
 static void test_e_and_prefixes(void **s) {
     (void)s;
     char cmd[1200];
     snprintf(cmd, sizeof cmd, "cd %s && %s -e ':help step; :h \"eval\" # a comment ; :quit' > out.txt 2>&1", dir, dmsh);
     assert_int_equal(system(cmd), 0);
-    FILE *f;
-    char p[400];
-    snprintf(p, sizeof p, "%s/out.txt", dir);
-    f = fopen(p, "r");
-    size_t n = fread(out, 1, sizeof out - 1, f);
-    out[n] = 0;
-    fclose(f);
+    slurp_to("out.txt", out, sizeof out);
     assert_non_null(strstr(out, ":step [N]"));
     assert_non_null(strstr(out, ":eval [depth=k]"));
     snprintf(cmd, sizeof cmd, "cd %s && %s -e ':eval-d' > out.txt 2> err.txt", dir, dmsh);
     assert_int_not_equal(system(cmd), 0);  // resolves to :eval-depths, which needs a model
-    snprintf(p, sizeof p, "%s/err.txt", dir);
-    f = fopen(p, "r");
-    n = fread(err_, 1, sizeof err_ - 1, f);
-    err_[n] = 0;
-    fclose(f);
+    slurp_to("err.txt", err_, sizeof err_);
     assert_non_null(strstr(err_, "-e: error: no model"));
     // several -e run in order (none is dropped); the first failing one stops the rest
     snprintf(cmd, sizeof cmd, "cd %s && %s -e ':help step' -e ':h \"eval\"' -e ':nonsense' -e ':help init' > out.txt 2> err.txt",
              dir, dmsh);
     assert_int_not_equal(system(cmd), 0);
-    snprintf(p, sizeof p, "%s/out.txt", dir);
-    f = fopen(p, "r");
-    n = fread(out, 1, sizeof out - 1, f);
-    out[n] = 0;
-    fclose(f);
+    slurp_to("out.txt", out, sizeof out);
     assert_non_null(strstr(out, ":step [N]"));
     assert_non_null(strstr(out, ":eval [depth=k]"));
     assert_null(strstr(out, ":init [seed"));
-    snprintf(p, sizeof p, "%s/err.txt", dir);
-    f = fopen(p, "r");
-    n = fread(err_, 1, sizeof err_ - 1, f);
-    err_[n] = 0;
-    fclose(f);
+    slurp_to("err.txt", err_, sizeof err_);
     assert_non_null(strstr(err_, "-e #3: error:"));
 }
 
@@ -216,18 +221,6 @@ static void test_smoke_beats_unigram(void **s) {
     assert_true(bpb < uni);
 }
 #endif
-
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "r");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc(n + 1);
-    b[fread(b, 1, n, f)] = 0;
-    fclose(f);
-    return b;
-}
 
 // A session, left and resumed in a new process (dmsh -r): metrics.tsv holds every step once,
 // in order; config.dm and transcript.dm exist; leaving saved a checkpoint.
