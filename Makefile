@@ -14,7 +14,11 @@ OPT     ?= -O3 -march=native
 # the element-wise loops (measured: -3..4 % of a nano step); results stay a pure function of
 # the binary (and the GEMM kernel's FMAs are explicit intrinsics either way)
 CFLAGS  := -std=c11 -D_GNU_SOURCE $(OPT) -ffp-contract=fast -g -Wall -Wextra -Wno-unused-parameter -fopenmp
-LDLIBS  := -lopenblas -lm -fopenmp
+# OpenBLAS: -lopenblas needs the development symlink (libopenblas-dev); a machine with only the
+# runtime library (libopenblas.so.0, e.g. the lent GPU machine) links it by its file name.
+BLASLIB := $(shell for l in -lopenblas -l:libopenblas.so.0; do echo 'int main(void){return 0;}' | \
+             $(CC) -x c - $$l -o /dev/null 2>/dev/null && { echo $$l; exit 0; }; done; echo -lopenblas)
+LDLIBS  := $(BLASLIB) -lm -fopenmp
 ifeq ($(DM_REAL),double)
   CFLAGS += -DDM_DOUBLE
 else ifneq ($(DM_REAL),float)
@@ -36,8 +40,10 @@ ifeq ($(HEADLESS)$(wildcard /usr/include/stb/stb_image_write.h),/usr/include/stb
   CFLAGS += -DDM_HAVE_PNG=1 -I/usr/include/stb
 endif
 
-.PHONY: all lib test test-float test-double bench deps cuda-check clean demo dmsh headless
+.PHONY: all lib test test-float test-double bench deps cuda-check clean demo dmsh headless print-blaslib
 all: lib dmsh
+print-blaslib:  # the OpenBLAS link flag this machine takes (tests/gpu/run.sh links with it)
+	@echo $(BLASLIB)
 
 # The prompt: readline when its headers exist, else the plain line reader (the GPU machine has
 # neither readline nor ncurses headers); the :train panel likewise (panel.c is a stub without).

@@ -7,14 +7,22 @@
 #include "parity.h"
 #include "rng.h"
 
+// max |a - b| / max |b|. A non-finite entry on either side that the other side does not match
+// exactly (NaN never matches) is an infinite error: fmax would silently skip a NaN, and a
+// tensor of NaNs would then compare as equal.
 static double rel_err(const real *a, const real *b, size_t n) {
     double mx = 0, diff = 0;
     for (size_t i = 0; i < n; i++) {
-        mx = fmax(mx, fabs((double)b[i]));
-        diff = fmax(diff, fabs((double)a[i] - (double)b[i]));
+        double x = (double)a[i], y = (double)b[i];
+        if (!isfinite(x) || !isfinite(y)) {
+            if (!(x == y)) return INFINITY;
+            continue;
+        }
+        mx = fmax(mx, fabs(y));
+        diff = fmax(diff, fabs(x - y));
     }
     if (mx == 0) return diff == 0 ? 0 : INFINITY;
-    return isnan(diff) ? INFINITY : diff / mx;
+    return diff / mx;
 }
 
 int engine_check_parity(Engine *e, const Backend *ref, const Backend *dev, int B, int T, double bar,

@@ -119,6 +119,7 @@ static double now_ms(void) {
 }
 
 int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);  // a log that ends in a hang or crash still names its last row
     char why[300];
     cu = backend_cuda(0, why, sizeof why);
     if (!cu) { fprintf(stderr, "graph_step: %s\n", why); return 2; }
@@ -133,7 +134,10 @@ int main(int argc, char **argv) {
     char buf[400];
     snprintf(buf, sizeof buf, "captures %ld, replays %ld, eager %ld%s%s", eg.run.captures, eg.run.replays, eg.run.eager,
              note ? "; " : "", note ? note : "");
-    row("the step is captured once and replayed", eg.run.captures == 1 && eg.run.replays == 20 - STEP_GRAPH_WARM - 1, buf);
+    // a workspace that grows in the first steps changes the graph key (allocation count) and
+    // restarts the warm-up, so the eager count is not fixed; one capture, and replays from then on
+    row("the step is captured once and replayed", eg.run.captures == 1 && eg.run.eager >= STEP_GRAPH_WARM &&
+        eg.run.eager + eg.run.captures + eg.run.replays == 20 && eg.run.replays >= 20 - 3 * STEP_GRAPH_WARM - 1, buf);
     size_t rd = 0;
     for (int i = 0; i < eg.nrows && i < ee.nrows; i++) {
         MetricRow a = eg.rows[i], b = ee.rows[i];

@@ -56,10 +56,15 @@ static inline void report(const char *name, double err, double tol, const char *
     printf("  %-34s %-4s  rel err %9.2e  (tol %.0e) %s\n", name, ok ? "PASS" : "FAIL", err, tol, note);
     if (ok) n_pass++; else n_fail++;
 }
+// the larger of two errors, a NaN being the worst (fmax would drop it)
+static inline double worst2(double a, double b) { return isnan(a) || isnan(b) ? INFINITY : fmax(a, b); }
 static inline double relerr(const float *cpu, const float *gpu, size_t n) {
     double mx = 0, md = 0;
     for (size_t i = 0; i < n; i++) {
-        if (!isfinite(gpu[i]) && isfinite(cpu[i])) return INFINITY;
+        if (!isfinite(gpu[i]) || !isfinite(cpu[i])) {  // must match exactly (a NaN never does)
+            if (!(gpu[i] == cpu[i])) return INFINITY;
+            continue;
+        }
         mx = fmax(mx, fabs((double)cpu[i]));
         md = fmax(md, fabs((double)gpu[i] - cpu[i]));
     }

@@ -35,7 +35,11 @@ void t_optim() {
     G_->download(gss, dss.p, sizeof gss);
     G_->download(gbad, dbad.p, sizeof gbad);
     double e = 0;
-    for (int i = 0; i < nseg; i++) e = fmax(e, fabs(gss[i] - ss[i]) / fmax(ss[i], 1e-300)), e += gbad[i] != bad[i];
+    for (int i = 0; i < nseg; i++) {
+        double ei = fabs(gss[i] - ss[i]) / fmax(ss[i], 1e-300);
+        e = worst2(e, ei);
+        e += gbad[i] != bad[i];
+    }
     report("opt_sumsq (per segment, double)", e, 1e-12);
     // decide with the clip active and a retraction due (t 3 -> 4, every 2)
     C_->opt_decide(&sc, ss, bad, nseg, &loss, &hh);
@@ -44,7 +48,7 @@ void t_optim() {
     int same = sg.t == sc.t && sg.skip == sc.skip && sg.clipped == sc.clipped && sg.retract == sc.retract &&
                sg.first_bad == sc.first_bad && sg.consecutive_skips == sc.consecutive_skips;
     report("opt_decide flags (t, skip, clip, retract)", same ? 0 : 1, 0);
-    report("opt_decide gnorm, scale", fmax(fabs(sg.gnorm - sc.gnorm) / sc.gnorm, fabs(sg.scale - sc.scale) / sc.scale), 1e-12);
+    report("opt_decide gnorm, scale", worst2(fabs(sg.gnorm - sc.gnorm) / sc.gnorm, fabs(sg.scale - sc.scale) / sc.scale), 1e-12);
     C_->opt_clip(g.data(), n, &sc);
     G_->opt_clip(dg->f(), n, (OptStatus *)dst.p);
     cmp("opt_clip", g, dg, 1e-6);

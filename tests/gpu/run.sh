@@ -6,29 +6,43 @@
 #          tests/gpu/graph_step.c (the step graph's replay = the eager step, two processes)
 #   bench: tests/gpu/bench_gpu.c (the issue-5 benchmark table)
 # Exits non-zero on any build error or failed row. Put the corpus in shared-data/ (ignored by
-# git) to bench on real text. Aimed at < 5 minutes on an H200; each program has a time cap (worst
-# case ~10 minutes in all) so a hang cannot eat a whole device lease.
+# git) to bench on real text. Aimed at < 5 minutes on an H200; each program has a time cap
+# (90/150/90/150 s: with the build, the worst case stays under a 10-minute device command) so a
+# hang cannot eat a whole device lease.
 # Env: CUDA_HOME (default /usr/local/cuda), CUDA_ARCH (default: this machine's GPU, else sm_90), JOBS (default nproc),
 # DM_GPU_LOGS (a folder to copy the programs' full logs into).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 NVCC=${NVCC:-$CUDA_HOME/bin/nvcc}
+MODE=${1:-all}
+case "$MODE" in all|check|bench) ;; *) echo "run.sh: unknown mode '$MODE' (all, check or bench)" >&2; exit 2;; esac
 # the GPU of this machine (compute capability 9.0 -> sm_90), unless CUDA_ARCH says otherwise
-ARCH=${CUDA_ARCH:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -d ' .' | sed -n 's/^\([0-9][0-9]*\)$/sm_\1/p')}
+# (|| true: under pipefail a missing or failing nvidia-smi would end the script here, silently)
+ARCH=${CUDA_ARCH:-$( { nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -d ' .' | sed -n 's/^\([0-9][0-9]*\)$/sm_\1/p'; } || true)}
 ARCH=${ARCH:-sm_90}
 JOBS=${JOBS:-$(nproc)}
 OUT=build/gpu
+if ! command -v "$NVCC" >/dev/null; then  # not where CUDA_HOME says: the one on PATH
+    NVCC=$(command -v nvcc || true)
+    [ -n "$NVCC" ] || { echo "run.sh: nvcc not found (CUDA_HOME=$CUDA_HOME, nor on PATH)" >&2; exit 2; }
+    CUDA_HOME=$(dirname "$(dirname "$NVCC")")
+fi
 # cuBLAS has no static archive in every toolkit (this one ships only libcublas.so): link it
 # dynamically with an rpath; cudart stays static as the Makefile has it.
 CULIBS="-L$CUDA_HOME/lib64 -lcublas -lcudart_static -ldl -lrt -lpthread -lstdc++ -Wl,-rpath,$CUDA_HOME/lib64"
 
-command -v "$NVCC" >/dev/null || { echo "run.sh: nvcc not found at $NVCC" >&2; exit 2; }
 nvidia-smi -L 2>/dev/null || echo "run.sh: nvidia-smi not available (continuing)"
 mkdir -p "$OUT"
 
-echo "== make headless: the float engine library and dmsh with the CUDA backend (build/float-headless)"
-make -j"$JOBS" --no-print-directory headless DM_REAL=float CUDA_ARCH="$ARCH" CUDALIBS="$CULIBS"
+# Full logs: build/gpu/logs, or straight into $DM_GPU_LOGS when set (the device tool's $OUT: the
+# files come back even if the command is killed at its time limit)
+LOGS=${DM_GPU_LOGS:-build/gpu/logs}
+mkdir -p "$LOGS"
+BLAS=$(make -s --no-print-directory print-blaslib)   # -lopenblas, or -l:libopenblas.so.0 without the dev symlink
+echo "== make headless: the float engine library and dmsh with the CUDA backend (build/float-headless; log $LOGS/build.log)"
+make -j"$JOBS" --no-print-directory headless DM_REAL=float CUDA_ARCH="$ARCH" NVCC="$NVCC" CUDA_HOME="$CUDA_HOME" \
+    CUDALIBS="$CULIBS" > "$LOGS/build.log" 2>&1 || { tail -n 40 "$LOGS/build.log"; exit 1; }
 LIB=build/float-headless/libdm.a
 
 echo "== nvcc tests/gpu/parity*.cu ($ARCH); the backend objects are make's (same flags)"
@@ -41,49 +55,56 @@ for f in tests/gpu/parity*.cu; do
 done
 for p in "${pids[@]}"; do wait "$p"; done   # each one's status (set -e stops on a failed compile)
 "$NVCC" -arch="$ARCH" -o "$OUT/parity" "${pobjs[@]}" "${objs[@]}" $LIB \
-    -lcublas -lopenblas -lgomp -lm -Xlinker -rpath -Xlinker "$CUDA_HOME/lib64"
+    -lcublas $BLAS -lgomp -lm -Xlinker -rpath -Xlinker "$CUDA_HOME/lib64"
 
 # the engine-level programs: plain C against libdm.a and the CUDA objects
-HOSTLIBS="$LIB -lopenblas -lm -fopenmp -L$CUDA_HOME/lib64 -lcublas -lcudart_static -ldl -lrt -lpthread -lstdc++ -Wl,-rpath,$CUDA_HOME/lib64"
+HOSTLIBS="$LIB $BLAS -lm -fopenmp -L$CUDA_HOME/lib64 -lcublas -lcudart_static -ldl -lrt -lpthread -lstdc++ -Wl,-rpath,$CUDA_HOME/lib64"
+# CUPTI (the benchmark's busy fraction) when the toolkit has it; without it that column says n/a
+CUPTI=""
+for d in "$CUDA_HOME/lib64" "$CUDA_HOME/lib" "$CUDA_HOME/extras/CUPTI/lib64"; do
+    for inc in "$CUDA_HOME/include" "$CUDA_HOME/extras/CUPTI/include"; do
+        if [ -z "$CUPTI" ] && [ -f "$inc/cupti.h" ] && [ -e "$d/libcupti.so" ]; then
+            CUPTI="-DDM_HAVE_CUPTI -I$inc -L$d -lcupti -Wl,-rpath,$d"
+        fi
+    done
+done
+echo "== gcc tests/gpu/{parity_model,bench_gpu,graph_step}.c (CUPTI: ${CUPTI:-not found})"
 for prog in parity_model bench_gpu graph_step; do
-    gcc -std=c11 -D_GNU_SOURCE -O2 -I"$CUDA_HOME/include" "tests/gpu/$prog.c" "${objs[@]}" $HOSTLIBS -o "$OUT/$prog"
+    extra=""
+    [ "$prog" = bench_gpu ] && extra=$CUPTI
+    gcc -std=c11 -D_GNU_SOURCE -O2 -I"$CUDA_HOME/include" "tests/gpu/$prog.c" "${objs[@]}" $HOSTLIBS $extra -o "$OUT/$prog"
 done
 
-MODE=${1:-all}
 status=0
-# Each program's whole output goes to build/gpu/logs/NAME.log (and to $DM_GPU_LOGS/ when set: on
-# the device tool, DM_GPU_LOGS=$OUT brings them back as files); the console gets the FAIL rows,
-# the short programs in full, and one summary table at the end — a long parity listing cannot
-# push the results out of a truncated console tail.
-LOGS=build/gpu/logs
-mkdir -p "$LOGS"
+# Each program's whole output goes to $LOGS/NAME.log; the console gets the FAIL rows, the short
+# programs in full, and one summary table at the end — a long parity listing cannot push the
+# results out of a truncated console tail.
 summary=()
 run_prog() {  # NAME CAP_SECONDS FULL(0|1) COMMAND...
     local name=$1 cap=$2 full=$3 rc=0 t0=$SECONDS
     shift 3
-    timeout "$cap" "$@" > "$LOGS/$name.log" 2>&1 || rc=$?
+    timeout -k 10 "$cap" "$@" > "$LOGS/$name.log" 2>&1 || rc=$?
     if [ "$full" = 1 ]; then cat "$LOGS/$name.log"
     else grep -w FAIL "$LOGS/$name.log" | head -n 40 || true; tail -n 3 "$LOGS/$name.log"; fi
     local pass fail
     pass=$(grep -c -w PASS "$LOGS/$name.log" || true)
     fail=$(grep -c -w FAIL "$LOGS/$name.log" || true)
     local what="rc=$rc"
-    [ "$rc" = 124 ] && what="TIMEOUT (${cap}s)"
+    { [ "$rc" = 124 ] || [ "$rc" = 137 ]; } && what="TIMEOUT (${cap}s)"
     summary+=("$(printf '%-13s %-16s %5s PASS %4s FAIL %5ss' "$name" "$what" "$pass" "$fail" $((SECONDS - t0)))")
     [ "$rc" = 0 ] || status=1
-    if [ -n "${DM_GPU_LOGS:-}" ]; then cp "$LOGS/$name.log" "$DM_GPU_LOGS/" || true; fi
 }
 if [ "$MODE" = all ] || [ "$MODE" = check ]; then
     echo "== parity: every op, CPU vs CUDA (tests/gpu/parity*.cu)"
-    OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 run_prog parity 120 0 "./$OUT/parity"
+    OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 run_prog parity 90 0 "./$OUT/parity"
     echo "== parity: one training step per preset x arms x precision (:check parity, tests/gpu/parity_model.c)"
-    run_prog parity_model 180 1 "./$OUT/parity_model"
+    run_prog parity_model 150 1 "./$OUT/parity_model"
     echo "== the whole-step CUDA graph: replay = un-captured step bit for bit, two processes (tests/gpu/graph_step.c)"
-    run_prog graph_step 120 1 "./$OUT/graph_step"
+    run_prog graph_step 90 1 "./$OUT/graph_step"
 fi
 if [ "$MODE" = all ] || [ "$MODE" = bench ]; then
     echo "== bench (tests/gpu/bench_gpu.c)"
-    run_prog bench_gpu 180 1 "./$OUT/bench_gpu" 20
+    run_prog bench_gpu 150 1 "./$OUT/bench_gpu" 20
 fi
 echo "== summary (full logs: $LOGS/)"
 for line in "${summary[@]}"; do echo "$line"; done

@@ -1,0 +1,123 @@
+// busy_cupti.h — how busy the GPU is, from CUPTI's activity records: the union of the intervals
+// in which a kernel, a memcpy or a memset ran, over a window of steps. That is the "kernel time /
+// wall time" of issue 5 measured on the graph-replayed steps themselves (events around each op
+// can only bracket an eager step, and then they also count the host's launch time inside an op).
+// Built with -DDM_HAVE_CUPTI when the toolkit has CUPTI (tests/gpu/run.sh looks for it); without
+// it, or when tracing cannot start (a sandbox may refuse it), busy_start says why and the
+// benchmark prints "n/a" instead of a number.
+#pragma once
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#ifdef DM_HAVE_CUPTI
+#include <cupti.h>
+
+typedef struct { uint64_t a, b; } BusyIv;
+static BusyIv *busy_iv;
+static size_t busy_n, busy_cap;
+static int busy_lost;
+
+static void busy_push(uint64_t a, uint64_t b) {
+    if (b <= a) return;
+    if (busy_n == busy_cap) {
+        size_t cap = busy_cap ? 2 * busy_cap : 1 << 16;
+        BusyIv *p = (BusyIv *)realloc(busy_iv, cap * sizeof *p);
+        if (!p) { busy_lost++; return; }
+        busy_iv = p;
+        busy_cap = cap;
+    }
+    busy_iv[busy_n++] = (BusyIv){a, b};
+}
+
+static void CUPTIAPI busy_buf_req(uint8_t **buf, size_t *size, size_t *maxrec) {
+    *size = (size_t)8 << 20;
+    *buf = (uint8_t *)aligned_alloc(8, *size);
+    *maxrec = 0;
+}
+
+static void CUPTIAPI busy_buf_done(CUcontext ctx, uint32_t sid, uint8_t *buf, size_t size, size_t valid) {
+    (void)size;
+    CUpti_Activity *rec = NULL;
+    while (cuptiActivityGetNextRecord(buf, valid, &rec) == CUPTI_SUCCESS) {
+        switch (rec->kind) {
+        case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
+            CUpti_ActivityKernel10 *k = (CUpti_ActivityKernel10 *)rec;
+            busy_push(k->start, k->end);
+            break;
+        }
+        case CUPTI_ACTIVITY_KIND_MEMCPY: {
+            CUpti_ActivityMemcpy6 *m = (CUpti_ActivityMemcpy6 *)rec;
+            busy_push(m->start, m->end);
+            break;
+        }
+        case CUPTI_ACTIVITY_KIND_MEMSET: {
+            CUpti_ActivityMemset4 *m = (CUpti_ActivityMemset4 *)rec;
+            busy_push(m->start, m->end);
+            break;
+        }
+        default: break;
+        }
+    }
+    size_t dropped = 0;
+    if (cuptiActivityGetNumDroppedRecords(ctx, sid, &dropped) == CUPTI_SUCCESS && dropped) busy_lost += (int)dropped;
+    free(buf);
+}
+
+static int busy_cmp(const void *x, const void *y) {
+    const BusyIv *a = (const BusyIv *)x, *b = (const BusyIv *)y;
+    return (a->a > b->a) - (a->a < b->a);
+}
+
+// Start recording (0), or say why not (1).
+static int busy_start(char *why, size_t n) {
+    static int registered;
+    CUptiResult r = CUPTI_SUCCESS;
+    if (!registered) {
+        r = cuptiActivityRegisterCallbacks(busy_buf_req, busy_buf_done);
+        registered = r == CUPTI_SUCCESS;
+    }
+    CUpti_ActivityKind kinds[3] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
+                                   CUPTI_ACTIVITY_KIND_MEMSET};
+    for (int i = 0; i < 3 && r == CUPTI_SUCCESS; i++) r = cuptiActivityEnable(kinds[i]);
+    if (r != CUPTI_SUCCESS) {
+        const char *s = "?";
+        cuptiGetResultString(r, &s);
+        snprintf(why, n, "CUPTI activity tracing unavailable: %s", s);
+        return 1;
+    }
+    busy_n = 0;
+    busy_lost = 0;
+    return 0;
+}
+
+// Stop, flush, and return the ms during which at least one kernel or copy ran (-1: records lost).
+static double busy_stop(void) {
+    cuptiActivityFlushAll(1);
+    cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+    cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMCPY);
+    cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMSET);
+    if (busy_lost) return -1;
+    qsort(busy_iv, busy_n, sizeof *busy_iv, busy_cmp);
+    double ns = 0;
+    uint64_t a = 0, b = 0;
+    for (size_t i = 0; i < busy_n; i++) {
+        if (i == 0 || busy_iv[i].a > b) {
+            ns += (double)(b - a);
+            a = busy_iv[i].a;
+            b = busy_iv[i].b;
+        } else if (busy_iv[i].b > b) {
+            b = busy_iv[i].b;
+        }
+    }
+    ns += (double)(b - a);
+    return ns / 1e6;
+}
+
+#else
+static int busy_start(char *why, size_t n) {
+    snprintf(why, n, "built without CUPTI (no cupti.h / libcupti in the CUDA toolkit)");
+    return 1;
+}
+static double busy_stop(void) { return -1; }
+#endif
