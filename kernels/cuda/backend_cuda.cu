@@ -11,7 +11,8 @@
 // Matrix products: cuBLAS. dm_fp32 = 1: SGEMM under CUBLAS_PEDANTIC_MATH (no TF32, no reduced-
 // precision reductions). dm_fp32 = 0 (the default, SPEC §8): operands rounded to bf16, fp32
 // accumulation and output (cublasGemmEx, CUBLAS_COMPUTE_32F), fp32 masters untouched. The
-// switch is cuda_set_precision(fp32) or DM_CUDA_PRECISION=fp32|bf16 in the environment.
+// switch is the config key `precision` (the engine calls set_precision whenever it builds or a
+// :set changes it; cuda_set_precision for programs without an engine).
 //
 // Pointer conventions that are NOT device pointers (host-side by the engine's call sites):
 //   engram_rows: `orders` is the host config array (O <= 16 entries).
@@ -101,9 +102,14 @@ void *dm_scratch(int slot, size_t bytes) {
 enum { MEM_SLOTS = 4096 };
 static void *mem_ptr[MEM_SLOTS];
 static size_t mem_size[MEM_SLOTS], mem_cur, mem_peak;
+static int mem_untracked;  // allocations past MEM_SLOTS: not subtracted when freed (said once)
 static void mem_note(void *p, size_t bytes) {
-    for (int i = 0; i < MEM_SLOTS; i++)
-        if (!mem_ptr[i]) { mem_ptr[i] = p; mem_size[i] = bytes; break; }
+    int i = 0;
+    while (i < MEM_SLOTS && mem_ptr[i]) i++;
+    if (i < MEM_SLOTS) { mem_ptr[i] = p; mem_size[i] = bytes; }
+    else if (!mem_untracked++)
+        fprintf(stderr, "cuda: more than %d live allocations; the memory figures of :bench now over-count freed "
+                "buffers\n", MEM_SLOTS);
     mem_cur += bytes;
     if (mem_cur > mem_peak) mem_peak = mem_cur;
 }
@@ -128,6 +134,8 @@ static void *cu_alloc(size_t bytes) {
 }
 static void cu_free(void *p) {
     if (!p) return;
+    // as host_free: a free inside a capture fails the capture and keeps the buffer (and its count)
+    if (dm_capturing) { dm_capture_fail("free inside the captured step"); return; }
     mem_forget(p);
     cudaCheck(cudaFree(p));
 }
@@ -206,22 +214,45 @@ __global__ void add_bias_kernel(float *out, const float *bias, int N, int OC) {
     if (i < (size_t)N * OC) out[i] += bias[i % OC];
 }
 
-// Column sums acc[c] += sum_n f(n, c) over N rows, fixed order: a block owns 32 columns,
-// thread row ty sums rows ty, ty+32, ... in double, then a fixed tree over ty.
+// Column sums acc[c] += sum_n f(n, c) over N rows, in a fixed order that depends on (N, C) only:
+// the rows are cut into S contiguous slices (S from N alone); block (x, y) sums 32 columns of
+// slice y — thread row ty takes rows ty, ty+32, ... of the slice, in double, then a fixed tree
+// over ty — into part[y][c]; a second kernel adds the S partials in slice order. Two stages
+// because a column sum over 16k..200k rows (the gain of a per-head norm at the base preset) on
+// ceil(C/32) blocks alone would leave all but a few SMs idle.
 template <typename F>
-__global__ void colsum_kernel(float *acc, F f, int N, int C) {
+__global__ void __launch_bounds__(1024) colsum_part_kernel(double *part, F f, int N, int C, int rows_per) {
     __shared__ double sh[32][33];
     int tx = threadIdx.x, ty = threadIdx.y, c = blockIdx.x * 32 + tx;
+    int r0 = blockIdx.y * rows_per, r1 = min(N, r0 + rows_per);
     double s = 0;
     if (c < C)
-        for (int n = ty; n < N; n += 32) s += (double)f(n, c);
+        for (int n = r0 + ty; n < r1; n += 32) s += (double)f(n, c);
     sh[ty][tx] = s;
     __syncthreads();
     for (int w = 16; w > 0; w >>= 1) {
         if (ty < w) sh[ty][tx] += sh[ty + w][tx];
         __syncthreads();
     }
-    if (ty == 0 && c < C) acc[c] += (float)sh[0][tx];
+    if (ty == 0 && c < C) part[(size_t)blockIdx.y * C + c] = sh[0][tx];
+}
+__global__ void colsum_final_kernel(float *acc, const double *part, int S, int C) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    double s = 0;
+    for (int k = 0; k < S; k++) s += part[(size_t)k * C + c];
+    acc[c] += (float)s;
+}
+template <typename F> static void colsum(float *acc, F f, int N, int C) {
+    if (N <= 0 || C <= 0) return;
+    int S = ceil_div(N, 2048);  // slices of >= 2048 rows, at most 64 (a function of N only)
+    if (S > 64) S = 64;
+    int rows_per = ceil_div(N, S);
+    double *part = (double *)dm_scratch(SCR_COLSUM, sizeof(double) * (size_t)S * C);
+    colsum_part_kernel<<<dim3(ceil_div(C, 32), S), dim3(32, 32), 0, dm_stream>>>(part, f, N, C, rows_per);
+    cudaLaunchCheck();
+    colsum_final_kernel<<<ceil_div(C, 256), 256, 0, dm_stream>>>(acc, part, S, C);
+    cudaLaunchCheck();
 }
 struct ReadF {
     const float *p; int ld;
@@ -249,8 +280,7 @@ static void cu_matmul_backward(real *dinp, real *dW, real *dbias, const real *do
     if (dW) dm_gemm(1, 0, OC, C, N, 1, dout, OC, inp, C, 1, dW, C, 1);    // [OC, C] += dout^T inp
     if (dbias && OC > 0) {
         ReadF f = {dout, OC};
-        colsum_kernel<<<ceil_div(OC, 32), dim3(32, 32), 0, dm_stream>>>(dbias, f, N, OC);
-        cudaLaunchCheck();
+        colsum(dbias, f, N, OC);
     }
 }
 
@@ -265,11 +295,11 @@ __global__ void rmsnorm_fwd_kernel(float *out, float *rstd, const float *inp, co
     const float *x = inp + (size_t)blockIdx.x * C;  // [C]
     float *y = out + (size_t)blockIdx.x * C;        // [C]
     double s = 0;
-    for (int c = threadIdx.x; c < C; c += NT) s += (double)x[c] * x[c];
+    for (int c = threadIdx.x; c < C; c += blockDim.x) s += (double)x[c] * x[c];
     double ss = block_sum_d(s, sh);
     float r = (float)(1.0 / sqrt(ss / C + NORM_EPS));
     if (threadIdx.x == 0) rstd[blockIdx.x] = r;
-    for (int c = threadIdx.x; c < C; c += NT) y[c] = gain ? x[c] * r * gain[c] : x[c] * r;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) y[c] = gain ? x[c] * r * gain[c] : x[c] * r;
 }
 __global__ void rmsnorm_bwd_kernel(float *dinp, const float *dout, const float *inp, const float *gain,
                                    const float *rstd, int C) {
@@ -278,10 +308,10 @@ __global__ void rmsnorm_bwd_kernel(float *dinp, const float *dout, const float *
     const float *x = inp + off, *dy = dout + off;  // [C] each
     float r = rstd[blockIdx.x];
     double s = 0;
-    for (int c = threadIdx.x; c < C; c += NT) s += (double)(gain ? dy[c] * gain[c] : dy[c]) * x[c];
+    for (int c = threadIdx.x; c < C; c += blockDim.x) s += (double)(gain ? dy[c] * gain[c] : dy[c]) * x[c];
     double dot = block_sum_d(s, sh);
     float k = (float)(dot * r * r * r / C);
-    for (int c = threadIdx.x; c < C; c += NT) {
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
         float gd = gain ? dy[c] * gain[c] : dy[c];
         dinp[off + c] += r * gd - x[c] * k;
     }
@@ -290,11 +320,11 @@ __global__ void l2norm_fwd_kernel(float *out, float *rn, const float *inp, float
     __shared__ double sh[NT];
     size_t off = (size_t)blockIdx.x * C;
     double s = 0;
-    for (int c = threadIdx.x; c < C; c += NT) s += (double)inp[off + c] * inp[off + c];
+    for (int c = threadIdx.x; c < C; c += blockDim.x) s += (double)inp[off + c] * inp[off + c];
     double ss = block_sum_d(s, sh);
     float r = (float)(1.0 / sqrt(ss + NORM_EPS));
     if (threadIdx.x == 0) rn[blockIdx.x] = r;
-    for (int c = threadIdx.x; c < C; c += NT) out[off + c] = inp[off + c] * r * scale;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) out[off + c] = inp[off + c] * r * scale;
 }
 __global__ void l2norm_bwd_kernel(float *dinp, const float *dout, const float *out, const float *rn,
                                   float scale, int C) {
@@ -302,38 +332,44 @@ __global__ void l2norm_bwd_kernel(float *dinp, const float *dout, const float *o
     __shared__ double sh[NT];
     size_t off = (size_t)blockIdx.x * C;
     double s = 0;
-    for (int c = threadIdx.x; c < C; c += NT) s += (double)dout[off + c] * out[off + c];
+    for (int c = threadIdx.x; c < C; c += blockDim.x) s += (double)dout[off + c] * out[off + c];
     double dot = block_sum_d(s, sh);
     float r = rn[blockIdx.x], k = (float)(dot / scale);
-    for (int c = threadIdx.x; c < C; c += NT) dinp[off + c] += r * (scale * dout[off + c] - out[off + c] * k);
+    for (int c = threadIdx.x; c < C; c += blockDim.x) dinp[off + c] += r * (scale * dout[off + c] - out[off + c] * k);
 }
 
+// threads per row: the power of two covering C, 32..NT (a 64-wide head norm on 256 threads would
+// leave three quarters of them idle through an eight-level tree)
+static int norm_threads(int C) {
+    int t = 32;
+    while (t < C && t < NT) t *= 2;
+    return t;
+}
 static void cu_rmsnorm_forward(real *out, real *rstd, const real *inp, const real *gain, int N, int C) {
     if (N <= 0) return;
-    rmsnorm_fwd_kernel<<<N, NT, 0, dm_stream>>>(out, rstd, inp, gain, C);
+    rmsnorm_fwd_kernel<<<N, norm_threads(C), 0, dm_stream>>>(out, rstd, inp, gain, C);
     cudaLaunchCheck();
 }
 static void cu_rmsnorm_backward(real *dinp, real *dgain, const real *dout, const real *inp,
                                 const real *gain, const real *rstd, int N, int C) {
     if (N <= 0) return;
     if (dinp) {
-        rmsnorm_bwd_kernel<<<N, NT, 0, dm_stream>>>(dinp, dout, inp, gain, rstd, C);
+        rmsnorm_bwd_kernel<<<N, norm_threads(C), 0, dm_stream>>>(dinp, dout, inp, gain, rstd, C);
         cudaLaunchCheck();
     }
     if (dgain) {
         GainGradF f = {dout, inp, rstd, C};
-        colsum_kernel<<<ceil_div(C, 32), dim3(32, 32), 0, dm_stream>>>(dgain, f, N, C);
-        cudaLaunchCheck();
+        colsum(dgain, f, N, C);
     }
 }
 static void cu_l2norm_forward(real *out, real *rn, const real *inp, real scale, int N, int C) {
     if (N <= 0) return;
-    l2norm_fwd_kernel<<<N, NT, 0, dm_stream>>>(out, rn, inp, scale, C);
+    l2norm_fwd_kernel<<<N, norm_threads(C), 0, dm_stream>>>(out, rn, inp, scale, C);
     cudaLaunchCheck();
 }
 static void cu_l2norm_backward(real *dinp, const real *dout, const real *out, const real *rn, real scale, int N, int C) {
     if (N <= 0) return;
-    l2norm_bwd_kernel<<<N, NT, 0, dm_stream>>>(dinp, dout, out, rn, scale, C);
+    l2norm_bwd_kernel<<<N, norm_threads(C), 0, dm_stream>>>(dinp, dout, out, rn, scale, C);
     cudaLaunchCheck();
 }
 
@@ -395,16 +431,29 @@ void dm_sort_pairs(const uint64_t *keys_in, uint64_t *keys_out, const int *vals_
 }
 
 // One block per item; only the first item of each run of equal keys works, walking the run in
-// order (ids increasing: the sort is stable), so every row has exactly one writer.
+// order (ids increasing: the sort is stable), so every row has exactly one writer and each of its
+// columns is the same chain of float adds as the CPU's. The block first finds where the run ends
+// (its threads test blockDim keys at a time: the equal keys are one contiguous prefix), then each
+// thread owns a column and walks the run with no key test in the loop, so the loads of successive
+// items are independent and can be in flight together (a run can be thousands long: the space
+// byte in the embedding, a low-order Engram row).
 __global__ void scatter_sorted_kernel(float *dst, const float *src, const uint64_t *keys,
                                       const int *vals, int n, int per, size_t ld, int D) {
     int i = blockIdx.x;
     uint64_t key = keys[i];
-    if (i > 0 && keys[i - 1] == key) return;
+    if (i > 0 && keys[i - 1] == key) return;  // uniform over the block: no barrier below is skipped
+    int end = i;
+    for (;;) {
+        int j = end + (int)threadIdx.x;
+        int same = __syncthreads_count(j < n && keys[j] == key);
+        end += same;
+        if (same < (int)blockDim.x) break;
+    }
     float *d = dst + key * (uint64_t)D;  // [D]
     for (int c = threadIdx.x; c < D; c += blockDim.x) {
         float acc = d[c];
-        for (int j = i; j < n && keys[j] == key; j++) {
+#pragma unroll 8
+        for (int j = i; j < end; j++) {
             int a = vals[j];
             acc += src[(size_t)(a % per) * ld + (size_t)(a / per) * D + c];
         }
@@ -414,7 +463,8 @@ __global__ void scatter_sorted_kernel(float *dst, const float *src, const uint64
 void dm_scatter_sorted(float *dst, const float *src, const uint64_t *keys, const int *vals, int n,
                        int per, size_t ld, int D) {
     if (n <= 0) return;
-    scatter_sorted_kernel<<<n, D < 128 ? 32 * ceil_div(D, 32) : 128, 0, dm_stream>>>(dst, src, keys, vals, n, per, ld, D);
+    int threads = D >= 1024 ? 1024 : 32 * ceil_div(D, 32);  // one column per thread up to 1024
+    scatter_sorted_kernel<<<n, threads, 0, dm_stream>>>(dst, src, keys, vals, n, per, ld, D);
     cudaLaunchCheck();
 }
 
@@ -431,7 +481,7 @@ static void cu_embedding_backward(real *dtable, const real *dout, const int *x, 
     sort_scratch(N, &kin, &kout, &vin, &vout);
     embed_keys_kernel<<<ceil_div(N, 256), 256, 0, dm_stream>>>(kin, vin, x, N);
     cudaLaunchCheck();
-    dm_sort_pairs(kin, kout, vin, vout, N, 32);  // the vocabulary size is not passed: all 32 bits
+    dm_sort_pairs(kin, kout, vin, vout, N, 16);  // byte ids (< 256): 16 key bits, 2 radix passes instead of 4
     dm_scatter_sorted(dtable, dout, kout, vout, N, N, (size_t)C, C);
 }
 
@@ -544,7 +594,7 @@ static void cu_engram_scatter(real *dtables, const real *dm, const int32_t *rows
 // retraction (Newton–Schulz on the Gram matrix, retract.h) and the orthogonality monitor
 // ================================================================================================
 // scale[0] = sqrt(r / ||X||_F^2) (0 when X = 0: then X stays 0, as the CPU's early return)
-__global__ void frob_scale_kernel(float *scale, const float *X, size_t n, int r) {
+__global__ void __launch_bounds__(1024) frob_scale_kernel(float *scale, const float *X, size_t n, int r) {
     __shared__ double sh[1024];
     double s = 0;
     for (size_t i = threadIdx.x; i < n; i += 1024) s += (double)X[i] * X[i];
@@ -583,7 +633,7 @@ static void cu_retract(real *X, int rows, int r, int iters, real *scratch) {
     }
 }
 // orth_terms_kernel: cuda_common.cuh (the optimizer's gated retraction uses it too)
-__global__ void sum_d_kernel(double *out, const double *x, size_t n) {
+__global__ void __launch_bounds__(1024) sum_d_kernel(double *out, const double *x, size_t n) {
     __shared__ double sh[1024];
     double s = 0;
     for (size_t i = threadIdx.x; i < n; i += 1024) s += x[i];
@@ -627,6 +677,13 @@ extern "C" const Backend *backend_cuda(int device, char *why, size_t n) {
         snprintf(why, n, "cuda:%d does not exist (%d device%s visible)", device, count, count == 1 ? "" : "s");
         return NULL;
     }
+    // one device per process: the handle, stream and workspace below belong to the first one
+    static int bound_device = -1;
+    if (bound_device >= 0 && device != bound_device) {
+        snprintf(why, n, "this process already runs on cuda:%d; one CUDA device per dmsh process (start another "
+                 "dmsh for cuda:%d)", bound_device, device);
+        return NULL;
+    }
     e = cudaSetDevice(device);
     if (e != cudaSuccess) {
         snprintf(why, n, "cudaSetDevice(%d) failed: %s", device, cudaGetErrorString(e));
@@ -646,10 +703,8 @@ extern "C" const Backend *backend_cuda(int device, char *why, size_t n) {
         static void *cublas_ws = NULL;
         cudaCheck(cudaMalloc(&cublas_ws, CUBLAS_WS_BYTES));
         cublasCheck(cublasSetWorkspace(dm_cublas, cublas_ws, CUBLAS_WS_BYTES));
-        const char *pr = getenv("DM_CUDA_PRECISION");
-        if (pr && !strcmp(pr, "fp32")) dm_fp32 = 1;
-        if (pr && !strcmp(pr, "bf16")) dm_fp32 = 0;
         cuda_set_precision(dm_fp32);
+        bound_device = device;
     }
     Backend *b = &cuda_backend;
     b->name = "cuda";

@@ -39,7 +39,13 @@ void cuda_graph_fill(Backend *b); // the step entries of the table (graph_cuda.c
 
 // Grow-only device scratch, one buffer per slot (slots let one op hold several at once).
 // Growing frees and reallocates (synchronising): warm-up does it, steady state never does.
-enum { SCR_BF16A, SCR_BF16B, SCR_SORT, SCR_KEYS, SCR_MISC, SCR_N };
+enum { SCR_BF16A, SCR_BF16B, SCR_SORT, SCR_KEYS, SCR_MISC, SCR_COLSUM, SCR_N };
+
+// Deterministic whole-array reduction, first level (fused_cuda.cu): partial[j] = block j's share
+// of sum a[i] (b == NULL) or sum a[i] b[i], in double, over a fixed grid of nb blocks (a function
+// of n only, <= DM_RED_MAX_BLOCKS); returns nb. The caller sums partial[0..nb) in a fixed order.
+#define DM_RED_MAX_BLOCKS 256
+int dm_reduce_partials(double *partial, const float *a, const float *b, size_t n);
 void *dm_scratch(int slot, size_t bytes);
 
 // Row-major C[M,N] = alpha op(A) op(B) + beta C on device pointers (same contract as the CPU's

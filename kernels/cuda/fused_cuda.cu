@@ -155,7 +155,7 @@ static void cu_running_mean_forward(real *out, const real *prev, const real *y, 
 // partials in double, then one block sums the partials; both levels are fixed trees, so the
 // result is a pure function of the inputs (the CPU sums in index order / dm_dot_d's lanes). ----
 #define RED_THREADS 256
-#define RED_MAX_BLOCKS 256
+#define RED_MAX_BLOCKS DM_RED_MAX_BLOCKS
 static int red_blocks(size_t n) {
     long long b = ceil_div((long long)n, RED_THREADS * 8);  // >= 8 elements per thread
     return (int)(b < 1 ? 1 : b > RED_MAX_BLOCKS ? RED_MAX_BLOCKS : b);
@@ -180,11 +180,15 @@ __global__ void red_final_kernel(double *out_d, float *out_f, const double *part
         if (out_f) out_f[0] += (float)t;
     }
 }
-static void reduce_launch(double *out_d, float *out_f, const float *a, const float *b, size_t n) {
+int dm_reduce_partials(double *partial, const float *a, const float *b, size_t n) {
     int nb = red_blocks(n);
-    double *partial = (double *)dm_scratch(SCR_MISC, sizeof(double) * RED_MAX_BLOCKS);
     red_partial_kernel<<<nb, RED_THREADS, 0, dm_stream>>>(partial, a, b, n);
     cudaLaunchCheck();
+    return nb;
+}
+static void reduce_launch(double *out_d, float *out_f, const float *a, const float *b, size_t n) {
+    double *partial = (double *)dm_scratch(SCR_MISC, sizeof(double) * RED_MAX_BLOCKS);
+    int nb = dm_reduce_partials(partial, a, b, n);
     red_final_kernel<<<1, RED_THREADS, 0, dm_stream>>>(out_d, out_f, partial, nb);
     cudaLaunchCheck();
 }
@@ -268,7 +272,7 @@ static void cu_gate_mul_backward(real *don, real *dpre, const real *dog, const r
 // channel over rows (thread ty takes rows ty, ty+32, ...; a fixed tree over ty — the CPU sums
 // in token order), dbias[c] += sum dz, sA[c] = sum dz (z + bias) into scratch for the per-head
 // pass below.
-__global__ void decay_gate_bwd_kernel(float *dz, float *dbias, double *sA, const float *dg, const float *gs,
+__global__ void __launch_bounds__(1024) decay_gate_bwd_kernel(float *dz, float *dbias, double *sA, const float *dg, const float *gs,
                                       const float *z, const float *A, const float *bias, float gmin, int N,
                                       int d, int dh) {
     __shared__ double sb_sh[32][33], sa_sh[32][33];
@@ -396,7 +400,7 @@ static void cu_mem_gate_backward(real *dnn, real *dkn, real *dval, const real *d
 
 // dbias [C] += column sums of dout [N, C] at stride ld: a block owns 32 columns, thread row ty
 // sums rows ty, ty+32, ... in double, then a fixed tree over ty (the CPU sums in row order)
-__global__ void bias_bwd_kernel(float *dbias, const float *dout, int ld, int N, int C) {
+__global__ void __launch_bounds__(1024) bias_bwd_kernel(float *dbias, const float *dout, int ld, int N, int C) {
     __shared__ double sh[32][33];
     int tx = threadIdx.x, ty = threadIdx.y, c = blockIdx.x * 32 + tx;
     double s = 0;

@@ -92,7 +92,13 @@ static void *cu_host_alloc(size_t bytes) {
     dm_nallocs++;
     return p;
 }
-static void cu_host_free(void *p) { if (p) cudaCheck(cudaFreeHost(p)); }
+static void cu_host_free(void *p) {
+    if (!p) return;
+    // freeing inside a capture would leave the graph naming freed memory: fail the capture, keep
+    // the buffer (it is not freed, and the step runs eagerly)
+    if (dm_capturing) { dm_capture_fail("host_free (cudaFreeHost) inside the captured step"); return; }
+    cudaCheck(cudaFreeHost(p));
+}
 
 static void cu_upload_async(void *dst, const void *src, size_t bytes) {
     if (!bytes) return;

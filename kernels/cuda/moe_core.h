@@ -406,9 +406,15 @@ static DM_HD void moe_core_dw(const MoeView *v, real *D, const real *s2, int i) 
 
 // ---- sgrad: item x of [E, r]. gs[e, q] += sum_i t[i, q] a[i, q] over e's rows in order (the
 // CPU accumulates into gs the same way); t[i, q] *= s[e, q] ----
-static DM_HD void moe_core_sgrad(const MoeView *v, real *gs, real *t, const real *a, const real *s, int x) {
+// (t and a are distinct buffers: __restrict__ lets the loads of the next rows be issued before
+// this row's store, so a thread walking thousands of rows has several loads in flight)
+static DM_HD void moe_core_sgrad(const MoeView *v, real *gs, real *__restrict__ t, const real *__restrict__ a,
+                                 const real *s, int x) {
     const int r = v->r, e = x / r, q = x % r;
     real acc = gs[x], sq = s[x];
+#ifdef __CUDA_ARCH__
+#pragma unroll 4
+#endif
     for (int i = v->off[e]; i < v->off[e + 1]; i++) {
         real tv = t[(size_t)i * r + q];
         acc += tv * a[(size_t)i * r + q];

@@ -230,13 +230,24 @@ __global__ void muon_momentum_kernel(float *U, float *buf, const float *g, size_
     buf[i] = b;
     U[i] = g[i] + mu * b;
 }
-// inv[0] = 1 / (||X||_F + eps), one block, double sums over a fixed tree
-__global__ void frob_inv_kernel(float *inv, const float *X, size_t n) {
-    __shared__ double sh[1024];
+// ||X||_F^2 over the whole device (dm_reduce_partials: a fixed grid of block partials), then one
+// block of 256 sums the partials over a fixed tree and finishes: FIN_INV inv = 1 / (||X|| + eps)
+// (Muon), FIN_RETRACT scale = sqrt(r / ||X||^2), 0 when X = 0 (the retraction). One block alone
+// streaming a base-preset matrix (up to 3072 x 768) would leave the other SMs idle.
+enum { FIN_INV, FIN_RETRACT };
+__global__ void sumsq_finish_kernel(float *out, const double *partial, int nb, int what, int r) {
+    __shared__ double sh[256];
     double s = 0;
-    for (size_t i = threadIdx.x; i < n; i += 1024) s += (double)X[i] * X[i];
+    for (int i = threadIdx.x; i < nb; i += 256) s += partial[i];
     double ss = block_sum_d(s, sh);
-    if (threadIdx.x == 0) inv[0] = (float)(1.0 / (sqrt(ss) + MUON_EPS));
+    if (threadIdx.x == 0)
+        out[0] = what == FIN_INV ? (float)(1.0 / (sqrt(ss) + MUON_EPS)) : ss == 0 ? 0.0f : (float)sqrt((double)r / ss);
+}
+static void sumsq_finish(float *out, const float *X, size_t n, int what, int r) {
+    double *partial = (double *)dm_scratch(SCR_MISC, sizeof(double) * DM_RED_MAX_BLOCKS);
+    int nb = dm_reduce_partials(partial, X, X, n);
+    sumsq_finish_kernel<<<1, 256, 0, dm_stream>>>(out, partial, nb, what, r);
+    cudaLaunchCheck();
 }
 __global__ void scale_by_dev_kernel(float *X, const float *s, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -288,13 +299,12 @@ __global__ void muon_apply_kernel(float *p, const float *U, size_t n, double sca
 // G [rows, cols] (device) -> NS5 of G / (||G||_F + eps); returns the buffer holding the result
 // (G or Y: the iterate ping-pongs, no copy). Products go through dm_gemm with lowp = 1: bf16
 // operands and fp32 accumulation in the default precision (as Muon is usually run), fp32 under
-// DM_CUDA_PRECISION=fp32.
+// precision=fp32.
 static float *ns5(float *G, float *Y, float *A, float *Bm, float *inv, int rows, int cols) {
     const float a = 3.4445f, b = -4.7750f, c = 2.0315f;
     size_t n = (size_t)rows * cols;
     int tall = rows > cols, s = tall ? cols : rows;
-    frob_inv_kernel<<<1, 1024, 0, dm_stream>>>(inv, G, n);
-    cudaLaunchCheck();
+    sumsq_finish(inv, G, n, FIN_INV, 0);
     scale_by_dev_kernel<<<ceil_div((long long)n, 256), 256, 0, dm_stream>>>(G, inv, n);
     cudaLaunchCheck();
     float *X = G;
@@ -346,21 +356,13 @@ void cuda_opt_muon(real *p, const real *g, real *buf, int n_mats, int rows, int 
 size_t cuda_opt_retract_scratch_size(int rows, int r) {
     return 2 * (size_t)rows * r + 2 * (size_t)r * r + 2 * (size_t)r * r + 8;
 }
-// scale[0] = sqrt(r / ||X||_F^2), 0 when X = 0 (then X stays 0, as the CPU's early return)
-__global__ void retract_scale_kernel(float *scale, const float *X, size_t n, int r) {
-    __shared__ double sh[1024];
-    double s = 0;
-    for (size_t i = threadIdx.x; i < n; i += 1024) s += (double)X[i] * X[i];
-    double ss = block_sum_d(s, sh);
-    if (threadIdx.x == 0) scale[0] = ss == 0 ? 0.0f : (float)sqrt((double)r / ss);
-}
 __global__ void gated_copy_kernel(float *dst, const float *src, size_t n, const OptStatus *st) {
     if (!st->retract) return;
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) dst[i] = src[i];
 }
 // st->orth_err = max(st->orth_err, sqrt(sum err) / r) on a retracting step
-__global__ void orth_fold_kernel(OptStatus *st, const double *err, size_t n, int r) {
+__global__ void __launch_bounds__(1024) orth_fold_kernel(OptStatus *st, const double *err, size_t n, int r) {
     __shared__ double sh[1024];
     double s = 0;
     for (size_t i = threadIdx.x; i < n; i += 1024) s += err[i];
@@ -378,8 +380,7 @@ void cuda_opt_retract(real *X, int rows, int r, int iters, real *scratch, OptSta
     double *err = (double *)(M + rr);  // 8-aligned: 2 n + 2 rr floats is even
     float *scale = (float *)(err + rr);
     cudaCheck(cudaMemcpyAsync(Xs, X, sizeof(float) * n, cudaMemcpyDeviceToDevice, dm_stream));
-    retract_scale_kernel<<<1, 1024, 0, dm_stream>>>(scale, Xs, n, r);
-    cudaLaunchCheck();
+    sumsq_finish(scale, Xs, n, FIN_RETRACT, r);  // sqrt(r / ||X||_F^2), 0 when X = 0 (X then stays 0, as on the CPU)
     scale_by_dev_kernel<<<ceil_div((long long)n, 256), 256, 0, dm_stream>>>(Xs, scale, n);
     cudaLaunchCheck();
     for (int it = 0; it < iters; it++) {  // fp32 always: the fixed point at 1 needs the digits
