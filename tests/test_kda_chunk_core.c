@@ -62,25 +62,40 @@ static void case_free(Case *c) {
 // each phase is a strided loop over its outputs, so a missing stride, an output written by two
 // indices, or a read of another index's output inside one phase shows up as a wrong or
 // thread-count-dependent result (the tests also compare nt = 1 and nt = 4 bit for bit).
-static void run_core(Case *c, int nt) {
+// local = 1: the chunk-local views in a separate buffer, as the GPU's shared memory, poisoned
+// with NaN between the forward and the backward (two kernels: shared memory does not survive) —
+// any value the backward took from the forward's local views would turn its results into NaN.
+static void run_core(Case *c, int nt, int local) {
     int B = c->B, T = c->T, H = c->H, D = c->D;
-    size_t HD = (size_t)H * D;
+    size_t HD = (size_t)H * D, nl = kda_core_local_size(D);
     real *ws = malloc(sizeof(real) * kda_core_ws_size(B, T, H, D));
+    real *loc = malloc(sizeof(real) * nl);
     for (int i = 0; i < IN_N; i++) memset(c->dcore[i], 0, sizeof(real) * c->n[i]);
     for (int bh = 0; bh < B * H; bh++) {
         int b = bh / H, h = bh % H;
         KdaCoreWs w = kda_core_carve(ws, bh, T, D);
+        if (local) {
+            kda_core_carve_local(&w, loc, D);
+            for (size_t i = 0; i < nl; i++) loc[i] = NAN;
+        }
         size_t r0 = (size_t)b * T * HD + (size_t)h * D, b0 = (size_t)b * T * H + h;
         #pragma omp parallel num_threads(nt)
         {
             int tid = omp_get_thread_num(), n = omp_get_num_threads();
             kda_core_forward(&w, c->ocore + r0, c->in[IN_Q] + r0, c->in[IN_K] + r0, c->in[IN_V] + r0,
                              c->in[IN_BETA] + b0, c->in[IN_G] + r0, HD, H, T, D, tid, n);
+        }
+        if (local)
+            for (size_t i = 0; i < nl; i++) loc[i] = NAN;
+        #pragma omp parallel num_threads(nt)
+        {
+            int tid = omp_get_thread_num(), n = omp_get_num_threads();
             kda_core_backward(&w, c->dcore[IN_Q] + r0, c->dcore[IN_K] + r0, c->dcore[IN_V] + r0,
                               c->dcore[IN_BETA] + b0, c->dcore[IN_G] + r0, c->dout + r0, c->in[IN_Q] + r0,
                               c->in[IN_K] + r0, c->in[IN_BETA] + b0, c->in[IN_G] + r0, HD, H, T, D, tid, n);
         }
     }
+    free(loc);
     free(ws);
 }
 
@@ -91,17 +106,20 @@ static double check(int B, int T, int H, int D, double gmax, uint64_t seed) {
     kda_recurrent_backward(c.dref[IN_Q], c.dref[IN_K], c.dref[IN_V], c.dref[IN_BETA], c.dref[IN_G], c.dout,
                            c.in[IN_Q], c.in[IN_K], c.in[IN_V], c.in[IN_BETA], c.in[IN_G], ws, B, T, H, D);
     free(ws);
-    // four threads first, keep their results, then one thread: must be bit-identical
-    run_core(&c, 4);
+    // four threads first, keep their results; then one thread, and three threads with the
+    // chunk-local views in their own poisoned buffer (the GPU's shared memory): bit-identical
+    run_core(&c, 4, 0);
     real *keep[IN_N + 1];
     for (int i = 0; i < IN_N; i++) { keep[i] = malloc(sizeof(real) * c.n[i]); memcpy(keep[i], c.dcore[i], sizeof(real) * c.n[i]); }
     keep[IN_N] = malloc(sizeof(real) * c.n[IN_Q]);
     memcpy(keep[IN_N], c.ocore, sizeof(real) * c.n[IN_Q]);
-    run_core(&c, 1);
-    int same = !memcmp(keep[IN_N], c.ocore, sizeof(real) * c.n[IN_Q]);
-    for (int i = 0; i < IN_N; i++) same &= !memcmp(keep[i], c.dcore[i], sizeof(real) * c.n[i]);
+    for (int variant = 0; variant < 2; variant++) {
+        run_core(&c, variant ? 3 : 1, variant);
+        int same = !memcmp(keep[IN_N], c.ocore, sizeof(real) * c.n[IN_Q]);
+        for (int i = 0; i < IN_N; i++) same &= !memcmp(keep[i], c.dcore[i], sizeof(real) * c.n[i]);
+        assert_true(same);
+    }
     for (int i = 0; i <= IN_N; i++) free(keep[i]);
-    assert_true(same);
     double worst = tensor_rel_err(c.ocore, c.oref, c.n[IN_Q]);
     print_message("B=%d T=%d H=%d D=%d gmax=%.1f: o %.2e", B, T, H, D, gmax, worst);
     for (int i = 0; i < IN_N; i++) {
@@ -122,10 +140,10 @@ static void test_core_vs_recurrent(void **s) {
     const double bar = 1e-4;
 #endif
     double w = 0;
-    w = fmax(w, check(2, 64, 2, 16, 1.0, 1));   // T a multiple of the chunk
-    w = fmax(w, check(1, 50, 3, 8, 1.0, 2));    // not a multiple, odd sizes
-    w = fmax(w, check(2, 37, 2, 64, 5.0, 3));   // dh = 64 as the presets, strong decay
-    w = fmax(w, check(1, 5, 1, 12, 5.0, 4));    // shorter than one chunk
+    w = err_max(w, check(2, 64, 2, 16, 1.0, 1));   // T a multiple of the chunk
+    w = err_max(w, check(1, 50, 3, 8, 1.0, 2));    // not a multiple, odd sizes
+    w = err_max(w, check(2, 37, 2, 64, 5.0, 3));   // dh = 64 as the presets, strong decay
+    w = err_max(w, check(1, 5, 1, 12, 5.0, 4));    // shorter than one chunk
     assert_true(w <= bar);
 }
 
@@ -138,7 +156,7 @@ static void test_checker_catches(void **s) {
     kda_recurrent_backward(c.dref[IN_Q], c.dref[IN_K], c.dref[IN_V], c.dref[IN_BETA], c.dref[IN_G], c.dout,
                            c.in[IN_Q], c.in[IN_K], c.in[IN_V], c.in[IN_BETA], c.in[IN_G], ws, 1, 20, 1, 8);
     free(ws);
-    run_core(&c, 1);
+    run_core(&c, 1, 0);
     c.dcore[IN_G][17] *= 1.001f;
     assert_true(tensor_rel_err(c.dcore[IN_G], c.dref[IN_G], c.n[IN_G]) > 1e-6);
     case_free(&c);

@@ -87,6 +87,32 @@ static DM_HDS inline KdaCoreWs kda_core_carve(real *ws, int bh, int T, int D) {
     return w;
 }
 
+// The chunk-local part of the workspace (Gam, the [GC, D] operands and gradients, dP, dM, dPd,
+// Em, eL, dS, dS0): nothing in it outlives one kernel (forward -> backward goes through Sc, U,
+// W, PM only), so the GPU can keep it in the block's shared memory. Size in reals (even).
+static DM_HDS inline size_t kda_core_local_size(int D) {
+    size_t GD = (size_t)KDA_GC * D, DD = (size_t)D * D;
+    size_t n = 2 * GD + 19 * GD + 2 * KDA_GC * KDA_GC + KDA_GC + 2 * (size_t)D + 2 * DD;
+    return (n + 1) & ~(size_t)1;
+}
+// Re-point w's chunk-local views into `local` (8-byte aligned, kda_core_local_size(D) reals);
+// the views carved in the global workspace are then unused.
+static DM_HDS inline void kda_core_carve_local(KdaCoreWs *w, real *local, int D) {
+    size_t GD = (size_t)KDA_GC * D, DD = (size_t)D * D;
+    real *p = local;
+    w->Gam = (double *)p; p += 2 * GD;
+    real **g[] = {&w->F, &w->iF, &w->R, &w->QF, &w->KF, &w->QE, &w->KE, &w->KD, &w->Y, &w->dU, &w->dKD, &w->dQE,
+                  &w->dX, &w->Z, &w->dKE, &w->dXq, &w->dXk, &w->dY, &w->dGam};
+    for (int i = 0; i < 19; i++) { *g[i] = p; p += GD; }
+    w->dP = p; p += KDA_GC * KDA_GC;
+    w->dM = p; p += KDA_GC * KDA_GC;
+    w->dPd = p; p += KDA_GC;
+    w->Em = p; p += D;
+    w->eL = p; p += D;
+    w->dS = p; p += DD;
+    w->dS0 = p;
+}
+
 // Decay factors and scaled operands of the chunk of L tokens whose rows start at q, k, g
 // (stride ld): Gam, F, iF, R = e^(Gam_last - Gam), Em, eL, QF, KF, QE, KE, KD, Y.
 static DM_HD void kda_core_prep(KdaCoreWs *w, const real *q, const real *k, const real *g,

@@ -225,8 +225,8 @@ static void kda_inputs(int B, int T, int H, int D, std::vector<float> &q, std::v
     for (auto &x : beta) x = 1.0f / (1.0f + expf(-nrand()));
 }
 
-static void t_kda(int T, int C) {
-    int B = 2, H = 2, D = 64;
+static void t_kda(int T, int C, int D = 64) {  // D = 64: shared-memory chunk views; 128: global
+    int B = 2, H = 2;
     char nm[80];
     std::vector<float> q, k, v, beta, g;
     kda_inputs(B, T, H, D, q, k, v, beta, g);
@@ -236,7 +236,7 @@ static void t_kda(int T, int C) {
     Dev dws(sizeof(float) * G_->kda_ws_size(B, T, H, D, C));
     C_->kda_forward(o.data(), ws.data(), q.data(), k.data(), v.data(), beta.data(), g.data(), B, T, H, D, C);
     G_->kda_forward(dO.f(), dws.f(), dq->f(), dk->f(), dv->f(), db->f(), dg->f(), B, T, H, D, C);
-    snprintf(nm, sizeof nm, "kda_forward T=%d C=%d", T, C); cmp(nm, o, &dO, 1e-4);
+    snprintf(nm, sizeof nm, "kda_forward T=%d C=%d D=%d", T, C, D); cmp(nm, o, &dO, 1e-4);
     auto dy = randv(n), gq = randv(n), gk = randv(n), gv = randv(n), gb = randv(beta.size()), gg = randv(n);
     Dev *ddy = up(dy), *dgq = up(gq), *dgk = up(gk), *dgv = up(gv), *dgb = up(gb), *dgg = up(gg);
     C_->kda_backward(gq.data(), gk.data(), gv.data(), gb.data(), gg.data(), dy.data(), q.data(), k.data(),
@@ -247,14 +247,14 @@ static void t_kda(int T, int C) {
     std::vector<float> *cs[5] = {&gq, &gk, &gv, &gb, &gg};
     Dev *gs[5] = {dgq, dgk, dgv, dgb, dgg};
     for (int i = 0; i < 5; i++) {
-        snprintf(nm, sizeof nm, "kda_backward %s T=%d C=%d", names[i], T, C);
+        snprintf(nm, sizeof nm, "kda_backward %s T=%d C=%d D=%d", names[i], T, C, D);
         cmp(nm, *cs[i], gs[i], 1e-4);
     }
     // and against the CPU's RECURRENT reference (token by token, no chunking: the definition),
     // from the same accumulate-into starting values the CUDA gradients had
     std::vector<float> ro(n), rws(kda_recurrent_ws_size(B, T, H, D));
     kda_recurrent_forward(ro.data(), rws.data(), q.data(), k.data(), v.data(), beta.data(), g.data(), B, T, H, D);
-    snprintf(nm, sizeof nm, "kda_forward vs recurrent T=%d C=%d", T, C); cmp(nm, ro, &dO, 1e-4);
+    snprintf(nm, sizeof nm, "kda_forward vs recurrent T=%d D=%d", T, D); cmp(nm, ro, &dO, 1e-4);
     rng = 0x5EED0000ULL + (uint64_t)T * 131 + C;  // the accumulate-into values, drawn again below
     std::vector<float> r0[5] = {randv(n), randv(n), randv(n), randv(beta.size()), randv(n)};
     std::vector<float> r1[5] = {r0[0], r0[1], r0[2], r0[3], r0[4]};
@@ -266,7 +266,7 @@ static void t_kda(int T, int C) {
     kda_recurrent_backward(r1[0].data(), r1[1].data(), r1[2].data(), r1[3].data(), r1[4].data(), dy.data(),
                            q.data(), k.data(), v.data(), beta.data(), g.data(), rws.data(), B, T, H, D);
     for (int i = 0; i < 5; i++) {
-        snprintf(nm, sizeof nm, "kda_backward %s vs recurrent T=%d C=%d", names[i], T, C);
+        snprintf(nm, sizeof nm, "kda_backward %s vs recurrent T=%d D=%d", names[i], T, D);
         cmp(nm, r1[i], gs[i], 1e-4);
     }
     delete dq; delete dk; delete dv; delete db; delete dg; delete ddy;
@@ -409,6 +409,7 @@ int main(void) {
     t_kda(64, 16);   // T a multiple of the chunk
     t_kda(50, 16);   // and not
     t_kda(100, 64);
+    t_kda(40, 16, 128);  // too large for shared memory: the global-workspace path
     t_kda_step();
     t_moe(2, 0);
     t_moe(1, 0);
