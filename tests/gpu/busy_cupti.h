@@ -4,7 +4,9 @@
 // can only bracket an eager step, and then they also count the host's launch time inside an op).
 // Built with -DDM_HAVE_CUPTI when the toolkit has CUPTI (tests/gpu/run.sh looks for it); without
 // it, or when tracing cannot start (a sandbox may refuse it), busy_start says why and the
-// benchmark prints "n/a" instead of a number.
+// benchmark prints "n/a" instead of a number. Tracing is switched on before the step graph is
+// captured (records of a graph's nodes may need it at instantiation), busy_mark() opens the
+// window after the warm-up, busy_stop() closes it.
 #pragma once
 #include <stdint.h>
 #include <stdio.h>
@@ -91,6 +93,13 @@ static int busy_start(char *why, size_t n) {
     return 0;
 }
 
+// Drop what was recorded so far (the warm-up): the window starts now.
+static void busy_mark(void) {
+    cuptiActivityFlushAll(1);
+    busy_n = 0;
+    busy_lost = 0;
+}
+
 // Stop, flush, and return the ms during which at least one kernel or copy ran (-1: records lost).
 static double busy_stop(void) {
     cuptiActivityFlushAll(1);
@@ -119,5 +128,6 @@ static int busy_start(char *why, size_t n) {
     snprintf(why, n, "built without CUPTI (no cupti.h / libcupti in the CUDA toolkit)");
     return 1;
 }
+static void busy_mark(void) {}
 static double busy_stop(void) { return -1; }
 #endif
