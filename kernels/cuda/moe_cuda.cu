@@ -12,9 +12,13 @@
 // allocated: `aux` [1] and `load` [E] are DEVICE pointers that the plan kernel writes, and the
 // engine downloads them when it reports them. Deterministic: no atomics, every sum in a fixed
 // order owned by one thread (not bit-identical to the CPU: the GEMM sums run in another order).
-// The expert GEMMs are fp32 shared-memory tiles whatever dm_fp32 says; bf16 tensor-core tiles are
-// the next speed step.
+// The expert GEMMs: at precision=fp32 the fp32 shared-memory tiles of moe_core.h (the ones the
+// CPU test runs); in the default bf16 mode the same 64 x 64 output tiles on the tensor cores
+// (moe_gemm_bf16_kernel below: operands rounded to bf16 as they are staged in shared memory,
+// fp32 accumulation — the rounding every other product of the bf16 mode has). Same grids and tile
+// table, same epilogues; the K loop is the same fixed sequence of 32-deep steps every run.
 #include "cuda_common.cuh"
+#include <mma.h>
 
 #ifndef DM_DOUBLE
 
@@ -44,6 +48,122 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_gemm_kernel(MoeStep st, MoeVi
     else moe_core_wg_tile(&st.wg, &v, blockIdx.x, blockIdx.y, sA, sB, threadIdx.x, blockDim.x);
 }
 
+// ---- the bf16 tensor-core version of moe_gemm_kernel ----
+// Block = 8 warps over a 64 x 64 output tile: warp w owns rows 16 (w / 2) .. +16 and columns
+// 32 (w % 2) .. +32 (two 16 x 16 fp32 accumulator fragments). Per 32-deep K step the block stages
+// A and B in shared memory as bf16 (through moe_rows_at: gathers, scales, silu as the fp32 tile
+// does; zeros past the rows / columns / depth), then each warp runs 2 x 2 bf16 mma_syncs. The
+// accumulators go through shared memory to the same epilogues as moe_core.h's tiles.
+#define MB_K 32                  // depth of one staged step
+#define MB_LDA (MB_K + 8)        // grouped GEMM: sA[m][kk], row-major (bf16: ld a multiple of 8)
+#define MB_LDAT (MOE_TM + 8)     // weight GEMM: sA[kk][p] = A^T column-major
+#define MB_LDB (MOE_TN + 8)      // sB[kk][j], row-major
+#define MB_LDC (MOE_TN + 4)      // sC[m][j] fp32
+#define MB_SA (MOE_TM * MB_LDA > MB_K * MB_LDAT ? MOE_TM * MB_LDA : MB_K * MB_LDAT)
+static_assert(MOE_TM == 64 && MOE_TN == 64 && MOE_THREADS == 256, "the warp layout below assumes 8 warps on 64 x 64");
+
+__global__ void __launch_bounds__(MOE_THREADS) moe_gemm_bf16_kernel(MoeStep st, MoeView v) {
+    using namespace nvcuda;
+    __shared__ __align__(32) __nv_bfloat16 sA[MB_SA];
+    __shared__ __align__(32) __nv_bfloat16 sB[MB_K * MB_LDB];
+    __shared__ __align__(32) float sC[MOE_TM * MB_LDC];
+    const int tid = threadIdx.x, nt = blockDim.x, warp = tid / 32;
+    const int wr = (warp / 2) * 16, wc = (warp % 2) * 32;  // this warp's first row and column
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> c0, c1;
+    wmma::fill_fragment(c0, 0.0f);
+    wmma::fill_fragment(c1, 0.0f);
+    if (st.kind == MOE_K_RG) {
+        const MoeRG *g = &st.rg;
+        const int *tb = v.tiles + 3 * (size_t)blockIdx.x;
+        const int e = tb[0], row0 = tb[1], rows = tb[2], K = g->K, Nc = g->Nc, j0 = blockIdx.y * MOE_TN;
+        if (rows <= 0 || j0 >= Nc) return;  // block-uniform
+        const float *Bw = g->B + (size_t)e * K * Nc;
+        for (int k0 = 0; k0 < K; k0 += MB_K) {
+            const int kw = K - k0 < MB_K ? K - k0 : MB_K;
+            for (int x = tid; x < MOE_TM * MB_K; x += nt) {
+                int m = x / MB_K, kk = x % MB_K;
+                float a = m < rows && kk < kw ? moe_rows_at(&g->A, &v, e, row0 + m, k0 + kk) : 0.0f;
+                sA[m * MB_LDA + kk] = __float2bfloat16(a);
+            }
+            for (int x = tid; x < MB_K * MOE_TN; x += nt) {
+                int kk, j;
+                if (g->btrans) { j = x / MB_K; kk = x % MB_K; } else { kk = x / MOE_TN; j = x % MOE_TN; }
+                float b = 0.0f;
+                if (kk < kw && j0 + j < Nc)
+                    b = g->btrans ? Bw[(size_t)(j0 + j) * K + k0 + kk] : Bw[(size_t)(k0 + kk) * Nc + j0 + j];
+                sB[kk * MB_LDB + j] = __float2bfloat16(b);
+            }
+            __syncthreads();
+#pragma unroll
+            for (int kk0 = 0; kk0 < MB_K; kk0 += 16) {
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> b0, b1;
+                wmma::load_matrix_sync(a, sA + wr * MB_LDA + kk0, MB_LDA);
+                wmma::load_matrix_sync(b0, sB + kk0 * MB_LDB + wc, MB_LDB);
+                wmma::load_matrix_sync(b1, sB + kk0 * MB_LDB + wc + 16, MB_LDB);
+                wmma::mma_sync(c0, a, b0, c0);
+                wmma::mma_sync(c1, a, b1, c1);
+            }
+            __syncthreads();
+        }
+        wmma::store_matrix_sync(sC + wr * MB_LDC + wc, c0, MB_LDC, wmma::mem_row_major);
+        wmma::store_matrix_sync(sC + wr * MB_LDC + wc + 16, c1, MB_LDC, wmma::mem_row_major);
+        __syncthreads();
+        for (int x = tid; x < MOE_TM * MOE_TN; x += nt) {
+            int m = x / MOE_TN, j = x % MOE_TN;
+            if (m >= rows || j0 + j >= Nc) continue;
+            float acc = sC[m * MB_LDC + j];
+            float *c = g->C + (size_t)(row0 + m) * g->ldc + j0 + j;
+            if (g->epi == MOE_EPI_DSILU) {  // c holds h: silu'(h) = sig + silu(h) (1 - sig)
+                float hv = *c, sg = moe_sigmoid(hv), gv = hv * sg;
+                *c = acc * (sg + gv * (1.0f - sg));
+            } else {
+                *c = acc;
+            }
+        }
+    } else {  // MOE_K_WG: C_e[p, q] += sum over expert e's rows of A(i, p) B(i, q)
+        const MoeWG *g = &st.wg;
+        const int e = blockIdx.y, o = v.off[e], cnt = v.off[e + 1] - o, P = g->P, Q = g->Q;
+        const int ntq = (Q + MOE_TN - 1) / MOE_TN, p0 = (blockIdx.x / ntq) * MOE_TM, q0 = (blockIdx.x % ntq) * MOE_TN;
+        if (cnt == 0 || p0 >= P) return;  // block-uniform
+        for (int k0 = 0; k0 < cnt; k0 += MB_K) {
+            const int kw = cnt - k0 < MB_K ? cnt - k0 : MB_K;
+            for (int x = tid; x < MB_K * MOE_TM; x += nt) {  // sA[kk][p]: row o+k0+kk of A, p fastest
+                int kk = x / MOE_TM, p = x % MOE_TM;
+                float a = kk < kw && p0 + p < P ? moe_rows_at(&g->A, &v, e, o + k0 + kk, p0 + p) : 0.0f;
+                sA[kk * MB_LDAT + p] = __float2bfloat16(a);
+            }
+            for (int x = tid; x < MB_K * MOE_TN; x += nt) {  // sB[kk][q]
+                int kk = x / MOE_TN, q = x % MOE_TN;
+                float b = kk < kw && q0 + q < Q ? moe_rows_at(&g->B, &v, e, o + k0 + kk, q0 + q) : 0.0f;
+                sB[kk * MB_LDB + q] = __float2bfloat16(b);
+            }
+            __syncthreads();
+#pragma unroll
+            for (int kk0 = 0; kk0 < MB_K; kk0 += 16) {
+                // A^T (p, kk) sits at sA[kk * MB_LDAT + p]: column-major with ld MB_LDAT
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::col_major> a;
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> b0, b1;
+                wmma::load_matrix_sync(a, sA + kk0 * MB_LDAT + wr, MB_LDAT);
+                wmma::load_matrix_sync(b0, sB + kk0 * MB_LDB + wc, MB_LDB);
+                wmma::load_matrix_sync(b1, sB + kk0 * MB_LDB + wc + 16, MB_LDB);
+                wmma::mma_sync(c0, a, b0, c0);
+                wmma::mma_sync(c1, a, b1, c1);
+            }
+            __syncthreads();
+        }
+        wmma::store_matrix_sync(sC + wr * MB_LDC + wc, c0, MB_LDC, wmma::mem_row_major);
+        wmma::store_matrix_sync(sC + wr * MB_LDC + wc + 16, c1, MB_LDC, wmma::mem_row_major);
+        __syncthreads();
+        float *Ce = g->C + (size_t)e * P * Q;
+        for (int x = tid; x < MOE_TM * MOE_TN; x += nt) {
+            int p = x / MOE_TN, q = x % MOE_TN;
+            if (p0 + p >= P || q0 + q >= Q) continue;
+            Ce[(size_t)(p0 + p) * Q + q0 + q] += sC[p * MB_LDC + q];
+        }
+    }
+}
+
 // the plan: one block (sort, offsets, load, aux, tile table)
 __global__ void __launch_bounds__(MOE_PLAN_THREADS) moe_plan_kernel(MoeStep st, MoeView v) {
     moe_core_block(&st, &v, 0, 0, NULL, NULL, threadIdx.x, blockDim.x);
@@ -66,7 +186,8 @@ static void moe_run(const MoeStep *st, int ns, const MoeView *v) {
             cudaLaunchCheck();
         } else if (gx > 0 && gy > 0) {
             if (st[i].kind == MOE_K_PLAN) moe_plan_kernel<<<1, MOE_PLAN_THREADS, 0, dm_stream>>>(st[i], *v);
-            else moe_gemm_kernel<<<dim3(gx, gy), MOE_THREADS, 0, dm_stream>>>(st[i], *v);
+            else if (dm_fp32) moe_gemm_kernel<<<dim3(gx, gy), MOE_THREADS, 0, dm_stream>>>(st[i], *v);
+            else moe_gemm_bf16_kernel<<<dim3(gx, gy), MOE_THREADS, 0, dm_stream>>>(st[i], *v);
             cudaLaunchCheck();
         }
     }

@@ -291,10 +291,15 @@ static void t_kda_step() {
 }
 
 // N tokens; one >= 0: every token routed to expert `one` (the others get no rows)
-static void t_moe(int k, int ties, int N = 100, int one = -1) {
+// lowp = 1: the bf16 mode (the expert GEMMs on the tensor cores): tolerance 3e-2, and the rerun
+// must still be bit-identical
+static void t_moe(int k, int ties, int N = 100, int one = -1, int lowp = 0) {
     MoEShape s = {N, 64, 4, k, 16, 96};
-    char nm[80], tag[48];
-    snprintf(tag, sizeof tag, "k=%d N=%d%s%s", k, N, ties ? " ties" : "", one >= 0 ? " one-expert" : "");
+    char nm[80], tag[56];
+    snprintf(tag, sizeof tag, "k=%d N=%d%s%s%s", k, N, ties ? " ties" : "", one >= 0 ? " one-expert" : "",
+             lowp ? " bf16" : "");
+    const double tol = lowp ? 3e-2 : 1e-4;
+    cuda_set_precision(!lowp);
     int d = s.d, E = s.E, r = s.r, f = s.f;
     auto n = randv((size_t)N * d), z = randv((size_t)N * E);
     if (ties)  // every other token: all logits equal, or the top two equal
@@ -317,7 +322,7 @@ static void t_moe(int k, int ties, int N = 100, int one = -1) {
     G_->download(&auxg, daux.p, sizeof(float));
     G_->download(loadg.data(), dload.p, sizeof(int) * E);
     std::vector<float> outg = down<float>(&dout_, out.size());
-    snprintf(nm, sizeof nm, "moe_forward out %s", tag); cmp(nm, out, &dout_, 1e-4);
+    snprintf(nm, sizeof nm, "moe_forward out %s", tag); cmp(nm, out, &dout_, tol);
     snprintf(nm, sizeof nm, "moe_forward aux %s", tag); report(nm, fabs(auxc - auxg) / fmax(fabs(auxc), 1e-30), 1e-5);
     { int bad = 0; for (int e = 0; e < E; e++) bad += loadc[e] != loadg[e];
       snprintf(nm, sizeof nm, "moe_forward load %s", tag); report(nm, bad, 0, "(exact)"); }
@@ -337,7 +342,7 @@ static void t_moe(int k, int ties, int N = 100, int one = -1) {
     std::vector<float> first[8];
     for (int i = 0; i < 8; i++) {
         snprintf(nm, sizeof nm, "moe_backward %s %s", names[i], tag);
-        cmp(nm, *cs[i], gsd[i], 1e-4);
+        cmp(nm, *cs[i], gsd[i], tol);
         first[i] = down<float>(gsd[i], cs[i]->size());
     }
     // determinism: forward + backward again from the same starting gradients (backward consumed
@@ -360,6 +365,7 @@ static void t_moe(int k, int ties, int N = 100, int one = -1) {
     }
     for (int i = 0; i < 8; i++) delete gsd[i];
     delete dn; delete dz; delete dU1; delete ds1; delete dV1; delete dU2; delete ds2; delete dV2; delete ddy;
+    cuda_set_precision(1);
 }
 
 static void t_retract() {
@@ -416,6 +422,8 @@ int main(void) {
     t_moe(2, 1);
     t_moe(2, 0, 700);     // experts of several 64-row tiles, more assignments than sort chunks
     t_moe(1, 0, 333, 2);  // every token on expert 2: experts 0, 1, 3 empty
+    t_moe(2, 0, 700, -1, 1);  // the bf16 tensor-core tiles (the default precision)
+    t_moe(1, 0, 333, 2, 1);
     t_retract();
     t_fused();
     t_optim();
