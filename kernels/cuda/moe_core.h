@@ -25,9 +25,9 @@
 // `for (x = tid; x < n; x += nt)` over outputs it alone owns, phases are separated by DM_SYNC()
 // (__syncthreads() on the GPU; an OpenMP barrier in the CPU test, which runs a block as a team of
 // nt threads, so a race between phases or a missing stride shows as a wrong or nt-dependent
-// result). Item functions take the item index. The GEMM tiles are plain fp32 shared-memory tiles
-// (correctness first): bf16 tensor-core tiles are a later speed step, so the backend's bf16
-// matrix-product mode does not apply to the MoE yet.
+// result). Item functions take the item index. The GEMM tiles here are plain fp32 shared-memory
+// tiles (what precision=fp32 runs, and what the CPU test checks); the bf16 mode runs the same
+// tiles on the tensor cores (moe_cuda.cu's moe_gemm_bf16_kernel, checked on a device only).
 //
 // The step lists (moe_core_forward_steps / moe_core_backward_steps) are the algorithm: the CUDA
 // backend and the CPU test both run exactly these steps in this order, each with its own executor.
