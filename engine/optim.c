@@ -61,7 +61,7 @@ int optim_create(Optim *o, const Model *m, dm_err *err) {
         o->segs[i].off = t->offset;
         o->segs[i].n = t->numel;
         if (t->n_mats <= 0 || t->rows <= 0 || t->cols <= 0) continue;
-        size_t s = be->opt_muon_scratch_size(t->rows, t->cols);
+        size_t s = be->opt_muon_scratch_size(t->n_mats, t->rows, t->cols);
         if (s > need) need = s;
         if (t->orthonormal && (s = be->opt_retract_scratch_size(t->rows, t->cols)) > need) need = s;
     }

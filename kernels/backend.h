@@ -118,7 +118,7 @@ typedef struct Backend {
     size_t (*opt_adam_rows_ws_size)(int O, int N, int64_t R);  // bytes
     void (*opt_adam_rows)(real *p, const real *g, real *m, real *v, int64_t *row_steps, const int32_t *rows,
                           int O, int N, int64_t R, int D, void *ws, const StepHyper *hp, const OptStatus *st);
-    size_t (*opt_muon_scratch_size)(int rows, int cols);  // reals
+    size_t (*opt_muon_scratch_size)(int n_mats, int rows, int cols);  // reals, for opt_muon of n_mats matrices
     void (*opt_muon)(real *p, const real *g, real *buf, int n_mats, int rows, int cols, int colrow,
                      real *scratch, const StepHyper *hp, const OptStatus *st);
     size_t (*opt_retract_scratch_size)(int rows, int r);  // reals

@@ -291,8 +291,8 @@ static void fw_opt_adam_rows(real *p, const real *g, real *m, real *v, int64_t *
     fence_open(); fence_inner->opt_adam_rows(p, g, m, v, row_steps, rows, O, N, R, D, ws, hp, st);
         fence_close();
 }
-static size_t fw_opt_muon_scratch_size(int rows, int cols) {
-    fence_open(); size_t res_ = fence_inner->opt_muon_scratch_size(rows, cols); fence_close(); return
+static size_t fw_opt_muon_scratch_size(int n_mats, int rows, int cols) {
+    fence_open(); size_t res_ = fence_inner->opt_muon_scratch_size(n_mats, rows, cols); fence_close(); return
         res_;
 }
 static void fw_opt_muon(real *p, const real *g, real *buf, int n_mats, int rows, int cols, int colrow,

@@ -163,7 +163,7 @@ static size_t gr_opt_adam_rows_ws_size(int O, int N, int64_t R) { return gr_inne
 typedef struct { real *p; const real *g; real *m; real *v; int64_t *row_steps; const int32_t *rows; int O; int N; int64_t R; int D; void *ws; const StepHyper *hp; const OptStatus *st; } gr_a_opt_adam_rows;
 static void gr_r_opt_adam_rows(const void *p_) { const gr_a_opt_adam_rows *a = p_; gr_inner->opt_adam_rows(a->p, a->g, a->m, a->v, a->row_steps, a->rows, a->O, a->N, a->R, a->D, a->ws, a->hp, a->st); }
 static void gr_opt_adam_rows(real *p, const real *g, real *m, real *v, int64_t *row_steps, const int32_t *rows, int O, int N, int64_t R, int D, void *ws, const StepHyper *hp, const OptStatus *st) { gr_a_opt_adam_rows a_ = {p, g, m, v, row_steps, rows, O, N, R, D, ws, hp, st}; gr_call(gr_r_opt_adam_rows, &a_, sizeof a_); }
-static size_t gr_opt_muon_scratch_size(int rows, int cols) { return gr_inner->opt_muon_scratch_size(rows, cols); }
+static size_t gr_opt_muon_scratch_size(int n_mats, int rows, int cols) { return gr_inner->opt_muon_scratch_size(n_mats, rows, cols); }
 typedef struct { real *p; const real *g; real *buf; int n_mats; int rows; int cols; int colrow; real *scratch; const StepHyper *hp; const OptStatus *st; } gr_a_opt_muon;
 static void gr_r_opt_muon(const void *p_) { const gr_a_opt_muon *a = p_; gr_inner->opt_muon(a->p, a->g, a->buf, a->n_mats, a->rows, a->cols, a->colrow, a->scratch, a->hp, a->st); }
 static void gr_opt_muon(real *p, const real *g, real *buf, int n_mats, int rows, int cols, int colrow, real *scratch, const StepHyper *hp, const OptStatus *st) { gr_a_opt_muon a_ = {p, g, buf, n_mats, rows, cols, colrow, scratch, hp, st}; gr_call(gr_r_opt_muon, &a_, sizeof a_); }

@@ -293,8 +293,10 @@ static void colrow_normalize(real *U, int rows, int cols) {
     }
 }
 
-// scratch: U [rows, cols] + the Newton–Schulz workspace
-size_t opt_muon_scratch_size(int rows, int cols) {
+// scratch: U [rows, cols] + the Newton–Schulz workspace (the matrices of a tensor are done one
+// after another in it: n_mats does not change the size here)
+size_t opt_muon_scratch_size(int n_mats, int rows, int cols) {
+    (void)n_mats;
     return (size_t)rows * cols + ns_scratch_size(rows, cols);
 }
 

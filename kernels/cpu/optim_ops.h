@@ -107,7 +107,7 @@ void opt_sumsq_rows(double *ss, int32_t *bad, const real *g, const int32_t *rows
 // opt_clip_rows: opt_clip on each distinct read row once (ws: opt_adam_rows_ws_size bytes, zero
 // between calls)
 void opt_clip_rows(real *g, const int32_t *rows, int O, int N, int64_t R, int D, void *ws, const OptStatus *st);
-size_t opt_muon_scratch_size(int rows, int cols);
+size_t opt_muon_scratch_size(int n_mats, int rows, int cols);
 void opt_muon(real *p, const real *g, real *buf, int n_mats, int rows, int cols, int colrow,
               real *scratch, const StepHyper *hp, const OptStatus *st);
 size_t opt_retract_scratch_size(int rows, int r);

@@ -203,6 +203,37 @@ void dm_gemm(int tA, int tB, int M, int N, int K, float alpha, const float *A, i
                              CUBLAS_GEMM_DEFAULT));
 }
 
+void dm_gemm_batched(int tA, int tB, int M, int N, int K, float alpha, const float *A, int lda, long long sA,
+                     const float *B, int ldb, long long sB, float beta, float *C, int ldc, long long sC,
+                     int batch, int lowp) {
+    if (batch <= 0 || M <= 0 || N <= 0) return;
+    if (batch == 1 || K <= 0) {  // one product, or C = beta C: dm_gemm's own paths, per matrix
+        for (int i = 0; i < batch; i++)
+            dm_gemm(tA, tB, M, N, K, alpha, A + i * sA, lda, B + i * sB, ldb, beta, C + i * sC, ldc, lowp);
+        return;
+    }
+    cublasOperation_t oa = tA ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tB ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (dm_fp32 || !lowp) {  // row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T
+        cublasCheck(cublasSgemmStridedBatched(dm_cublas, ob, oa, N, M, K, &alpha, B, ldb, sB, A, lda, sA, &beta, C,
+                                              ldc, sC, batch));
+        return;
+    }
+    int ar = tA ? K : M, br = tB ? N : K;  // rows as stored; dense: sA = ar * lda, sB = br * ldb
+    if (sA != (long long)ar * lda || sB != (long long)br * ldb) {
+        fprintf(stderr, "dm_gemm_batched: bf16 operands must be dense batches (%s:%d)\n", __FILE__, __LINE__);
+        exit(1);
+    }
+    __nv_bfloat16 *Ab = (__nv_bfloat16 *)dm_scratch(SCR_BF16A, sizeof(__nv_bfloat16) * (size_t)sA * batch);
+    __nv_bfloat16 *Bb = (__nv_bfloat16 *)dm_scratch(SCR_BF16B, sizeof(__nv_bfloat16) * (size_t)sB * batch);
+    to_bf16_kernel<<<ceil_div((long long)sA * batch, 256), 256, 0, dm_stream>>>(Ab, A, ar * batch, lda, lda);
+    cudaLaunchCheck();
+    to_bf16_kernel<<<ceil_div((long long)sB * batch, 256), 256, 0, dm_stream>>>(Bb, B, br * batch, ldb, ldb);
+    cudaLaunchCheck();
+    cublasCheck(cublasGemmStridedBatchedEx(dm_cublas, ob, oa, N, M, K, &alpha, Bb, CUDA_R_16BF, ldb, sB, Ab,
+                                           CUDA_R_16BF, lda, sA, &beta, C, CUDA_R_32F, ldc, sC, batch,
+                                           CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
 static void cu_gemm(int tA, int tB, int M, int N, int K, real alpha, const real *A, int lda,
                     const real *B, int ldb, real beta, real *C, int ldc) {
     dm_gemm(tA, tB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, 1);

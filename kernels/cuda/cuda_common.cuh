@@ -53,6 +53,13 @@ void *dm_scratch(int slot, size_t bytes);
 // internal numerics that must stay fp32 (retraction, KDA) pass 0.
 void dm_gemm(int tA, int tB, int M, int N, int K, float alpha, const float *A, int lda,
              const float *B, int ldb, float beta, float *C, int ldc, int lowp);
+// The same for `batch` products at once: matrix i of A, B, C starts sA, sB, sC floats after
+// matrix i-1 (strided-batched cuBLAS). A and B must be DENSE (lda, ldb the stored widths, every
+// matrix packed: sA = rows * lda of A as stored, likewise B), which lets the bf16 mode convert
+// each whole batch in one pass.
+void dm_gemm_batched(int tA, int tB, int M, int N, int K, float alpha, const float *A, int lda, long long sA,
+                     const float *B, int ldb, long long sB, float beta, float *C, int ldc, long long sC,
+                     int batch, int lowp);
 
 // Stable device radix sort of (key, value) pairs, keys in [0, 2^bits): values with equal keys
 // keep their input order, so a fixed-order walk of each key's run is deterministic.
@@ -98,7 +105,7 @@ void cuda_opt_adamw(real *p, const real *g, real *m, real *v, size_t n, int deca
 size_t cuda_opt_adam_rows_ws_size(int O, int N, int64_t R);
 void cuda_opt_adam_rows(real *p, const real *g, real *m, real *v, int64_t *row_steps, const int32_t *rows,
                         int O, int N, int64_t R, int D, void *ws, const StepHyper *hp, const OptStatus *st);
-size_t cuda_opt_muon_scratch_size(int rows, int cols);
+size_t cuda_opt_muon_scratch_size(int n_mats, int rows, int cols);
 void cuda_opt_muon(real *p, const real *g, real *buf, int n_mats, int rows, int cols, int colrow,
                    real *scratch, const StepHyper *hp, const OptStatus *st);
 size_t cuda_opt_retract_scratch_size(int rows, int r);

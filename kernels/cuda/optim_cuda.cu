@@ -214,10 +214,17 @@ void cuda_opt_adam_rows(real *p, const real *g, real *m, real *v, int64_t *row_s
 // ================================================================================================
 // Muon: momentum, Frobenius normalisation, Newton–Schulz through cuBLAS, colrow, apply
 // ================================================================================================
-// scratch: U [rows, cols] | Y [rows, cols] | A [s, s] | Bm [s, s] | inv (1 float, padded)
-size_t cuda_opt_muon_scratch_size(int rows, int cols) {
-    size_t s = (size_t)(rows < cols ? rows : cols);
-    return 2 * (size_t)rows * cols + 2 * s * s + 64;
+// The n_mats matrices of a tensor (the experts' factors: [E, rows, cols]) are orthogonalised
+// TOGETHER: every launch covers all of them (element-wise kernels over the whole tensor, the
+// per-matrix norms and polynomial with the matrix on gridDim.y, the products as strided-batched
+// cuBLAS calls), so a tensor costs the launches of one matrix — at the base preset the 32 expert
+// matrices would otherwise be ~1 600 launches of small kernels per step. Each matrix's numbers are
+// the same sums as when it is alone (the batch only shares launches).
+// scratch: U [n_mats, rows, cols] | Y [n_mats, rows, cols] | A [n_mats, s, s] | Bm [n_mats, s, s] |
+//          inv [n_mats] floats | partial sums [n_mats, DM_RED_MAX_BLOCKS] doubles (8-aligned)
+size_t cuda_opt_muon_scratch_size(int n_mats, int rows, int cols) {
+    size_t s = (size_t)(rows < cols ? rows : cols), E = (size_t)(n_mats > 0 ? n_mats : 1);
+    return E * (2 * (size_t)rows * cols + 2 * s * s) + E + 2 * E * DM_RED_MAX_BLOCKS + 64;
 }
 
 __global__ void muon_momentum_kernel(float *U, float *buf, const float *g, size_t n, const StepHyper *hp,
@@ -230,55 +237,60 @@ __global__ void muon_momentum_kernel(float *U, float *buf, const float *g, size_
     buf[i] = b;
     U[i] = g[i] + mu * b;
 }
-// ||X||_F^2 over the whole device (dm_reduce_partials: a fixed grid of block partials), then one
-// block of 256 sums the partials over a fixed tree and finishes: FIN_INV inv = 1 / (||X|| + eps)
-// (Muon), FIN_RETRACT scale = sqrt(r / ||X||^2), 0 when X = 0 (the retraction). One block alone
-// streaming a base-preset matrix (up to 3072 x 768) would leave the other SMs idle.
-enum { FIN_INV, FIN_RETRACT };
-__global__ void sumsq_finish_kernel(float *out, const double *partial, int nb, int what, int r) {
+// Per matrix e = blockIdx.y of n elements each: part[e][blockIdx.x] = this block's share of
+// sum X_e[i]^2 in double (a fixed grid: nb blocks per matrix, a function of n only), then
+// inv[e] = 1 / (||X_e||_F + eps) from the nb partials over a fixed tree.
+__global__ void sumsq_part_batched_kernel(double *part, const float *X, size_t n) {
     __shared__ double sh[256];
+    const float *x = X + (size_t)blockIdx.y * n;
     double s = 0;
-    for (int i = threadIdx.x; i < nb; i += 256) s += partial[i];
+    for (size_t i = (size_t)blockIdx.x * 256 + threadIdx.x; i < n; i += (size_t)gridDim.x * 256) s += (double)x[i] * x[i];
+    double t = block_sum_d(s, sh);
+    if (threadIdx.x == 0) part[(size_t)blockIdx.y * gridDim.x + blockIdx.x] = t;
+}
+__global__ void frob_inv_batched_kernel(float *inv, const double *part, int nb) {
+    __shared__ double sh[256];
+    const double *p = part + (size_t)blockIdx.x * nb;
+    double s = 0;
+    for (int i = threadIdx.x; i < nb; i += 256) s += p[i];
     double ss = block_sum_d(s, sh);
-    if (threadIdx.x == 0)
-        out[0] = what == FIN_INV ? (float)(1.0 / (sqrt(ss) + MUON_EPS)) : ss == 0 ? 0.0f : (float)sqrt((double)r / ss);
+    if (threadIdx.x == 0) inv[blockIdx.x] = (float)(1.0 / (sqrt(ss) + MUON_EPS));
 }
-static void sumsq_finish(float *out, const float *X, size_t n, int what, int r) {
-    double *partial = (double *)dm_scratch(SCR_MISC, sizeof(double) * DM_RED_MAX_BLOCKS);
-    int nb = dm_reduce_partials(partial, X, X, n);
-    sumsq_finish_kernel<<<1, 256, 0, dm_stream>>>(out, partial, nb, what, r);
-    cudaLaunchCheck();
-}
-__global__ void scale_by_dev_kernel(float *X, const float *s, size_t n) {
+// X [E, n]: X_e *= s[e]
+__global__ void scale_batched_kernel(float *X, const float *s, size_t n, size_t total) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) X[i] *= s[0];
+    if (i < total) X[i] *= s[i / n];
 }
-// Y = a X
+// Y = a X (whole tensor)
 __global__ void scaled_copy_kernel(float *Y, const float *X, float a, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) Y[i] = a * X[i];
 }
-// M += b A (+ a I when a != 0)
-__global__ void poly_kernel(float *M, const float *A, int s, float a, float b) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= s * s) return;
+// M += b A (+ a I when a != 0), every one of the [count, s, s] matrices
+__global__ void poly_kernel(float *M, const float *A, int s, float a, float b, size_t count) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t ss = (size_t)s * s;
+    if (i >= ss * count) return;
+    size_t l = i % ss;
     float v = M[i] + b * A[i];
-    if (a != 0 && i / s == i % s) v += a;
+    if (a != 0 && l / s == l % s) v += a;
     M[i] = v;
 }
-// colrow: block per column (then per row), RMS in double over a fixed tree, scaled in place
+// colrow: block per (column, matrix), then per (row, matrix): RMS in double over a fixed tree,
+// scaled in place
 __global__ void col_normalize_kernel(float *U, int rows, int cols) {
     __shared__ double sh[OPT_NT];
     int j = blockIdx.x;
+    float *Ue = U + (size_t)blockIdx.y * rows * cols;
     double s = 0;
-    for (int i = threadIdx.x; i < rows; i += OPT_NT) { double u = U[(size_t)i * cols + j]; s += u * u; }
+    for (int i = threadIdx.x; i < rows; i += OPT_NT) { double u = Ue[(size_t)i * cols + j]; s += u * u; }
     double ss = block_sum_d(s, sh);
     float inv = (float)(1.0 / (sqrt(ss / rows) + MUON_EPS));
-    for (int i = threadIdx.x; i < rows; i += OPT_NT) U[(size_t)i * cols + j] *= inv;
+    for (int i = threadIdx.x; i < rows; i += OPT_NT) Ue[(size_t)i * cols + j] *= inv;
 }
-__global__ void row_normalize_kernel(float *U, int cols) {
+__global__ void row_normalize_kernel(float *U, int rows, int cols) {
     __shared__ double sh[OPT_NT];
-    float *r = U + (size_t)blockIdx.x * cols;  // [cols]
+    float *r = U + ((size_t)blockIdx.y * rows + blockIdx.x) * cols;  // [cols]
     double s = 0;
     for (int j = threadIdx.x; j < cols; j += OPT_NT) s += (double)r[j] * r[j];
     double ss = block_sum_d(s, sh);
@@ -296,28 +308,34 @@ __global__ void muon_apply_kernel(float *p, const float *U, size_t n, double sca
     if (i < n) p[i] = p[i] * decay - step * U[i];
 }
 
-// G [rows, cols] (device) -> NS5 of G / (||G||_F + eps); returns the buffer holding the result
-// (G or Y: the iterate ping-pongs, no copy). Products go through dm_gemm with lowp = 1: bf16
-// operands and fp32 accumulation in the default precision (as Muon is usually run), fp32 under
-// precision=fp32.
-static float *ns5(float *G, float *Y, float *A, float *Bm, float *inv, int rows, int cols) {
+// G [E, rows, cols] (device) -> NS5 of each G_e / (||G_e||_F + eps); returns the buffer holding
+// the result (G or Y: the iterate ping-pongs, no copy). Products go through dm_gemm_batched with
+// lowp = 1: bf16 operands and fp32 accumulation in the default precision (as Muon is usually
+// run), fp32 under precision=fp32.
+static float *ns5(float *G, float *Y, float *A, float *Bm, float *inv, double *part, int E, int rows, int cols) {
     const float a = 3.4445f, b = -4.7750f, c = 2.0315f;
-    size_t n = (size_t)rows * cols;
+    size_t n = (size_t)rows * cols, tot = n * E;
     int tall = rows > cols, s = tall ? cols : rows;
-    sumsq_finish(inv, G, n, FIN_INV, 0);
-    scale_by_dev_kernel<<<ceil_div((long long)n, 256), 256, 0, dm_stream>>>(G, inv, n);
+    long long ss = (long long)s * s;
+    int nb = ceil_div((long long)n, 256 * 8);  // >= 8 elements per thread, at most DM_RED_MAX_BLOCKS
+    if (nb > DM_RED_MAX_BLOCKS) nb = DM_RED_MAX_BLOCKS;
+    sumsq_part_batched_kernel<<<dim3(nb, E), 256, 0, dm_stream>>>(part, G, n);
+    cudaLaunchCheck();
+    frob_inv_batched_kernel<<<E, 256, 0, dm_stream>>>(inv, part, nb);
+    cudaLaunchCheck();
+    scale_batched_kernel<<<ceil_div((long long)tot, 256), 256, 0, dm_stream>>>(G, inv, n, tot);
     cudaLaunchCheck();
     float *X = G;
     for (int it = 0; it < 5; it++) {
-        if (tall) dm_gemm(1, 0, s, s, rows, 1, X, cols, X, cols, 0, A, s, 1);  // A = X^T X [cols, cols]
-        else      dm_gemm(0, 1, s, s, cols, 1, X, cols, X, cols, 0, A, s, 1);  // A = X X^T [rows, rows]
-        dm_gemm(0, 0, s, s, s, c, A, s, A, s, 0, Bm, s, 1);                    // Bm = c A A
-        poly_kernel<<<ceil_div((long long)s * s, 256), 256, 0, dm_stream>>>(Bm, A, s, 0.0f, b);  // += b A
+        if (tall) dm_gemm_batched(1, 0, s, s, rows, 1, X, cols, n, X, cols, n, 0, A, s, ss, E, 1);  // A = X^T X
+        else      dm_gemm_batched(0, 1, s, s, cols, 1, X, cols, n, X, cols, n, 0, A, s, ss, E, 1);  // A = X X^T
+        dm_gemm_batched(0, 0, s, s, s, c, A, s, ss, A, s, ss, 0, Bm, s, ss, E, 1);                  // Bm = c A A
+        poly_kernel<<<ceil_div(ss * E, 256), 256, 0, dm_stream>>>(Bm, A, s, 0.0f, b, (size_t)E);      // += b A
         cudaLaunchCheck();
-        scaled_copy_kernel<<<ceil_div((long long)n, 256), 256, 0, dm_stream>>>(Y, X, a, n);    // Y = a X
+        scaled_copy_kernel<<<ceil_div((long long)tot, 256), 256, 0, dm_stream>>>(Y, X, a, tot);    // Y = a X
         cudaLaunchCheck();
-        if (tall) dm_gemm(0, 0, rows, cols, cols, 1, X, cols, Bm, s, 1, Y, cols, 1);  // Y += X Bm
-        else      dm_gemm(0, 0, rows, cols, rows, 1, Bm, s, X, cols, 1, Y, cols, 1);  // Y += Bm X
+        if (tall) dm_gemm_batched(0, 0, rows, cols, cols, 1, X, cols, n, Bm, s, ss, 1, Y, cols, n, E, 1);  // Y += X Bm
+        else      dm_gemm_batched(0, 0, rows, cols, rows, 1, Bm, s, ss, X, cols, n, 1, Y, cols, n, E, 1);  // Y += Bm X
         float *t = X; X = Y; Y = t;
     }
     return X;
@@ -325,25 +343,23 @@ static float *ns5(float *G, float *Y, float *A, float *Bm, float *inv, int rows,
 
 void cuda_opt_muon(real *p, const real *g, real *buf, int n_mats, int rows, int cols, int colrow,
                    real *scratch, const StepHyper *hp, const OptStatus *st) {
-    size_t n = (size_t)rows * cols, s = (size_t)(rows < cols ? rows : cols);
-    if (n == 0) return;
+    size_t n = (size_t)rows * cols, s = (size_t)(rows < cols ? rows : cols), E = (size_t)n_mats;
+    if (n == 0 || n_mats <= 0) return;
     double scale = colrow ? 0.2 : 0.2 * sqrt((double)(rows > cols ? rows : cols));
-    float *U = scratch, *Y = U + n, *A = Y + n, *Bm = A + s * s, *inv = Bm + s * s;
-    int nb = ceil_div((long long)n, 256);
-    for (int e = 0; e < n_mats; e++) {
-        size_t off = (size_t)e * n;
-        muon_momentum_kernel<<<nb, 256, 0, dm_stream>>>(U, buf + off, g + off, n, hp, st);
+    float *U = scratch, *Y = U + E * n, *A = Y + E * n, *Bm = A + E * s * s, *inv = Bm + E * s * s;
+    double *part = (double *)(((size_t)(inv + E) + 7) & ~(size_t)7);
+    long long tot = (long long)(E * n);
+    muon_momentum_kernel<<<ceil_div(tot, 256), 256, 0, dm_stream>>>(U, buf, g, (size_t)tot, hp, st);
+    cudaLaunchCheck();
+    float *R = ns5(U, Y, A, Bm, inv, part, n_mats, rows, cols);
+    if (colrow) {
+        col_normalize_kernel<<<dim3(cols, n_mats), OPT_NT, 0, dm_stream>>>(R, rows, cols);
         cudaLaunchCheck();
-        float *R = ns5(U, Y, A, Bm, inv, rows, cols);
-        if (colrow) {
-            col_normalize_kernel<<<cols, OPT_NT, 0, dm_stream>>>(R, rows, cols);
-            cudaLaunchCheck();
-            row_normalize_kernel<<<rows, OPT_NT, 0, dm_stream>>>(R, cols);
-            cudaLaunchCheck();
-        }
-        muon_apply_kernel<<<nb, 256, 0, dm_stream>>>(p + off, R, n, scale, hp, st);
+        row_normalize_kernel<<<dim3(rows, n_mats), OPT_NT, 0, dm_stream>>>(R, rows, cols);
         cudaLaunchCheck();
     }
+    muon_apply_kernel<<<ceil_div(tot, 256), 256, 0, dm_stream>>>(p, R, (size_t)tot, scale, hp, st);
+    cudaLaunchCheck();
 }
 
 // ================================================================================================
@@ -355,6 +371,21 @@ void cuda_opt_muon(real *p, const real *g, real *buf, int n_mats, int rows, int 
 // scratch: Xs [rows, r] | Y [rows, r] | A [r, r] | M [r, r] | err [r, r] doubles | 2 doubles
 size_t cuda_opt_retract_scratch_size(int rows, int r) {
     return 2 * (size_t)rows * r + 2 * (size_t)r * r + 2 * (size_t)r * r + 8;
+}
+// scale[0] = sqrt(r / ||X||_F^2), 0 when X = 0 (X then stays 0, as the CPU's early return): the
+// sum of squares over the whole device (dm_reduce_partials: a fixed grid of block partials), then
+// one block sums the partials over a fixed tree. One block alone streaming a base-preset factor
+// (3072 x 192) would leave the other SMs idle.
+__global__ void retract_scale_kernel(float *scale, const double *partial, int nb, int r) {
+    __shared__ double sh[256];
+    double s = 0;
+    for (int i = threadIdx.x; i < nb; i += 256) s += partial[i];
+    double ss = block_sum_d(s, sh);
+    if (threadIdx.x == 0) scale[0] = ss == 0 ? 0.0f : (float)sqrt((double)r / ss);
+}
+__global__ void scale_by_dev_kernel(float *X, const float *s, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) X[i] *= s[0];
 }
 __global__ void gated_copy_kernel(float *dst, const float *src, size_t n, const OptStatus *st) {
     if (!st->retract) return;
@@ -380,13 +411,16 @@ void cuda_opt_retract(real *X, int rows, int r, int iters, real *scratch, OptSta
     double *err = (double *)(M + rr);  // 8-aligned: 2 n + 2 rr floats is even
     float *scale = (float *)(err + rr);
     cudaCheck(cudaMemcpyAsync(Xs, X, sizeof(float) * n, cudaMemcpyDeviceToDevice, dm_stream));
-    sumsq_finish(scale, Xs, n, FIN_RETRACT, r);  // sqrt(r / ||X||_F^2), 0 when X = 0 (X then stays 0, as on the CPU)
+    double *partial = (double *)dm_scratch(SCR_MISC, sizeof(double) * DM_RED_MAX_BLOCKS);
+    int nb = dm_reduce_partials(partial, Xs, Xs, n);
+    retract_scale_kernel<<<1, 256, 0, dm_stream>>>(scale, partial, nb, r);
+    cudaLaunchCheck();
     scale_by_dev_kernel<<<ceil_div((long long)n, 256), 256, 0, dm_stream>>>(Xs, scale, n);
     cudaLaunchCheck();
     for (int it = 0; it < iters; it++) {  // fp32 always: the fixed point at 1 needs the digits
         dm_gemm(1, 0, r, r, rows, 1, Xs, r, Xs, r, 0, A, r, 0);      // A = X^T X
         dm_gemm(0, 0, r, r, r, 0.375f, A, r, A, r, 0, M, r, 0);      // M = c A^2
-        poly_kernel<<<ceil_div((long long)rr, 256), 256, 0, dm_stream>>>(M, A, r, 1.875f, -1.25f);
+        poly_kernel<<<ceil_div((long long)rr, 256), 256, 0, dm_stream>>>(M, A, r, 1.875f, -1.25f, 1);
         cudaLaunchCheck();
         dm_gemm(0, 0, rows, r, r, 1, Xs, r, M, r, 0, Y, r, 0);       // Y = X M
         float *t = Xs; Xs = Y; Y = t;

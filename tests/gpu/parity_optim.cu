@@ -79,24 +79,36 @@ void t_optim() {
     size_t nd = 0;
     for (size_t i = 0; i < rs.size(); i++) nd += grs[i] != rs[i];
     report("opt_adam_rows row_steps (exact)", nd ? 1 : 0, 0);
-    // Muon: wide and tall, plain and colrow; fp32 products (NS amplifies rounding: 2e-3)
+    // Muon: wide and tall, plain and colrow, 2 and 3 matrices per tensor (orthogonalised together
+    // on the GPU). Compared: the UPDATE p_after - p_before (the p's themselves are O(1) and the
+    // update O(1e-2): a wrong Newton-Schulz would hide inside a tolerance on p), normwise, fp32
+    // products 2e-3 (NS amplifies rounding), bf16 5e-2; and the momentum buffer.
     int shapes[2][2] = {{48, 80}, {96, 40}};
-    for (int k = 0; k < 4; k++) {
-        int rr = shapes[k & 1][0], cc = shapes[k & 1][1], nm = 2;
-        size_t mn = (size_t)rr * cc * nm;
-        auto mp = randv(mn), mg = randv(mn), mb = randv(mn, 0.1f);
-        Dev *dmp = up(mp), *dmg = up(mg), *dmb = up(mb);
-        std::vector<float> scr(C_->opt_muon_scratch_size(rr, cc));
-        Dev dscr(sizeof(float) * G_->opt_muon_scratch_size(rr, cc));
-        C_->opt_muon(mp.data(), mg.data(), mb.data(), nm, rr, cc, k >= 2, scr.data(), &hh, &sc);
-        G_->opt_muon(dmp->f(), dmg->f(), dmb->f(), nm, rr, cc, k >= 2, dscr.f(), ghp, (OptStatus *)dst.p);
-        char nmm[64];
-        snprintf(nmm, sizeof nmm, "opt_muon %dx%d%s p", rr, cc, k >= 2 ? " colrow" : "");
-        cmp(nmm, mp, dmp, 2e-3);
-        snprintf(nmm, sizeof nmm, "opt_muon %dx%d%s momentum", rr, cc, k >= 2 ? " colrow" : "");
-        cmp(nmm, mb, dmb, 1e-6);
-        delete dmp; delete dmg; delete dmb;
+    for (int lowp = 0; lowp < 2; lowp++) {
+        cuda_set_precision(!lowp);
+        for (int k = 0; k < 4; k++) {
+            int rr = shapes[k & 1][0], cc = shapes[k & 1][1], nm = 2 + (k & 1);
+            size_t mn = (size_t)rr * cc * nm;
+            auto mp = randv(mn), mg = randv(mn), mb = randv(mn, 0.1f);
+            std::vector<float> p0 = mp;
+            Dev *dmp = up(mp), *dmg = up(mg), *dmb = up(mb);
+            std::vector<float> scr(C_->opt_muon_scratch_size(nm, rr, cc));
+            Dev dscr(sizeof(float) * G_->opt_muon_scratch_size(nm, rr, cc));
+            C_->opt_muon(mp.data(), mg.data(), mb.data(), nm, rr, cc, k >= 2, scr.data(), &hh, &sc);
+            G_->opt_muon(dmp->f(), dmg->f(), dmb->f(), nm, rr, cc, k >= 2, dscr.f(), ghp, (OptStatus *)dst.p);
+            std::vector<float> gp = down<float>(dmp, mn), uc(mn), ug(mn);
+            for (size_t i = 0; i < mn; i++) { uc[i] = mp[i] - p0[i]; ug[i] = gp[i] - p0[i]; }
+            char nmm[80];
+            snprintf(nmm, sizeof nmm, "opt_muon %dx%dx%d%s%s update", nm, rr, cc, k >= 2 ? " colrow" : "",
+                     lowp ? " bf16" : "");
+            report(nmm, relerr(uc.data(), ug.data(), mn), lowp ? 5e-2 : 2e-3);
+            snprintf(nmm, sizeof nmm, "opt_muon %dx%dx%d%s%s momentum", nm, rr, cc, k >= 2 ? " colrow" : "",
+                     lowp ? " bf16" : "");
+            cmp(nmm, mb, dmb, 1e-6);
+            delete dmp; delete dmg; delete dmb;
+        }
     }
+    cuda_set_precision(1);
     // the gated retraction (the status says retract) and its orthogonality error
     {
         int rr = 96, r = 16;
