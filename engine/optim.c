@@ -63,7 +63,7 @@ int optim_create(Optim *o, const Model *m, dm_err *err) {
         if (t->n_mats <= 0 || t->rows <= 0 || t->cols <= 0) continue;
         size_t s = be->opt_muon_scratch_size(t->n_mats, t->rows, t->cols);
         if (s > need) need = s;
-        if (t->orthonormal && (s = be->opt_retract_scratch_size(t->rows, t->cols)) > need) need = s;
+        if (t->orthonormal && (s = be->opt_retract_scratch_size(t->n_mats, t->rows, t->cols)) > need) need = s;
     }
     o->n_scratch = need;
     o->scratch = be->alloc(sizeof(real) * (need ? need : 1));
@@ -298,9 +298,8 @@ void optim_enqueue(Optim *o, Model *m, const double *loss) {
         for (int i = 0; i < P_COUNT; i++) {
             const ParamTensor *t = &m->t[i];
             if (!t->orthonormal) continue;
-            for (int e = 0; e < t->n_mats; e++)
-                be->opt_retract(m->params + t->offset + (size_t)e * t->rows * t->cols, t->rows, t->cols,
-                                c->retract_iters, o->scratch, o->status);
+            be->opt_retract(m->params + t->offset, t->n_mats, t->rows, t->cols, c->retract_iters, o->scratch,
+                            o->status);
         }
     if (ram) ram_tables_update(o, m, &st, &hp);  // host work, while the backend runs the above
 }

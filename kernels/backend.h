@@ -121,8 +121,9 @@ typedef struct Backend {
     size_t (*opt_muon_scratch_size)(int n_mats, int rows, int cols);  // reals, for opt_muon of n_mats matrices
     void (*opt_muon)(real *p, const real *g, real *buf, int n_mats, int rows, int cols, int colrow,
                      real *scratch, const StepHyper *hp, const OptStatus *st);
-    size_t (*opt_retract_scratch_size)(int rows, int r);  // reals
-    void (*opt_retract)(real *X, int rows, int r, int iters, real *scratch, OptStatus *st);  // when st->retract
+    size_t (*opt_retract_scratch_size)(int n_mats, int rows, int r);  // reals, for n_mats factors
+    // the n_mats factors [n_mats, rows, r] of a tensor, when st->retract
+    void (*opt_retract)(real *X, int n_mats, int rows, int r, int iters, real *scratch, OptStatus *st);
 
     // ---- the device itself (:show device, :bench, the precision key)
     void (*describe)(char *buf, size_t n);          // name, memory, capability, peak rates measured at start-up

@@ -299,12 +299,12 @@ static void fw_opt_muon(real *p, const real *g, real *buf, int n_mats, int rows,
     real *scratch, const StepHyper *hp, const OptStatus *st) {
     fence_open(); fence_inner->opt_muon(p, g, buf, n_mats, rows, cols, colrow, scratch, hp, st); fence_close();
 }
-static size_t fw_opt_retract_scratch_size(int rows, int r) {
-    fence_open(); size_t res_ = fence_inner->opt_retract_scratch_size(rows, r); fence_close(); return
+static size_t fw_opt_retract_scratch_size(int n_mats, int rows, int r) {
+    fence_open(); size_t res_ = fence_inner->opt_retract_scratch_size(n_mats, rows, r); fence_close(); return
         res_;
 }
-static void fw_opt_retract(real *X, int rows, int r, int iters, real *scratch, OptStatus *st) {
-    fence_open(); fence_inner->opt_retract(X, rows, r, iters, scratch, st); fence_close();
+static void fw_opt_retract(real *X, int n_mats, int rows, int r, int iters, real *scratch, OptStatus *st) {
+    fence_open(); fence_inner->opt_retract(X, n_mats, rows, r, iters, scratch, st); fence_close();
 }
 // host-only entries (no backend memory behind their pointers): forwarded as they are
 static void fw_describe(char *buf, size_t n) { fence_inner->describe(buf, n); }

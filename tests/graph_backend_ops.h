@@ -167,10 +167,10 @@ static size_t gr_opt_muon_scratch_size(int n_mats, int rows, int cols) { return 
 typedef struct { real *p; const real *g; real *buf; int n_mats; int rows; int cols; int colrow; real *scratch; const StepHyper *hp; const OptStatus *st; } gr_a_opt_muon;
 static void gr_r_opt_muon(const void *p_) { const gr_a_opt_muon *a = p_; gr_inner->opt_muon(a->p, a->g, a->buf, a->n_mats, a->rows, a->cols, a->colrow, a->scratch, a->hp, a->st); }
 static void gr_opt_muon(real *p, const real *g, real *buf, int n_mats, int rows, int cols, int colrow, real *scratch, const StepHyper *hp, const OptStatus *st) { gr_a_opt_muon a_ = {p, g, buf, n_mats, rows, cols, colrow, scratch, hp, st}; gr_call(gr_r_opt_muon, &a_, sizeof a_); }
-static size_t gr_opt_retract_scratch_size(int rows, int r) { return gr_inner->opt_retract_scratch_size(rows, r); }
-typedef struct { real *X; int rows; int r; int iters; real *scratch; OptStatus *st; } gr_a_opt_retract;
-static void gr_r_opt_retract(const void *p_) { const gr_a_opt_retract *a = p_; gr_inner->opt_retract(a->X, a->rows, a->r, a->iters, a->scratch, a->st); }
-static void gr_opt_retract(real *X, int rows, int r, int iters, real *scratch, OptStatus *st) { gr_a_opt_retract a_ = {X, rows, r, iters, scratch, st}; gr_call(gr_r_opt_retract, &a_, sizeof a_); }
+static size_t gr_opt_retract_scratch_size(int n_mats, int rows, int r) { return gr_inner->opt_retract_scratch_size(n_mats, rows, r); }
+typedef struct { real *X; int n_mats; int rows; int r; int iters; real *scratch; OptStatus *st; } gr_a_opt_retract;
+static void gr_r_opt_retract(const void *p_) { const gr_a_opt_retract *a = p_; gr_inner->opt_retract(a->X, a->n_mats, a->rows, a->r, a->iters, a->scratch, a->st); }
+static void gr_opt_retract(real *X, int n_mats, int rows, int r, int iters, real *scratch, OptStatus *st) { gr_a_opt_retract a_ = {X, n_mats, rows, r, iters, scratch, st}; gr_call(gr_r_opt_retract, &a_, sizeof a_); }
 typedef struct { double *out; const double *loss_sum; const real *aux; int depth; uint64_t scored; int N; double aux_w; } gr_a_step_loss;
 static void gr_r_step_loss(const void *p_) { const gr_a_step_loss *a = p_; gr_inner->step_loss(a->out, a->loss_sum, a->aux, a->depth, a->scored, a->N, a->aux_w); }
 static void gr_step_loss(double *out, const double *loss_sum, const real *aux, int depth, uint64_t scored, int N, double aux_w) { gr_a_step_loss a_ = {out, loss_sum, aux, depth, scored, N, aux_w}; gr_call(gr_r_step_loss, &a_, sizeof a_); }

@@ -326,15 +326,19 @@ void opt_muon(real *p, const real *g, real *buf, int n_mats, int rows, int cols,
 // ----------------------------------------------------------------------------------------
 // retraction, gated by the status
 
-size_t opt_retract_scratch_size(int rows, int r) { return retract_scratch_size(rows, r); }
+// one factor's scratch: the factors of a tensor are retracted one after another in it
+size_t opt_retract_scratch_size(int n_mats, int rows, int r) { (void)n_mats; return retract_scratch_size(rows, r); }
 
-// When the status says this step retracts: retract X [rows, r] and fold its orthogonality error
-// into st->orth_err (the largest over the step's matrices).
-void opt_retract(real *X, int rows, int r, int iters, real *scratch, OptStatus *st) {
+// When the status says this step retracts: retract each X_e [rows, r] of X [n_mats, rows, r] and
+// fold its orthogonality error into st->orth_err (the largest over the step's matrices).
+void opt_retract(real *X, int n_mats, int rows, int r, int iters, real *scratch, OptStatus *st) {
     if (!st->retract) return;
-    retract(X, rows, r, iters, scratch);
-    double e = orth_error(X, rows, r);
-    if (e > st->orth_err) st->orth_err = e;
+    for (int e = 0; e < n_mats; e++) {
+        real *Xe = X + (size_t)e * rows * r;
+        retract(Xe, rows, r, iters, scratch);
+        double err = orth_error(Xe, rows, r);
+        if (err > st->orth_err) st->orth_err = err;
+    }
 }
 
 // ----------------------------------------------------------------------------------------

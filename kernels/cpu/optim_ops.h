@@ -110,8 +110,8 @@ void opt_clip_rows(real *g, const int32_t *rows, int O, int N, int64_t R, int D,
 size_t opt_muon_scratch_size(int n_mats, int rows, int cols);
 void opt_muon(real *p, const real *g, real *buf, int n_mats, int rows, int cols, int colrow,
               real *scratch, const StepHyper *hp, const OptStatus *st);
-size_t opt_retract_scratch_size(int rows, int r);
-void opt_retract(real *X, int rows, int r, int iters, real *scratch, OptStatus *st);
+size_t opt_retract_scratch_size(int n_mats, int rows, int r);
+void opt_retract(real *X, int n_mats, int rows, int r, int iters, real *scratch, OptStatus *st);
 
 // ---- the step's bookkeeping ops (engine/step.c) ----
 // out[0] = mean over the scored depths (bit i of `scored`) of loss_sum[i] / N, in depth order

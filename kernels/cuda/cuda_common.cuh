@@ -108,8 +108,8 @@ void cuda_opt_adam_rows(real *p, const real *g, real *m, real *v, int64_t *row_s
 size_t cuda_opt_muon_scratch_size(int n_mats, int rows, int cols);
 void cuda_opt_muon(real *p, const real *g, real *buf, int n_mats, int rows, int cols, int colrow,
                    real *scratch, const StepHyper *hp, const OptStatus *st);
-size_t cuda_opt_retract_scratch_size(int rows, int r);
-void cuda_opt_retract(real *X, int rows, int r, int iters, real *scratch, OptStatus *st);
+size_t cuda_opt_retract_scratch_size(int n_mats, int rows, int r);
+void cuda_opt_retract(real *X, int n_mats, int rows, int r, int iters, real *scratch, OptStatus *st);
 
 static inline int ceil_div(long long a, long long b) { return (int)((a + b - 1) / b); }
 

@@ -368,68 +368,89 @@ void cuda_opt_muon(real *p, const real *g, real *buf, int n_mats, int rows, int 
 // The iteration runs on a copy (Xs), and only the final copy back into X is gated by
 // st->retract: a device flag cannot skip cuBLAS calls, so on a non-retracting step (possible
 // only with retract_every > 1, or a skipped step) the products are computed and dropped.
-// scratch: Xs [rows, r] | Y [rows, r] | A [r, r] | M [r, r] | err [r, r] doubles | 2 doubles
-size_t cuda_opt_retract_scratch_size(int rows, int r) {
-    return 2 * (size_t)rows * r + 2 * (size_t)r * r + 2 * (size_t)r * r + 8;
+// As Muon, the n_mats factors of a tensor ([E, rows, r]) go together: one launch per stage for
+// all of them (per-matrix sums on gridDim.y / z, strided-batched products).
+// scratch: Xs [E, rows, r] | Y [E, rows, r] | A [E, r, r] | M [E, r, r] | err [E, r, r] doubles |
+//          scale [E] floats | partial sums [E, DM_RED_MAX_BLOCKS] doubles (8-aligned)
+size_t cuda_opt_retract_scratch_size(int n_mats, int rows, int r) {
+    size_t E = (size_t)(n_mats > 0 ? n_mats : 1);
+    return E * (2 * (size_t)rows * r + 2 * (size_t)r * r + 2 * (size_t)r * r) + E + 2 * E * DM_RED_MAX_BLOCKS + 64;
 }
-// scale[0] = sqrt(r / ||X||_F^2), 0 when X = 0 (X then stays 0, as the CPU's early return): the
-// sum of squares over the whole device (dm_reduce_partials: a fixed grid of block partials), then
-// one block sums the partials over a fixed tree. One block alone streaming a base-preset factor
-// (3072 x 192) would leave the other SMs idle.
-__global__ void retract_scale_kernel(float *scale, const double *partial, int nb, int r) {
+// scale[e] = sqrt(r / ||X_e||_F^2), 0 when X_e = 0 (X_e then stays 0, as the CPU's early return),
+// from the nb partial sums of matrix e (sumsq_part_batched_kernel) over a fixed tree
+__global__ void retract_scale_kernel(float *scale, const double *part, int nb, int r) {
     __shared__ double sh[256];
+    const double *p = part + (size_t)blockIdx.x * nb;
     double s = 0;
-    for (int i = threadIdx.x; i < nb; i += 256) s += partial[i];
+    for (int i = threadIdx.x; i < nb; i += 256) s += p[i];
     double ss = block_sum_d(s, sh);
-    if (threadIdx.x == 0) scale[0] = ss == 0 ? 0.0f : (float)sqrt((double)r / ss);
-}
-__global__ void scale_by_dev_kernel(float *X, const float *s, size_t n) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) X[i] *= s[0];
+    if (threadIdx.x == 0) scale[blockIdx.x] = ss == 0 ? 0.0f : (float)sqrt((double)r / ss);
 }
 __global__ void gated_copy_kernel(float *dst, const float *src, size_t n, const OptStatus *st) {
     if (!st->retract) return;
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) dst[i] = src[i];
 }
-// st->orth_err = max(st->orth_err, sqrt(sum err) / r) on a retracting step
-__global__ void __launch_bounds__(1024) orth_fold_kernel(OptStatus *st, const double *err, size_t n, int r) {
-    __shared__ double sh[1024];
-    double s = 0;
-    for (size_t i = threadIdx.x; i < n; i += 1024) s += err[i];
-    double tot = block_sum_d(s, sh);
-    if (threadIdx.x == 0 && st->retract) {
-        double e = sqrt(tot) / r;
-        if (e > st->orth_err) st->orth_err = e;
+// err_e[i][j] (j >= i) for matrix e = blockIdx.z: orth_terms_kernel's terms, batched
+__global__ void orth_terms_batched_kernel(double *err, const float *X, int rows, int r) {
+    const size_t e = blockIdx.z;
+    int i = blockIdx.y, j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= r) return;
+    const float *Xe = X + e * rows * r;
+    double v = 0;
+    if (j >= i) {
+        double s = 0;
+        for (int q = 0; q < rows; q++) s += (double)Xe[(size_t)q * r + i] * (double)Xe[(size_t)q * r + j];
+        double dev = s - (i == j ? 1.0 : 0.0);
+        v = (i == j ? 1.0 : 2.0) * dev * dev;
     }
+    err[e * r * r + (size_t)i * r + j] = v;
+}
+// st->orth_err = max(st->orth_err, max_e sqrt(sum err_e) / r) on a retracting step: the matrices
+// one after another, each a fixed tree (the max does not depend on the order anyway)
+__global__ void __launch_bounds__(1024) orth_fold_kernel(OptStatus *st, const double *err, size_t rr, int r, int E) {
+    __shared__ double sh[1024];
+    double worst = 0;
+    for (int e = 0; e < E; e++) {
+        double s = 0;
+        for (size_t i = threadIdx.x; i < rr; i += 1024) s += err[(size_t)e * rr + i];
+        double tot = block_sum_d(s, sh);
+        double v = sqrt(tot) / r;
+        worst = v > worst ? v : worst;
+    }
+    if (threadIdx.x == 0 && st->retract && worst > st->orth_err) st->orth_err = worst;
 }
 
-void cuda_opt_retract(real *X, int rows, int r, int iters, real *scratch, OptStatus *st) {
-    size_t n = (size_t)rows * r, rr = (size_t)r * r;
-    if (n == 0) return;
-    float *Xs = scratch, *Y = Xs + n, *A = Y + n, *M = A + rr;
-    double *err = (double *)(M + rr);  // 8-aligned: 2 n + 2 rr floats is even
-    float *scale = (float *)(err + rr);
-    cudaCheck(cudaMemcpyAsync(Xs, X, sizeof(float) * n, cudaMemcpyDeviceToDevice, dm_stream));
-    double *partial = (double *)dm_scratch(SCR_MISC, sizeof(double) * DM_RED_MAX_BLOCKS);
-    int nb = dm_reduce_partials(partial, Xs, Xs, n);
-    retract_scale_kernel<<<1, 256, 0, dm_stream>>>(scale, partial, nb, r);
+void cuda_opt_retract(real *X, int n_mats, int rows, int r, int iters, real *scratch, OptStatus *st) {
+    size_t n = (size_t)rows * r, rr = (size_t)r * r, E = (size_t)n_mats;
+    if (n == 0 || n_mats <= 0) return;
+    long long tot = (long long)(E * n), ss = (long long)rr;
+    float *Xs = scratch, *Y = Xs + E * n, *A = Y + E * n, *M = A + E * rr;
+    double *err = (double *)(M + E * rr);  // 8-aligned: 2 E (n + rr) floats is even
+    float *scale = (float *)(err + E * rr);
+    double *part = (double *)(((size_t)(scale + E) + 7) & ~(size_t)7);
+    cudaCheck(cudaMemcpyAsync(Xs, X, sizeof(float) * E * n, cudaMemcpyDeviceToDevice, dm_stream));
+    int nb = ceil_div((long long)n, 256 * 8);  // >= 8 elements per thread, at most DM_RED_MAX_BLOCKS
+    if (nb > DM_RED_MAX_BLOCKS) nb = DM_RED_MAX_BLOCKS;
+    sumsq_part_batched_kernel<<<dim3(nb, n_mats), 256, 0, dm_stream>>>(part, Xs, n);
     cudaLaunchCheck();
-    scale_by_dev_kernel<<<ceil_div((long long)n, 256), 256, 0, dm_stream>>>(Xs, scale, n);
+    retract_scale_kernel<<<n_mats, 256, 0, dm_stream>>>(scale, part, nb, r);
+    cudaLaunchCheck();
+    scale_batched_kernel<<<ceil_div(tot, 256), 256, 0, dm_stream>>>(Xs, scale, n, (size_t)tot);
     cudaLaunchCheck();
     for (int it = 0; it < iters; it++) {  // fp32 always: the fixed point at 1 needs the digits
-        dm_gemm(1, 0, r, r, rows, 1, Xs, r, Xs, r, 0, A, r, 0);      // A = X^T X
-        dm_gemm(0, 0, r, r, r, 0.375f, A, r, A, r, 0, M, r, 0);      // M = c A^2
-        poly_kernel<<<ceil_div((long long)rr, 256), 256, 0, dm_stream>>>(M, A, r, 1.875f, -1.25f, 1);
+        dm_gemm_batched(1, 0, r, r, rows, 1, Xs, r, n, Xs, r, n, 0, A, r, ss, n_mats, 0);     // A = X^T X
+        dm_gemm_batched(0, 0, r, r, r, 0.375f, A, r, ss, A, r, ss, 0, M, r, ss, n_mats, 0);  // M = c A^2
+        poly_kernel<<<ceil_div(ss * n_mats, 256), 256, 0, dm_stream>>>(M, A, r, 1.875f, -1.25f, E);
         cudaLaunchCheck();
-        dm_gemm(0, 0, rows, r, r, 1, Xs, r, M, r, 0, Y, r, 0);       // Y = X M
+        dm_gemm_batched(0, 0, rows, r, r, 1, Xs, r, n, M, r, ss, 0, Y, r, n, n_mats, 0);      // Y = X M
         float *t = Xs; Xs = Y; Y = t;
     }
-    gated_copy_kernel<<<ceil_div((long long)n, 256), 256, 0, dm_stream>>>(X, Xs, n, st);
+    gated_copy_kernel<<<ceil_div(tot, 256), 256, 0, dm_stream>>>(X, Xs, (size_t)tot, st);
     cudaLaunchCheck();
-    orth_terms_kernel<<<dim3(ceil_div(r, 64), r), 64, 0, dm_stream>>>(err, Xs, rows, r);
+    orth_terms_batched_kernel<<<dim3(ceil_div(r, 64), r, n_mats), 64, 0, dm_stream>>>(err, Xs, rows, r);
     cudaLaunchCheck();
-    orth_fold_kernel<<<1, 1024, 0, dm_stream>>>(st, err, rr, r);
+    orth_fold_kernel<<<1, 1024, 0, dm_stream>>>(st, err, rr, r, n_mats);
     cudaLaunchCheck();
 }
 

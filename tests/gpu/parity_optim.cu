@@ -110,15 +110,16 @@ void t_optim() {
     }
     cuda_set_precision(1);
     // the gated retraction (the status says retract) and its orthogonality error
-    {
-        int rr = 96, r = 16;
-        auto X = randv((size_t)rr * r, 0.1f);
+    {  // three factors of one tensor (retracted together on the GPU), of different scales
+        int rr = 96, r = 16, nm = 3;
+        auto X = randv((size_t)nm * rr * r, 0.1f);
+        for (size_t i = (size_t)rr * r; i < X.size(); i++) X[i] *= 1 + (float)(i / ((size_t)rr * r));
         Dev *dX = up(X);
-        std::vector<float> scr(C_->opt_retract_scratch_size(rr, r));
-        Dev dscr(sizeof(float) * G_->opt_retract_scratch_size(rr, r));
-        C_->opt_retract(X.data(), rr, r, 3, scr.data(), &sc);
-        G_->opt_retract(dX->f(), rr, r, 3, dscr.f(), (OptStatus *)dst.p);
-        cmp("opt_retract (status: retract)", X, dX, 1e-4);
+        std::vector<float> scr(C_->opt_retract_scratch_size(nm, rr, r));
+        Dev dscr(sizeof(float) * G_->opt_retract_scratch_size(nm, rr, r));
+        C_->opt_retract(X.data(), nm, rr, r, 3, scr.data(), &sc);
+        G_->opt_retract(dX->f(), nm, rr, r, 3, dscr.f(), (OptStatus *)dst.p);
+        cmp("opt_retract 3 factors (status: retract)", X, dX, 1e-4);
         sg = st_down(&dst);
         report("opt_retract orth_err", fabs(sg.orth_err - sc.orth_err) / fmax(sc.orth_err, 1e-30), 1e-3);
         delete dX;
