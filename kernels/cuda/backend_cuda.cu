@@ -468,7 +468,7 @@ void dm_sort_pairs(const uint64_t *keys_in, uint64_t *keys_out, const int *vals_
 // thread owns a column and walks the run with no key test in the loop, so the loads of successive
 // items are independent and can be in flight together (a run can be thousands long: the space
 // byte in the embedding, a low-order Engram row).
-__global__ void scatter_sorted_kernel(float *dst, const float *src, const uint64_t *keys,
+__global__ void __launch_bounds__(1024) scatter_sorted_kernel(float *dst, const float *src, const uint64_t *keys,
                                       const int *vals, int n, int per, size_t ld, int D) {
     int i = blockIdx.x;
     uint64_t key = keys[i];

@@ -15,7 +15,7 @@
 // by a fixed block tree (block_sum_d), then the chunks of each segment in order by one thread;
 // the lazy-Adam rows are de-duplicated by a stable radix sort of (table, row) keys, the first
 // item of each run updating its row — every row has exactly one writer; Muon's and the
-// retraction's reductions are single-block fixed trees. Results are a pure function of the
+// retraction's norms are a fixed grid of block partials per matrix, then one fixed tree. Results are a pure function of the
 // inputs (bit-identical run to run), close to — not bit-identical with — the CPU's (FMA
 // contraction, cuBLAS summation order, bf16 Newton–Schulz products in the default precision).
 #include "cuda_common.cuh"

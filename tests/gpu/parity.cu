@@ -323,6 +323,18 @@ static void t_moe(int k, int ties, int N = 100, int one = -1, int lowp = 0) {
     G_->download(loadg.data(), dload.p, sizeof(int) * E);
     std::vector<float> outg = down<float>(&dout_, out.size());
     snprintf(nm, sizeof nm, "moe_forward out %s", tag); cmp(nm, out, &dout_, tol);
+    if (lowp) {  // the bf16 rows must not pass by running fp32: the same forward in fp32 on the GPU
+        Dev out32(sizeof(float) * N * d), ws32(sizeof(float) * G_->moe_ws_size(s));
+        cuda_set_precision(1);
+        G_->moe_forward(out32.f(), NULL, NULL, ws32.f(), dn->f(), dz->f(), pg, s);
+        cuda_set_precision(0);
+        std::vector<float> o32 = down<float>(&out32, out.size());
+        double e = relerr(o32.data(), outg.data(), out.size());
+        char note[64];
+        snprintf(note, sizeof note, "(bf16 vs fp32 on the GPU: %.1e)", e);
+        snprintf(nm, sizeof nm, "moe bf16 mode rounds the products %s", tag);
+        report(nm, e > 1e-6 ? 0 : 1, 0, note);
+    }
     snprintf(nm, sizeof nm, "moe_forward aux %s", tag); report(nm, fabs(auxc - auxg) / fmax(fabs(auxc), 1e-30), 1e-5);
     { int bad = 0; for (int e = 0; e < E; e++) bad += loadc[e] != loadg[e];
       snprintf(nm, sizeof nm, "moe_forward load %s", tag); report(nm, bad, 0, "(exact)"); }
