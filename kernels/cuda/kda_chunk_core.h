@@ -47,13 +47,18 @@ typedef struct {
     real *dP, *dM;               // [GC, GC]
     real *dPd;                   // [GC] the diagonal of dP
     real *Em, *eL;               // [D] e^Gam_m, e^Gam_last
-    real *dS, *dS0;              // [D, D] d loss / d state after / before the chunk
+    real *dS, *dS0;              // [D, D+1] d loss / d state after / before the chunk (rows padded)
+    real *St;                    // [D, D+1] the chunk's S0 transposed: St[a (D+1) + b] = S0[b D + a]
 } KdaCoreWs;
+// The backward reads dS and S0 along columns as well as rows; with rows of D + 1 (and S0 staged
+// transposed) a warp's 32 consecutive indices hit 32 different shared-memory banks in both
+// directions instead of one bank 32 times (D = 64 is a multiple of the 32 banks).
+#define KDA_PAD(D) ((size_t)(D) + 1)
 
 static DM_HDS inline size_t kda_core_per_bh(int T, int D) {
     size_t nsub = (size_t)(T + KDA_GC - 1) / KDA_GC, GD = (size_t)KDA_GC * D, DD = (size_t)D * D;
     size_t n = 2 * GD + nsub * DD + 2 * (size_t)T * D + nsub * 2 * KDA_GC * KDA_GC + 19 * GD +
-               2 * KDA_GC * KDA_GC + KDA_GC + 2 * (size_t)D + 2 * DD;
+               2 * KDA_GC * KDA_GC + KDA_GC + 2 * (size_t)D + 3 * (size_t)D * KDA_PAD(D);
     return (n + 1) & ~(size_t)1;  // even: the next (b, h)'s Gam stays 8-byte aligned
 }
 
@@ -82,8 +87,9 @@ static DM_HDS inline KdaCoreWs kda_core_carve(real *ws, int bh, int T, int D) {
     w.dPd = p; p += KDA_GC;
     w.Em = p; p += D;
     w.eL = p; p += D;
-    w.dS = p; p += DD;
-    w.dS0 = p;
+    w.dS = p; p += (size_t)D * KDA_PAD(D);
+    w.dS0 = p; p += (size_t)D * KDA_PAD(D);
+    w.St = p;
     return w;
 }
 
@@ -92,7 +98,8 @@ static DM_HDS inline KdaCoreWs kda_core_carve(real *ws, int bh, int T, int D) {
 // W, PM only), so the GPU can keep it in the block's shared memory. Size in reals (even).
 static DM_HDS inline size_t kda_core_local_size(int D) {
     size_t GD = (size_t)KDA_GC * D, DD = (size_t)D * D;
-    size_t n = 2 * GD + 19 * GD + 2 * KDA_GC * KDA_GC + KDA_GC + 2 * (size_t)D + 2 * DD;
+    size_t n = 2 * GD + 19 * GD + 2 * KDA_GC * KDA_GC + KDA_GC + 2 * (size_t)D + 3 * (size_t)D * KDA_PAD(D);
+    (void)DD;
     return (n + 1) & ~(size_t)1;
 }
 // Re-point w's chunk-local views into `local` (8-byte aligned, kda_core_local_size(D) reals);
@@ -109,8 +116,10 @@ static DM_HDS inline void kda_core_carve_local(KdaCoreWs *w, real *local, int D)
     w->dPd = p; p += KDA_GC;
     w->Em = p; p += D;
     w->eL = p; p += D;
-    w->dS = p; p += DD;
-    w->dS0 = p;
+    w->dS = p; p += (size_t)D * KDA_PAD(D);
+    w->dS0 = p; p += (size_t)D * KDA_PAD(D);
+    w->St = p;
+    (void)DD;
 }
 
 // Decay factors and scaled operands of the chunk of L tokens whose rows start at q, k, g
@@ -227,8 +236,9 @@ static DM_HD void kda_core_backward(KdaCoreWs *w, real *dq, real *dk, real *dv, 
                                     int T, int D, int tid, int nt) {
     int nsub = (T + KDA_GC - 1) / KDA_GC;
     size_t DD = (size_t)D * D;
-    real *dS = w->dS, *dS0 = w->dS0;
-    for (int x = tid; x < (int)DD; x += nt) dS[x] = 0;  // nothing reads the final state
+    real *dS = w->dS, *dS0 = w->dS0, *St = w->St;
+    const int lS = D + 1;  // row stride of dS, dS0, St
+    for (int x = tid; x < D * lS; x += nt) dS[x] = 0;  // nothing reads the final state
     DM_SYNC();
     for (int ci = nsub - 1; ci >= 0; ci--) {
         int t0 = ci * KDA_GC, L = T - t0 < KDA_GC ? T - t0 : KDA_GC;
@@ -241,18 +251,20 @@ static DM_HD void kda_core_backward(KdaCoreWs *w, real *dq, real *dk, real *dv, 
         const real *U = w->U + (size_t)t0 * D, *W = w->W + (size_t)t0 * D;
         const real *P = w->PM + (size_t)ci * 2 * KDA_GC * KDA_GC, *M = P + KDA_GC * KDA_GC;
         kda_core_prep(w, qc, kc, gc, ld, L, D, tid, nt);
+        for (int x = tid; x < (int)DD; x += nt) St[(x % D) * lS + x / D] = S0[x];  // S0 transposed
+        DM_SYNC();
         // dU = KD dS + P^T dO;  dKD = U dS^T;  dQE = dO S0^T;  dGam = 0
         for (int x = tid; x < L * D; x += nt) {
             int t = x / D, j = x % D;
             real du = 0, dkd = 0, dqe = 0;
             if (!last)
                 for (int i = 0; i < D; i++) {
-                    du += w->KD[t * D + i] * dS[i * D + j];
-                    dkd += U[t * D + i] * dS[j * D + i];
+                    du += w->KD[t * D + i] * dS[i * lS + j];
+                    dkd += U[t * D + i] * dS[j * lS + i];
                 }
             for (int s = t; s < L; s++) du += P[s * KDA_GC + t] * dO[s * ld + j];
             if (!first)
-                for (int i = 0; i < D; i++) dqe += dO[t * ld + i] * S0[j * D + i];
+                for (int i = 0; i < D; i++) dqe += dO[t * ld + i] * St[i * lS + j];  // S0[j, i]
             w->dU[x] = du;
             w->dX[x] = du;
             w->dKD[x] = dkd;
@@ -263,9 +275,9 @@ static DM_HD void kda_core_backward(KdaCoreWs *w, real *dq, real *dk, real *dv, 
         if (!first)
             for (int x = tid; x < (int)DD; x += nt) {
                 int i = x / D, j = x % D;
-                real acc = w->eL[i] * dS[x];
+                real acc = w->eL[i] * dS[i * lS + j];
                 for (int t = 0; t < L; t++) acc += w->QE[t * D + i] * dO[t * ld + j];
-                dS0[x] = acc;
+                dS0[i * lS + j] = acc;
             }
         DM_SYNC();
         // (I + Diag(beta) M)^T dX = dU from the last row up; Z = Diag(beta) dX (column-private)
@@ -314,7 +326,7 @@ static DM_HD void kda_core_backward(KdaCoreWs *w, real *dq, real *dk, real *dv, 
             for (int r = 0; r < L; r++) dy += w->dP[r * KDA_GC + t] * w->QF[r * D + c];
             for (int r = 0; r < L; r++) dy += w->dM[r * KDA_GC + t] * w->KF[r * D + c];
             if (!first)
-                for (int j = 0; j < D; j++) dke -= w->Z[t * D + j] * S0[c * D + j];
+                for (int j = 0; j < D; j++) dke -= w->Z[t * D + j] * St[j * lS + c];  // S0[c, j]
             w->dXq[x] = xq;
             w->dXk[x] = xk;
             w->dY[x] = dy;
@@ -326,7 +338,7 @@ static DM_HD void kda_core_backward(KdaCoreWs *w, real *dq, real *dk, real *dv, 
                 int i = x / D, j = x % D;
                 real acc = 0;
                 for (int t = 0; t < L; t++) acc += w->KE[t * D + i] * w->Z[t * D + j];
-                dS0[x] -= acc;
+                dS0[i * lS + j] -= acc;
             }
         DM_SYNC();
         // per element: the t side, the s side, the e^Gam terms; dv += Z
@@ -351,7 +363,7 @@ static DM_HD void kda_core_backward(KdaCoreWs *w, real *dq, real *dk, real *dv, 
             for (int t = 0; t < L - 1; t++) extra += w->dKD[t * D + c] * w->KD[t * D + c];
             if (!last) {
                 real s = 0;
-                for (int j = 0; j < D; j++) s += dS[c * D + j] * S0[c * D + j];
+                for (int j = 0; j < D; j++) s += dS[c * lS + j] * St[j * lS + c];  // dS[c, j] S0[c, j]
                 extra += w->eL[c] * s;
             }
             w->dGam[(L - 1) * D + c] += extra;
