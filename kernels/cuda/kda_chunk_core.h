@@ -49,16 +49,19 @@ typedef struct {
     real *Em, *eL;               // [D] e^Gam_m, e^Gam_last
     real *dS, *dS0;              // [D, D+1] d loss / d state after / before the chunk (rows padded)
     real *St;                    // [D, D+1] the chunk's S0 transposed: St[a (D+1) + b] = S0[b D + a]
+    real *YT, *UT;               // [D, GC+1] the chunk's Y and U transposed (the P/M and dP/G dots)
 } KdaCoreWs;
 // The backward reads dS and S0 along columns as well as rows; with rows of D + 1 (and S0 staged
 // transposed) a warp's 32 consecutive indices hit 32 different shared-memory banks in both
-// directions instead of one bank 32 times (D = 64 is a multiple of the 32 banks).
+// directions instead of one bank 32 times (D = 64 is a multiple of the 32 banks). Likewise the
+// 16 x 16 dot-product phases read Y (forward) and U (backward) transposed, rows of GC + 1.
 #define KDA_PAD(D) ((size_t)(D) + 1)
+#define KDA_TP (KDA_GC + 1)
 
 static DM_HDS inline size_t kda_core_per_bh(int T, int D) {
     size_t nsub = (size_t)(T + KDA_GC - 1) / KDA_GC, GD = (size_t)KDA_GC * D, DD = (size_t)D * D;
     size_t n = 2 * GD + nsub * DD + 2 * (size_t)T * D + nsub * 2 * KDA_GC * KDA_GC + 19 * GD +
-               2 * KDA_GC * KDA_GC + KDA_GC + 2 * (size_t)D + 3 * (size_t)D * KDA_PAD(D);
+               2 * KDA_GC * KDA_GC + KDA_GC + 2 * (size_t)D + 3 * (size_t)D * KDA_PAD(D) + 2 * (size_t)D * KDA_TP;
     return (n + 1) & ~(size_t)1;  // even: the next (b, h)'s Gam stays 8-byte aligned
 }
 
@@ -89,7 +92,9 @@ static DM_HDS inline KdaCoreWs kda_core_carve(real *ws, int bh, int T, int D) {
     w.eL = p; p += D;
     w.dS = p; p += (size_t)D * KDA_PAD(D);
     w.dS0 = p; p += (size_t)D * KDA_PAD(D);
-    w.St = p;
+    w.St = p; p += (size_t)D * KDA_PAD(D);
+    w.YT = p; p += (size_t)D * KDA_TP;
+    w.UT = p;
     return w;
 }
 
@@ -98,7 +103,8 @@ static DM_HDS inline KdaCoreWs kda_core_carve(real *ws, int bh, int T, int D) {
 // W, PM only), so the GPU can keep it in the block's shared memory. Size in reals (even).
 static DM_HDS inline size_t kda_core_local_size(int D) {
     size_t GD = (size_t)KDA_GC * D, DD = (size_t)D * D;
-    size_t n = 2 * GD + 19 * GD + 2 * KDA_GC * KDA_GC + KDA_GC + 2 * (size_t)D + 3 * (size_t)D * KDA_PAD(D);
+    size_t n = 2 * GD + 19 * GD + 2 * KDA_GC * KDA_GC + KDA_GC + 2 * (size_t)D + 3 * (size_t)D * KDA_PAD(D) +
+               2 * (size_t)D * KDA_TP;
     (void)DD;
     return (n + 1) & ~(size_t)1;
 }
@@ -118,7 +124,9 @@ static DM_HDS inline void kda_core_carve_local(KdaCoreWs *w, real *local, int D)
     w->eL = p; p += D;
     w->dS = p; p += (size_t)D * KDA_PAD(D);
     w->dS0 = p; p += (size_t)D * KDA_PAD(D);
-    w->St = p;
+    w->St = p; p += (size_t)D * KDA_PAD(D);
+    w->YT = p; p += (size_t)D * KDA_TP;
+    w->UT = p;
     (void)DD;
 }
 
@@ -151,6 +159,7 @@ static DM_HD void kda_core_prep(KdaCoreWs *w, const real *q, const real *k, cons
         w->R[x] = (real)exp(Gl - Gt);
         w->KD[x] = kv * w->R[x];
         w->Y[x] = kv * iF;
+        w->YT[c * KDA_TP + t] = kv * iF;
     }
     DM_SYNC();
 }
@@ -194,8 +203,8 @@ static DM_HD void kda_core_forward(KdaCoreWs *w, real *o, const real *q, const r
             real acc = 0;
             int on = t < L && s < L && (side ? s < t : s <= t);
             if (on) {
-                const real *a = (side ? w->KF : w->QF) + t * D, *b = w->Y + s * D;
-                for (int c = 0; c < D; c++) acc += a[c] * b[c];
+                const real *a = (side ? w->KF : w->QF) + t * D, *b = w->YT + s;  // b[c KDA_TP] = Y[s, c]
+                for (int c = 0; c < D; c++) acc += a[c] * b[c * KDA_TP];
             }
             P[x] = acc;  // x runs over P then M (side 1): M = P + GC*GC
         }
@@ -252,6 +261,7 @@ static DM_HD void kda_core_backward(KdaCoreWs *w, real *dq, real *dk, real *dv, 
         const real *P = w->PM + (size_t)ci * 2 * KDA_GC * KDA_GC, *M = P + KDA_GC * KDA_GC;
         kda_core_prep(w, qc, kc, gc, ld, L, D, tid, nt);
         for (int x = tid; x < (int)DD; x += nt) St[(x % D) * lS + x / D] = S0[x];  // S0 transposed
+        for (int x = tid; x < L * D; x += nt) w->UT[(x % D) * KDA_TP + x / D] = U[x];  // U transposed
         DM_SYNC();
         // dU = KD dS + P^T dO;  dKD = U dS^T;  dQE = dO S0^T;  dGam = 0
         for (int x = tid; x < L * D; x += nt) {
@@ -294,10 +304,11 @@ static DM_HD void kda_core_backward(KdaCoreWs *w, real *dq, real *dk, real *dv, 
             real acc = 0;
             int on = t < L && s < L && (side ? s < t : s <= t);
             if (on) {
+                const real *u = w->UT + s;  // u[c KDA_TP] = U[s, c]
                 if (side)
-                    for (int c = 0; c < D; c++) acc += w->dX[t * D + c] * U[s * D + c];
+                    for (int c = 0; c < D; c++) acc += w->dX[t * D + c] * u[c * KDA_TP];
                 else
-                    for (int c = 0; c < D; c++) acc += dO[t * ld + c] * U[s * D + c];
+                    for (int c = 0; c < D; c++) acc += dO[t * ld + c] * u[c * KDA_TP];
             }
             (side ? w->dM : w->dP)[t * KDA_GC + s] = acc;  // dM holds G for now
         }

@@ -8,7 +8,7 @@
 // in tests/test_kda_chunk_core.c against the recurrent reference (float <= 1e-4, double <= 1e-9),
 // which is how it was verified without a device. The workspace that passes from forward to
 // backward (Sc, U, W, PM) lives in global memory; the chunk-local views (the [16, D] operands and
-// gradients, dS, dS0 and the transposed S0: 135 KB at D = 64, the head size of every preset) live in the block's
+// gradients, dS, dS0, S0 Y U transposed: 144 KB at D = 64, the head size of every preset) live in the block's
 // shared memory when they fit the device's opt-in limit (227 KB on an H200), else in the global
 // workspace (D = 128 and up) — a choice made from D and the device only. The host test runs the
 // shared-memory carving with the local buffer poisoned between forward and backward.
