@@ -289,6 +289,11 @@ struct ReadF {
     const float *p; int ld;
     __device__ float operator()(int n, int c) const { return p[(size_t)n * ld + c]; }
 };
+// acc [C] += column sums of x [N, C] at row stride ld (fused_cuda.cu's bias_backward)
+void dm_colsum_rows(float *acc, const float *x, int ld, int N, int C) {
+    ReadF f = {x, ld};
+    colsum(acc, f, N, C);
+}
 struct GainGradF {  // dy * x * rstd, the CPU's per-row float product
     const float *dy, *x, *r; int C;
     __device__ float operator()(int n, int c) const {

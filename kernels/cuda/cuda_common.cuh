@@ -46,6 +46,9 @@ enum { SCR_BF16A, SCR_BF16B, SCR_SORT, SCR_KEYS, SCR_MISC, SCR_COLSUM, SCR_N };
 // of n only, <= DM_RED_MAX_BLOCKS); returns nb. The caller sums partial[0..nb) in a fixed order.
 #define DM_RED_MAX_BLOCKS 256
 int dm_reduce_partials(double *partial, const float *a, const float *b, size_t n);
+// acc [C] += the column sums of x [N, C] at row stride ld, in double, in a fixed order that
+// depends on (N, C) only (row slices over the whole device, then the slices in order)
+void dm_colsum_rows(float *acc, const float *x, int ld, int N, int C);
 void *dm_scratch(int slot, size_t bytes);
 
 // Row-major C[M,N] = alpha op(A) op(B) + beta C on device pointers (same contract as the CPU's
