@@ -149,6 +149,9 @@ ifneq ($(NVCC),)
 	@set -e; for f in $(CUDA_SRC); do echo "nvcc $$f"; $(NVCC) -arch=$(CUDA_ARCH) -O2 -c $$f -o build/cuda/$$(basename $$f .cu).o; done
 	@# the engine-level GPU programs (plain C, linked by tests/gpu/run.sh on a GPU machine)
 	@set -e; for f in $(wildcard tests/gpu/*.c); do echo "cc $$f"; $(CC) -std=c11 -D_GNU_SOURCE -Wall -I$(CUDA_HOME)/include -fsyntax-only $$f; done
+	@# and the device script itself, up to running: the headless build, every link (a script that
+	@# cannot build would cost a whole device lease)
+	JOBS=$$(nproc) tests/gpu/run.sh build
 else
 	@echo "cuda-check: nvcc not found; CUDA sources not compiled"
 endif
