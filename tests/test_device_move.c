@@ -94,6 +94,14 @@ static void bad_silu_rows(real *out, real *sg, const real *in, int ldx, int N, i
     out[0] *= (real)1.01;
 }
 
+// ... and one whose gain gradient has a single NaN: parity must fail on it (a max over |a - b|
+// with fmax would skip the NaN and call the tensors equal)
+static void nan_gain_rmsnorm_backward(real *dinp, real *dgain, const real *dout, const real *inp, const real *gain,
+                                      const real *rstd, int N, int C) {
+    backend_cpu()->rmsnorm_backward(dinp, dgain, dout, inp, gain, rstd, N, C);
+    if (dgain) dgain[0] = (real)NAN;
+}
+
 static void test_parity(void **s) {
     (void)s;
     char corpus[128];
@@ -116,6 +124,12 @@ static void test_parity(void **s) {
     print_message("parity cpu vs broken silu: worst %.2e (%s)\n", rep.worst, rep.worst_name);
     assert_false(rep.ok);
     assert_true(rep.worst > 1e-4);
+    broken = *backend_cpu();
+    broken.rmsnorm_backward = nan_gain_rmsnorm_backward;
+    assert_int_equal(engine_check_parity(&e, backend_cpu(), &broken, 2, 16, 1e-4, &rep, &err), 0);
+    print_message("parity cpu vs a NaN in a gain gradient: worst %.2e (%s)\n", rep.worst, rep.worst_name);
+    assert_false(rep.ok);
+    assert_true(isinf(rep.worst));
     engine_free(&e);
     unlink(corpus);
 }
