@@ -62,6 +62,32 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_gemm_kernel(MoeStep st, MoeVi
 #define MB_SA (MOE_TM * MB_LDA > MB_K * MB_LDAT ? MOE_TM * MB_LDA : MB_K * MB_LDAT)
 static_assert(MOE_TM == 64 && MOE_TN == 64 && MOE_THREADS == 256, "the warp layout below assumes 8 warps on 64 x 64");
 
+typedef nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> MbAcc;
+// One staged 32-deep step of a warp: c0, c1 (columns wc, wc+16 of the warp's 16 rows) += A B.
+// A's 16 x 16 block at depth kk0 starts at a + kk0 * kstep (row-major: kstep 1; col-major A^T:
+// kstep = its ld), ld `lda`; B is sB[kk][j] row-major.
+template <typename ALayout>
+__device__ __forceinline__ void mb_mma(MbAcc &c0, MbAcc &c1, const __nv_bfloat16 *a, int kstep, int lda,
+                                       const __nv_bfloat16 *sB, int wc) {
+    using namespace nvcuda;
+#pragma unroll
+    for (int kk0 = 0; kk0 < MB_K; kk0 += 16) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, ALayout> fa;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> b0, b1;
+        wmma::load_matrix_sync(fa, a + kk0 * kstep, lda);
+        wmma::load_matrix_sync(b0, sB + kk0 * MB_LDB + wc, MB_LDB);
+        wmma::load_matrix_sync(b1, sB + kk0 * MB_LDB + wc + 16, MB_LDB);
+        wmma::mma_sync(c0, fa, b0, c0);
+        wmma::mma_sync(c1, fa, b1, c1);
+    }
+}
+// the warp's accumulators into sC [64][MB_LDC], then a block barrier (the epilogue reads all)
+__device__ __forceinline__ void mb_store(float *sC, const MbAcc &c0, const MbAcc &c1, int wr, int wc) {
+    nvcuda::wmma::store_matrix_sync(sC + wr * MB_LDC + wc, c0, MB_LDC, nvcuda::wmma::mem_row_major);
+    nvcuda::wmma::store_matrix_sync(sC + wr * MB_LDC + wc + 16, c1, MB_LDC, nvcuda::wmma::mem_row_major);
+    __syncthreads();
+}
+
 __global__ void __launch_bounds__(MOE_THREADS) moe_gemm_bf16_kernel(MoeStep st, MoeView v) {
     using namespace nvcuda;
     __shared__ __align__(32) __nv_bfloat16 sA[MB_SA];
@@ -69,7 +95,7 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_gemm_bf16_kernel(MoeStep st, 
     __shared__ __align__(32) float sC[MOE_TM * MB_LDC];
     const int tid = threadIdx.x, nt = blockDim.x, warp = tid / 32;
     const int wr = (warp / 2) * 16, wc = (warp % 2) * 32;  // this warp's first row and column
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> c0, c1;
+    MbAcc c0, c1;
     wmma::fill_fragment(c0, 0.0f);
     wmma::fill_fragment(c1, 0.0f);
     if (st.kind == MOE_K_RG) {
@@ -94,21 +120,10 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_gemm_bf16_kernel(MoeStep st, 
                 sB[kk * MB_LDB + j] = __float2bfloat16(b);
             }
             __syncthreads();
-#pragma unroll
-            for (int kk0 = 0; kk0 < MB_K; kk0 += 16) {
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> b0, b1;
-                wmma::load_matrix_sync(a, sA + wr * MB_LDA + kk0, MB_LDA);
-                wmma::load_matrix_sync(b0, sB + kk0 * MB_LDB + wc, MB_LDB);
-                wmma::load_matrix_sync(b1, sB + kk0 * MB_LDB + wc + 16, MB_LDB);
-                wmma::mma_sync(c0, a, b0, c0);
-                wmma::mma_sync(c1, a, b1, c1);
-            }
+            mb_mma<nvcuda::wmma::row_major>(c0, c1, sA + wr * MB_LDA, 1, MB_LDA, sB, wc);
             __syncthreads();
         }
-        wmma::store_matrix_sync(sC + wr * MB_LDC + wc, c0, MB_LDC, wmma::mem_row_major);
-        wmma::store_matrix_sync(sC + wr * MB_LDC + wc + 16, c1, MB_LDC, wmma::mem_row_major);
-        __syncthreads();
+        mb_store(sC, c0, c1, wr, wc);
         for (int x = tid; x < MOE_TM * MOE_TN; x += nt) {
             int m = x / MOE_TN, j = x % MOE_TN;
             if (m >= rows || j0 + j >= Nc) continue;
@@ -139,22 +154,11 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_gemm_bf16_kernel(MoeStep st, 
                 sB[kk * MB_LDB + q] = __float2bfloat16(b);
             }
             __syncthreads();
-#pragma unroll
-            for (int kk0 = 0; kk0 < MB_K; kk0 += 16) {
-                // A^T (p, kk) sits at sA[kk * MB_LDAT + p]: column-major with ld MB_LDAT
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::col_major> a;
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> b0, b1;
-                wmma::load_matrix_sync(a, sA + kk0 * MB_LDAT + wr, MB_LDAT);
-                wmma::load_matrix_sync(b0, sB + kk0 * MB_LDB + wc, MB_LDB);
-                wmma::load_matrix_sync(b1, sB + kk0 * MB_LDB + wc + 16, MB_LDB);
-                wmma::mma_sync(c0, a, b0, c0);
-                wmma::mma_sync(c1, a, b1, c1);
-            }
+            // A^T (p, kk) sits at sA[kk * MB_LDAT + p]: column-major with ld MB_LDAT
+            mb_mma<nvcuda::wmma::col_major>(c0, c1, sA + wr, MB_LDAT, MB_LDAT, sB, wc);
             __syncthreads();
         }
-        wmma::store_matrix_sync(sC + wr * MB_LDC + wc, c0, MB_LDC, wmma::mem_row_major);
-        wmma::store_matrix_sync(sC + wr * MB_LDC + wc + 16, c1, MB_LDC, wmma::mem_row_major);
-        __syncthreads();
+        mb_store(sC, c0, c1, wr, wc);
         float *Ce = g->C + (size_t)e * P * Q;
         for (int x = tid; x < MOE_TM * MOE_TN; x += nt) {
             int p = x / MOE_TN, q = x % MOE_TN;
