@@ -19,13 +19,14 @@
 static inline double dm_exp(double x) { return exp(x); }
 #else
 static inline float dm_exp(float x) {
-    int32_t xi;
-    memcpy(&xi, &x, sizeof xi);
-    int32_t ax = xi & 0x7fffffff;
-    int32_t nan_mask = -(int32_t)(ax > 0x7f800000);
-    int32_t big_mask = -(int32_t)((ax > 0x42AE0000) & (ax <= 0x7f800000));  // 87 < |x| <= inf
-    int32_t ci = (int32_t)((uint32_t)xi & 0x80000000u) | 0x42AE0000;        // +-87
-    xi = (xi & ~big_mask) | (ci & big_mask);
+    int32_t xi0;
+    memcpy(&xi0, &x, sizeof xi0);
+    // |x| clamped to 87 as an unsigned min on the magnitude bits (inf and NaN too; NaN is put
+    // back at the end): one vector min instead of a compare-and-blend per bound
+    uint32_t ax = (uint32_t)xi0 & 0x7fffffffu;
+    int32_t nan_mask = -(int32_t)(ax > 0x7f800000u);
+    uint32_t axc = ax < 0x42AE0000u ? ax : 0x42AE0000u;
+    int32_t xi = (int32_t)(((uint32_t)xi0 & 0x80000000u) | axc);
     memcpy(&x, &xi, sizeof x);
     const float shifter = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
     float t = x * 1.44269504088896341f + shifter;
@@ -45,7 +46,7 @@ static inline float dm_exp(float x) {
     int32_t yi;
     memcpy(&yi, &y, sizeof yi);
     yi += ni * (1 << 23);                        // y * 2^n through the exponent field
-    yi = (yi & ~nan_mask) | (xi & nan_mask);     // NaN in, NaN out
+    yi = (yi & ~nan_mask) | (xi0 & nan_mask);    // NaN in, NaN out
     memcpy(&y, &yi, sizeof y);
     return y;
 }
