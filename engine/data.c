@@ -265,6 +265,17 @@ int data_open(Data *d, const char *path, const char *eval_path, double eval_frac
     return 0;
 }
 
+int data_fits(const Data *d, int T, dm_err *err) {
+    if (T < 1) return dm_fail(err, "seq=%d: must be at least 1", T);
+    if (d->n_train < (int64_t)T + 1)
+        return dm_fail(err, "the training split is %lld B, shorter than one sequence (seq+1 = %lld B): a smaller seq or a larger corpus",
+                       (long long)d->n_train, (long long)T + 1);
+    if (d->n_eval < (int64_t)T + 1)
+        return dm_fail(err, "the held-out split is %lld B, shorter than one sequence (seq+1 = %lld B): a smaller seq, or :data PATH eval=PATH2",
+                       (long long)d->n_eval, (long long)T + 1);
+    return 0;
+}
+
 uint8_t data_train_byte(const Data *d, int64_t i) { return corpus_byte(&d->train, i); }
 uint8_t data_eval_byte(const Data *d, int64_t i) { return corpus_byte(&d->eval, d->eval_off + i); }
 void data_train_read(const Data *d, int64_t off, int len, int *out) { corpus_read(&d->train, off, len, out); }

@@ -27,6 +27,9 @@ typedef struct {
 // empty corpus, a directory with no regular files, a split shorter than one sequence.
 int data_open(Data *d, const char *path, const char *eval_path, double eval_frac, int T, dm_err *err);
 void data_close(Data *d);
+// 0 when both splits hold a window of seq T (+1 target byte); else a one-line error. data_open
+// checks it for the seq it was opened with; seq can change afterwards (:set, :load).
+int data_fits(const Data *d, int T, dm_err *err);
 // Byte i of the training stream / of the held-out split.
 uint8_t data_train_byte(const Data *d, int64_t i);
 uint8_t data_eval_byte(const Data *d, int64_t i);

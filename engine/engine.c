@@ -86,6 +86,18 @@ int engine_open_data(Engine *e, const char *path, const char *eval_path, dm_err 
     return 0;
 }
 
+int engine_resplit(Engine *e, double old_frac, dm_err *err) {
+    if (!e->has_data || e->eval_path[0] || e->cfg.eval_frac == old_frac) return 0;
+    char path[sizeof e->data_path];
+    snprintf(path, sizeof path, "%s", e->data_path);
+    if (engine_open_data(e, path, NULL, err)) {  // the old corpus stays open on failure
+        e->cfg.eval_frac = old_frac;
+        e->model.cfg.eval_frac = old_frac;
+        return 1;
+    }
+    return 0;
+}
+
 static int need(const Engine *e, int data, dm_err *err) {
     if (!e->live) return dm_fail(err, "no model: :init builds one (after :preset / :set)");
     if (data && !e->has_data) return dm_fail(err, "no data: :data PATH opens a corpus");
@@ -121,7 +133,11 @@ void engine_add_row(Engine *e, const MetricRow *r) {
 }
 
 int engine_step(Engine *e, MetricRow *row, dm_err *err) {
-    if (engine_step_enqueue(e, err)) return 1;
+    if (engine_step_enqueue(e, err)) {
+        memset(row, 0, sizeof *row);
+        row->kind = -1;  // refused before it ran: no row
+        return 1;
+    }
     return engine_report(e, row, err);  // step.c: the split, the record ring and the step graph
 }
 
@@ -155,6 +171,7 @@ int engine_set(Engine *e, const char *key, const char *value, dm_err *err) {
     Config t = e->cfg;
     if (config_set(&t, key, value, err)) return 1;
     if (config_validate(&t, err)) return 1;
+    if (e->has_data && t.seq != e->cfg.seq && data_fits(&e->data, t.seq, err)) return 1;
     e->cfg = t;
     sync_model_cfg(e);
     if (e->be && e->be->set_precision) e->be->set_precision(e->cfg.precision_fp32);  // live: next product
@@ -177,6 +194,7 @@ int engine_eval(Engine *e, int depth, EvalResult *r, dm_err *err) {
     Model *m = &e->model;
     Arms before = m->arms;
     double sum[64] = {0};
+    if (model_reserve_try(&e->model, B, T, err)) return 1;
     int *x = mallocCheck(sizeof(int) * B * T), *y = mallocCheck(sizeof(int) * B * T);
     for (int64_t s0 = 0; s0 < nseq; s0 += B) {
         int valid = (int)(nseq - s0 < B ? nseq - s0 : B);
@@ -214,7 +232,10 @@ int engine_anchors(Engine *e, dm_err *err) {
 void engine_counters(const Engine *e, char *buf, size_t n) {
     char arms[512];
     arms_format(&e->model.arms, arms, sizeof arms);
-    snprintf(buf, n, "%s skipped=%lld orth_err=%.2e", arms, (long long)e->opt.total_skips, e->last_orth_err);
+    // measured now, on the weights as they are: the value the last retraction left goes stale
+    // as soon as an update runs without one (retract arm off, retract_every > 1, moe arm off)
+    double orth = e->live ? model_orth_error(&e->model) : e->last_orth_err;
+    snprintf(buf, n, "%s skipped=%lld orth_err=%.2e", arms, (long long)e->opt.total_skips, orth);
 }
 
 void engine_config_text(const Config *c, char *buf, size_t n) {

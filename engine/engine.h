@@ -17,7 +17,7 @@ typedef struct {
     int skipped;
     float expert_frac[16];      // share of routed assignments per expert this step (E <= 16; else 0)
     // eval rows (kind = 1): bpb at depth over window bytes
-    int kind;                   // 0 train, 1 eval
+    int kind;                   // 0 train, 1 eval (-1: engine_step refused the step, no row)
     double bpb;
     int64_t window;
     int depth;
@@ -83,6 +83,9 @@ int engine_save(Engine *e, const char *path, dm_err *err);
 int engine_load(Engine *e, const char *path, dm_err *err);
 // Set a key; on a live model architecture keys are refused.
 int engine_set(Engine *e, const char *key, const char *value, dm_err *err);
+// After eval_frac changed (from old_frac) with a corpus open and no eval file: reopen the corpus
+// with the new split (the split is made when it opens). On failure eval_frac goes back.
+int engine_resplit(Engine *e, double old_frac, dm_err *err);
 // Run n steps twice from the current state; compare losses and every parameter bit for bit.
 // The state after is the state after n steps. *ok = 1 when identical; msg describes.
 int engine_check_determinism(Engine *e, int n, int *ok, char *msg, size_t nmsg, dm_err *err);

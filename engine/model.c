@@ -274,18 +274,35 @@ static size_t carve(Model *m, real *base) {
     return used;
 }
 
-void model_reserve(Model *m, int B, int T) {
-    if (m->acts_B == B && m->acts_T == T && m->acts.buf) return;
+int model_reserve_try(Model *m, int B, int T, dm_err *err) {
+    if (m->acts_B == B && m->acts_T == T && m->acts.buf) return 0;
     acts_free(m);
     Acts *a = &m->acts;
     a->B = B; a->T = T;
     a->it = callocCheck(sizeof(IterActs) * m->cfg.L);
     a->nbuf = carve(m, NULL);
     a->buf = m->be->alloc(sizeof(real) * a->nbuf);
-    if (!a->buf) { fprintf(stderr, "%s:%d: cannot allocate %zu activation reals for B=%d T=%d\n", __FILE__, __LINE__, a->nbuf, B, T); exit(1); }
+    if (!a->buf) {
+        size_t n = a->nbuf;
+        acts_free(m);  // the parameters and the optimizer are untouched: the next call retries
+        return dm_fail(err, "cannot allocate the activations for batch=%d seq=%d (%zu reals, %.1f GB): lower batch or seq",
+                       B, T, n, (double)n * sizeof(real) / 1e9);
+    }
     carve(m, a->buf);
-    if (model_ram_reserve(m, B * T)) { fprintf(stderr, "%s:%d: cannot allocate the Engram row staging for %d tokens\n", __FILE__, __LINE__, B * T); exit(1); }
+    if (model_ram_reserve(m, B * T)) {
+        acts_free(m);
+        return dm_fail(err, "cannot allocate the Engram row staging for %d tokens: lower batch or seq", B * T);
+    }
     m->acts_B = B; m->acts_T = T;
+    return 0;
+}
+
+void model_reserve(Model *m, int B, int T) {
+    dm_err e = {0};
+    if (model_reserve_try(m, B, T, &e)) {
+        fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, e.msg);
+        exit(1);
+    }
 }
 
 void model_param_counts(const Model *m, size_t *compute, size_t *table) {
@@ -315,6 +332,22 @@ double model_retract(Model *m) {
     }
     m->be->free(scratch);
     return worst;
+}
+
+int param_arm(int i) {
+    switch (i) {
+    case P_WQ: case P_WK: case P_WV: case P_WB: case P_WF1: case P_WG1: case P_WF2: case P_A:
+    case P_DT_BIAS: case P_W_ON: case P_WG2: case P_BG: case P_WO:
+        return ARM_KDA;
+    case P_MK: case P_MV: case P_MEM_GN: case P_MEM_GK: case P_TABLES:
+        return ARM_ENGRAM;
+    case P_U1: case P_S1: case P_V1: case P_U2: case P_S2: case P_V2: case P_ROUTER:  // z feeds only the MoE
+        return ARM_MOE;
+    case P_ALPHA:
+        return ARM_REZERO;
+    default:
+        return -1;
+    }
 }
 
 double model_orth_error(const Model *m) {

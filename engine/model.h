@@ -145,6 +145,9 @@ int model_create(Model *m, const Config *cfg, const Backend *be, uint64_t seed, 
 void model_free(Model *m);
 // Ensure the activation arena fits B x T.
 void model_reserve(Model *m, int B, int T);
+// The same, with an error instead of an exit when the memory is not there (the commands' path:
+// a batch too large for the machine is a one-line error, the model and optimizer stay intact).
+int model_reserve_try(Model *m, int B, int T, dm_err *err);
 
 // Forward over x [B, T] with targets tgt [B, T] (may be NULL: no loss). Runs `depth`
 // iterations (<= L). mode: FWD_TRAIN scores per cfg.loss; FWD_ALL_DEPTHS scores every depth
@@ -171,6 +174,11 @@ double model_objective(const Model *m);
 // after retraction.
 double model_retract(Model *m);
 double model_orth_error(const Model *m);
+// The arm a parameter tensor belongs to (ARM_KDA, ARM_ENGRAM, ARM_MOE, ARM_REZERO), or -1 for
+// the shared ones (embedding, norms, controller, readout, head). The optimizer leaves a tensor
+// alone while its arm is off: momentum, weight decay and retraction would otherwise keep moving
+// weights the model is not using, and `:arm X on` would bring back a different arm.
+int param_arm(int i);
 
 // The logical parameter buffer [n_params] to / from host memory: the backend part and, under
 // engram_ram, the host tables. Every whole-model copy (checkpoints, snapshots, device moves,

@@ -256,6 +256,11 @@ static void ram_tables_update(Optim *o, Model *m, const OptStatus *st, const Ste
 // Enqueue the whole step on the backend (no host round trip; see the top of the file). Under
 // engram_ram there are two: the tables' norm goes up before the decision, and the decision
 // comes down after it; the host then updates the table rows while the backend runs the rest.
+static int frozen(const Model *m, int i) {
+    int a = param_arm(i);
+    return a >= 0 && !m->arms.on[a];
+}
+
 void optim_enqueue(Optim *o, Model *m, const double *loss) {
     const Config *c = &m->cfg;
     const Backend *be = o->be;
@@ -272,11 +277,12 @@ void optim_enqueue(Optim *o, Model *m, const double *loss) {
         be->download(&hp, o->hp, sizeof hp);
     }
     be->opt_clip(m->grads, m->n_dev, o->status);
-    // (3) updates per group. Every non-table tensor steps, even with an all-zero gradient (its
-    // Adam moments decay, Muon's momentum keeps moving it): one rule, no per-arm special cases.
+    // (3) updates per group. A tensor of an arm that is off is not touched (param_arm): no
+    // momentum step, no decay, no retraction — the arm comes back as it was switched off. Every
+    // other tensor steps, even with an all-zero gradient (its moments decay).
     for (int i = 0; i < P_COUNT; i++) {
         const ParamTensor *t = &m->t[i];
-        if (t->numel == 0) continue;
+        if (t->numel == 0 || frozen(m, i)) continue;
         switch (t->group) {
         case GROUP_TABLE:
             if (!ram) adam_tables(o, m);
@@ -297,7 +303,7 @@ void optim_enqueue(Optim *o, Model *m, const double *loss) {
     if (retract_every)
         for (int i = 0; i < P_COUNT; i++) {
             const ParamTensor *t = &m->t[i];
-            if (!t->orthonormal) continue;
+            if (!t->orthonormal || frozen(m, i)) continue;
             be->opt_retract(m->params + t->offset, t->n_mats, t->rows, t->cols, c->retract_iters, o->scratch,
                             o->status);
         }

@@ -232,8 +232,9 @@ int engine_step_enqueue(Engine *e, dm_err *err) {
     Model *m = &e->model;
     int B = c->batch, T = c->seq, N = B * T;
     m->cfg.batch = B;
+    if (data_fits(&e->data, T, err)) return 1;
     if (runner_setup(e, N, err)) return 1;
-    model_reserve(m, B, T);
+    if (model_reserve_try(m, B, T, err)) return 1;
     if (optim_reserve(&e->opt, m, err)) return 1;
     // the batch and the scalars, built on the host while the device may still be busy
     data_batch(&e->data, c->seed, e->step, B, T, r->tok, r->tok + N);

@@ -63,6 +63,7 @@ static const char *positional(const Words *w, int idx) {
 }
 
 static void print_step(Shell *sh, const MetricRow *r) {
+    if (r->kind < 0) return;  // the step was refused before it ran (engine_step): nothing to show
     fprintf(OUT, "step %lld loss %.4f lr %.3e gnorm %.3f ms %.1f tok/s %.0f skipped %d\n", (long long)r->step,
             r->loss, r->lr, r->gnorm, r->ms, r->tok_s, r->skipped);
 }
@@ -136,8 +137,17 @@ static int cmd_set(Shell *sh, Words *w, dm_err *err) {
         *eq = '=';
         if (bad) return 1;
     }
+    Config old = E_->cfg, old_model = E_->model.cfg;
     E_->cfg = probe.cfg;
     E_->model.cfg = probe.model.cfg;
+    if (E_->cfg.eval_frac != old.eval_frac && E_->has_data && !E_->eval_path[0]) {
+        if (engine_resplit(E_, old.eval_frac, err)) {  // all or nothing: the other keys go back too
+            E_->cfg = old;
+            E_->model.cfg = old_model;
+            return 1;
+        }
+        fprintf(OUT, "%s\n", E_->data.desc);
+    }
     return 0;
 }
 

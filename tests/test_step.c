@@ -334,8 +334,95 @@ static void test_graph_fallback(void **s) {
     engine_free(&eg);
 }
 
+
+// An arm that is off is frozen: its tensors and their optimizer moments do not move (no momentum
+// step, decay or retraction), while the shared tensors keep training; back on, it trains again.
+static void test_arm_off_freezes(void **s) {
+    (void)s;
+    Config c = tiny_config();
+    c.retract_every = 1;
+    Engine e;
+    make_engine(&e, backend_cpu(), c);
+    dm_err err = {0};
+    MetricRow row;
+    for (int i = 0; i < 3; i++) assert_int_equal(engine_step(&e, &row, &err), 0);
+    Model *m = &e.model;
+    const int off[] = {ARM_KDA, ARM_MOE, ARM_REZERO};
+    for (int a = 0; a < 3; a++) m->arms.on[off[a]] = 0;
+    size_t n = m->n_params;
+    real *p0 = malloc(sizeof(real) * n), *p1 = malloc(sizeof(real) * n);
+    real *m0 = malloc(sizeof(real) * n), *m1 = malloc(sizeof(real) * n);
+    real *v0 = malloc(sizeof(real) * n), *v1 = malloc(sizeof(real) * n);
+    real *u0 = malloc(sizeof(real) * n), *u1 = malloc(sizeof(real) * n);
+    int64_t *rs = malloc(sizeof(int64_t) * (size_t)c.n_orders * c.engram_rows);
+    download_all(&e, m->params, n, p0);
+    optim_state_get(&e.opt, m, m0, v0, u0, rs);
+    for (int i = 0; i < 4; i++) assert_int_equal(engine_step(&e, &row, &err), 0);
+    assert_int_equal(engine_report(&e, NULL, &err), 0);
+    download_all(&e, m->params, n, p1);
+    optim_state_get(&e.opt, m, m1, v1, u1, rs);
+    int frozen = 0, moved = 0;
+    for (int i = 0; i < P_COUNT; i++) {
+        const ParamTensor *t = &m->t[i];
+        size_t o = t->offset, k = t->numel;
+        int arm = param_arm(i), same = !memcmp(p0 + o, p1 + o, sizeof(real) * k);
+        if (arm >= 0 && !m->arms.on[arm]) {
+            if (!same) fail_msg("%s moved while its arm was off", t->name);
+            assert_memory_equal(m0 + o, m1 + o, sizeof(real) * k);
+            assert_memory_equal(v0 + o, v1 + o, sizeof(real) * k);
+            assert_memory_equal(u0 + o, u1 + o, sizeof(real) * k);
+            frozen++;
+        } else if (i == P_EMB || i == P_HEAD || i == P_MK) {
+            if (same) fail_msg("%s did not train with its arm on", t->name);
+            moved++;
+        }
+    }
+    assert_true(frozen >= 20 && moved == 3);
+    // back on: the arm trains again
+    for (int a = 0; a < 3; a++) m->arms.on[off[a]] = 1;
+    assert_int_equal(engine_step(&e, &row, &err), 0);
+    assert_int_equal(engine_report(&e, NULL, &err), 0);
+    download_all(&e, m->params, n, p0);
+    assert_true(memcmp(p0 + m->t[P_WQ].offset, p1 + m->t[P_WQ].offset, sizeof(real) * m->t[P_WQ].numel) != 0);
+    assert_true(memcmp(p0 + m->t[P_ALPHA].offset, p1 + m->t[P_ALPHA].offset, sizeof(real)) != 0);
+    free(p0); free(p1); free(m0); free(m1); free(v0); free(v1); free(u0); free(u1); free(rs);
+    engine_free(&e);
+}
+
+// seq longer than the open corpus's training split: refused by :set and by the step (it used to
+// divide by zero in the window offset), the session intact.
+static void test_seq_against_split(void **s) {
+    (void)s;
+    Config c = tiny_config();
+    Engine e;
+    make_engine(&e, backend_cpu(), c);
+    dm_err err = {0};
+    MetricRow row;
+    char big[32];
+    snprintf(big, sizeof big, "%lld", (long long)e.data.n_train);
+    Engine d;  // :set seq with a corpus open and no model yet (a live model refuses any new seq)
+    engine_init(&d);
+    d.cfg = c;
+    if (engine_open_data(&d, corpus, NULL, &err)) fail_msg("engine_open_data: %s", err.msg);
+    assert_int_equal(engine_set(&d, "seq", big, &err), 1);
+    assert_non_null(strstr(err.msg, "shorter than one sequence"));
+    assert_int_equal(d.cfg.seq, c.seq);
+    engine_free(&d);
+    e.cfg.seq = (int)e.data.n_train;  // as a :load of a checkpoint with a long seq leaves it
+    assert_int_equal(engine_step(&e, &row, &err), 1);
+    assert_int_equal(row.kind, -1);
+    assert_non_null(strstr(err.msg, "shorter than one sequence"));
+    e.cfg.seq = c.seq;
+    assert_int_equal(engine_step(&e, &row, &err), 0);
+    assert_int_equal(engine_report(&e, NULL, &err), 0);
+    assert_int_equal(e.step, 1);
+    engine_free(&e);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_arm_off_freezes),
+        cmocka_unit_test(test_seq_against_split),
         cmocka_unit_test(test_split_fenced_matches_plain),
         cmocka_unit_test(test_report_every_10),
         cmocka_unit_test(test_graph_replay_matches_eager),
