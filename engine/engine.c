@@ -310,6 +310,7 @@ int engine_save(Engine *e, const char *path, dm_err *err) {
         {"optim.row_steps", ors, RS},
         {"metrics", e->rows, sizeof(MetricRow) * (size_t)e->nrows},
         {"data", e->data_path, strlen(e->data_path)},
+        {"data.eval", e->eval_path, strlen(e->eval_path)},  // empty: the held-out tail of data
     };
     int rc = ckpt_write(path, sec, (int)(sizeof sec / sizeof sec[0]), err);
     free(cfgtext);
@@ -418,13 +419,20 @@ int engine_load(Engine *e, const char *path, dm_err *err) {
     e->nrows = nr;
     e->has_anchors = 0;
     // reopen the checkpoint's corpus when none is open (a resumed session continues on it)
-    const CkptSection *sd = ckpt_find(&f, "data");
+    const CkptSection *sd = ckpt_find(&f, "data"), *se = ckpt_find(&f, "data.eval");
     if (!e->has_data && sd && sd->size && sd->size < sizeof e->data_path) {
-        char dp[1024];
+        char dp[1024], ep[1024] = "";
         memcpy(dp, sd->data, sd->size);
         dp[sd->size] = 0;
+        if (se && se->size && se->size < sizeof ep) {  // the eval file the run was opened with
+            memcpy(ep, se->data, se->size);
+            ep[se->size] = 0;
+        }
         dm_err derr = {0};
-        if (engine_open_data(e, dp, NULL, &derr)) snprintf(e->data_path, sizeof e->data_path, "%s", dp);
+        if (engine_open_data(e, dp, ep[0] ? ep : NULL, &derr)) {
+            snprintf(e->data_path, sizeof e->data_path, "%s", dp);
+            snprintf(e->eval_path, sizeof e->eval_path, "%s", ep);
+        }
     }
     rc = 0;
 done:

@@ -419,10 +419,48 @@ static void test_seq_against_split(void **s) {
     engine_free(&e);
 }
 
+// A run opened with an eval file resumes on it: the checkpoint names both files (the training
+// corpus is then all train; without the eval file a resume split it 90/10 and every batch moved).
+static void test_resume_with_eval_file(void **s) {
+    (void)s;
+    Config c = tiny_config();
+    const char *evf = "test_step_eval.txt", *ck = "test_step_eval.ckpt";
+    FILE *f = fopen(evf, "w");
+    for (int i = 0; i < 400; i++) fputs("a dog ran. ", f);
+    fclose(f);
+    dm_err err = {0};
+    Engine a, b;
+    engine_init(&a);
+    a.cfg = c;
+    a.be = backend_cpu();
+    if (engine_build(&a, 17, &err)) fail_msg("engine_build: %s", err.msg);
+    if (engine_open_data(&a, corpus, evf, &err)) fail_msg("engine_open_data: %s", err.msg);
+    MetricRow row;
+    for (int i = 0; i < 2; i++) assert_int_equal(engine_step(&a, &row, &err), 0);
+    assert_int_equal(engine_save(&a, ck, &err), 0);
+    double want[3];
+    for (int i = 0; i < 3; i++) { assert_int_equal(engine_step(&a, &row, &err), 0); want[i] = row.loss; }
+    engine_init(&b);
+    b.be = backend_cpu();
+    if (engine_load(&b, ck, &err)) fail_msg("engine_load: %s", err.msg);
+    assert_true(b.has_data);
+    assert_string_equal(b.eval_path, evf);
+    assert_int_equal(b.data.n_train, a.data.n_train);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(engine_step(&b, &row, &err), 0);
+        assert_memory_equal(&row.loss, &want[i], sizeof(double));
+    }
+    engine_free(&a);
+    engine_free(&b);
+    unlink(evf);
+    unlink(ck);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_arm_off_freezes),
         cmocka_unit_test(test_seq_against_split),
+        cmocka_unit_test(test_resume_with_eval_file),
         cmocka_unit_test(test_split_fenced_matches_plain),
         cmocka_unit_test(test_report_every_10),
         cmocka_unit_test(test_graph_replay_matches_eager),
