@@ -189,7 +189,23 @@ static int ckpt_write_impl(const char *path, const CkptSection *sec, int nsec, i
     if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
         return dm_fail(err, "%s: cannot save checkpoint: path too long", path);
 
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (do_rename) {  // never replace a file that is not a checkpoint (a corpus, a script, ...)
+        int pf = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+        if (pf >= 0) {
+            struct stat pst;
+            char magic[8] = {0};
+            int foreign = fstat(pf, &pst) == 0 && (!S_ISREG(pst.st_mode) ||
+                          (pst.st_size > 0 && (read(pf, magic, 8) != 8 || memcmp(magic, CK_MAGIC, 8) != 0)));
+            close(pf);
+            if (foreign)
+                return dm_fail(err, "%s: exists and is not a dmsh checkpoint: not replaced (choose another path)", path);
+        }
+    }
+    // PATH.tmp is this writer's name: a stale one (a crash) or a link is removed, never written
+    // through (O_EXCL | O_NOFOLLOW: a symlink there cannot redirect the write)
+    if (unlink(tmp) < 0 && errno != ENOENT)
+        return dm_fail(err, "%s: cannot save checkpoint: remove stale %s: %s", path, tmp, strerror(errno));
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0) return dm_fail(err, "%s: cannot save checkpoint: create %s: %s", path, tmp, strerror(errno));
 
     const char *what = "write";

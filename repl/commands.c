@@ -9,6 +9,7 @@
 #include "../engine/parity.h"
 #include "../engine/snapshot.h"
 #include "../sessions/session.h"
+#include <sys/stat.h>
 #include "panel.h"
 #include "shell.h"
 
@@ -410,9 +411,10 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
             print_eval(sh, &er);
             bpb = er.bpb[e->cfg.L - 1];
         }
-        if (ck > 0 && e->step % ck == 0 && e->session_dir[0]) {
-            char path[1200];
-            snprintf(path, sizeof path, "%s/ckpt/step-%lld.ckpt", e->session_dir, (long long)e->step);
+        if (ck > 0 && e->step % ck == 0) {
+            char path[1200];  // where :save puts it: the session's ckpt/, else the working directory
+            if (e->session_dir[0]) snprintf(path, sizeof path, "%s/ckpt/step-%lld.ckpt", e->session_dir, (long long)e->step);
+            else snprintf(path, sizeof path, "dmsh-step-%lld.ckpt", (long long)e->step);
             if (engine_save(e, path, err)) { rc = 1; break; }
             fprintf(OUT, "checkpoint %s\n", path);
         }
@@ -669,6 +671,17 @@ static int cmd_session(Shell *sh, Words *w, dm_err *err) {
     if (strchr(w->argv[1], '/') || w->argv[1][0] == '.') return dm_fail(err, "session name '%s': use a plain name (it becomes runs/NAME)", w->argv[1]);
     char dir[1100];
     snprintf(dir, sizeof dir, "runs/%s", w->argv[1]);
+    // another run's directory: its checkpoints would be overwritten step for step and its
+    // metrics.tsv appended to (dmsh -r resumes a run in its own directory)
+    char latest[1200];
+    long long lstep;
+    struct stat mst;
+    char mpath[1200];
+    snprintf(mpath, sizeof mpath, "%s/metrics.tsv", dir);
+    if (strcmp(E_->session_dir, dir) != 0 &&
+        (!session_latest_ckpt(dir, latest, sizeof latest, &lstep) || (stat(mpath, &mst) == 0 && mst.st_size > 0)))
+        return dm_fail(err, "%s already holds a run (%s): dmsh -r %s resumes it; a new run needs a new name", dir,
+                       session_latest_ckpt(dir, latest, sizeof latest, &lstep) ? "metrics.tsv" : latest, dir);
     if (session_open(E_, dir, err)) return 1;
     fprintf(OUT, "session %s\n", dir);
     return 0;
