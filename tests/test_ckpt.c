@@ -480,6 +480,43 @@ static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *ft
     return remove(p);
 }
 
+// A save never replaces a file that is not a checkpoint, and never writes through a link at
+// PATH.tmp (it removes the link, the file it pointed to stays as it was).
+static void test_foreign_files_kept(void **s) {
+    (void)s;
+    char path[256], tmp[300], other[256];
+    dm_err e = {0};
+    CkptSection v = {.name = "params", .data = "abc", .size = 3};
+    path_in(path, sizeof path, "corpus.txt");
+    FILE *f = fopen(path, "w");
+    fputs("precious text\n", f);
+    fclose(f);
+    assert_int_equal(ckpt_write(path, &v, 1, &e), 1);
+    assert_non_null(strstr(e.msg, "not a dmsh checkpoint"));
+    size_t n = 0;
+    uint8_t *b = slurp(path, &n);
+    assert_int_equal(n, 14);
+    assert_memory_equal(b, "precious text\n", 14);
+    free(b);
+    path_in(other, sizeof other, "important.txt");
+    f = fopen(other, "w");
+    fputs("keep", f);
+    fclose(f);
+    path_in(path, sizeof path, "linked.ckpt");
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    assert_int_equal(symlink(other, tmp), 0);
+    if (ckpt_write(path, &v, 1, &e)) fail_msg("%s", e.msg);
+    b = slurp(other, &n);
+    assert_int_equal(n, 4);
+    assert_memory_equal(b, "keep", 4);
+    free(b);
+    CkptFile cf;
+    if (ckpt_read(path, &cf, &e)) fail_msg("%s", e.msg);
+    assert_memory_equal(cf.sec[0].data, "abc", 3);
+    ckpt_close(&cf);
+    if (ckpt_write(path, &v, 1, &e)) fail_msg("%s", e.msg);  // a checkpoint is replaced as before
+}
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/dmsh_ckpt_XXXXXX");
     if (!mkdtemp(g_dir)) { perror("mkdtemp"); return 1; }
@@ -488,6 +525,7 @@ int main(void) {
         cmocka_unit_test(test_bad_arguments),  cmocka_unit_test(test_truncation),
         cmocka_unit_test(test_bit_flips),      cmocka_unit_test(test_newer_version_and_junk),
         cmocka_unit_test(test_crash_before_rename), cmocka_unit_test(test_write_failures),
+        cmocka_unit_test(test_foreign_files_kept),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     const char *bdir = getenv("DMSH_CKPT_BENCH");

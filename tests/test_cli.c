@@ -260,6 +260,12 @@ static void test_session_resume(void **s) {
     assert_non_null(strstr(tr, ":step 4"));
     free(tr);
     assert_true(file_size("runs/s1/ckpt/step-10.ckpt") > 0);
+    // a new run in s1's directory is refused (it would overwrite step-N.ckpt and append to
+    // metrics.tsv); s1's files are untouched
+    long before = file_size("runs/s1/ckpt/step-10.ckpt");
+    snprintf(script, sizeof script, "%s:data %s\n:init seed=4\n:session s1\n:step 10\n", SMALL, corpus);
+    expect_error(script, "runs/s1 already holds a run");
+    assert_int_equal(file_size("runs/s1/ckpt/step-10.ckpt"), before);
     // resuming a directory without checkpoints is a clear error
     snprintf(cmd, sizeof cmd, "cd %s && mkdir -p runs/empty && %s -r runs/empty -e ':help' > out.txt 2> err.txt", dir, dmsh);
     assert_int_not_equal(system(cmd), 0);
