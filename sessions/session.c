@@ -1,6 +1,7 @@
 // session.c — see session.h.
 #include "session.h"
 #include <dirent.h>
+#include <stdlib.h>
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -54,15 +55,46 @@ int session_open(Engine *e, const char *dir, dm_err *err) {
     return 0;
 }
 
+// Lines typed before a session exists (:preset, :set, :data, :init, ...): kept, and written at
+// the head of a new session's transcript, so replaying it rebuilds the run from the start.
+static char *pre_lines;
+static size_t pre_len, pre_cap;
+enum { PRE_MAX = 1 << 20 };
+
+static void append_line(FILE *f, const char *line) {
+    size_t n = strlen(line);
+    fprintf(f, "%s%s", line, n && line[n - 1] == '\n' ? "" : "\n");
+}
+
 void session_transcript(const Engine *e, const char *line) {
-    if (!e->session_dir[0]) return;
+    if (!e->session_dir[0]) {
+        size_t n = strlen(line);
+        if (pre_len + n + 2 > PRE_MAX) return;  // a pathological amount of typing: keep the head
+        if (pre_len + n + 2 > pre_cap) {
+            size_t cap = pre_cap ? 2 * pre_cap : 4096;
+            while (cap < pre_len + n + 2) cap *= 2;
+            char *p = realloc(pre_lines, cap);
+            if (!p) return;
+            pre_lines = p;
+            pre_cap = cap;
+        }
+        memcpy(pre_lines + pre_len, line, n);
+        pre_len += n;
+        if (!n || line[n - 1] != '\n') pre_lines[pre_len++] = '\n';
+        return;
+    }
     char path[1200];
     snprintf(path, sizeof path, "%s/transcript.dm", e->session_dir);
     FILE *f = fopen(path, "a");
     if (!f) return;
-    size_t n = strlen(line);
-    fprintf(f, "%s%s", line, n && line[n - 1] == '\n' ? "" : "\n");
+    if (pre_len) {  // the first line since the session opened: what came before it goes first
+        fwrite(pre_lines, 1, pre_len, f);
+        pre_len = 0;
+    }
+    append_line(f, line);
     fclose(f);
+    dm_err err = {0};
+    session_write_config(e, &err);  // config.dm follows :set / :data (best effort, as the transcript)
 }
 
 int session_latest_ckpt(const char *dir, char *path, size_t n, long long *step) {
