@@ -266,6 +266,19 @@ static void test_session_resume(void **s) {
     snprintf(script, sizeof script, "%s:data %s\n:init seed=4\n:session s1\n:step 10\n", SMALL, corpus);
     expect_error(script, "runs/s1 already holds a run");
     assert_int_equal(file_size("runs/s1/ckpt/step-10.ckpt"), before);
+    // lines typed before :session head its transcript (replayable: :init is in it)
+    snprintf(script, sizeof script, "%s:data %s\n:init seed=4\n:session s3\n:step 2\n:set lr=0.002\n", SMALL, corpus);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    snprintf(p, sizeof p, "%s/runs/s3/transcript.dm", dir);
+    tr = slurp(p);
+    assert_non_null(tr);
+    char *init = strstr(tr, ":init seed=4"), *sess = strstr(tr, ":session s3");
+    assert_true(init && sess && init < sess && strstr(tr, ":preset nano") < init);
+    free(tr);
+    snprintf(p, sizeof p, "%s/runs/s3/config.dm", dir);
+    cfg = slurp(p);
+    assert_non_null(strstr(cfg, ":set lr=0.002"));
+    free(cfg);
     // resuming a directory without checkpoints is a clear error
     snprintf(cmd, sizeof cmd, "cd %s && mkdir -p runs/empty && %s -r runs/empty -e ':help' > out.txt 2> err.txt", dir, dmsh);
     assert_int_not_equal(system(cmd), 0);
