@@ -118,6 +118,9 @@ void optim_free(Optim *o) {
 // so mult = 1 at s = W, mult = f at s = S, and it stays at f past the horizon.
 double lr_schedule_mult(const Config *c, int64_t s) {
     if (s < 0) s = 0;
+    // past the horizon: the floor, also when the horizon ends inside the warmup (the ramp used
+    // to go on climbing past it, then drop to the floor when the warmup ended)
+    if (c->lr_cosine && c->steps > 0 && s >= c->steps) return c->lr_min_frac;
     if (c->warmup > 0 && s < c->warmup) return (double)(s + 1) / c->warmup;
     if (!c->lr_cosine || c->steps <= 0) return 1.0;
     double span = (double)(c->steps - c->warmup);

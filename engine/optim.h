@@ -62,7 +62,8 @@ void optim_free(Optim *o);
 // Set the step counters (host mirror and the backend status), e.g. after loading a checkpoint.
 void optim_set_counters(Optim *o, int64_t t, int64_t total_skips, int consecutive_skips);
 // Learning-rate multiplier schedule for step s (0-based): warmup lr*(s+1)/warmup, then cosine
-// to lr_min_frac at cfg->steps (or constant).
+// to lr_min_frac at cfg->steps (or constant); with cosine, lr_min_frac from cfg->steps on, even
+// when the horizon ends inside the warmup.
 double lr_schedule_mult(const Config *c, int64_t s);
 // Apply one update from m->grads at training step `step` (0-based), with `loss` the objective
 // of the forward that produced the grads. Uses m->acts.rows / m->acts.B,T for the touched

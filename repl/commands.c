@@ -345,8 +345,12 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
     if (e->cfg.steps == 0) {
         e->cfg.steps = e->step + n;
         e->model.cfg.steps = e->cfg.steps;
-        if (e->cfg.lr_cosine) fprintf(OUT, "schedule: cosine to %.2gx lr at step %lld (steps=%lld; :set steps=N to change)\n",
-                                      e->cfg.lr_min_frac, (long long)e->cfg.steps, (long long)e->cfg.steps);
+        if (e->cfg.lr_cosine && e->cfg.steps <= e->cfg.warmup)
+            fprintf(OUT, "schedule: steps=%lld ends inside the %d-step warmup: the lr ramps to %.2gx by then, and runs at the floor %.2gx past it (:set warmup=N or steps=N to change)\n",
+                    (long long)e->cfg.steps, e->cfg.warmup, (double)e->cfg.steps / e->cfg.warmup, e->cfg.lr_min_frac);
+        else if (e->cfg.lr_cosine)
+            fprintf(OUT, "schedule: cosine to %.2gx lr at step %lld (steps=%lld; :set steps=N to change)\n",
+                    e->cfg.lr_min_frac, (long long)e->cfg.steps, (long long)e->cfg.steps);
     } else if (e->cfg.lr_cosine && e->step + n > e->cfg.steps) {
         fprintf(OUT, "note: the schedule ends at steps=%lld; steps past it run at the floor lr (%.2gx): :set steps=N to extend\n",
                 (long long)e->cfg.steps, e->cfg.lr_min_frac);

@@ -534,6 +534,12 @@ static void test_schedule(void **state) {
     assert_true(fabs(lr_schedule_mult(&c, 60) - 0.55) < 1e-12);            // half way: (1 + f)/2
     assert_true(fabs(lr_schedule_mult(&c, 110) - 0.1) < 1e-12);            // horizon: lr_min_frac
     assert_true(fabs(lr_schedule_mult(&c, 500) - 0.1) < 1e-12);            // stays there
+    {   // a horizon inside the warmup: the ramp until it, the floor from it on (never back up)
+        Config w = c;
+        w.warmup = 100; w.steps = 50;
+        assert_true(fabs(lr_schedule_mult(&w, 49) - 0.5) < 1e-15);
+        for (int s2 = 50; s2 < 300; s2 += 7) assert_true(fabs(lr_schedule_mult(&w, s2) - 0.1) < 1e-15);
+    }
     double prev = 2;
     for (int s = 10; s <= 110; s++) {                                      // monotone decay
         double v = lr_schedule_mult(&c, s);
