@@ -364,6 +364,25 @@ int optim_report(Optim *o, const Model *m, const OptStatus *st, const StepHyper 
             // the backend makes every step after this one a no-op until the halt is cleared:
             // clear it (same counters), so the run can be resumed from here
             optim_set_counters(o, st->t, st->total_skips, st->consecutive_skips);
+            // a non-finite loss usually means the weights already are: name the first such
+            // tensor (one download, on this path only) rather than "loss"
+            if (st->loss_bad || st->first_bad < 0) {
+                real *p = malloc(sizeof(real) * m->n_dev);
+                int bad = -1;
+                if (p) {
+                    o->be->download(p, m->params, sizeof(real) * m->n_dev);
+                    for (int i = 0; i < P_COUNT && bad < 0; i++) {
+                        const ParamTensor *t = &m->t[i];
+                        if (t->offset + t->numel > m->n_dev) continue;  // host-RAM tables
+                        for (size_t j = 0; j < t->numel; j++)
+                            if (!isfinite(p[t->offset + j])) { bad = i; break; }
+                    }
+                    free(p);
+                }
+                if (bad >= 0)
+                    return dm_fail(err, "step %lld: nan_limit (%d) consecutive non-finite steps; the parameters are non-finite (first: %s): an earlier update broke them — :load a checkpoint and lower lr / lr_muon",
+                                   (long long)hp->step, hp->nan_limit, m->t[bad].name);
+            }
             return dm_fail(err, "step %lld: nan_limit (%d) consecutive non-finite steps; first non-finite tensor: %s (hint: lower lr or raise clip)",
                            (long long)hp->step, hp->nan_limit, info->first_bad);
         }

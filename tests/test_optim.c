@@ -662,6 +662,13 @@ static void test_nan_firewall(void **state) {
     assert_int_equal(o.consecutive_skips, 0);
     assert_int_equal(o.total_skips, 3);
     assert_int_equal(o.t, 2);
+    // weights already non-finite (an earlier update broke them): the halt names the tensor
+    m.params[m.t[P_V2].offset + 3] = NAN;
+    for (int k = 0; k < 3; k++) {
+        int rc = optim_step(&o, &m, 14 + k, NAN, &info, &err);
+        assert_int_equal(rc, k == 2);
+    }
+    assert_non_null(strstr(err.msg, "parameters are non-finite (first: moe.V2)"));
     free(p0); free(m0); free(v0); free(b0); free(rs0);
     optim_free(&o);
     model_free(&m);
