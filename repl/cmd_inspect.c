@@ -10,8 +10,7 @@
 #include "../kernels/backend.h"
 #include "shell.h"
 
-int viz_hist_png(const char *path, const double *v, size_t n, int bins, const char *title, char *errmsg, size_t nerr)
-    __attribute__((weak));
+#include "../viz/plot.h"  // viz_hist_png (its PNG writer reports a build without PNG support itself)
 
 int cmd_probe(Shell *sh, Words *w, dm_err *err) {
     Engine *e = sh->eng;
@@ -49,7 +48,6 @@ int cmd_probe(Shell *sh, Words *w, dm_err *err) {
             pi.n ? 100.0 * st.nonfinite / pi.n : 0.0, (long long)e->step);
     int rc = 0;
     if (w->argc == 3) {
-        if (!viz_hist_png) { free(v); return dm_fail(err, "this dmsh was built without PNG support (libstb-dev missing)"); }
         char path[1400], title[200], msg[300];
         const char *dir = e->session_dir[0] ? e->session_dir : ".";
         char safe[64];

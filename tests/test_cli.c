@@ -267,8 +267,17 @@ static void test_session_resume(void **s) {
     expect_error(script, "runs/s1 already holds a run");
     assert_int_equal(file_size("runs/s1/ckpt/step-10.ckpt"), before);
     // lines typed before :session head its transcript (replayable: :init is in it)
-    snprintf(script, sizeof script, "%s:data %s\n:init seed=4\n:session s3\n:step 2\n:set lr=0.002\n", SMALL, corpus);
+    snprintf(script, sizeof script, "%s:data %s\n:init seed=4\n:session s3\n:step 2\n:set lr=0.002\n%s", SMALL, corpus,
+#ifdef DM_HAVE_PNG
+             ":probe emb hist\n"  // (it once said "built without PNG support" in a build with it)
+#else
+             ""
+#endif
+    );
     assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+#ifdef DM_HAVE_PNG
+    assert_true(file_size("runs/s3/plots/hist-emb-step2.png") > 0);
+#endif
     snprintf(p, sizeof p, "%s/runs/s3/transcript.dm", dir);
     tr = slurp(p);
     assert_non_null(tr);
