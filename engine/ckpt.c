@@ -351,7 +351,9 @@ static int verify(const char *path, const uint8_t *img, size_t n, CkptSection *o
 int ckpt_read(const char *path, CkptFile *f, dm_err *err) {
     memset(f, 0, sizeof *f);
     if (!host_is_le()) return dm_fail(err, "%s: cannot load checkpoint: big-endian hosts are not supported", path);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: a FIFO at path would block the open until a writer came (it is then refused
+    // as not a regular file below); reads of a regular file ignore the flag
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return dm_fail(err, "%s: cannot open checkpoint: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) < 0) {

@@ -2,6 +2,7 @@
 // resolution, suggestions, and the script driver.
 #include <ctype.h>
 #include <errno.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,6 +140,12 @@ int sh_run_file(Shell *sh, const char *path) {
     FILE *f = fopen(path, "r");
     if (!f) {
         fprintf(stderr, "%s: error: cannot open script: %s\n", path, strerror(errno));
+        return 1;
+    }
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {  // fopen opens a directory; reading it fails
+        fclose(f);
+        fprintf(stderr, "%s: error: cannot run a directory as a script\n", path);
         return 1;
     }
     const char *src0 = sh->src;
