@@ -105,9 +105,14 @@ static int cmd_help(Shell *sh, Words *w, dm_err *err) {
         fprintf(OUT, "%s\n  %s\n", c->usage, c->help);
         return 0;
     }
-    for (int i = 0; dm_commands[i].name; i++) fprintf(OUT, "  %-44s %.*s\n", dm_commands[i].usage,
-                                                      (int)strcspn(dm_commands[i].help, "."), dm_commands[i].help);
-    fprintf(OUT, "Shortcuts: :s step, :t train, :e eval, :h help, :q quit. A unique prefix works (:eval-d).\n");
+    for (int i = 0; dm_commands[i].name; i++) {
+        // the first sentence: up to the first ". " (a '.' inside "NAME.dm" or "1..L" is not an end)
+        const char *h = dm_commands[i].help, *end = strstr(h, ". ");
+        int n = end ? (int)(end - h) : (int)strlen(h);
+        if (!end && n > 0 && h[n - 1] == '.') n--;
+        fprintf(OUT, "  %-44s %.*s\n", dm_commands[i].usage, n, h);
+    }
+    fprintf(OUT, "Shortcuts: :s step, :t train, :e eval, :p plot, :h help, :q quit. A unique prefix works (:eval-d).\n");
     return 0;
 }
 
