@@ -531,6 +531,13 @@ static int cmd_check(Shell *sh, Words *w, dm_err *err) {
     const char *what = positional(w, 0);
     if (!what) return dm_fail(err, "usage: :check determinism|grad|parity [steps=N] [off=ARM,...]");
     if (!strcmp(what, "determinism")) {
+        // it runs the live model at its own batch, seq, precision and arms: options that would
+        // change them are refused, not silently ignored
+        static const char *const only_steps[] = {"off", "batch", "seq", "precision"};
+        for (int i = 0; i < 4; i++)
+            if (sh_kv(w, only_steps[i]))
+                return dm_fail(err, ":check determinism takes steps=N only (it runs the live model as it is: %s= does not apply; :set / :arm change the model)",
+                               only_steps[i]);
         long long n = 3;
         if (sh_kv(w, "steps") && parse_int(sh_kv(w, "steps"), 1, 100000, "steps", &n, err)) return 1;
         int ok;
