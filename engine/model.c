@@ -151,8 +151,9 @@ int model_create(Model *m, const Config *cfg, const Backend *be, uint64_t seed, 
     m->params = be->alloc(sizeof(real) * (m->n_dev ? m->n_dev : 1));
     m->grads = be->alloc(sizeof(real) * (m->n_dev ? m->n_dev : 1));
     if (!m->params || !m->grads) {
-        model_free(m);
-        return dm_fail(err, "cannot allocate %zu parameters on %s: try a smaller preset%s", m->n_dev, be->name,
+        size_t n = m->n_dev;
+        model_free(m);  // (clears m)
+        return dm_fail(err, "cannot allocate %zu parameters on %s: try a smaller preset%s", n, be->name,
                        cfg->engram_ram ? "" : " (or :set engram_ram=on to keep the Engram tables in host memory)");
     }
     size_t ntab = m->n_params - m->n_dev;

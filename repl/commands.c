@@ -297,8 +297,8 @@ static int cmd_init(Shell *sh, Words *w, dm_err *err) {
     if (session_write_config(E_, err)) return 1;
     size_t comp, tab;
     model_param_counts(&E_->model, &comp, &tab);
-    fprintf(OUT, "init seed %lld: %zu compute params + %zu memory-table (%.2fM + %.2fM), device cpu (%s)\n", seed, comp, tab,
-            comp / 1e6, tab / 1e6, REAL_NAME);
+    fprintf(OUT, "init seed %llu: %zu compute params + %zu memory-table (%.2fM + %.2fM), device %s (%s)\n",
+            (unsigned long long)seed, comp, tab, comp / 1e6, tab / 1e6, E_->device[0] ? E_->device : "cpu", REAL_NAME);
     return 0;
 }
 
