@@ -8,6 +8,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -297,6 +299,67 @@ void data_batch(const Data *d, uint64_t seed, int64_t step, int B, int T, int *x
         memcpy(yb, xb + 1, (size_t)(T - 1) * sizeof *yb);
         yb[T - 1] = data_train_byte(d, off + T);
     }
+}
+
+// ---- reads guarded against a file that shrank while mapped ---------------------------------
+// A mapped file truncated on disk (a corpus regenerated with `> file`) turns a read past its new
+// end into SIGBUS, which would end the process and the session with it. The step's and the
+// eval's reads run with a handler armed that jumps back and makes it a one-line error.
+static _Thread_local sigjmp_buf *guard_jb;
+static struct sigaction bus_prev;
+static int bus_installed;
+
+static void bus_handler(int sig, siginfo_t *si, void *uc) {
+    if (guard_jb) siglongjmp(*guard_jb, 1);
+    // not ours: the previous disposition
+    sigaction(SIGBUS, &bus_prev, NULL);
+    if (bus_prev.sa_flags & SA_SIGINFO) {
+        if (bus_prev.sa_sigaction) bus_prev.sa_sigaction(sig, si, uc);
+    } else if (bus_prev.sa_handler != SIG_IGN && bus_prev.sa_handler != SIG_DFL) {
+        bus_prev.sa_handler(sig);
+    } else {
+        raise(sig);
+    }
+}
+
+static void bus_install(void) {
+    if (bus_installed) return;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = bus_handler;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGBUS, &sa, &bus_prev) == 0) bus_installed = 1;
+}
+
+static int bus_fail(dm_err *err) {
+    return dm_fail(err, "a corpus file changed on disk while open (reading it faulted: it shrank): :data PATH reopens the corpus");
+}
+
+int data_batch_checked(const Data *d, uint64_t seed, int64_t step, int B, int T, int *x, int *y, dm_err *err) {
+    bus_install();
+    sigjmp_buf jb;
+    if (sigsetjmp(jb, 1)) {
+        guard_jb = NULL;
+        return bus_fail(err);
+    }
+    guard_jb = &jb;
+    data_batch(d, seed, step, B, T, x, y);
+    guard_jb = NULL;
+    return 0;
+}
+
+int data_eval_seq_checked(const Data *d, int64_t i, int T, int *x, int *y, dm_err *err) {
+    bus_install();
+    sigjmp_buf jb;
+    if (sigsetjmp(jb, 1)) {
+        guard_jb = NULL;
+        return bus_fail(err);
+    }
+    guard_jb = &jb;
+    data_eval_seq(d, i, T, x, y);
+    guard_jb = NULL;
+    return 0;
 }
 
 int64_t data_eval_nseq(const Data *d, int64_t eval_bytes, int T) {

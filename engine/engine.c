@@ -198,8 +198,14 @@ int engine_eval(Engine *e, int depth, EvalResult *r, dm_err *err) {
     int *x = mallocCheck(sizeof(int) * B * T), *y = mallocCheck(sizeof(int) * B * T);
     for (int64_t s0 = 0; s0 < nseq; s0 += B) {
         int valid = (int)(nseq - s0 < B ? nseq - s0 : B);
-        for (int b = 0; b < B; b++)  // pad a short last batch with copies: same shape, no realloc
-            data_eval_seq(&e->data, s0 + (b < valid ? b : valid - 1), T, x + (size_t)b * T, y + (size_t)b * T);
+        int bad = 0;
+        for (int b = 0; b < B && !bad; b++)  // pad a short last batch with copies: same shape, no realloc
+            bad = data_eval_seq_checked(&e->data, s0 + (b < valid ? b : valid - 1), T, x + (size_t)b * T,
+                                        y + (size_t)b * T, err);
+        if (bad) {
+            free(x); free(y);
+            return 1;
+        }
         model_forward(m, x, y, B, T, depth ? depth : c->L, depth ? FWD_LAST : FWD_ALL_DEPTHS);
         // the CE of the valid rows of each depth, summed on the backend (padding rows excluded),
         // then one download of the per-depth sums

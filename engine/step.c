@@ -237,7 +237,7 @@ int engine_step_enqueue(Engine *e, dm_err *err) {
     if (model_reserve_try(m, B, T, err)) return 1;
     if (optim_reserve(&e->opt, m, err)) return 1;
     // the batch and the scalars, built on the host while the device may still be busy
-    data_batch(&e->data, c->seed, e->step, B, T, r->tok, r->tok + N);
+    if (data_batch_checked(&e->data, c->seed, e->step, B, T, r->tok, r->tok + N, err)) return 1;
     StepHyper h;
     optim_hyper(&e->opt, m, e->step, &h);
     h.tokens = e->tokens + N;

@@ -347,6 +347,37 @@ static void test_mmap_large(void **s) {
     data_close(&d);
 }
 
+// A mapped corpus file that shrinks on disk: the checked reads return a one-line error (a plain
+// read would raise SIGBUS and end the process); after the :data reopen, reads work again.
+static void test_shrunk_file(void **s) {
+    (void)s;
+    enum { N = 1 << 16, T = 32, B = 4 };
+    uint8_t *b = malloc(N);
+    for (int i = 0; i < N; i++) b[i] = (uint8_t)(i * 7 + 3);
+    write_file("shrink.txt", b, N);
+    char p[512];
+    path_in(p, sizeof p, "shrink.txt");
+    Data d;
+    dm_err err = {0};
+    if (data_open(&d, p, NULL, 0.1, T, &err)) fail_msg("%s", err.msg);
+    int x[B * T], y[B * T];
+    assert_int_equal(data_batch_checked(&d, 1, 0, B, T, x, y, &err), 0);
+    assert_int_equal(truncate(p, 100), 0);
+    int failed = 0;
+    for (int step = 0; step < 64 && !failed; step++) failed = data_batch_checked(&d, 1, step, B, T, x, y, &err);
+    assert_true(failed);
+    assert_non_null(strstr(err.msg, "changed on disk"));
+    failed = 0;
+    for (int i = 0; i < 8 && !failed; i++) failed = data_eval_seq_checked(&d, i, T, x, y, &err);
+    assert_true(failed);
+    data_close(&d);
+    write_file("shrink.txt", b, N);
+    if (data_open(&d, p, NULL, 0.1, T, &err)) fail_msg("%s", err.msg);
+    for (int step = 0; step < 64; step++) assert_int_equal(data_batch_checked(&d, 1, step, B, T, x, y, &err), 0);
+    data_close(&d);
+    free(b);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_single_file),
@@ -355,6 +386,7 @@ int main(void) {
         cmocka_unit_test(test_windows),
         cmocka_unit_test(test_eval_window),
         cmocka_unit_test(test_mmap_large),
+        cmocka_unit_test(test_shrunk_file),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
