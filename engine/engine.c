@@ -13,6 +13,7 @@ void engine_init(Engine *e) {
     config_defaults(&e->cfg);
     e->be = backend_cpu();
     snprintf(e->device, sizeof e->device, "cpu");
+    e->synced_step = -1;
 }
 
 static void free_model(Engine *e) {
@@ -319,6 +320,7 @@ int engine_save(Engine *e, const char *path, dm_err *err) {
         {"data.eval", e->eval_path, strlen(e->eval_path)},  // empty: the held-out tail of data
     };
     int rc = ckpt_write(path, sec, (int)(sizeof sec / sizeof sec[0]), err);
+    if (!rc) e->synced_step = e->step;
     free(cfgtext);
     free(layout);
     free(params);
@@ -440,6 +442,7 @@ int engine_load(Engine *e, const char *path, dm_err *err) {
             snprintf(e->eval_path, sizeof e->eval_path, "%s", ep);
         }
     }
+    e->synced_step = e->step;
     rc = 0;
 done:
     ckpt_close(&f);

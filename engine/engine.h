@@ -46,6 +46,7 @@ typedef struct Engine {
     MetricRow *rows;
     int nrows, caprows;
     double last_orth_err;
+    int64_t synced_step;        // the step of the state last saved or loaded (-1: none)
     // session (runs/NAME); empty: none
     char session_dir[1024];
     volatile sig_atomic_t *interrupt;   // set by Ctrl-C; checked at step boundaries

@@ -133,6 +133,17 @@ int session_autosave(Engine *e, char *path, size_t n, dm_err *err) {
     if (!e->session_dir[0] || !e->live || e->step == 0) return 0;
     snprintf(path, n, "%s/ckpt/step-%lld.ckpt", e->session_dir, (long long)e->step);
     struct stat st;
-    if (stat(path, &st) == 0) { path[0] = 0; return 0; }
-    return engine_save(e, path, err);
+    if (stat(path, &st) != 0) return engine_save(e, path, err);
+    if (e->synced_step == e->step) { path[0] = 0; return 0; }  // this state, saved (or loaded) already
+    // step-N.ckpt holds another state of step N (the run went back with :load and came here
+    // again): keep both, this one under a name -r does not pick, and say so
+    char other[1200];
+    snprintf(other, sizeof other, "%s", path);
+    for (int k = 1; k < 1000; k++) {
+        snprintf(path, n, "%s/ckpt/step-%lld-exit%d.ckpt", e->session_dir, (long long)e->step, k);
+        if (stat(path, &st) != 0) break;
+    }
+    if (engine_save(e, path, err)) return 1;
+    fprintf(stderr, "dmsh: %s holds another state of step %lld (kept); this one saved as:\n", other, (long long)e->step);
+    return 0;
 }

@@ -18,5 +18,6 @@ int session_latest_ckpt(const char *dir, char *path, size_t n, long long *step);
 // dmsh -r DIR: load the latest checkpoint (model, optimizer, step, metrics), reopen its corpus,
 // adopt DIR as the session.
 int session_resume(Engine *e, const char *dir, dm_err *err);
-// Save DIR/ckpt/step-N.ckpt unless it exists (called when leaving a session).
+// Save DIR/ckpt/step-N.ckpt when leaving a session; when it exists and holds another state
+// (not the one last saved or loaded), as step-N-exitK.ckpt instead, with a note on stderr.
 int session_autosave(Engine *e, char *path, size_t n, dm_err *err);
