@@ -155,9 +155,15 @@ int sh_run_file(Shell *sh, const char *path) {
     char *line = NULL;
     size_t cap = 0;
     int rc = 0;
-    while (!sh->quit && getline(&line, &cap, f) >= 0) {
+    ssize_t got;
+    while (!sh->quit && (got = getline(&line, &cap, f)) >= 0) {
         sh->line++;
         dm_err err = {0};
+        if ((size_t)got != strlen(line)) {  // a NUL would end the line there, silently
+            fprintf(stderr, "%s:%d: error: the line holds a NUL byte (is this a text file?)\n", path, sh->line);
+            rc = 1;
+            break;
+        }
         if (sh_exec_line(sh, line, &err)) {
             fprintf(stderr, "%s:%d: error: %s\n", path, sh->line, err.msg);
             rc = 1;
