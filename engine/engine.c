@@ -353,8 +353,8 @@ int engine_load(Engine *e, const char *path, dm_err *err) {
         goto done;
     }
     // CRCs prove the bytes are the ones written, not that a hand-made file makes sense
-    if (st.step < 0 || st.step > (1LL << 50) || st.tokens < 0 || st.opt_t < 0 || st.opt_t > st.step || st.total_skips < 0 ||
-        st.consecutive_skips < 0 || st.total_skips > st.step) {
+    if (st.step < 0 || st.step > (1LL << 50) || st.tokens < 0 || st.opt_t < 0 || st.opt_t > (1LL << 50) || st.total_skips < 0 ||
+        st.consecutive_skips < 0) {
         dm_fail(err, "%s: impossible counters in the state section (step %lld, tokens %lld, optimizer steps %lld, skips %lld): not loaded",
                 path, (long long)st.step, (long long)st.tokens, (long long)st.opt_t, (long long)st.total_skips);
         goto done;
