@@ -204,7 +204,14 @@ int optim_reserve(Optim *o, const Model *m, dm_err *err) {
 
 // the retraction period the status decides on: 0 when the arm is off
 static int retract_period(const Model *m) {
-    return m->arms.on[ARM_RETRACT] && m->cfg.retract_every > 0 ? m->cfg.retract_every : 0;
+    if (!m->arms.on[ARM_RETRACT] || m->cfg.retract_every <= 0) return 0;
+    // nothing to retract when every orthonormal factor belongs to an arm that is off (the MoE's):
+    // no retraction step, so the retract counter does not count one
+    for (int i = 0; i < P_COUNT; i++) {
+        int a = param_arm(i);
+        if (m->t[i].orthonormal && m->t[i].numel && (a < 0 || m->arms.on[a])) return m->cfg.retract_every;
+    }
+    return 0;
 }
 
 void optim_hyper(const Optim *o, const Model *m, int64_t step, StepHyper *hp) {

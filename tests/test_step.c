@@ -357,8 +357,10 @@ static void test_arm_off_freezes(void **s) {
     int64_t *rs = malloc(sizeof(int64_t) * (size_t)c.n_orders * c.engram_rows);
     download_all(&e, m->params, n, p0);
     optim_state_get(&e.opt, m, m0, v0, u0, rs);
+    int64_t retracts = m->arms.fwd[ARM_RETRACT];
     for (int i = 0; i < 4; i++) assert_int_equal(engine_step(&e, &row, &err), 0);
     assert_int_equal(engine_report(&e, NULL, &err), 0);
+    assert_int_equal(m->arms.fwd[ARM_RETRACT], retracts);  // the only factors are the MoE's: none ran
     download_all(&e, m->params, n, p1);
     optim_state_get(&e.opt, m, m1, v1, u1, rs);
     int frozen = 0, moved = 0;
