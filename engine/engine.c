@@ -491,8 +491,9 @@ int engine_check_determinism(Engine *e, int n, int *ok, char *msg, size_t nmsg, 
         char ld[64];
         if (first_diff < 0) snprintf(ld, sizeof ld, "identical");
         else snprintf(ld, sizeof ld, "DIFFER from step %lld", (long long)(s0.step + first_diff));
-        snprintf(msg, nmsg, "%d steps twice from step %lld: losses %s, parameters %s (%zu of %zu differ)", n,
-                 (long long)s0.step, ld, pdiff ? "DIFFER" : "bit-identical", pdiff, P);
+        // the second pass is the run's own (its steps are in the metrics): say where it now is
+        snprintf(msg, nmsg, "%d steps twice from step %lld: losses %s, parameters %s (%zu of %zu differ); the model kept the second pass, now at step %lld",
+                 n, (long long)s0.step, ld, pdiff ? "DIFFER" : "bit-identical", pdiff, P, (long long)e->step);
     }
     snapshot_free(&s0);
     free(p1); free(l1);
