@@ -15,8 +15,9 @@
 //   w    [N, k]   routing weights                            persistent
 //   a1   [A, r]   X V1 (before s1)                           persistent
 //   a2   [A, r]   silu(h) V2 (before s2)                     persistent
-//   h    [A, f]   pre-activations; backward overwrites them with silu'(h) (see below)
-//   tf   [N, f]   scratch: silu(h) / dg / dh of one expert (an expert has at most N rows)
+//   h    [A, f]   silu'(h): forward computes h here and replaces it with the derivative
+//   g    [A, f]   silu(h)                                    persistent
+//   tf   [N, f]   scratch: dg / dh of one expert (an expert has at most N rows)
 //   td   [N, d]   scratch: gathered X / y / gathered dout / dX of one expert
 //   tr   [N, r]   scratch: a*s (the scaled rank-r vectors) of one expert
 //   tr2  [N, r]   scratch: rank-r gradients of one expert
@@ -25,8 +26,8 @@
 //   then ints:  idx [N, k] chosen experts, asg [A] assignment ids (t*k + j) expert-major,
 //               off [E + 1] expert offsets into asg, cur [E] sort cursors.
 // The gathered inputs are not kept: backward re-gathers them from n (a copy of c*d reals, far
-// cheaper than holding A*d of workspace). Backward is destructive on h (it stores silu'(h) there to spend one exp per element instead
-// of two): run forward again before a second backward on the same ws.
+// cheaper than holding A*d of workspace). Forward keeps both silu(h) and silu'(h) (one exp per
+// element, and none in backward: recomputing the sigmoid there was ~1.3 % of a nano step).
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -43,7 +44,7 @@
 
 // Offsets of the ws regions, in reals. One place so forward and backward agree.
 typedef struct {
-    size_t p, w, a1, a2, h, tf, td, tr, tr2, dw, dp, ints, total;
+    size_t p, w, a1, a2, h, g, tf, td, tr, tr2, dw, dp, ints, total;
 } MoEWsLayout;
 
 static MoEWsLayout moe_layout(MoEShape s) {
@@ -55,6 +56,7 @@ static MoEWsLayout moe_layout(MoEShape s) {
     L.a1 = o;  o += A * s.r;
     L.a2 = o;  o += A * s.r;
     L.h = o;   o += A * s.f;
+    L.g = o;   o += A * s.f;
     L.tf = o;  o += N * s.f;
     L.td = o;  o += N * s.d;
     L.tr = o;  o += N * s.r;
@@ -139,19 +141,8 @@ enum { VB = 64 };
 #define DM_VEC_CLONES
 #endif
 
-// g = silu(h)
-DM_VEC_CLONES static void silu_fwd(real *restrict g, const real *restrict h, size_t n) {
-    size_t i = 0;
-    for (; i + VB <= n; i += VB) {
-        real *restrict gb = g + i;
-        const real *restrict hb = h + i;
-        for (int j = 0; j < VB; j++) gb[j] = hb[j] * sigmoid_r(hb[j]);
-    }
-    for (; i < n; i++) g[i] = h[i] * sigmoid_r(h[i]);
-}
-
 // g = silu(h) and, in place of h, silu'(h) = sig + g (1 - sig): one exp per element serves both
-DM_VEC_CLONES static void silu_bwd_prep(real *restrict g, real *restrict h, size_t n) {
+DM_VEC_CLONES static void silu_fwd_deriv(real *restrict g, real *restrict h, size_t n) {
     size_t i = 0;
     for (; i + VB <= n; i += VB) {
         real *restrict gb = g + i;
@@ -188,8 +179,8 @@ void moe_forward(real *out, real *aux, int *load, real *ws, const real *n, const
     real *W = ws + L.w;                 // [N, k]
     real *A1 = ws + L.a1;               // [A, r]
     real *A2 = ws + L.a2;               // [A, r]
-    real *Hh = ws + L.h;                // [A, f]
-    real *tf = ws + L.tf;               // [N, f]
+    real *Hh = ws + L.h;                // [A, f]  h, then silu'(h)
+    real *G = ws + L.g;                 // [A, f]  silu(h)
     real *td = ws + L.td;               // [N, d]
     real *tr = ws + L.tr;               // [N, r]
     int *idx = (int *)(ws + L.ints);    // [N, k]
@@ -225,6 +216,7 @@ void moe_forward(real *out, real *aux, int *load, real *ws, const real *n, const
         real *a1 = A1 + (size_t)o * r;              // [c, r]
         real *a2 = A2 + (size_t)o * r;              // [c, r]
         real *he = Hh + (size_t)o * f;              // [c, f]
+        real *ge = G + (size_t)o * f;               // [c, f]
 
         for (int i = 0; i < c; i++)
             memcpy(Xe + (size_t)i * d, n + (size_t)(asg[o + i] / k) * d, sizeof(real) * d);
@@ -232,8 +224,8 @@ void moe_forward(real *out, real *aux, int *load, real *ws, const real *n, const
         for (int i = 0; i < c; i++)
             for (int q = 0; q < r; q++) tr[(size_t)i * r + q] = a1[(size_t)i * r + q] * s1[q];
         gemm_rm(0, 1, c, f, r, 1, tr, r, U1, r, 0, he, f);                 // h = b1 U1^T
-        silu_fwd(tf, he, (size_t)c * f);                                     // g = silu(h)
-        gemm_rm(0, 0, c, r, f, 1, tf, f, V2, r, 0, a2, r);                 // a2 = g V2
+        silu_fwd_deriv(ge, he, (size_t)c * f);                  // g = silu(h), h <- silu'(h)
+        gemm_rm(0, 0, c, r, f, 1, ge, f, V2, r, 0, a2, r);                 // a2 = g V2
         for (int i = 0; i < c; i++)
             for (int q = 0; q < r; q++) tr[(size_t)i * r + q] = a2[(size_t)i * r + q] * s2[q];
         gemm_rm(0, 1, c, d, r, 1, tr, r, U2, r, 0, td, d);                 // y = b2 U2^T
@@ -257,7 +249,8 @@ void moe_backward(real *dn, real *dz, MoEGrads g, const real *dout, real daux, r
     const real *W = ws + L.w;           // [N, k]
     const real *A1 = ws + L.a1;         // [A, r]
     const real *A2 = ws + L.a2;         // [A, r]
-    real *Hh = ws + L.h;                // [A, f]  h in, silu'(h) out
+    const real *Hh = ws + L.h;          // [A, f]  silu'(h)
+    const real *G = ws + L.g;           // [A, f]  silu(h)
     real *tf = ws + L.tf;               // [N, f]
     real *td = ws + L.td;               // [N, d]
     real *tr = ws + L.tr;               // [N, r]
@@ -285,7 +278,8 @@ void moe_backward(real *dn, real *dz, MoEGrads g, const real *dout, real daux, r
         real *gV2 = g.V2 + (size_t)e * f * r;       // [f, r]
         const real *a1 = A1 + (size_t)o * r;        // [c, r]
         const real *a2 = A2 + (size_t)o * r;        // [c, r]
-        real *he = Hh + (size_t)o * f;              // [c, f]
+        const real *he = Hh + (size_t)o * f;        // [c, f]
+        const real *ge = G + (size_t)o * f;         // [c, f]
 
         // G = gathered dout rows [c, d] (in td); b2 = a2*s2 (in tr)
         for (int i = 0; i < c; i++)
@@ -315,8 +309,7 @@ void moe_backward(real *dn, real *dz, MoEGrads g, const real *dout, real daux, r
                 gs2[q] += v * a2[(size_t)i * r + q];
                 tr2[(size_t)i * r + q] = v * s2[q];
             }
-        silu_bwd_prep(tf, he, (size_t)c * f);  // g = silu(h) into tf, silu'(h) over h
-        gemm_rm(1, 0, f, r, c, 1, tf, f, tr2, r, 1, gV2, r);              // dV2 += g^T da2
+        gemm_rm(1, 0, f, r, c, 1, ge, f, tr2, r, 1, gV2, r);              // dV2 += g^T da2
         gemm_rm(0, 1, c, f, r, 1, tr2, r, V2, r, 0, tf, f);               // dg = da2 V2^T
         mul_inplace(tf, he, (size_t)c * f);                                 // dh = dg silu'(h)
         for (int i = 0; i < c; i++)
