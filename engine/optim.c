@@ -155,6 +155,24 @@ static void adamw_tensor(Optim *o, Model *m, const ParamTensor *t, int decay) {
     o->be->opt_adamw(m->params + off, m->grads + off, o->m + off, o->v + off, t->numel, decay, o->hp, o->status);
 }
 
+// The controller's gates: row j of ctrl.w / entry j of ctrl.b is arm j's gate (attn, mem, ffn).
+// A gate whose arm is off reads nothing, so its gradient is 0, but a full AdamW step would still
+// move it (momentum, weight decay): step only the rows of arms that are on, each as its own
+// slice (the same element-wise update, so all-on is bit-identical to one call on the tensor).
+static const int gate_arm[3] = {ARM_KDA, ARM_ENGRAM, ARM_MOE};
+static void ctrl_gates(Optim *o, Model *m, const ParamTensor *t, int decay) {
+    size_t w = t->numel / 3;  // one row
+    if (m->arms.on[gate_arm[0]] && m->arms.on[gate_arm[1]] && m->arms.on[gate_arm[2]]) {
+        adamw_tensor(o, m, t, decay);
+        return;
+    }
+    for (int j = 0; j < 3; j++) {
+        if (!m->arms.on[gate_arm[j]]) continue;
+        size_t off = t->offset + (size_t)j * w;
+        o->be->opt_adamw(m->params + off, m->grads + off, o->m + off, o->v + off, w, decay, o->hp, o->status);
+    }
+}
+
 // 1 when the last forward read table rows (acts.rows holds them)
 static int tables_read(const Model *m) {
     const Acts *a = &m->acts;
@@ -288,7 +306,8 @@ void optim_enqueue(Optim *o, Model *m, const double *loss) {
     }
     be->opt_clip(m->grads, m->n_dev, o->status);
     // (3) updates per group. A tensor of an arm that is off is not touched (param_arm): no
-    // momentum step, no decay, no retraction — the arm comes back as it was switched off. Every
+    // momentum step, no decay, no retraction — the arm comes back as it was switched off (and
+    // so does its gate row of the controller, ctrl_gates). Every
     // other tensor steps, even with an all-zero gradient (its moments decay).
     for (int i = 0; i < P_COUNT; i++) {
         const ParamTensor *t = &m->t[i];
@@ -302,10 +321,12 @@ void optim_enqueue(Optim *o, Model *m, const double *loss) {
             else adamw_tensor(o, m, t, 1);
             break;
         case GROUP_ADAMW:
-            adamw_tensor(o, m, t, 1);
+            if (i == P_CTRL_W) ctrl_gates(o, m, t, 1);
+            else adamw_tensor(o, m, t, 1);
             break;
         case GROUP_ADAMW_1D:
-            adamw_tensor(o, m, t, 0);
+            if (i == P_CTRL_B) ctrl_gates(o, m, t, 0);
+            else adamw_tensor(o, m, t, 0);
             break;
         }
     }

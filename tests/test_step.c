@@ -380,6 +380,23 @@ static void test_arm_off_freezes(void **s) {
         }
     }
     assert_true(frozen >= 20 && moved == 3);
+    // the controller is shared, but an off arm's gate row (ctrl.w row j, ctrl.b[j]; j = 0 kda,
+    // 1 engram, 2 moe) is frozen with its moments; the engram gate (on) trains
+    for (int j = 0; j < 3; j++) {
+        const int gt[2] = {P_CTRL_W, P_CTRL_B};
+        for (int q = 0; q < 2; q++) {
+            const ParamTensor *t = &m->t[gt[q]];
+            size_t w = t->numel / 3, o = t->offset + (size_t)j * w;
+            int same = !memcmp(p0 + o, p1 + o, sizeof(real) * w);
+            if (j == 1) {
+                if (same) fail_msg("%s row %d (engram, on) did not train", t->name, j);
+            } else {
+                if (!same) fail_msg("%s row %d moved while its arm was off", t->name, j);
+                assert_memory_equal(m0 + o, m1 + o, sizeof(real) * w);
+                assert_memory_equal(v0 + o, v1 + o, sizeof(real) * w);
+            }
+        }
+    }
     // back on: the arm trains again
     for (int a = 0; a < 3; a++) m->arms.on[off[a]] = 1;
     assert_int_equal(engine_step(&e, &row, &err), 0);
