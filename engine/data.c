@@ -362,6 +362,20 @@ int data_eval_seq_checked(const Data *d, int64_t i, int T, int *x, int *y, dm_er
     return 0;
 }
 
+int data_read_checked(const Data *d, int eval, int64_t off, int len, int *out, dm_err *err) {
+    bus_install();
+    sigjmp_buf jb;
+    if (sigsetjmp(jb, 1)) {
+        guard_jb = NULL;
+        return bus_fail(err);
+    }
+    guard_jb = &jb;
+    if (eval) data_eval_read(d, off, len, out);
+    else data_train_read(d, off, len, out);
+    guard_jb = NULL;
+    return 0;
+}
+
 int64_t data_eval_nseq(const Data *d, int64_t eval_bytes, int T) {
     int64_t m = d->n_eval - 1;
     if (eval_bytes < m) m = eval_bytes;

@@ -46,5 +46,7 @@ void data_batch(const Data *d, uint64_t seed, int64_t step, int B, int T, int *x
 // corpus file shrank on disk since it was opened (the step and the eval use these).
 int data_batch_checked(const Data *d, uint64_t seed, int64_t step, int B, int T, int *x, int *y, dm_err *err);
 int data_eval_seq_checked(const Data *d, int64_t i, int T, int *x, int *y, dm_err *err);
+// data_train_read (eval 0) / data_eval_read (eval 1), guarded the same way
+int data_read_checked(const Data *d, int eval, int64_t off, int len, int *out, dm_err *err);
 int64_t data_eval_nseq(const Data *d, int64_t eval_bytes, int T);
 void data_eval_seq(const Data *d, int64_t i, int T, int *x, int *y);

@@ -264,17 +264,24 @@ int anchors_compute(const Data *d, int64_t fit_bytes, int64_t eval_bytes, int T,
     uint8_t *ev = mallocCheck((size_t)ne);
     enum { BLK = 1 << 16 };
     int *buf = mallocCheck(BLK * sizeof *buf);
-    for (int64_t o = 0; o < nf; o += BLK) {
+    // guarded reads: a mapped corpus that shrank on disk is a one-line error, not SIGBUS
+    int bad = 0;
+    for (int64_t o = 0; o < nf && !bad; o += BLK) {
         int len = nf - o < BLK ? (int)(nf - o) : BLK;
-        data_train_read(d, o, len, buf);
-        for (int j = 0; j < len; j++) tr[o + j] = (uint8_t)buf[j];
+        bad = data_read_checked(d, 0, o, len, buf, err);
+        for (int j = 0; j < len && !bad; j++) tr[o + j] = (uint8_t)buf[j];
     }
-    for (int64_t o = 0; o < ne; o += BLK) {
+    for (int64_t o = 0; o < ne && !bad; o += BLK) {
         int len = ne - o < BLK ? (int)(ne - o) : BLK;
-        data_eval_read(d, o, len, buf);
-        for (int j = 0; j < len; j++) ev[o + j] = (uint8_t)buf[j];
+        bad = data_read_checked(d, 1, o, len, buf, err);
+        for (int j = 0; j < len && !bad; j++) ev[o + j] = (uint8_t)buf[j];
     }
     free(buf);
+    if (bad) {
+        free(tr);
+        free(ev);
+        return 1;
+    }
     memset(a, 0, sizeof *a);
     anchors_from_bytes(tr, nf, ev, nseq, T, &a->unigram_bpb, &a->kn5_bpb);
     a->fit_bytes = nf;

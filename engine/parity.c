@@ -51,7 +51,11 @@ int engine_check_parity(Engine *e, const Backend *ref, const Backend *dev, int B
     model_params_put(&md, w);
     if (e->live) { mr.arms = e->model.arms; md.arms = e->model.arms; }
     if (e->has_data) {
-        data_batch(&e->data, c.seed, e->step, B, T, x, y);
+        if (data_batch_checked(&e->data, c.seed, e->step, B, T, x, y, err)) {
+            free(w); free(gr); free(gd); free(x); free(y);
+            model_free(&mr); model_free(&md);
+            return 1;
+        }
     } else {
         Rng r = {c.seed ^ 0x9a17ull};
         for (int i = 0; i < B * T; i++) { x[i] = (int)(rng_next(&r) & 255); y[i] = (int)(rng_next(&r) & 255); }
