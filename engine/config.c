@@ -97,6 +97,7 @@ static void range_text(const ConfigKey *k, char *buf, size_t n) {
     if (k->type == KEY_ENUM || k->type == KEY_BOOL) snprintf(buf, n, "one of %s", k->choices);
     else if (k->type == KEY_ORDERS) snprintf(buf, n, "1..%d distinct orders in %g..%g, e.g. 2,3,4", DM_MAX_ORDERS, k->min, k->max);
     else if (k->type == KEY_REAL) snprintf(buf, n, "a number in [%g, %g]", k->min, k->max);
+    else if (k->type == KEY_U64) snprintf(buf, n, "an integer in [0, 18446744073709551615] (decimal digits)");
     else snprintf(buf, n, "an integer in [%.0f, %.0f]", k->min, k->max);
 }
 
@@ -109,13 +110,19 @@ int config_set(Config *c, const char *key, const char *value, dm_err *err) {
     char *end = NULL;
     errno = 0;
     switch (k->type) {
-    case KEY_INT: case KEY_I64: case KEY_U64: {
+    case KEY_U64: {  // every 64-bit value, in decimal digits only (a double would round it)
+        unsigned long long u = strtoull(value, &end, 10);
+        if (!*value || *end || errno || value[strspn(value, "0123456789")] != '\0')
+            return dm_fail(err, "bad value '%s' for %s: expected %s", value, key, range);
+        *(uint64_t *)base = (uint64_t)u;
+        return 0;
+    }
+    case KEY_INT: case KEY_I64: {
         double v = strtod(value, &end);
         if (!*value || *end || errno || v != floor(v) || v < k->min || v > k->max)
             return dm_fail(err, "bad value '%s' for %s: expected %s", value, key, range);
         if (k->type == KEY_INT) *(int *)base = (int)v;
-        else if (k->type == KEY_I64) *(int64_t *)base = (int64_t)v;
-        else *(uint64_t *)base = strtoull(value, NULL, 10);
+        else *(int64_t *)base = (int64_t)v;
         return 0;
     }
     case KEY_REAL: {

@@ -66,14 +66,19 @@ int cmd_probe(Shell *sh, Words *w, dm_err *err) {
 int cmd_gen(Shell *sh, Words *w, dm_err *err) {
     Engine *e = sh->eng;
     const char *prompt = NULL;
-    long long n = 256, top_k = 0, seed = (long long)e->cfg.seed;
+    long long n = 256, top_k = 0;
+    uint64_t seed = e->cfg.seed;
     double temp = 0.8;
     for (int i = 1; i < w->argc; i++) {
         char *a = w->argv[i], *end;
         if (!strncmp(a, "n=", 2)) { n = strtoll(a + 2, &end, 10); if (*end || n < 1 || n > 1000000) return dm_fail(err, "bad n '%s': 1..1000000", a + 2); }
         else if (!strncmp(a, "temp=", 5)) { temp = strtod(a + 5, &end); if (*end || !(temp >= 0 && temp <= 100)) return dm_fail(err, "bad temp '%s': 0..100 (0 = greedy)", a + 5); }
         else if (!strncmp(a, "top_k=", 6)) { top_k = strtoll(a + 6, &end, 10); if (*end || top_k < 0 || top_k > 256) return dm_fail(err, "bad top_k '%s': 0..256", a + 6); }
-        else if (!strncmp(a, "seed=", 5)) { seed = strtoll(a + 5, &end, 10); if (*end) return dm_fail(err, "bad seed '%s'", a + 5); }
+        else if (!strncmp(a, "seed=", 5)) {  // the values :set seed takes
+            Config tmp = e->cfg;
+            if (config_set(&tmp, "seed", a + 5, err)) return 1;
+            seed = tmp.seed;
+        }
         else if (!prompt) prompt = a;
         else return dm_fail(err, "usage: :gen \"prompt\" [n=256 temp=0.8 top_k=0 seed=N]");
     }
@@ -83,7 +88,7 @@ int cmd_gen(Shell *sh, Words *w, dm_err *err) {
     decoder_init(&d, &e->model);
     real lg[256];
     for (const unsigned char *p = (const unsigned char *)prompt; *p; p++) decoder_step(&d, *p, lg);
-    Rng r = {(uint64_t)seed};
+    Rng r = {seed};
     fputs(prompt, sh->out);
     for (long long i = 0; i < n; i++) {
         int b = sample_byte(lg, temp, (int)top_k, &r);

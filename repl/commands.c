@@ -290,10 +290,12 @@ static int cmd_data(Shell *sh, Words *w, dm_err *err) {
 static int cmd_init(Shell *sh, Words *w, dm_err *err) {
     static const char *const keys[] = {"seed", NULL};
     if (check_keys(w, 0, keys, err)) return 1;
-    long long seed = (long long)E_->cfg.seed;
+    // the same values as :set seed (config_set parses both)
+    Config tmp = E_->cfg;
     const char *s = sh_kv(w, "seed");
-    if (s && parse_int(s, 0, (1LL << 62), "seed", &seed, err)) return 1;
-    if (engine_build(E_, (uint64_t)seed, err)) return 1;
+    if (s && config_set(&tmp, "seed", s, err)) return 1;
+    uint64_t seed = tmp.seed;
+    if (engine_build(E_, seed, err)) return 1;
     if (session_write_config(E_, err)) return 1;
     size_t comp, tab;
     model_param_counts(&E_->model, &comp, &tab);

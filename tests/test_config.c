@@ -49,6 +49,16 @@ static void test_set_errors(void **s) {
     assert_int_equal(c.n_orders, 2);
     assert_int_equal(config_set(&c, "loss", "final", &e), 0);
     assert_int_equal(c.loss_final, 1);
+    // seed: every uint64 in decimal digits, nothing a double or strtoull would bend
+    expect_err(&c, "seed", "1e3", "decimal digits");       // used to be taken as 1
+    expect_err(&c, "seed", "0x10", "decimal digits");      // used to be taken as 0
+    expect_err(&c, "seed", "-1", "decimal digits");
+    expect_err(&c, "seed", "18446744073709551616", "decimal digits");  // 2^64
+    expect_err(&c, "seed", "", "seed");
+    assert_int_equal(config_set(&c, "seed", "18446744073709551615", &e), 0);
+    assert_true(c.seed == UINT64_MAX);
+    assert_int_equal(config_set(&c, "seed", "9007199254740993", &e), 0);  // 2^53 + 1: not a double
+    assert_true(c.seed == 9007199254740993ull);
 }
 
 static void test_validate(void **s) {
