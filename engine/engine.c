@@ -1,6 +1,8 @@
 // engine.c — the trainer: build, step, eval, anchors, checkpoints, determinism check, metrics.
 #include "engine.h"
 #include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
 #include <math.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -75,15 +77,28 @@ int engine_set_device(Engine *e, const Backend *be, const char *name, dm_err *er
     return 0;
 }
 
+// The path a checkpoint records: absolute, so a :load from another directory reopens the same
+// file (a relative one resolved against whatever the working directory was then).
+static int stored_path(char *dst, size_t n, const char *path, dm_err *err) {
+    char abs[PATH_MAX];
+    const char *p = realpath(path, abs) ? abs : path;
+    if (strlen(p) >= n)
+        return dm_fail(err, "corpus path too long to record in a checkpoint (%zu bytes, at most %zu): %s", strlen(p), n - 1, p);
+    memcpy(dst, p, strlen(p) + 1);
+    return 0;
+}
+
 int engine_open_data(Engine *e, const char *path, const char *eval_path, dm_err *err) {
+    char dp[sizeof e->data_path], ep[sizeof e->eval_path] = "";
+    if (stored_path(dp, sizeof dp, path, err) || (eval_path && stored_path(ep, sizeof ep, eval_path, err))) return 1;
     Data d;
     if (data_open(&d, path, eval_path, e->cfg.eval_frac, e->cfg.seq, err)) return 1;
     if (e->has_data) data_close(&e->data);  // only after the new corpus opened: a bad path keeps the old
     e->data = d;
     e->has_data = 1;
     e->has_anchors = 0;
-    snprintf(e->data_path, sizeof e->data_path, "%s", path);
-    snprintf(e->eval_path, sizeof e->eval_path, "%s", eval_path ? eval_path : "");
+    memcpy(e->data_path, dp, sizeof dp);
+    memcpy(e->eval_path, ep, sizeof ep);
     return 0;
 }
 

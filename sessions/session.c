@@ -8,6 +8,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+// One word of the command language (repl/parse.c): bare when it has no blank, quote, ';', '#'
+// or backslash, else in double quotes with '"' and '\\' escaped.
+static void put_word(FILE *f, const char *s) {
+    if (*s && !s[strcspn(s, " \t\r\n\"';#\\")]) { fputs(s, f); return; }
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\') fputc('\\', f);
+        fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
 int session_write_config(const Engine *e, dm_err *err) {
     if (!e->session_dir[0]) return 0;
     char path[1200], *text = mallocCheck(16384);
@@ -16,7 +28,15 @@ int session_write_config(const Engine *e, dm_err *err) {
     FILE *f = fopen(path, "w");
     if (!f) { free(text); return dm_fail(err, "cannot write %s: %s", path, strerror(errno)); }
     fprintf(f, "# resolved config of this session (dmsh writes it on :init and :session)\n%s", text);
-    if (e->data_path[0]) fprintf(f, ":data %s%s%s\n", e->data_path, e->eval_path[0] ? " eval=" : "", e->eval_path);
+    if (e->data_path[0]) {
+        fputs(":data ", f);
+        put_word(f, e->data_path);
+        if (e->eval_path[0]) {
+            fputs(" eval=", f);
+            put_word(f, e->eval_path);
+        }
+        fputc('\n', f);
+    }
     fclose(f);
     free(text);
     return 0;

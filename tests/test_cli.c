@@ -288,6 +288,20 @@ static void test_session_resume(void **s) {
     cfg = slurp(p);
     assert_non_null(strstr(cfg, ":set lr=0.002"));
     free(cfg);
+    // config.dm names the corpus by its absolute path, quoted when it holds a blank, ';' or '#':
+    // replayed from another directory it opens the same file
+    snprintf(cmd, sizeof cmd, "cd %s && cp '%s' 'my corpus;#1.txt'", dir, corpus);
+    assert_int_equal(system(cmd), 0);
+    snprintf(script, sizeof script, "%s:data \"my corpus;#1.txt\"\n:session s4\n:init seed=5\n", SMALL);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    snprintf(cmd, sizeof cmd, "cd / && %s -b '%s/runs/s4/config.dm' > '%s/out.txt' 2> '%s/err.txt'", dmsh, dir, dir, dir);
+    assert_int_equal(system(cmd), 0);
+    snprintf(p, sizeof p, "%s/out.txt", dir);
+    char *o4 = slurp(p);
+    assert_non_null(o4);
+    if (!strstr(o4, "/my corpus;#1.txt: 1 file")) print_error("replayed config.dm said: %s\n", o4);
+    assert_non_null(strstr(o4, "/my corpus;#1.txt: 1 file"));
+    free(o4);
     // resuming a directory without checkpoints is a clear error
     snprintf(cmd, sizeof cmd, "cd %s && mkdir -p runs/empty && %s -r runs/empty -e ':help' > out.txt 2> err.txt", dir, dmsh);
     assert_int_not_equal(system(cmd), 0);
