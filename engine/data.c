@@ -376,6 +376,13 @@ int data_read_checked(const Data *d, int eval, int64_t off, int len, int *out, d
     return 0;
 }
 
+uint32_t eval_set_begin(void) { return 2166136261u; }
+uint32_t eval_set_add(uint32_t h, const int *bytes, int64_t n) {
+    for (int64_t i = 0; i < n; i++) h = (h ^ (uint32_t)(bytes[i] & 255)) * 16777619u;
+    return h;
+}
+uint32_t eval_set_end(uint32_t h) { return h ? h : 1; }
+
 int64_t data_eval_nseq(const Data *d, int64_t eval_bytes, int T) {
     int64_t m = d->n_eval - 1;
     if (eval_bytes < m) m = eval_bytes;

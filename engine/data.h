@@ -48,5 +48,11 @@ int data_batch_checked(const Data *d, uint64_t seed, int64_t step, int B, int T,
 int data_eval_seq_checked(const Data *d, int64_t i, int T, int *x, int *y, dm_err *err);
 // data_train_read (eval 0) / data_eval_read (eval 1), guarded the same way
 int data_read_checked(const Data *d, int eval, int64_t off, int len, int *out, dm_err *err);
+// The identity of an eval window: 32-bit FNV-1a over its bytes in order (nseq*T + 1 of them: every
+// input byte and the last target). Never 0 (0 marks rows from before the identity existed), so two
+// eval rows score the same bytes exactly when their ids are equal (up to a 2^-32 collision).
+uint32_t eval_set_begin(void);
+uint32_t eval_set_add(uint32_t h, const int *bytes, int64_t n);
+uint32_t eval_set_end(uint32_t h);
 int64_t data_eval_nseq(const Data *d, int64_t eval_bytes, int T);
 void data_eval_seq(const Data *d, int64_t i, int T, int *x, int *y);

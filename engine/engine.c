@@ -120,6 +120,23 @@ static int need(const Engine *e, int data, dm_err *err) {
     return 0;
 }
 
+// metrics.tsv: one header, one line per row (eval_set: the eval rows' set id in hex, empty when
+// unknown — rows of checkpoints older than the id)
+void engine_tsv_header(FILE *f) {
+    fprintf(f, "kind\tstep\ttokens\tloss\tlr\tgnorm\tms\ttok_s\tskipped\tbpb\twindow\tdepth\teval_set\n");
+}
+void engine_tsv_row(FILE *f, const MetricRow *r) {
+    if (r->kind == 0)
+        fprintf(f, "train\t%lld\t%lld\t%.6f\t%.6g\t%.6g\t%.3f\t%.1f\t%d\t\t\t\t\n", (long long)r->step,
+                (long long)r->tokens, r->loss, r->lr, r->gnorm, r->ms, r->tok_s, r->skipped);
+    else if (r->eval_set)
+        fprintf(f, "eval\t%lld\t%lld\t\t\t\t\t\t\t%.6f\t%lld\t%d\t%08x\n", (long long)r->step, (long long)r->tokens,
+                r->bpb, (long long)r->window, r->depth, (unsigned)r->eval_set);
+    else
+        fprintf(f, "eval\t%lld\t%lld\t\t\t\t\t\t\t%.6f\t%lld\t%d\t\n", (long long)r->step, (long long)r->tokens,
+                r->bpb, (long long)r->window, r->depth);
+}
+
 static void append_tsv(const Engine *e, const MetricRow *r) {
     if (!e->session_dir[0]) return;
     char path[1100];
@@ -128,13 +145,8 @@ static void append_tsv(const Engine *e, const MetricRow *r) {
     int fresh = stat(path, &st) != 0 || st.st_size == 0;
     FILE *f = fopen(path, "a");
     if (!f) return;
-    if (fresh) fprintf(f, "kind\tstep\ttokens\tloss\tlr\tgnorm\tms\ttok_s\tskipped\tbpb\twindow\tdepth\n");
-    if (r->kind == 0)
-        fprintf(f, "train\t%lld\t%lld\t%.6f\t%.6g\t%.6g\t%.3f\t%.1f\t%d\t\t\t\n", (long long)r->step,
-                (long long)r->tokens, r->loss, r->lr, r->gnorm, r->ms, r->tok_s, r->skipped);
-    else
-        fprintf(f, "eval\t%lld\t%lld\t\t\t\t\t\t\t%.6f\t%lld\t%d\n", (long long)r->step, (long long)r->tokens,
-                r->bpb, (long long)r->window, r->depth);
+    if (fresh) engine_tsv_header(f);
+    engine_tsv_row(f, r);
     fclose(f);
 }
 
@@ -212,6 +224,7 @@ int engine_eval(Engine *e, int depth, EvalResult *r, dm_err *err) {
     double sum[64] = {0};
     if (model_reserve_try(&e->model, B, T, err)) return 1;
     int *x = mallocCheck(sizeof(int) * B * T), *y = mallocCheck(sizeof(int) * B * T);
+    uint32_t hs = eval_set_begin();
     for (int64_t s0 = 0; s0 < nseq; s0 += B) {
         int valid = (int)(nseq - s0 < B ? nseq - s0 : B);
         int bad = 0;
@@ -222,6 +235,9 @@ int engine_eval(Engine *e, int depth, EvalResult *r, dm_err *err) {
             free(x); free(y);
             return 1;
         }
+        // the window's bytes in order: each sequence's inputs, then the very last target
+        hs = eval_set_add(hs, x, (int64_t)valid * T);
+        if (s0 + valid == nseq) hs = eval_set_add(hs, y + (size_t)(valid - 1) * T + T - 1, 1);
         model_forward(m, x, y, B, T, depth ? depth : c->L, depth ? FWD_LAST : FWD_ALL_DEPTHS);
         // the CE of the valid rows of each depth, summed on the backend (padding rows excluded),
         // then one download of the per-depth sums
@@ -233,12 +249,13 @@ int engine_eval(Engine *e, int depth, EvalResult *r, dm_err *err) {
         for (int d = r->depth_lo; d <= r->depth_hi; d++) sum[d - 1] += s[d - 1];
     }
     free(x); free(y);
+    r->eval_set = eval_set_end(hs);
     for (int d = r->depth_lo; d <= r->depth_hi; d++) r->bpb[d - 1] = sum[d - 1] / (double)(nseq * T) / log(2.0);
     for (int a = 0; a < ARM_COUNT; a++) r->arm_fwd[a] = m->arms.fwd[a] - before.fwd[a];
     for (int d = r->depth_lo; d <= r->depth_hi; d++) {
         MetricRow row = {0};
         row.kind = 1; row.step = e->step; row.tokens = e->tokens;
-        row.bpb = r->bpb[d - 1]; row.window = r->window; row.depth = d;
+        row.bpb = r->bpb[d - 1]; row.window = r->window; row.depth = d; row.eval_set = r->eval_set;
         engine_add_row(e, &row);
     }
     return 0;
@@ -321,6 +338,10 @@ int engine_save(Engine *e, const char *path, dm_err *err) {
     optim_state_get(&e->opt, &e->model, om, ov, omom, ors);
     char *layout = mallocCheck(8192);
     tensor_layout(&e->model, layout, 8192);
+    // the rows' eval-set ids on their own (a reader of the raw rows cannot tell the old padding
+    // from an id)
+    uint32_t *eset = mallocCheck(sizeof(uint32_t) * (size_t)(e->nrows ? e->nrows : 1));
+    for (int i = 0; i < e->nrows; i++) eset[i] = e->rows[i].eval_set;
     CkptSection sec[] = {
         {"layout", layout, strlen(layout)},
         {"config", cfgtext, strlen(cfgtext)},
@@ -331,6 +352,7 @@ int engine_save(Engine *e, const char *path, dm_err *err) {
         {"optim.mom", omom, P},
         {"optim.row_steps", ors, RS},
         {"metrics", e->rows, sizeof(MetricRow) * (size_t)e->nrows},
+        {"metrics.eval_set", eset, sizeof(uint32_t) * (size_t)e->nrows},
         {"data", e->data_path, strlen(e->data_path)},
         {"data.eval", e->eval_path, strlen(e->eval_path)},  // empty: the held-out tail of data
     };
@@ -338,6 +360,7 @@ int engine_save(Engine *e, const char *path, dm_err *err) {
     if (!rc) e->synced_step = e->step;
     free(cfgtext);
     free(layout);
+    free(eset);
     free(params);
     free(om); free(ov); free(omom); free(ors);
     return rc;
@@ -446,6 +469,15 @@ int engine_load(Engine *e, const char *path, dm_err *err) {
         e->caprows = nr;
     }
     if (nr) memcpy(e->rows, smet->data, smet->size);
+    // eval-set ids: from their section; a checkpoint written before it existed has none (and
+    // arbitrary padding bytes in their place): 0, "unknown", which :plot joins by window alone
+    const CkptSection *ses = ckpt_find(&f, "metrics.eval_set");
+    int have_es = ses && ses->size == sizeof(uint32_t) * (uint64_t)nr;
+    for (int i = 0; i < nr; i++) {
+        uint32_t id = 0;
+        if (have_es) memcpy(&id, (const char *)ses->data + sizeof(uint32_t) * (size_t)i, sizeof id);
+        e->rows[i].eval_set = id;
+    }
     e->nrows = nr;
     e->has_anchors = 0;
     // reopen the checkpoint's corpus when none is open (a resumed session continues on it)

@@ -2,6 +2,7 @@
 // metrics, session. The library the REPL and the tests call; it never prints to a terminal:
 // results come back as values and errors as dm_err.
 #pragma once
+#include <stdio.h>
 #include <signal.h>
 #include <stdint.h>
 #include "config.h"
@@ -21,12 +22,17 @@ typedef struct {
     double bpb;
     int64_t window;
     int depth;
+    uint32_t eval_set;          // eval rows: the identity of the bytes scored (eval_set_end); 0 unknown
 } MetricRow;
+// Checkpoints store the rows raw: eval_set sits in what was the tail padding, so the size (and
+// every older checkpoint's layout) is unchanged. Its value travels in section metrics.eval_set.
+_Static_assert(sizeof(MetricRow) == 152, "MetricRow's layout is part of the checkpoint format");
 
 typedef struct {
     double bpb[64];             // per depth (1-based index d-1); NAN where not computed
     int depth_lo, depth_hi;     // depths computed
     int64_t nseq, T, window;    // the window: nseq x T bytes
+    uint32_t eval_set;          // the identity of its bytes (eval_set_end)
     int64_t arm_fwd[ARM_COUNT]; // arm forward executions during this eval
 } EvalResult;
 
@@ -91,6 +97,9 @@ int engine_resplit(Engine *e, double old_frac, dm_err *err);
 // The state after is the state after n steps. *ok = 1 when identical; msg describes.
 int engine_check_determinism(Engine *e, int n, int *ok, char *msg, size_t nmsg, dm_err *err);
 void engine_add_row(Engine *e, const MetricRow *r);
+// metrics.tsv's header and row format (the engine's appender and sessions/ rewrite share them)
+void engine_tsv_header(FILE *f);
+void engine_tsv_row(FILE *f, const MetricRow *r);
 // "kda=on(4/4) engram=..." + skipped + orth error
 void engine_counters(const Engine *e, char *buf, size_t n);
 // Resolved config as commands that rebuild it (config.dm)

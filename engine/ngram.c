@@ -286,6 +286,12 @@ int anchors_compute(const Data *d, int64_t fit_bytes, int64_t eval_bytes, int T,
     anchors_from_bytes(tr, nf, ev, nseq, T, &a->unigram_bpb, &a->kn5_bpb);
     a->fit_bytes = nf;
     a->window_bytes = nseq * (int64_t)T;
+    uint32_t hs = eval_set_begin();
+    for (int64_t o = 0; o < ne; o++) {
+        int b = ev[o];
+        hs = eval_set_add(hs, &b, 1);
+    }
+    a->eval_set = eval_set_end(hs);
     a->nseq = nseq;
     a->T = T;
     free(tr);

@@ -9,6 +9,7 @@ typedef struct {
     double unigram_bpb, kn5_bpb;
     int64_t fit_bytes;      // training bytes used to fit
     int64_t window_bytes, nseq, T;  // the eval window scored
+    uint32_t eval_set;              // its identity (data.h eval_set_end), as on eval rows
 } Anchors;
 
 // Fit on the first min(fit_bytes, n_train) training bytes, score on the eval window of

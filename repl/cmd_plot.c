@@ -41,6 +41,7 @@ typedef struct {
     int *train;               // indices of the train rows on the current timeline
     int ntrain;
     double *train_time;       // seconds at the end of each kept train row
+    int nsets, set_evals;     // bpb/depths: eval sets in the rows, evals of the one drawn
 } Ctx;
 
 // ---- the rows as a timeline ------------------------------------------------------------------
@@ -117,9 +118,21 @@ static void add_ref(Panel *p, double y, uint32_t rgb, const char *fmt, double v)
     p->refs[k] = (VizRef){p->ref_labels[k], y, rgb};
 }
 
-// anchors are a property of one window: drawn only on a plot of that window
-static void add_anchors(Panel *p, const Engine *e, int64_t window) {
-    if (!e->has_anchors || e->anchors.window_bytes != window) return;
+// An eval "set" is the bytes scored: its size (window) and identity (eval_set, a hash of the
+// bytes; 0 on rows from before ids existed, which match any set of their size). Evals of two
+// corpora — or two splits — with the same window size are different sets, never one curve.
+typedef struct { int64_t window; uint32_t set; } EvalKey;
+static int same_set(uint32_t a, uint32_t b) { return a == b || !a || !b; }
+static int in_set(const MetricRow *r, EvalKey k) {
+    return r->kind == 1 && r->window == k.window && same_set(r->eval_set, k.set);
+}
+
+// anchors are a property of one eval set: drawn only on a plot of that set
+static int anchors_match(const Engine *e, EvalKey k) {
+    return e->has_anchors && e->anchors.window_bytes == k.window && same_set(e->anchors.eval_set, k.set);
+}
+static void add_anchors(Panel *p, const Engine *e, EvalKey k) {
+    if (!anchors_match(e, k)) return;
     add_ref(p, e->anchors.unigram_bpb, 0x6f6f6f, "unigram %.3f", e->anchors.unigram_bpb);
     add_ref(p, e->anchors.kn5_bpb, 0xc0392b, "5-gram %.3f", e->anchors.kn5_bpb);
 }
@@ -173,33 +186,42 @@ static int panel_train(Ctx *cx, Panel *p, const char *m, dm_err *err) {
     return 0;
 }
 
-// the window of the latest eval row, and how many distinct windows the rows hold
-static int64_t latest_window(const Engine *e, int *nwin) {
-    int64_t win = -1, seen[32];
+// the eval set of the latest eval row (window -1: none), and how many distinct sets the rows hold
+static EvalKey latest_set(const Engine *e, int *nset) {
+    EvalKey key = {-1, 0}, seen[32];
     int ns = 0;
     for (int i = 0; i < e->nrows; i++) {
         if (e->rows[i].kind != 1) continue;
-        win = e->rows[i].window;
+        key = (EvalKey){e->rows[i].window, e->rows[i].eval_set};
         int k = 0;
-        while (k < ns && seen[k] != win) k++;
-        if (k == ns && ns < 32) seen[ns++] = win;
+        while (k < ns && !(seen[k].window == key.window && seen[k].set == key.set)) k++;
+        if (k == ns && ns < 32) seen[ns++] = key;
     }
-    *nwin = ns;
-    return win;
+    // distinct sets: every identified one, and unidentified rows (older checkpoints) only where
+    // no identified set of their size exists
+    int n = 0;
+    for (int k = 0; k < ns; k++) {
+        int merged = 0;
+        for (int j = 0; j < ns && !seen[k].set; j++) merged |= seen[j].set && seen[j].window == seen[k].window;
+        n += !merged;
+    }
+    *nset = n;
+    return key;
 }
 
 static int cmp_int(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
 
-// bpb: one series per depth over the latest window (never two windows on one curve)
+// bpb: one series per depth over the latest eval set (never two sets on one curve)
 static int panel_bpb(Ctx *cx, Panel *p, dm_err *err) {
     const Engine *e = cx->e;
     int nwin;
-    int64_t win = latest_window(e, &nwin);
+    EvalKey key = latest_set(e, &nwin);
+    int64_t win = key.window;
     if (win < 0) return dm_fail(err, "nothing to plot yet: no evals (run :eval, or :train with eval_every=N)");
     int depths[64], nd = 0, nev = 0;
     for (int i = 0; i < e->nrows; i++) {
         const MetricRow *r = &e->rows[i];
-        if (r->kind != 1 || r->window != win) continue;
+        if (!in_set(r, key)) continue;
         nev++;
         int k = 0;
         while (k < nd && depths[k] != r->depth) k++;
@@ -214,7 +236,7 @@ static int panel_bpb(Ctx *cx, Panel *p, dm_err *err) {
         int n = 0;
         for (int i = 0; i < e->nrows; i++) {
             const MetricRow *r = &e->rows[i];
-            if (r->kind != 1 || r->window != win || r->depth != depths[k]) continue;
+            if (!in_set(r, key) || r->depth != depths[k]) continue;
             // a rewind or a repeated eval at one step: the later row stands (see build_timeline)
             while (n && st[n - 1] >= r->step) n--;
             x[n] = x_of(cx, r, -1); y[n] = r->bpb; st[n] = r->step;
@@ -227,17 +249,19 @@ static int panel_bpb(Ctx *cx, Panel *p, dm_err *err) {
         int labelled = nd <= 10 || k == 0 || k == nd - 1 || k % ((nd + 5) / 6) == 0;
         add_series(p, x, y, n, rgb, labelled ? lab : NULL);
         off += (size_t)n;
+        if (n > cx->set_evals) cx->set_evals = n;
     }
+    cx->nsets = nwin;
     free(st);
     char wb[32];
     fmt_bytes(win, wb, sizeof wb);   // "64 KiB": the size at a glance next to the exact count
     snprintf(p->title, sizeof p->title, "held-out BPB over %lld B%s%s%s", (long long)win, win >= 10240 ? " (" : "",
              win >= 10240 ? wb : "", win >= 10240 ? ")" : "");
-    if (nwin > 1) snprintf(p->subtitle, sizeof p->subtitle, "latest of %d eval windows", nwin);
-    if (e->has_anchors && e->anchors.window_bytes != win)
+    if (nwin > 1) snprintf(p->subtitle, sizeof p->subtitle, "latest of %d eval sets (corpus or window changed)", nwin);
+    if (e->has_anchors && !anchors_match(e, key))
         snprintf(p->subtitle + strlen(p->subtitle), sizeof p->subtitle - strlen(p->subtitle),
-                 "%sanchors were scored on another window: not drawn", p->subtitle[0] ? "; " : "");
-    add_anchors(p, e, win);
+                 "%sanchors were scored on other bytes: not drawn", p->subtitle[0] ? "; " : "");
+    add_anchors(p, e, key);
     p->chart.logy = cx->log_set && cx->log_on;
     snprintf(p->xlabel, sizeof p->xlabel, "%s", x_label(cx));
     snprintf(p->ylabel, sizeof p->ylabel, "bits per byte%s", p->chart.logy ? " (log scale)" : "");
@@ -248,7 +272,8 @@ static int panel_bpb(Ctx *cx, Panel *p, dm_err *err) {
 static int panel_depths(Ctx *cx, Panel *p, dm_err *err) {
     const Engine *e = cx->e;
     int nwin;
-    int64_t win = latest_window(e, &nwin);
+    EvalKey key = latest_set(e, &nwin);
+    int64_t win = key.window;
     if (win < 0) return dm_fail(err, "nothing to plot yet: no evals (run :eval-depths)");
     // groups of rows by step, in order; a later row for the same (step, depth) replaces
     int maxd = 1;
@@ -260,7 +285,7 @@ static int panel_depths(Ctx *cx, Panel *p, dm_err *err) {
     double *gval = malloc(sizeof(double) * cap * maxd);
     for (int i = 0; i < e->nrows; i++) {
         const MetricRow *r = &e->rows[i];
-        if (r->kind != 1 || r->window != win || r->depth < 1 || r->depth > maxd) continue;
+        if (!in_set(r, key) || r->depth < 1 || r->depth > maxd) continue;
         while (ng && gstep[ng - 1] > r->step) ng--;   // a rewind
         if (!ng || gstep[ng - 1] != r->step) {
             if (ng == cap) {
@@ -293,6 +318,8 @@ static int panel_depths(Ctx *cx, Panel *p, dm_err *err) {
         seen++;
     }
     if (!nk) { free(gstep); free(gval); return dm_fail(err, "nothing to plot yet: no eval scored several depths (run :eval-depths)"); }
+    cx->nsets = nwin;
+    if (nmulti > cx->set_evals) cx->set_evals = nmulti;
     double *buf = panel_alloc(p, 2 * (size_t)nk * maxd);
     for (int k = 0; k < nk; k++) {
         double *x = buf + 2 * (size_t)k * maxd, *y = x + maxd;
@@ -310,9 +337,9 @@ static int panel_depths(Ctx *cx, Panel *p, dm_err *err) {
     snprintf(p->title, sizeof p->title, "held-out BPB by depth over %lld B", (long long)win);
     int nsub = 0;
     if (nk < nmulti) nsub += snprintf(p->subtitle, sizeof p->subtitle, "%d of %d evals shown; ", nk, nmulti);
-    if (nwin > 1) nsub += snprintf(p->subtitle + nsub, sizeof p->subtitle - nsub, "latest of %d eval windows; ", nwin);
+    if (nwin > 1) nsub += snprintf(p->subtitle + nsub, sizeof p->subtitle - nsub, "latest of %d eval sets; ", nwin);
     snprintf(p->subtitle + nsub, sizeof p->subtitle - nsub, "colour: early (dark) to late (yellow)");
-    add_anchors(p, e, win);
+    add_anchors(p, e, key);
     p->chart.logy = cx->log_set && cx->log_on;
     p->chart.xint = 1;
     snprintf(p->xlabel, sizeof p->xlabel, "depth (iterations of the block)");
@@ -494,6 +521,9 @@ int cmd_plot(Shell *sh, Words *w, dm_err *err) {
         char msg[512];
         if (viz_charts_png(path, charts, np, W, H, msg, sizeof msg)) rc = dm_fail(err, ":plot: %s", msg);
         else fprintf(sh->out, "wrote %s\n", path);
+        if (!rc && cx.nsets > 1)  // said here too: the subtitle is easy to miss
+            fprintf(sh->out, "note: the eval curves show the latest of %d eval sets (%d evals); evals of another corpus, split or window size are not on them\n",
+                    cx.nsets, cx.set_evals);
     }
     for (int k = 0; k < np; k++) free(panels[k].buf);
     free(panels);

@@ -83,7 +83,7 @@ static void print_eval(Shell *sh, const EvalResult *r) {
         double b = r->bpb[d - 1];
         fprintf(OUT, "eval step %lld depth %d bpb %.4f over %lld B (%lld x %lld)", (long long)e->step, d, b,
                 (long long)r->window, (long long)r->nseq, (long long)r->T);
-        if (e->has_anchors && e->anchors.window_bytes == r->window)
+        if (e->has_anchors && e->anchors.window_bytes == r->window && e->anchors.eval_set == r->eval_set)
             fprintf(OUT, " | unigram %.3f %s, 5-gram %.3f %s", e->anchors.unigram_bpb,
                     b < e->anchors.unigram_bpb ? "beaten" : "NOT beaten", e->anchors.kn5_bpb,
                     b < e->anchors.kn5_bpb ? "beaten" : "not beaten");

@@ -47,22 +47,12 @@ int session_rewrite_metrics(const Engine *e, dm_err *err) {
     char path[1200], tmp[1300];
     snprintf(path, sizeof path, "%s/metrics.tsv", e->session_dir);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    // write the rows through the engine's own appender into a temp file, then rename
-    Engine view = *e;
-    snprintf(view.session_dir, sizeof view.session_dir, "%s", e->session_dir);
+    // the rows in the engine's own format into a temp file, then rename
     unlink(tmp);
     FILE *f = fopen(tmp, "w");
     if (!f) return dm_fail(err, "cannot write %s: %s", tmp, strerror(errno));
-    fprintf(f, "kind\tstep\ttokens\tloss\tlr\tgnorm\tms\ttok_s\tskipped\tbpb\twindow\tdepth\n");
-    for (int i = 0; i < e->nrows; i++) {
-        const MetricRow *r = &e->rows[i];
-        if (r->kind == 0)
-            fprintf(f, "train\t%lld\t%lld\t%.6f\t%.6g\t%.6g\t%.3f\t%.1f\t%d\t\t\t\n", (long long)r->step,
-                    (long long)r->tokens, r->loss, r->lr, r->gnorm, r->ms, r->tok_s, r->skipped);
-        else
-            fprintf(f, "eval\t%lld\t%lld\t\t\t\t\t\t\t%.6f\t%lld\t%d\n", (long long)r->step, (long long)r->tokens, r->bpb,
-                    (long long)r->window, r->depth);
-    }
+    engine_tsv_header(f);
+    for (int i = 0; i < e->nrows; i++) engine_tsv_row(f, &e->rows[i]);
     fclose(f);
     if (rename(tmp, path)) return dm_fail(err, "cannot replace %s: %s", path, strerror(errno));
     return 0;

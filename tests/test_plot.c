@@ -260,6 +260,44 @@ static void test_cmd_plot(void **state) {
 }
 
 // experts: the last forward's [L, E] loads on a faked live model (no training needed)
+// Evals of two corpora with the same window size are two eval sets (MetricRow.eval_set): the
+// curve is the latest set's alone, and :plot says so (it used to join them into one line).
+static void test_cmd_plot_eval_sets(void **state) {
+    (void)state;
+    engine_init(&eng);  // (the experts test freed it)
+    for (int s = 0; s < 60; s++) {
+        MetricRow r = {0};
+        r.step = s; r.tokens = (int64_t)(s + 1) * 512; r.loss = 3 - s / 60.0; r.ms = 10; r.tok_s = 5e4;
+        engine_add_row(&eng, &r);
+        if ((s + 1) % 10 == 0) {
+            MetricRow ev = {0};
+            ev.kind = 1; ev.step = s + 1; ev.tokens = r.tokens; ev.window = 4096; ev.depth = 1;
+            ev.eval_set = s < 30 ? 0xA11CEu : 0xB0Bu;  // corpus A for three evals, then corpus B
+            ev.bpb = s < 30 ? 2.0 : 4.0;
+            engine_add_row(&eng, &ev);
+        }
+    }
+    eng.step = 60; eng.tokens = 60 * 512;
+    eng.has_anchors = 1;  // scored on corpus A: not drawn on B's curve
+    eng.anchors.unigram_bpb = 4.9; eng.anchors.kn5_bpb = 2.2; eng.anchors.window_bytes = 4096;
+    eng.anchors.eval_set = 0xA11CEu;
+    dm_err err;
+    char path[400], line[600];
+    tmp_path(path, sizeof path, "sets.png");
+    snprintf(line, sizeof line, ":plot bpb out=%s", path);
+    if (plot(line, &err)) fail_msg("%s", err.msg);
+    if (!strstr(outbuf, "latest of 2 eval sets (3 evals)")) print_error("printed '%s'\n", outbuf);
+    assert_non_null(strstr(outbuf, "latest of 2 eval sets (3 evals)"));
+    // rows from an older checkpoint (eval_set 0) join the set of their window size
+    for (int i = 0; i < eng.nrows; i++)
+        if (eng.rows[i].kind == 1 && eng.rows[i].step <= 30) eng.rows[i].eval_set = 0;
+    if (plot(line, &err)) fail_msg("%s", err.msg);
+    assert_null(strstr(outbuf, "note:"));
+    check_written(path, 960, 540);
+    engine_free(&eng);
+    engine_init(&eng);
+}
+
 static void test_cmd_plot_experts(void **state) {
     (void)state;
     int L = 3, E = 8;
@@ -309,6 +347,7 @@ int main(void) {
         cmocka_unit_test(test_bad_path),
         cmocka_unit_test(test_cmd_plot),
         cmocka_unit_test(test_cmd_plot_experts),
+        cmocka_unit_test(test_cmd_plot_eval_sets),
         cmocka_unit_test(test_complete),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

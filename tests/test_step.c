@@ -458,6 +458,9 @@ static void test_resume_with_eval_file(void **s) {
     if (engine_open_data(&a, corpus, evf, &err)) fail_msg("engine_open_data: %s", err.msg);
     MetricRow row;
     for (int i = 0; i < 2; i++) assert_int_equal(engine_step(&a, &row, &err), 0);
+    EvalResult er;
+    assert_int_equal(engine_eval(&a, 0, &er, &err), 0);  // eval rows carry their set's identity
+    assert_true(er.eval_set != 0);
     assert_int_equal(engine_save(&a, ck, &err), 0);
     double want[3];
     for (int i = 0; i < 3; i++) { assert_int_equal(engine_step(&a, &row, &err), 0); want[i] = row.loss; }
@@ -478,6 +481,18 @@ static void test_resume_with_eval_file(void **s) {
     size_t le = strlen(b.eval_path), lf = strlen(evf);
     assert_true(le > lf && !strcmp(b.eval_path + le - lf, evf));
     assert_int_equal(b.data.n_train, a.data.n_train);
+    int nev = 0;
+    for (int i = 0; i < b.nrows; i++) {
+        assert_int_equal(b.rows[i].eval_set, a.rows[i].eval_set);
+        if (b.rows[i].kind == 1) { assert_int_equal(b.rows[i].eval_set, er.eval_set); nev++; }
+    }
+    assert_int_equal(nev, a.cfg.L);
+    // the same bytes scored again: the same set; anchors of that window carry the same id
+    EvalResult er2;
+    assert_int_equal(engine_eval(&b, 1, &er2, &err), 0);
+    assert_int_equal(er2.eval_set, er.eval_set);
+    assert_int_equal(engine_anchors(&b, &err), 0);
+    assert_int_equal(b.anchors.eval_set, er.eval_set);
     for (int i = 0; i < 3; i++) {
         assert_int_equal(engine_step(&b, &row, &err), 0);
         assert_memory_equal(&row.loss, &want[i], sizeof(double));
