@@ -376,6 +376,26 @@ int data_read_checked(const Data *d, int eval, int64_t off, int len, int *out, d
     return 0;
 }
 
+uint64_t data_fingerprint(const Data *d, dm_err *err) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    const uint64_t P = 0x100000001b3ull;
+    int64_t sizes[2] = {d->n_train, d->n_eval};
+    for (int s = 0; s < 2; s++)
+        for (int b = 0; b < 8; b++) h = (h ^ (uint64_t)((sizes[s] >> (8 * b)) & 255)) * P;
+    enum { NB = 64, BL = 1024 };
+    int buf[BL];
+    for (int s = 0; s < 2; s++) {
+        int64_t n = sizes[s];
+        for (int b = 0; b < NB && n > 0; b++) {
+            int len = n < BL ? (int)n : BL;
+            int64_t off = (n - len) * b / (NB - 1);
+            if (data_read_checked(d, s, off, len, buf, err)) return 0;
+            for (int i = 0; i < len; i++) h = (h ^ (uint64_t)(buf[i] & 255)) * P;
+        }
+    }
+    return h ? h : 1;
+}
+
 uint32_t eval_set_begin(void) { return 2166136261u; }
 uint32_t eval_set_add(uint32_t h, const int *bytes, int64_t n) {
     for (int64_t i = 0; i < n; i++) h = (h ^ (uint32_t)(bytes[i] & 255)) * 16777619u;

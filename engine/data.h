@@ -46,6 +46,10 @@ void data_batch(const Data *d, uint64_t seed, int64_t step, int B, int T, int *x
 // corpus file shrank on disk since it was opened (the step and the eval use these).
 int data_batch_checked(const Data *d, uint64_t seed, int64_t step, int B, int T, int *x, int *y, dm_err *err);
 int data_eval_seq_checked(const Data *d, int64_t i, int T, int *x, int *y, dm_err *err);
+// A fingerprint of the splits as opened: both sizes and 64 blocks of 1 KiB spread over each
+// (FNV-1a 64). A checkpoint keeps it, so a resume can say the corpus changed since (the windows
+// would then differ from the original run's). 0 on a read fault (err set).
+uint64_t data_fingerprint(const Data *d, dm_err *err);
 // data_train_read (eval 0) / data_eval_read (eval 1), guarded the same way
 int data_read_checked(const Data *d, int eval, int64_t off, int len, int *out, dm_err *err);
 // The identity of an eval window: 32-bit FNV-1a over its bytes in order (nseq*T + 1 of them: every

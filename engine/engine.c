@@ -1,6 +1,7 @@
 // engine.c — the trainer: build, step, eval, anchors, checkpoints, determinism check, metrics.
 #include "engine.h"
 #include <errno.h>
+#include <stdarg.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <math.h>
@@ -16,6 +17,28 @@ void engine_init(Engine *e) {
     e->be = backend_cpu();
     snprintf(e->device, sizeof e->device, "cpu");
     e->synced_step = -1;
+    e->synced_nrows = -1;
+}
+
+void engine_note(Engine *e, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->note, sizeof e->note, fmt, ap);
+    va_end(ap);
+    e->note_new = 1;
+}
+
+int engine_unsaved(const Engine *e) {
+    return e->live && (e->synced_step != e->step || e->synced_nrows != e->nrows);
+}
+
+// after a save or load: this state (step, rows) is the one in PATH
+static void mark_synced(Engine *e, const char *path) {
+    e->synced_step = e->step;
+    e->synced_nrows = e->nrows;
+    char abs[PATH_MAX];
+    const char *p = realpath(path, abs) ? abs : path;
+    snprintf(e->synced_path, sizeof e->synced_path, "%s", p);
 }
 
 static void free_model(Engine *e) {
@@ -93,7 +116,13 @@ int engine_open_data(Engine *e, const char *path, const char *eval_path, dm_err 
     if (stored_path(dp, sizeof dp, path, err) || (eval_path && stored_path(ep, sizeof ep, eval_path, err))) return 1;
     Data d;
     if (data_open(&d, path, eval_path, e->cfg.eval_frac, e->cfg.seq, err)) return 1;
+    uint64_t fp = data_fingerprint(&d, err);
+    if (!fp) {
+        data_close(&d);
+        return 1;
+    }
     if (e->has_data) data_close(&e->data);  // only after the new corpus opened: a bad path keeps the old
+    e->data_fp = fp;
     e->data = d;
     e->has_data = 1;
     e->has_anchors = 0;
@@ -137,17 +166,27 @@ void engine_tsv_row(FILE *f, const MetricRow *r) {
                 r->bpb, (long long)r->window, r->depth);
 }
 
-static void append_tsv(const Engine *e, const MetricRow *r) {
+static void append_tsv(Engine *e, const MetricRow *r) {
     if (!e->session_dir[0]) return;
     char path[1100];
     snprintf(path, sizeof path, "%s/metrics.tsv", e->session_dir);
     struct stat st;
     int fresh = stat(path, &st) != 0 || st.st_size == 0;
     FILE *f = fopen(path, "a");
-    if (!f) return;
-    if (fresh) engine_tsv_header(f);
-    engine_tsv_row(f, r);
-    fclose(f);
+    int ok = f != NULL, why = errno;
+    if (f) {
+        if (fresh) engine_tsv_header(f);
+        engine_tsv_row(f, r);
+        ok = !ferror(f);
+        why = errno;
+        if (fclose(f)) { ok = 0; why = errno; }
+    }
+    if (ok) return;
+    // loud, once per streak: the rows stay in memory and go into the next checkpoint (-r
+    // rewrites metrics.tsv from it), and dmsh exits non-zero at the end
+    if (!e->tsv_failed)
+        engine_note(e, "cannot write %s: %s (metric rows stay in memory and in the next checkpoint)", path, strerror(why));
+    e->tsv_failed++;
 }
 
 void engine_add_row(Engine *e, const MetricRow *r) {
@@ -341,6 +380,7 @@ int engine_save(Engine *e, const char *path, dm_err *err) {
     // the rows' eval-set ids on their own (a reader of the raw rows cannot tell the old padding
     // from an id)
     uint32_t *eset = mallocCheck(sizeof(uint32_t) * (size_t)(e->nrows ? e->nrows : 1));
+    uint64_t fpv = e->data_fp;  // which bytes the run was trained on (data_fingerprint)
     for (int i = 0; i < e->nrows; i++) eset[i] = e->rows[i].eval_set;
     CkptSection sec[] = {
         {"layout", layout, strlen(layout)},
@@ -355,9 +395,10 @@ int engine_save(Engine *e, const char *path, dm_err *err) {
         {"metrics.eval_set", eset, sizeof(uint32_t) * (size_t)e->nrows},
         {"data", e->data_path, strlen(e->data_path)},
         {"data.eval", e->eval_path, strlen(e->eval_path)},  // empty: the held-out tail of data
+        {"data.fingerprint", &fpv, e->has_data ? sizeof fpv : 0},
     };
     int rc = ckpt_write(path, sec, (int)(sizeof sec / sizeof sec[0]), err);
-    if (!rc) e->synced_step = e->step;
+    if (!rc) mark_synced(e, path);
     free(cfgtext);
     free(layout);
     free(eset);
@@ -494,9 +535,24 @@ int engine_load(Engine *e, const char *path, dm_err *err) {
         if (engine_open_data(e, dp, ep[0] ? ep : NULL, &derr)) {
             snprintf(e->data_path, sizeof e->data_path, "%s", dp);
             snprintf(e->eval_path, sizeof e->eval_path, "%s", ep);
+            engine_note(e, "the checkpoint's corpus did not open, so no corpus is open (%s); :data PATH opens one", derr.msg);
         }
+    } else if (e->has_data && sd && sd->size && (sd->size != strlen(e->data_path) || memcmp(sd->data, e->data_path, sd->size))) {
+        engine_note(e, "this checkpoint was trained on %.*s; the corpus already open stays (%s): :data switches",
+                    (int)(sd->size < 400 ? sd->size : 400), (const char *)sd->data, e->data_path);
     }
-    e->synced_step = e->step;
+    // the same path with other bytes (a regenerated or edited file): the windows from here are
+    // not the original run's, which a resume must not hide
+    const CkptSection *sfp = ckpt_find(&f, "data.fingerprint");
+    if (e->has_data && sfp && sfp->size == sizeof(uint64_t) && !e->note_new) {
+        uint64_t want;
+        memcpy(&want, sfp->data, sizeof want);
+        int same_path = sd && sd->size == strlen(e->data_path) && !memcmp(sd->data, e->data_path, sd->size);
+        if (same_path && want != e->data_fp)
+            engine_note(e, "the corpus %s changed since this checkpoint was written (its size or bytes differ): the batches from here are not the original run's",
+                        e->data_path);
+    }
+    mark_synced(e, path);
     rc = 0;
 done:
     ckpt_close(&f);

@@ -46,6 +46,7 @@ typedef struct Engine {
     Data data;
     int has_data;
     char data_path[1024], eval_path[1024];
+    uint64_t data_fp;           // data_fingerprint of the open corpus (0: none)
     int64_t step, tokens;       // steps taken (the next step's index), bytes trained on
     Anchors anchors;
     int has_anchors;
@@ -53,6 +54,11 @@ typedef struct Engine {
     int nrows, caprows;
     double last_orth_err;
     int64_t synced_step;        // the step of the state last saved or loaded (-1: none)
+    int synced_nrows;           // the metric rows it held (rows added since are in no file yet)
+    char synced_path[4096];     // the file it was saved to / loaded from (realpath when known)
+    char note[800];             // a pending message for the user (engine_notice), e.g. a resume
+    int note_new;               // that left no corpus open
+    int64_t tsv_failed;         // metric rows metrics.tsv could not take (they stay in memory)
     // session (runs/NAME); empty: none
     char session_dir[1024];
     volatile sig_atomic_t *interrupt;   // set by Ctrl-C; checked at step boundaries
@@ -83,6 +89,10 @@ int engine_pending(const Engine *e);
 // A one-line message about how steps run (e.g. "the step graph could not be captured: WHY;
 // running eagerly"), once: NULL when there is nothing new to say.
 const char *engine_notice(Engine *e);
+// Leave a message for the next engine_notice (the newest wins).
+void engine_note(Engine *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+// 1 when the current state (step and metric rows) is in no checkpoint file yet
+int engine_unsaved(const Engine *e);
 // Eval on the fixed window: depth k (1..L) or all depths (depth = 0).
 int engine_eval(Engine *e, int depth, EvalResult *r, dm_err *err);
 int engine_anchors(Engine *e, dm_err *err);

@@ -309,7 +309,13 @@ int engine_report(Engine *e, MetricRow *last, dm_err *err) {
 int engine_pending(const Engine *e) { return e->run.pending; }
 
 const char *engine_notice(Engine *e) {
-    if (!e->run.notice_new) return NULL;
-    e->run.notice_new = 0;
-    return e->run.notice;
+    if (e->run.notice_new) {
+        e->run.notice_new = 0;
+        return e->run.notice;
+    }
+    if (e->note_new) {
+        e->note_new = 0;
+        return e->note;
+    }
+    return NULL;
 }

@@ -9,6 +9,7 @@
 #include "../engine/sample.h"
 #include "../kernels/backend.h"
 #include "shell.h"
+#include "../sessions/session.h"
 
 #include "../viz/plot.h"  // viz_hist_png (its PNG writer reports a build without PNG support itself)
 
@@ -140,20 +141,20 @@ int cmd_sessions(Shell *sh, Words *w, dm_err *err) {
     int n = 0;
     while ((de = readdir(dir))) {
         if (de->d_name[0] == '.') continue;
-        char p[600];
-        snprintf(p, sizeof p, "runs/%s/ckpt", de->d_name);
-        DIR *ck = opendir(p);
-        long long best = -1;
-        if (ck) {
-            struct dirent *c;
-            while ((c = readdir(ck))) {
-                long long s;
-                if (sscanf(c->d_name, "step-%lld.ckpt", &s) == 1 && s > best) best = s;
-            }
-            closedir(ck);
+        char p[600], path[1200];
+        snprintf(p, sizeof p, "runs/%s", de->d_name);
+        long long step;
+        if (!session_latest_ckpt(p, path, sizeof path, &step)) {  // the one dmsh -r resumes from
+            struct stat st;
+            const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+            if (stat(path, &st) == 0 && st.st_size < 64)
+                fprintf(sh->out, "  runs/%s  (latest checkpoint: %s, %lld bytes: truncated; dmsh -r falls back to an older one)\n", de->d_name,
+                        base, (long long)st.st_size);
+            else
+                fprintf(sh->out, "  runs/%s  (latest checkpoint: %s, step %lld)\n", de->d_name, base, step);
+        } else {
+            fprintf(sh->out, "  runs/%s  (no checkpoint)\n", de->d_name);
         }
-        if (best >= 0) fprintf(sh->out, "  runs/%s  (latest checkpoint: step %lld)\n", de->d_name, best);
-        else fprintf(sh->out, "  runs/%s  (no checkpoint)\n", de->d_name);
         n++;
     }
     closedir(dir);

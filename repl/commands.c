@@ -310,7 +310,7 @@ static int run_steps(Shell *sh, long long n, int quiet_every, dm_err *err) {
     // horizon the lr stays constant after warmup
     for (long long i = 0; i < n; i++) {
         if (e->interrupt && *e->interrupt) {
-            *e->interrupt = 0;
+            if (sh->interactive) *e->interrupt = 0;  // a script stops (sh_exec_line)
             fprintf(OUT, "interrupted at step %lld (state intact)\n", (long long)e->step);
             return 0;
         }
@@ -385,7 +385,7 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
         // download for the whole chunk (engine.h: engine_step_enqueue / engine_report).
         int row0 = e->nrows, stop = 0;
         for (long long i = 0; i < chunk; i++) {
-            if (e->interrupt && *e->interrupt) { *e->interrupt = 0; stopped = 1; break; }
+            if (e->interrupt && *e->interrupt) { if (sh->interactive) *e->interrupt = 0; stopped = 1; break; }
             if (engine_step_enqueue(e, err)) { rc = 1; break; }
         }
         dm_err rerr = {0};
@@ -423,11 +423,15 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
             bpb = er.bpb[e->cfg.L - 1];
         }
         if (ck > 0 && e->step % ck == 0) {
-            char path[1200];  // where :save puts it: the session's ckpt/, else the working directory
-            if (e->session_dir[0]) snprintf(path, sizeof path, "%s/ckpt/step-%lld.ckpt", e->session_dir, (long long)e->step);
-            else snprintf(path, sizeof path, "dmsh-step-%lld.ckpt", (long long)e->step);
-            if (engine_save(e, path, err)) { rc = 1; break; }
+            char path[1200], note[1600] = "";  // where :save puts it: the session's ckpt/, else the working directory
+            if (e->session_dir[0]) {
+                if (session_save(e, path, sizeof path, note, sizeof note, err)) { rc = 1; break; }
+            } else {
+                snprintf(path, sizeof path, "dmsh-step-%lld.ckpt", (long long)e->step);
+                if (engine_save(e, path, err)) { rc = 1; break; }
+            }
             fprintf(OUT, "checkpoint %s\n", path);
+            if (note[0]) fprintf(OUT, "note: %s\n", note);
         }
     }
     if (panel) {  // the screen goes back as it was: leave the last step as a plain line
@@ -477,13 +481,17 @@ static int cmd_arm(Shell *sh, Words *w, dm_err *err) {
 
 static int cmd_save(Shell *sh, Words *w, dm_err *err) {
     if (check_keys(w, 1, NULL, err)) return 1;
-    char path[1200];
+    char path[1200], note[1600] = "";
     const char *p = positional(w, 0);
-    if (p) snprintf(path, sizeof path, "%s", p);
-    else if (E_->session_dir[0]) snprintf(path, sizeof path, "%s/ckpt/step-%lld.ckpt", E_->session_dir, (long long)E_->step);
-    else snprintf(path, sizeof path, "dmsh-step-%lld.ckpt", (long long)E_->step);
-    if (engine_save(E_, path, err)) return 1;
+    if (p || !E_->session_dir[0]) {  // a path given is the user's to overwrite
+        if (p) snprintf(path, sizeof path, "%s", p);
+        else snprintf(path, sizeof path, "dmsh-step-%lld.ckpt", (long long)E_->step);
+        if (engine_save(E_, path, err)) return 1;
+    } else if (session_save(E_, path, sizeof path, note, sizeof note, err)) {
+        return 1;
+    }
     fprintf(OUT, "saved %s (step %lld)\n", path, (long long)E_->step);
+    if (note[0]) fprintf(OUT, "note: %s\n", note);
     return 0;
 }
 
@@ -491,6 +499,9 @@ static int cmd_load(Shell *sh, Words *w, dm_err *err) {
     if (w->argc != 2) return dm_fail(err, "usage: :load PATH");
     if (engine_load(E_, w->argv[1], err)) return 1;
     fprintf(OUT, "loaded %s: step %lld, %lld tokens\n", w->argv[1], (long long)E_->step, (long long)E_->tokens);
+    // in a session, metrics.tsv follows the loaded rows (the rows after them belong to the state
+    // left behind, which its own checkpoints keep)
+    if (E_->session_dir[0] && session_rewrite_metrics(E_, err)) return 1;
     return 0;
 }
 
@@ -602,7 +613,7 @@ static int cmd_stress(Shell *sh, Words *w, dm_err *err) {
     long long spikes = 0, done = 0;
     int rc = 0;
     for (long long i = 0; i < n; i++) {
-        if (e->interrupt && *e->interrupt) { *e->interrupt = 0; break; }
+        if (e->interrupt && *e->interrupt) { if (sh->interactive) *e->interrupt = 0; break; }
         MetricRow r;
         rc = engine_step(e, &r, err);
         loss[i] = r.loss; gn[i] = r.gnorm; done++;
@@ -696,10 +707,13 @@ static int cmd_session(Shell *sh, Words *w, dm_err *err) {
     struct stat mst;
     char mpath[1200];
     snprintf(mpath, sizeof mpath, "%s/metrics.tsv", dir);
-    if (strcmp(E_->session_dir, dir) != 0 &&
-        (!session_latest_ckpt(dir, latest, sizeof latest, &lstep) || (stat(mpath, &mst) == 0 && mst.st_size > 0)))
-        return dm_fail(err, "%s already holds a run (%s): dmsh -r %s resumes it; a new run needs a new name", dir,
-                       session_latest_ckpt(dir, latest, sizeof latest, &lstep) ? "metrics.tsv" : latest, dir);
+    int has_ck = !session_latest_ckpt(dir, latest, sizeof latest, &lstep);
+    if (strcmp(E_->session_dir, dir) != 0 && (has_ck || (stat(mpath, &mst) == 0 && mst.st_size > 0))) {
+        if (has_ck)
+            return dm_fail(err, "%s already holds a run (%s): dmsh -r %s resumes it; a new run needs a new name", dir, latest, dir);
+        return dm_fail(err, "%s already holds a run with no checkpoint (metrics.tsv; it stopped before its first save, so it cannot be resumed): remove %s or choose a new name",
+                       dir, dir);
+    }
     if (session_open(E_, dir, err)) return 1;
     fprintf(OUT, "session %s\n", dir);
     return 0;

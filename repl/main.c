@@ -8,9 +8,9 @@
 #include "panel.h"
 #include "shell.h"
 
-static volatile sig_atomic_t g_interrupt = 0;
+static volatile sig_atomic_t g_interrupt = 0, g_signal = 0;
 int dm_norc;  // --norc: interactive_readline.c skips ~/.dmshrc and ./.dmshrc
-static void on_sigint(int sig) { (void)sig; g_interrupt = 1; }
+static void on_sigint(int sig) { g_interrupt = 1; g_signal = sig; }
 
 static void usage(void) {
     fprintf(stderr,
@@ -52,12 +52,18 @@ int main(int argc, char **argv) {
         }
         else { fprintf(stderr, "dmsh: unknown argument '%s'\n", argv[i]); usage(); free(exprs); return 2; }
     }
+    // A scheduler stops a job with SIGTERM: outside the prompt it stops the script at the next
+    // step boundary like Ctrl-C, the session is saved on the way out, and the exit status says
+    // so (128 + 15). (At the prompt SIGTERM keeps its default: the user can type :quit.)
+    if (!(!nexpr && !batch && isatty(0))) sigaction(SIGTERM, &sa, NULL);
     int rc = 0;
     if (resume) {
         dm_err err = {0};
         if (session_resume(&eng, resume, &err)) { fprintf(stderr, "dmsh: -r: error: %s\n", err.msg); engine_free(&eng); return 1; }
         printf("resumed %s at step %lld (%d metric rows)%s%s\n", resume, (long long)eng.step, eng.nrows,
                eng.has_data ? ", data " : "", eng.has_data ? eng.data_path : "");
+        const char *note = engine_notice(&eng);  // the checkpoint's corpus did not open, ...
+        if (note) printf("note: %s\n", note);
     }
     for (int k = 0; k < nexpr && !rc && !sh.quit; k++) {
         sh.src = "-e";
@@ -87,8 +93,18 @@ int main(int argc, char **argv) {
     // leaving a session keeps its state: the next `dmsh -r` continues from here
     dm_err aerr = {0};
     char saved[1300];
-    if (session_autosave(&eng, saved, sizeof saved, &aerr)) fprintf(stderr, "dmsh: autosave failed: %s\n", aerr.msg);
-    else if (saved[0]) fprintf(stderr, "dmsh: saved %s\n", saved);
+    if (session_autosave(&eng, saved, sizeof saved, &aerr)) {
+        fprintf(stderr, "dmsh: autosave failed: %s\n", aerr.msg);
+        rc = rc ? rc : 1;  // the final state is in no file: not a success
+    } else if (saved[0]) {
+        fprintf(stderr, "dmsh: saved %s\n", saved);
+    }
+    if (eng.tsv_failed) {
+        fprintf(stderr, "dmsh: %lld metric rows could not be written to %s/metrics.tsv (the checkpoints hold them; dmsh -r rewrites it)\n",
+                (long long)eng.tsv_failed, eng.session_dir);
+        rc = rc ? rc : 1;
+    }
+    if (g_signal == SIGTERM) rc = 128 + SIGTERM;
     engine_free(&eng);
     free(exprs);
     return rc;

@@ -129,9 +129,30 @@ int sh_exec_line(Shell *sh, const char *line, dm_err *err) {
         rc = c->fn(sh, &cmds[i], err);
         fflush(sh->out);
     }
+    // outside the interactive prompt an interrupt (SIGINT, SIGTERM) stops the script: the
+    // command that saw it stopped at a step boundary with the state intact, and nothing after it
+    // runs (the prompt keeps going instead: Ctrl-C there only stops the command)
+    Engine *e = sh->eng;
+    int stopped = !sh->interactive && e->interrupt && *e->interrupt;
     // the transcript keeps what ran, so replaying it rebuilds the session (a :run's lines are
-    // its file's business)
-    if (!rc && nc > 0 && sh->depth == 0) session_transcript(sh->eng, line);
+    // its file's business); a line cut short by an interrupt goes in as a comment
+    if (nc > 0 && sh->depth == 0) {
+        if (stopped) {
+            char note[200];
+            snprintf(note, sizeof note, "# interrupted during the line below (at step %lld; a stepping command stops at a step boundary):", (long long)e->step);
+            session_transcript(e, note);
+            size_t ln = strlen(line);
+            char *c = malloc(ln + 3);
+            snprintf(c, ln + 3, "# %s", line);
+            session_transcript(e, c);
+            free(c);
+        } else if (!rc) {
+            session_transcript(e, line);
+        }
+    }
+    const char *note = engine_notice(e);  // e.g. a :load that left no corpus open
+    if (note) fprintf(sh->out, "note: %s\n", note);
+    if (stopped && !rc) rc = dm_fail(err, "interrupted at step %lld (state intact): the script stops here", (long long)e->step);
     free(buf);
     return rc;
 }

@@ -1,6 +1,9 @@
 // session.c — see session.h.
 #include "session.h"
 #include <dirent.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sys/file.h>
 #include <stdlib.h>
 #include <errno.h>
 #include <stdio.h>
@@ -58,7 +61,19 @@ int session_rewrite_metrics(const Engine *e, dm_err *err) {
     return 0;
 }
 
+static int session_lock(const char *dir, dm_err *err);
+
+static int mkdir_p(const char *dir, dm_err *err) {
+    char p[1100];
+    snprintf(p, sizeof p, "%s", dir);
+    for (char *q = p + 1; *q; q++)
+        if (*q == '/') { *q = 0; mkdir(p, 0755); *q = '/'; }
+    if (mkdir(p, 0755) && errno != EEXIST) return dm_fail(err, "cannot create %s: %s", p, strerror(errno));
+    return 0;
+}
+
 int session_open(Engine *e, const char *dir, dm_err *err) {
+    if (mkdir_p(dir, err) || session_lock(dir, err)) return 1;
     if (engine_session(e, dir, err)) return 1;
     if (session_write_config(e, err)) return 1;
     if (e->nrows && session_rewrite_metrics(e, err)) return 1;
@@ -107,16 +122,71 @@ void session_transcript(const Engine *e, const char *line) {
     session_write_config(e, &err);  // config.dm follows :set / :data (best effort, as the transcript)
 }
 
+// ---- checkpoints of a session ----------------------------------------------------------------
+// ckpt/step-N.ckpt is the state at step N; a second state of step N (the run went back with :load
+// and came to N again) is step-N-bK.ckpt, never written over the first. ckpt/LATEST names the
+// file written last: `dmsh -r` resumes where the session stopped, not at the largest N.
+
+// step N of a checkpoint file name (step-N.ckpt or step-N-bK.ckpt), -1 for any other name
+static long long ckpt_name_step(const char *name) {
+    long long s;
+    int used = 0;
+    size_t len = strlen(name);
+    if (len < 11 || strcmp(name + len - 5, ".ckpt") || sscanf(name, "step-%lld%n", &s, &used) != 1 || s < 0) return -1;
+    const char *rest = name + used;
+    if (!strcmp(rest, ".ckpt")) return s;
+    int k, used2 = 0;
+    if (sscanf(rest, "-b%d%n", &k, &used2) == 1 && k > 0 && !strcmp(rest + used2, ".ckpt")) return s;
+    if (sscanf(rest, "-exit%d%n", &k, &used2) == 1 && k > 0 && !strcmp(rest + used2, ".ckpt")) return s;  // older dmsh
+    return -1;
+}
+
+static int latest_pointer(const char *dir, char *name, size_t n) {
+    char p[1200];
+    snprintf(p, sizeof p, "%s/ckpt/LATEST", dir);
+    FILE *f = fopen(p, "r");
+    if (!f) return 1;
+    char buf[512] = "";
+    int ok = fgets(buf, sizeof buf, f) != NULL;
+    fclose(f);
+    buf[strcspn(buf, "\n")] = 0;
+    if (!ok || ckpt_name_step(buf) < 0 || strchr(buf, '/')) return 1;
+    snprintf(name, n, "%s", buf);
+    return 0;
+}
+
+static void write_latest(const Engine *e, const char *path) {
+    const char *name = strrchr(path, '/');
+    name = name ? name + 1 : path;
+    char p[1200], tmp[1300];
+    snprintf(p, sizeof p, "%s/ckpt/LATEST", e->session_dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", p);
+    unlink(tmp);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return;  // -r then falls back to the largest step
+    fprintf(f, "%s\n", name);
+    if (fclose(f) == 0) rename(tmp, p);
+    else unlink(tmp);
+}
+
 int session_latest_ckpt(const char *dir, char *path, size_t n, long long *step) {
-    char ck[1100];
+    char ck[1100], name[512];
     snprintf(ck, sizeof ck, "%s/ckpt", dir);
+    struct stat st;
+    if (!latest_pointer(dir, name, sizeof name)) {
+        snprintf(path, n, "%s/%s", ck, name);
+        if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
+            *step = ckpt_name_step(name);
+            return 0;
+        }
+    }
     DIR *d = opendir(ck);
     if (!d) return 1;
     long long best = -1;
     struct dirent *de;
     while ((de = readdir(d))) {
-        long long s;
         char tail[8];
+        long long s;
         if (sscanf(de->d_name, "step-%lld.ckp%1s", &s, tail) == 2 && !strcmp(de->d_name + strlen(de->d_name) - 5, ".ckpt") && s > best) best = s;
     }
     closedir(d);
@@ -126,34 +196,154 @@ int session_latest_ckpt(const char *dir, char *path, size_t n, long long *step) 
     return 0;
 }
 
+// The session's checkpoints, newest step first (the fallbacks of -r): names into out[], count.
+static int list_ckpts(const char *dir, char out[][256], long long *steps, int max) {
+    char ck[1100];
+    snprintf(ck, sizeof ck, "%s/ckpt", dir);
+    DIR *d = opendir(ck);
+    if (!d) return 0;
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) && n < max) {
+        long long s = ckpt_name_step(de->d_name);
+        if (s < 0 || strlen(de->d_name) >= 256) continue;
+        snprintf(out[n], 256, "%s", de->d_name);
+        steps[n++] = s;
+    }
+    closedir(d);
+    for (int i = 1; i < n; i++)  // insertion sort by step, descending (names break ties)
+        for (int j = i; j > 0 && (steps[j] > steps[j - 1] || (steps[j] == steps[j - 1] && strcmp(out[j], out[j - 1]) > 0)); j--) {
+            long long t = steps[j]; steps[j] = steps[j - 1]; steps[j - 1] = t;
+            char tn[256];
+            memcpy(tn, out[j], 256); memcpy(out[j], out[j - 1], 256); memcpy(out[j - 1], tn, 256);
+        }
+    return n;
+}
+
+// ---- one dmsh per session: an advisory lock on DIR/.lock, held while the session is open ----
+static int lock_fd = -1;
+static char lock_dir[1024];
+
+static int session_lock(const char *dir, dm_err *err) {
+    if (lock_fd >= 0 && !strcmp(lock_dir, dir)) return 0;
+    char p[1100];
+    snprintf(p, sizeof p, "%s/.lock", dir);
+    int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return dm_fail(err, "cannot create %s: %s", p, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB)) {
+        char pid[32] = "";
+        ssize_t got = pread(fd, pid, sizeof pid - 1, 0);
+        if (got > 0) pid[got] = 0;
+        pid[strcspn(pid, "\n")] = 0;
+        close(fd);
+        return dm_fail(err, "%s is in use by another dmsh%s%s%s (two processes would interleave its checkpoints and metrics)", dir,
+                       pid[0] ? " (pid " : "", pid, pid[0] ? ")" : "");
+    }
+    if (ftruncate(fd, 0) == 0) dprintf(fd, "%ld\n", (long)getpid());
+    if (lock_fd >= 0) close(lock_fd);  // the previous session's lock goes with :session NAME
+    lock_fd = fd;
+    snprintf(lock_dir, sizeof lock_dir, "%s", dir);
+    return 0;
+}
+
+// With the lock held no other dmsh writes here: a ckpt/*.ckpt.tmp is a write a crash cut short
+// (never renamed into place, never a checkpoint anyone resumes from). Removed, and said.
+static void remove_stale_tmp(const char *dir) {
+    char ck[1100];
+    snprintf(ck, sizeof ck, "%s/ckpt", dir);
+    DIR *d = opendir(ck);
+    if (!d) return;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        size_t len = strlen(de->d_name);
+        if (len < 10 || strcmp(de->d_name + len - 9, ".ckpt.tmp")) continue;
+        char p[1400];
+        snprintf(p, sizeof p, "%s/%s", ck, de->d_name);
+        if (!unlink(p)) fprintf(stderr, "dmsh: removed %s (a checkpoint write cut short by a crash)\n", p);
+    }
+    closedir(d);
+}
+
 int session_resume(Engine *e, const char *dir, dm_err *err) {
     struct stat st;
     if (stat(dir, &st) || !S_ISDIR(st.st_mode)) return dm_fail(err, "%s: not a session directory", dir);
+    if (session_lock(dir, err)) return 1;
+    remove_stale_tmp(dir);
     char path[1200];
     long long step;
     if (session_latest_ckpt(dir, path, sizeof path, &step))
         return dm_fail(err, "%s: no checkpoint in %s/ckpt (nothing to resume; :save writes one)", dir, dir);
-    if (engine_load(e, path, err)) return 1;
+    if (engine_load(e, path, err)) {
+        // an unreadable newest checkpoint (a crash, a full disk): resume from the newest one that
+        // loads, loudly; the bad file stays where it is
+        char first[1400];
+        snprintf(first, sizeof first, "%s", err->msg);
+        enum { MAXC = 256 };
+        static char names[MAXC][256];
+        static long long steps[MAXC];
+        int n = list_ckpts(dir, names, steps, MAXC), done = 0;
+        for (int i = 0; i < n && !done; i++) {
+            char alt[PATH_MAX];
+            if (snprintf(alt, sizeof alt, "%s/ckpt/%s", dir, names[i]) >= (int)sizeof alt) continue;
+            if (!strcmp(alt, path)) continue;
+            dm_err e2 = {0};
+            if (!engine_load(e, alt, &e2)) {
+                fprintf(stderr, "dmsh: -r: %s did not load (%s); resumed from %s instead\n", path, first, alt);
+                done = 1;
+            }
+        }
+        if (!done) return dm_fail(err, "%s (and no other checkpoint in %s/ckpt loads)", first, dir);
+    }
     if (engine_session(e, dir, err)) return 1;
+    // the transcript says where the lines after this one start from (a run killed mid-command
+    // left its last command out: the lines above need not rebuild this state)
+    char line[sizeof e->synced_path + 64];
+    snprintf(line, sizeof line, "# dmsh -r: resumed from %s at step %lld", e->synced_path, (long long)e->step);
+    session_transcript(e, line);
     return session_rewrite_metrics(e, err);
+}
+
+// Where a checkpoint of the current state goes in the session: step-N.ckpt, unless that file
+// holds another state of step N (then step-N-bK.ckpt, and *branch = 1).
+static void session_ckpt_path(const Engine *e, char *path, size_t n, int *branch) {
+    *branch = 0;
+    // this state was saved (or loaded) in this session's ckpt/ already: the same file again
+    char ck[1100], abs[PATH_MAX];
+    snprintf(ck, sizeof ck, "%s/ckpt", e->session_dir);
+    const char *base = strrchr(e->synced_path, '/');
+    if (e->synced_step == e->step && base && realpath(ck, abs) && strlen(abs) == (size_t)(base - e->synced_path) &&
+        !strncmp(abs, e->synced_path, strlen(abs)) && ckpt_name_step(base + 1) == e->step) {
+        snprintf(path, n, "%s/%s", ck, base + 1);
+        return;
+    }
+    snprintf(path, n, "%s/ckpt/step-%lld.ckpt", e->session_dir, (long long)e->step);
+    struct stat st;
+    if (stat(path, &st) != 0) return;
+    *branch = 1;
+    for (int k = 1; k < 100000; k++) {
+        snprintf(path, n, "%s/ckpt/step-%lld-b%d.ckpt", e->session_dir, (long long)e->step, k);
+        if (stat(path, &st) != 0) return;
+    }
+}
+
+int session_save(Engine *e, char *path, size_t n, char *note, size_t nnote, dm_err *err) {
+    note[0] = 0;
+    int branch;
+    session_ckpt_path(e, path, n, &branch);
+    if (engine_save(e, path, err)) return 1;
+    write_latest(e, path);
+    if (branch)
+        snprintf(note, nnote, "%s/ckpt/step-%lld.ckpt holds another state of step %lld (kept); this one is %s", e->session_dir,
+                 (long long)e->step, (long long)e->step, path);
+    return 0;
 }
 
 int session_autosave(Engine *e, char *path, size_t n, dm_err *err) {
     path[0] = 0;
     if (!e->session_dir[0] || !e->live || e->step == 0) return 0;
-    snprintf(path, n, "%s/ckpt/step-%lld.ckpt", e->session_dir, (long long)e->step);
-    struct stat st;
-    if (stat(path, &st) != 0) return engine_save(e, path, err);
-    if (e->synced_step == e->step) { path[0] = 0; return 0; }  // this state, saved (or loaded) already
-    // step-N.ckpt holds another state of step N (the run went back with :load and came here
-    // again): keep both, this one under a name -r does not pick, and say so
-    char other[1200];
-    snprintf(other, sizeof other, "%s", path);
-    for (int k = 1; k < 1000; k++) {
-        snprintf(path, n, "%s/ckpt/step-%lld-exit%d.ckpt", e->session_dir, (long long)e->step, k);
-        if (stat(path, &st) != 0) break;
-    }
-    if (engine_save(e, path, err)) return 1;
-    fprintf(stderr, "dmsh: %s holds another state of step %lld (kept); this one saved as:\n", other, (long long)e->step);
+    if (!engine_unsaved(e)) return 0;  // this state and its rows are in a file already
+    char note[1600];
+    if (session_save(e, path, n, note, sizeof note, err)) return 1;
+    if (note[0]) fprintf(stderr, "dmsh: %s\n", note);
     return 0;
 }

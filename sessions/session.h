@@ -13,11 +13,17 @@ void session_transcript(const Engine *e, const char *line);
 int session_write_config(const Engine *e, dm_err *err);
 // Rewrite metrics.tsv from the engine's rows (after a resume: no duplicated or lost rows).
 int session_rewrite_metrics(const Engine *e, dm_err *err);
-// The latest checkpoint under DIR/ckpt (step-N.ckpt with the largest N); 0 when found.
+// The latest checkpoint under DIR/ckpt: the one ckpt/LATEST names (the file the session wrote
+// last), else step-N.ckpt with the largest N; 0 when found.
 int session_latest_ckpt(const char *dir, char *path, size_t n, long long *step);
 // dmsh -r DIR: load the latest checkpoint (model, optimizer, step, metrics), reopen its corpus,
-// adopt DIR as the session.
+// adopt DIR as the session. A newest checkpoint that does not load is skipped for the newest one
+// that does, with a message on stderr. session_open and session_resume lock DIR (DIR/.lock,
+// flock): a second dmsh on the same session is refused.
 int session_resume(Engine *e, const char *dir, dm_err *err);
-// Save DIR/ckpt/step-N.ckpt when leaving a session; when it exists and holds another state
-// (not the one last saved or loaded), as step-N-exitK.ckpt instead, with a note on stderr.
+// Save the current state in the session: DIR/ckpt/step-N.ckpt, or step-N-bK.ckpt when that file
+// holds another state of step N (note then says so); ckpt/LATEST names it afterwards.
+int session_save(Engine *e, char *path, size_t n, char *note, size_t nnote, dm_err *err);
+// When leaving a session with a state (or metric rows) in no file yet: session_save. path is
+// empty when nothing needed saving.
 int session_autosave(Engine *e, char *path, size_t n, dm_err *err);

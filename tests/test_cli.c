@@ -307,6 +307,134 @@ static void test_session_resume(void **s) {
     assert_int_not_equal(system(cmd), 0);
 }
 
+// shell command in the test directory (dmsh's threads pinned to one): exit status, or -1
+static int sh_in_dir(const char *fmt, const char *arg) {
+    char c[1600], cmd[2000];
+    snprintf(c, sizeof c, fmt, arg, arg, arg);
+    snprintf(cmd, sizeof cmd, "cd %s && export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 && %s", dir, c);
+    int st = system(cmd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static int count_dup_steps(const char *tsvpath) {
+    char p[600];
+    snprintf(p, sizeof p, "%s/%s", dir, tsvpath);
+    char *t = slurp(p);
+    assert_non_null(t);
+    int seen[4096] = {0}, dups = 0;
+    for (char *l = strtok(t, "\n"); l; l = strtok(NULL, "\n"))
+        if (!strncmp(l, "train\t", 6)) {
+            int st = atoi(l + 6);
+            if (st >= 0 && st < 4096) dups += seen[st]++ > 0;
+        }
+    free(t);
+    return dups;
+}
+
+static char *read_in_dir(const char *name) {
+    char p[600];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    return slurp(p);
+}
+
+// The session defects a QA pass found (kill/resume itself was exact): rows after the last
+// checkpoint kept at exit, :load then -r resumes where the user stopped, a second state of a
+// step never overwrites the first, one dmsh per session, an unreadable newest checkpoint falls
+// back loudly, a missing corpus is said at resume, and an interrupted script stops non-zero.
+static void test_session_safety(void **s) {
+    (void)s;
+    char script[2000];
+    snprintf(script, sizeof script, "%s:data %s\n:session q\n:init seed=9\n:train 20 ckpt_every=10 eval_every=0 log_every=5\n:eval\n",
+             SMALL, corpus);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    // the :eval row after step-20.ckpt was written is saved at exit, and -r keeps it
+    assert_non_null(strstr(err_, "saved runs/q/ckpt/step-20.ckpt"));
+    assert_int_equal(sh_in_dir("%s -r runs/q -e ':show metrics' > o1.txt 2>&1", dmsh), 0);
+    char *tsv = read_in_dir("runs/q/metrics.tsv");
+    assert_non_null(strstr(tsv, "\neval\t20\t"));
+    free(tsv);
+    // :load of an older state, 5 steps, leave: metrics.tsv without duplicates, -r resumes at 15
+    assert_int_equal(sh_in_dir("%s -r runs/q -e ':load runs/q/ckpt/step-10.ckpt; :step 5' > o2.txt 2>&1", dmsh), 0);
+    assert_int_equal(count_dup_steps("runs/q/metrics.tsv"), 0);
+    assert_int_equal(sh_in_dir("%s -r runs/q -e ':show metrics' > o3.txt 2>&1", dmsh), 0);
+    char *o3 = read_in_dir("o3.txt");
+    if (!strstr(o3, "resumed runs/q at step 15")) print_error("%s\n", o3);
+    assert_non_null(strstr(o3, "resumed runs/q at step 15"));
+    free(o3);
+    // back to 10 and on to 20 again: the first state of step 20 stays, the new one is step-20-b1
+    long before = file_size("runs/q/ckpt/step-20.ckpt");
+    char *first = read_in_dir("runs/q/ckpt/step-20.ckpt");
+    assert_int_equal(sh_in_dir("%s -r runs/q -e ':load runs/q/ckpt/step-10.ckpt; :set lr=0.001; :train 10 ckpt_every=10 log_every=10' > o4.txt 2>&1", dmsh), 0);
+    char *o4 = read_in_dir("o4.txt");
+    assert_non_null(strstr(o4, "holds another state of step 20 (kept)"));
+    free(o4);
+    assert_int_equal(file_size("runs/q/ckpt/step-20.ckpt"), before);
+    char *again = read_in_dir("runs/q/ckpt/step-20.ckpt");
+    assert_memory_equal(first, again, (size_t)before);
+    free(first); free(again);
+    assert_true(file_size("runs/q/ckpt/step-20-b1.ckpt") > 0);
+    char *latest = read_in_dir("runs/q/ckpt/LATEST");
+    assert_string_equal(latest, "step-20-b1.ckpt\n");
+    free(latest);
+    // one dmsh per session: a lock held elsewhere refuses -r and :session, with one line
+    assert_int_equal(sh_in_dir("flock -n runs/q/.lock -c '%s -r runs/q -e :help > o5.txt 2> e5.txt'", dmsh), 1);
+    char *e5 = read_in_dir("e5.txt");
+    assert_non_null(strstr(e5, "runs/q is in use by another dmsh"));
+    free(e5);
+    // an unreadable newest checkpoint: -r resumes from the newest that loads, and says so
+    // (and a partial write a crash left, ckpt/*.ckpt.tmp, is removed under the lock)
+    assert_int_equal(sh_in_dir("echo partial > runs/q/ckpt/step-99.ckpt.tmp && truncate -s 1000 runs/q/ckpt/step-20-b1.ckpt && %s -r runs/q -e ':show metrics' > o6.txt 2> e6.txt", dmsh), 0);
+    assert_int_equal(file_size("runs/q/ckpt/step-99.ckpt.tmp"), -1);
+    char *e6 = read_in_dir("e6.txt");
+    if (!strstr(e6, "did not load")) print_error("%s\n", e6);
+    assert_non_null(strstr(e6, "step-20-b1.ckpt did not load"));
+    free(e6);
+    assert_int_equal(file_size("runs/q/ckpt/step-20-b1.ckpt"), 1000);  // kept as it was
+    // the corpus gone: -r says so at once
+    snprintf(script, sizeof script, "%s:data c2.txt\n:session q2\n:init seed=9\n:step 3\n", SMALL);
+    assert_int_equal(sh_in_dir("cp '%s' c2.txt", corpus), 0);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    assert_int_equal(sh_in_dir("rm c2.txt && %s -r runs/q2 -e ':help' > o7.txt 2>&1", dmsh), 0);
+    char *o7 = read_in_dir("o7.txt");
+    assert_non_null(strstr(o7, "note: the checkpoint's corpus did not open"));
+    free(o7);
+    // the same path with other bytes: said at resume; a different corpus open at :load: said too
+    snprintf(script, sizeof script, "%s:data c3.txt\n:session q4\n:init seed=9\n:step 3\n", SMALL);
+    assert_int_equal(sh_in_dir("cp '%s' c3.txt", corpus), 0);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    assert_int_equal(sh_in_dir("tr a-z A-Z < c3.txt > c3u.txt && mv c3u.txt c3.txt && %s -r runs/q4 -e ':help' > o9.txt 2>&1", dmsh), 0);
+    char *o9 = read_in_dir("o9.txt");
+    assert_non_null(strstr(o9, "c3.txt changed since this checkpoint was written"));
+    free(o9);
+    snprintf(script, sizeof script, "%s:data %s\n:init seed=9\n:load runs/q4/ckpt/step-3.ckpt\n", SMALL, corpus);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    assert_non_null(strstr(out, "note: this checkpoint was trained on"));
+    // the exit save fails (ckpt/ is a file): said, and the exit status is not 0
+    assert_int_equal(sh_in_dir("mkdir -p runs/q3 && touch runs/q3/ckpt", dmsh), 0);
+    snprintf(script, sizeof script, "%s:data %s\n:session q3\n:init seed=9\n:step 2\n", SMALL, corpus);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 1);
+    assert_non_null(strstr(err_, "dmsh: autosave failed"));
+    // an interrupted script stops there, non-zero, and the rest of it does not run; SIGTERM
+    // exits 143 after the state is saved
+    const char *sigs[2] = {"INT", "TERM"};
+    for (int k = 0; k < 2; k++) {
+        snprintf(script, sizeof script, "%s:data %s\n:session sig%d\n:init seed=9\n:train 1000000 eval_every=0 log_every=1\n:show metrics\n",
+                 SMALL, corpus, k);
+        write_file("sig.dm", script);
+        char cmd[1200];
+        snprintf(cmd, sizeof cmd,
+                 "(%%s -b sig.dm > o8.txt 2> e8.txt & p=$!; while ! grep -q 'step 3 ' o8.txt 2>/dev/null; do sleep 0.1; done; kill -%s $p; wait $p)",
+                 sigs[k]);
+        int rc = sh_in_dir(cmd, dmsh);
+        assert_int_equal(rc, k ? 143 : 1);
+        char *e8 = read_in_dir("e8.txt"), *o8 = read_in_dir("o8.txt");
+        assert_non_null(strstr(e8, "sig.dm:6: error: interrupted at step"));
+        assert_non_null(strstr(e8, "dmsh: saved runs/sig"));
+        assert_null(strstr(o8, "metric rows, step"));  // :show metrics did not run
+        free(e8); free(o8);
+    }
+}
+
 // docs/commands.md is generated from the command table: it must equal the table's output
 static void test_commands_md_current(void **s) {
     (void)s;
@@ -350,6 +478,7 @@ int main(void) {
         cmocka_unit_test(test_e_and_prefixes),
         cmocka_unit_test(test_resume_and_seed_bit_identical),
         cmocka_unit_test(test_session_resume),
+        cmocka_unit_test(test_session_safety),
         cmocka_unit_test(test_commands_md_current),
 #ifndef DM_DOUBLE
         cmocka_unit_test(test_smoke_beats_unigram),

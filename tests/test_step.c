@@ -503,11 +503,36 @@ static void test_resume_with_eval_file(void **s) {
     unlink(ck);
 }
 
+// metrics.tsv that cannot be written: counted and said once (the rows stay in memory), never
+// silent; the step itself goes on
+static void test_tsv_failure_is_loud(void **s) {
+    (void)s;
+    Engine e;
+    make_engine(&e, backend_cpu(), tiny_config());
+    assert_int_equal(mkdir("test_step_tsv", 0755) == 0 || errno == EEXIST, 1);
+    assert_int_equal(mkdir("test_step_tsv/metrics.tsv", 0755) == 0 || errno == EEXIST, 1);  // a directory: fopen fails
+    snprintf(e.session_dir, sizeof e.session_dir, "test_step_tsv");
+    dm_err err = {0};
+    MetricRow row;
+    for (int i = 0; i < 3; i++) assert_int_equal(engine_step(&e, &row, &err), 0);
+    assert_int_equal(e.tsv_failed, 3);
+    assert_int_equal(e.nrows, 3);
+    const char *n = engine_notice(&e);
+    assert_non_null(n);
+    assert_non_null(strstr(n, "cannot write test_step_tsv/metrics.tsv"));
+    assert_null(engine_notice(&e));  // once
+    rmdir("test_step_tsv/metrics.tsv");
+    rmdir("test_step_tsv");
+    e.session_dir[0] = 0;
+    engine_free(&e);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_arm_off_freezes),
         cmocka_unit_test(test_seq_against_split),
         cmocka_unit_test(test_resume_with_eval_file),
+        cmocka_unit_test(test_tsv_failure_is_loud),
         cmocka_unit_test(test_split_fenced_matches_plain),
         cmocka_unit_test(test_report_every_10),
         cmocka_unit_test(test_graph_replay_matches_eager),
