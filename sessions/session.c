@@ -74,7 +74,15 @@ static int mkdir_p(const char *dir, dm_err *err) {
 
 int session_open(Engine *e, const char *dir, dm_err *err) {
     if (mkdir_p(dir, err) || session_lock(dir, err)) return 1;
+    char prev[sizeof e->session_dir];
+    snprintf(prev, sizeof prev, "%s", e->session_dir);
     if (engine_session(e, dir, err)) return 1;
+    if (prev[0] && strcmp(prev, dir) && e->live) {  // the lines below do not rebuild this state
+        char line[2200];
+        snprintf(line, sizeof line, "# continues session %s at step %lld: the model was built there (see its transcript)", prev,
+                 (long long)e->step);
+        session_transcript(e, line);
+    }
     if (session_write_config(e, err)) return 1;
     if (e->nrows && session_rewrite_metrics(e, err)) return 1;
     return 0;
