@@ -310,7 +310,7 @@ static int run_steps(Shell *sh, long long n, int quiet_every, dm_err *err) {
     // horizon the lr stays constant after warmup
     for (long long i = 0; i < n; i++) {
         if (e->interrupt && *e->interrupt) {
-            if (sh->interactive) *e->interrupt = 0;  // a script stops (sh_exec_line)
+            if (sh->interactive && !sh->depth) *e->interrupt = 0;  // a script stops (sh_exec_line)
             fprintf(OUT, "interrupted at step %lld (state intact)\n", (long long)e->step);
             return 0;
         }
@@ -385,7 +385,7 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
         // download for the whole chunk (engine.h: engine_step_enqueue / engine_report).
         int row0 = e->nrows, stop = 0;
         for (long long i = 0; i < chunk; i++) {
-            if (e->interrupt && *e->interrupt) { if (sh->interactive) *e->interrupt = 0; stopped = 1; break; }
+            if (e->interrupt && *e->interrupt) { if (sh->interactive && !sh->depth) *e->interrupt = 0; stopped = 1; break; }
             if (engine_step_enqueue(e, err)) { rc = 1; break; }
         }
         dm_err rerr = {0};
@@ -613,7 +613,7 @@ static int cmd_stress(Shell *sh, Words *w, dm_err *err) {
     long long spikes = 0, done = 0;
     int rc = 0;
     for (long long i = 0; i < n; i++) {
-        if (e->interrupt && *e->interrupt) { if (sh->interactive) *e->interrupt = 0; break; }
+        if (e->interrupt && *e->interrupt) { if (sh->interactive && !sh->depth) *e->interrupt = 0; break; }
         MetricRow r;
         rc = engine_step(e, &r, err);
         loss[i] = r.loss; gn[i] = r.gnorm; done++;

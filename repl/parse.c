@@ -133,7 +133,8 @@ int sh_exec_line(Shell *sh, const char *line, dm_err *err) {
     // command that saw it stopped at a step boundary with the state intact, and nothing after it
     // runs (the prompt keeps going instead: Ctrl-C there only stops the command)
     Engine *e = sh->eng;
-    int stopped = !sh->interactive && e->interrupt && *e->interrupt;
+    int stopped = (!sh->interactive || sh->depth > 0) && e->interrupt && *e->interrupt;  // (a :run at the prompt stops too)
+    if (sh->interactive && sh->depth == 0 && e->interrupt) *e->interrupt = 0;  // the prompt carries on
     // the transcript keeps what ran, so replaying it rebuilds the session (a :run's lines are
     // its file's business); a line cut short by an interrupt goes in as a comment
     if (nc > 0 && sh->depth == 0) {
