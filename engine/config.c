@@ -37,7 +37,7 @@ const ConfigKey dm_config_keys[] = {
     {"lr_muon", KEY_REAL, OFF(lr_muon), 0, 10, NULL, 0, "Muon learning rate"},
     {"beta1", KEY_REAL, OFF(beta1), 0, 0.999999, NULL, 0, "Adam beta1"},
     {"beta2", KEY_REAL, OFF(beta2), 0, 0.999999, NULL, 0, "Adam beta2"},
-    {"eps", KEY_REAL, OFF(eps), 0, 1, NULL, 0, "Adam epsilon"},
+    {"eps", KEY_REAL, OFF(eps), 1e-30, 1, NULL, 0, "Adam epsilon (> 0: a zero gradient would divide 0 by 0)"},
     {"wd", KEY_REAL, OFF(wd), 0, 10, NULL, 0, "decoupled weight decay on 2-D matrices"},
     {"muon_momentum", KEY_REAL, OFF(muon_momentum), 0, 0.999999, NULL, 0, "Muon momentum (Nesterov)"},
     {"warmup", KEY_INT, OFF(warmup), 0, 1 << 30, NULL, 0, "linear warmup steps"},

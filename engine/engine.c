@@ -278,6 +278,9 @@ int engine_eval(Engine *e, int depth, EvalResult *r, dm_err *err) {
         hs = eval_set_add(hs, x, (int64_t)valid * T);
         if (s0 + valid == nseq) hs = eval_set_add(hs, y + (size_t)(valid - 1) * T + T - 1, 1);
         model_forward(m, x, y, B, T, depth ? depth : c->L, depth ? FWD_LAST : FWD_ALL_DEPTHS);
+        e->fwd_kind = 2;
+        e->fwd_step = e->step;
+        e->fwd_undone = 0;
         // the CE of the valid rows of each depth, summed on the backend (padding rows excluded),
         // then one download of the per-depth sums
         double *ls = m->acts.loss_sum;  // [L] backend doubles, free again after the forward

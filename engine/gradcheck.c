@@ -34,7 +34,7 @@ int engine_check_grad(Engine *e, const int *arms_on, FILE *out, int *ok, dm_err 
 #endif
     double worst = 0;
     *ok = 1;
-    fprintf(out, "gradient check (%s, one random direction per tensor, 6th-order central differences), arms off:", REAL_NAME);
+    fprintf(out, "gradient check (%s, one random direction per tensor, 6th-order central differences, rel = |a-n|/max(|a|,|n|,1e-5)), arms off:", REAL_NAME);
     for (int a = 0; a < ARM_COUNT; a++) if (!arms_on[a]) fprintf(out, " %s", dm_arm_names[a]);
     fprintf(out, "\n");
     for (int i = 0; i < P_COUNT; i++) {

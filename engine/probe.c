@@ -85,14 +85,19 @@ int probe_get(Engine *e, const char *name, double **vals, ProbeInfo *info, dm_er
         }
         return 0;
     }
-    if (!have_forward(e)) return dm_fail(err, "no forward yet for activation '%s': :step or :eval first (parameters are probeable now)", name);
+    info->activation = 1;
+    if (!have_forward(e)) {
+        if (e->fwd_undone)  // a :bench (or another restore) undid the steps they came from
+            return dm_fail(err, "the activations in memory belong to steps that were undone (:bench restores the state): :step or :eval first for '%s'", name);
+        return dm_fail(err, "no forward yet for activation '%s': :step or :eval first (parameters are probeable now)", name);
+    }
     Acts *a = &m->acts;
     int B = a->B, T = a->T, N = B * T, d = c->d, H = c->H, dh = d / H, E = c->E;
     int OD = c->n_orders * c->engram_dim;
     const real *src = NULL;
     for (int i = 0; i < NG; i++)
         if (!strcmp(name, global_acts[i])) {
-            if (i > 0 && !m->arms.on[ARM_ENGRAM]) return dm_fail(err, "'%s' did not run: the engram arm is off", name);
+            if (i > 0 && !m->last_on[ARM_ENGRAM]) return dm_fail(err, "'%s' did not run in the last forward: the engram arm was off", name);
             src = i == 0 ? a->h0 : i == 1 ? a->m : i == 2 ? a->key : a->val;
             set_shape(info, 3, B, T, i == 1 ? OD : d);
             *vals = copy_real(m->be, src, info->n);
@@ -122,9 +127,11 @@ int probe_get(Engine *e, const char *name, double **vals, ProbeInfo *info, dm_er
     IterActs *t = &a->it[it - 1];
     const char *nm = iter_acts[which];
     int kda = !strncmp(nm, "kda.", 4), mem = !strncmp(nm, "mem.", 4), moe = !strncmp(nm, "moe.", 4);
-    if ((kda && !m->arms.on[ARM_KDA]) || (mem && !m->arms.on[ARM_ENGRAM]) || (moe && !m->arms.on[ARM_MOE]) ||
-        (!strcmp(nm, "z") && !m->arms.on[ARM_MOE]))
-        return dm_fail(err, "'%s' did not run: its arm is off", name);
+    // the switches the last forward ran with, not today's: an arm switched back on since has no
+    // activations of its own in memory (they would be an older forward's)
+    if ((kda && !m->last_on[ARM_KDA]) || (mem && !m->last_on[ARM_ENGRAM]) || (moe && !m->last_on[ARM_MOE]) ||
+        (!strcmp(nm, "z") && !m->last_on[ARM_MOE]))
+        return dm_fail(err, "'%s' did not run in the last forward: its arm was off", name);
     if (!strcmp(nm, "kda.state")) {
         set_shape(info, 2, B, H, 0);
         double *v = mallocCheck(sizeof(double) * B * H);

@@ -8,6 +8,7 @@ typedef struct {
     int ndim;
     int shape[4];
     size_t n;
+    int activation;         // 1: from the last forward (Engine.fwd_kind/fwd_step say which)
 } ProbeInfo;
 
 typedef struct {

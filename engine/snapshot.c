@@ -13,6 +13,7 @@ void snapshot_take(Snapshot *s, const Engine *e) {
     s->step = e->step; s->tokens = e->tokens; s->opt_t = e->opt.t; s->skips = e->opt.total_skips;
     s->consecutive = e->opt.consecutive_skips; s->nrows = e->nrows;
     s->arms = e->model.arms;
+    s->last_orth_err = e->last_orth_err;
 }
 
 void snapshot_restore(const Snapshot *s, Engine *e) {
@@ -21,6 +22,12 @@ void snapshot_restore(const Snapshot *s, Engine *e) {
     optim_set_counters(&e->opt, s->opt_t, s->skips, s->consecutive);  // host mirror and backend status
     e->step = s->step; e->tokens = s->tokens; e->nrows = s->nrows;
     e->model.arms = s->arms;
+    e->last_orth_err = s->last_orth_err;
+    // the activations and expert loads in memory came from steps the restore undid: they
+    // describe weights that no longer exist (probes refuse them until the next forward)
+    e->fwd_kind = 0;
+    e->fwd_undone = e->model.last_depth > 0;
+    e->model.last_depth = 0;
 }
 
 void snapshot_free(Snapshot *s) {

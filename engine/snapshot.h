@@ -11,6 +11,7 @@ typedef struct {
     int64_t step, tokens, opt_t, skips;
     int consecutive, nrows;
     Arms arms;
+    double last_orth_err;
 } Snapshot;
 
 void snapshot_take(Snapshot *s, const Engine *e);

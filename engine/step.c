@@ -173,6 +173,7 @@ static void run_step(Engine *e) {
         for (int a = 0; a < ARM_COUNT; a++) { m->arms.fwd[a] += r->delta[0][a]; m->arms.bwd[a] += r->delta[1][a]; }
         m->last_depth = r->fwd_depth;
         m->last_mode = FWD_TRAIN;
+        for (int a = 0; a < ARM_COUNT; a++) m->last_on[a] = (unsigned char)m->arms.on[a];  // the key holds the arms
         m->last_loss = NAN;
         memcpy(m->depth_loss, r->fwd_marks, sizeof r->fwd_marks);
         r->replays++;
@@ -251,6 +252,9 @@ int engine_step_enqueue(Engine *e, dm_err *err) {
     if (m->arms.on[ARM_AUX] && m->arms.on[ARM_MOE]) { m->arms.fwd[ARM_AUX]++; m->arms.bwd[ARM_AUX]++; }
     arms_counters(&m->arms, r->arms_after[r->pending]);
     r->pending++;
+    e->fwd_kind = 1;  // the activations in memory are this step's forward
+    e->fwd_step = e->step;
+    e->fwd_undone = 0;
     e->step++;
     e->tokens += N;
     return 0;

@@ -44,9 +44,16 @@ int cmd_probe(Shell *sh, Words *w, dm_err *err) {
         strncat(shape, t, sizeof shape - strlen(shape) - 1);
     }
     strncat(shape, "]", sizeof shape - strlen(shape) - 1);
-    fprintf(sh->out, "%s %s n=%zu mean %.6g std %.6g rms %.6g min %.6g max %.6g absmax %.6g nonfinite %.4g%% (step %lld)\n",
+    // where the values come from: a parameter is the state now (after `step` steps); an
+    // activation is the last forward's (the forward of training step N, or an eval at step N)
+    char from[64];
+    if (!pi.activation) snprintf(from, sizeof from, "step %lld", (long long)e->step);
+    else if (e->fwd_kind == 1) snprintf(from, sizeof from, "forward of step %lld", (long long)e->fwd_step);
+    else if (e->fwd_kind == 2) snprintf(from, sizeof from, "eval forward at step %lld", (long long)e->fwd_step);
+    else snprintf(from, sizeof from, "last forward");
+    fprintf(sh->out, "%s %s n=%zu mean %.6g std %.6g rms %.6g min %.6g max %.6g absmax %.6g nonfinite %.4g%% (%s)\n",
             pi.name, shape, pi.n, st.mean, st.std, st.rms, st.min, st.max, st.absmax,
-            pi.n ? 100.0 * st.nonfinite / pi.n : 0.0, (long long)e->step);
+            pi.n ? 100.0 * st.nonfinite / pi.n : 0.0, from);
     int rc = 0;
     if (w->argc == 3) {
         char path[1400], title[200], msg[300];
@@ -88,10 +95,25 @@ int cmd_gen(Shell *sh, Words *w, dm_err *err) {
     Decoder d;
     decoder_init(&d, &e->model);
     real lg[256];
-    for (const unsigned char *p = (const unsigned char *)prompt; *p; p++) decoder_step(&d, *p, lg);
+    // non-finite logits (NaN weights) would make any "sample" a made-up byte: refuse instead
+    int bad = 0;
+    for (const unsigned char *p = (const unsigned char *)prompt; *p && !bad; p++) {
+        decoder_step(&d, *p, lg);
+        for (int j = 0; j < 256; j++) bad |= !isfinite((double)lg[j]);
+    }
+    if (bad) {
+        decoder_free(&d);
+        return dm_fail(err, ":gen: the model's logits are not finite after the prompt (its parameters hold NaN or inf: :probe NAME shows nonfinite %%)");
+    }
     Rng r = {seed};
     fputs(prompt, sh->out);
     for (long long i = 0; i < n; i++) {
+        for (int j = 0; j < 256; j++) bad |= !isfinite((double)lg[j]);
+        if (bad) {
+            fputc('\n', sh->out);
+            decoder_free(&d);
+            return dm_fail(err, ":gen: the model's logits became non-finite after %lld sampled bytes (NaN or inf in its parameters or state)", i);
+        }
         int b = sample_byte(lg, temp, (int)top_k, &r);
         if (b == '\n' || b == '\t' || (b >= 32 && b < 127) || b >= 128) fputc(b, sh->out);
         else fprintf(sh->out, "\\x%02x", b);

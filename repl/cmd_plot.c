@@ -386,6 +386,9 @@ static int panel_experts(Ctx *cx, Panel *p, dm_err *err) {
     const Model *m = &e->model;
     int E = e->cfg.E, L = m->last_depth > 0 ? m->last_depth : e->cfg.L;
     if (!e->live || !m->expert_load || E <= 0) return dm_fail(err, "nothing to plot yet: no model (:init, then train)");
+    // the last forward's loads: only when it routed (moe on) and was not undone (:bench)
+    if (m->last_depth < 1) return dm_fail(err, "no expert loads in memory: :step or :eval first");
+    if (!m->last_on[ARM_MOE]) return dm_fail(err, "no expert loads: the last forward ran with the moe arm off");
     if (L > e->cfg.L) L = e->cfg.L;
     long total = 0;
     for (int i = 0; i < L * E; i++) total += m->expert_load[i];

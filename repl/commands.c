@@ -560,6 +560,15 @@ static int cmd_check(Shell *sh, Words *w, dm_err *err) {
         return ok ? 0 : dm_fail(err, "determinism check failed: %s", msg);
     }
     if (!strcmp(what, "grad")) {
+        // off=NAME,... : every name an arm (a typo would check the arm with it on, silently)
+        const char *offs = sh_kv(w, "off");
+        for (const char *q = offs; q && *q;) {
+            size_t l = strcspn(q, ",");
+            int known = 0;
+            for (int a = 0; a < ARM_COUNT; a++) known |= strlen(dm_arm_names[a]) == l && !strncmp(q, dm_arm_names[a], l);
+            if (!known && l) return dm_fail(err, "off=: unknown arm '%.*s' (arms: kda, engram, moe, rezero, retract, aux)", (int)l, q);
+            q += l + (q[l] == ',');
+        }
 #ifndef DM_DOUBLE
         // Finite differences need double precision (float round-off alone is ~1e-7 of the loss);
         // the float binary hands the check to the double engine built beside it.
@@ -572,8 +581,9 @@ static int cmd_check(Shell *sh, Words *w, dm_err *err) {
         if (access(dbl, X_OK) != 0)
             return dm_fail(err, ":check grad runs on the double-precision engine: build it with `make DM_REAL=double build/double/dmsh`, then run this again");
         size_t used = (size_t)snprintf(cmd, sizeof cmd, "%s --norc --no-tui -e ':check grad off=", dbl);
-        for (int a = 0; E_->live && a < ARM_COUNT; a++)
+        for (int a = 0; E_->live && a < ARM_COUNT; a++)  // the live model's off arms, and off= (checked above)
             if (!E_->model.arms.on[a]) used += snprintf(cmd + used, sizeof cmd - used, "%s,", dm_arm_names[a]);
+        if (offs) used += snprintf(cmd + used, sizeof cmd - used, "%s", offs);
         snprintf(cmd + used, sizeof cmd - used, "'");
         fprintf(OUT, "(running the double-precision engine: %s)\n", dbl);
         fflush(OUT);
@@ -646,9 +656,11 @@ static int cmd_stress(Shell *sh, Words *w, dm_err *err) {
     }
     e->cfg = saved;
     e->model.cfg = saved;
-    // 99.9th percentile of the pre-clip gradient norm
+    // 99.9th percentile of the pre-clip gradient norm, nearest rank: the ceil(0.999 n)-th
+    // smallest (for n <= 1000 that is the largest: the tail is never left out)
     for (long long a = 1; a < done; a++) { double v = gn[a]; long long b = a - 1; while (b >= 0 && gn[b] > v) { gn[b + 1] = gn[b]; b--; } gn[b + 1] = v; }
-    double p999 = done ? gn[(long long)floor(0.999 * (done - 1))] : NAN;
+    long long rank = (long long)ceil(0.999 * (double)done);
+    double p999 = done ? gn[(rank < 1 ? 1 : rank) - 1] : NAN;
     fprintf(OUT, "stress lr_mult=%g steps=%lld: loss spikes %lld, gnorm p99.9 %.3f, final loss %.4f, arm maxima |kda| %.3g |engram| %.3g |moe| %.3g, skipped %lld\n",
             mult, done, spikes, p999, done ? loss[done - 1] : NAN, amax[0], amax[1], amax[2], (long long)e->opt.total_skips);
     free(loss); free(gn);
@@ -676,7 +688,7 @@ static int cmd_bench(Shell *sh, Words *w, dm_err *err) {
     long long first = e->step;
     for (long long i = 0; i < n && !rc; i++) { rc = engine_step(e, &r, err); ms[i] = r.ms; }
     for (long long a = 1; a < n; a++) { double v = ms[a]; long long b = a - 1; while (b >= 0 && ms[b] > v) { ms[b + 1] = ms[b]; b--; } ms[b + 1] = v; }
-    double med = ms[n / 2];
+    double med = n % 2 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);  // the median (even n: the mean of the middle two)
     double fl = model_flops_per_step(&e->cfg, e->cfg.batch, e->cfg.seq, &e->model.arms);
     size_t cur = 0, peak = 0;
     const Backend *be = e->model.be;

@@ -435,6 +435,44 @@ static void test_session_safety(void **s) {
     }
 }
 
+// What the inspection commands report is what ran: a probe of an arm that was off in the last
+// forward (switched on since) and a probe after :bench (its steps undone) are refused, not
+// answered with an older forward's values; :stress's p99.9 of n <= 1000 norms is their maximum;
+// :check grad refuses an unknown arm name in off= (it used to check that arm with it on).
+static void test_reports_are_true(void **s) {
+    (void)s;
+    char script[2000];
+    snprintf(script, sizeof script, "%s:data %s\n:init seed=3\n:step 1\n:probe kda.out@1\n:arm kda off\n:step 1\n:arm kda on\n:probe kda.out@1\n",
+             SMALL, corpus);
+    expect_error(script, "s.dm:10: error: 'kda.out@1' did not run in the last forward: its arm was off");
+    snprintf(script, sizeof script, "%s:data %s\n:init seed=3\n:step 2\n:probe h@2\n:bench steps=2\n:probe h@2\n", SMALL, corpus);
+    expect_error(script, "s.dm:8: error: the activations in memory belong to steps that were undone");
+    assert_non_null(strstr(out, "(forward of step 1)"));
+    snprintf(script, sizeof script, "%s:data %s\n:session st\n:init seed=3\n:stress lr_mult=10 steps=3\n", SMALL, corpus);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    char p[600];
+    snprintf(p, sizeof p, "%s/runs/st/metrics.tsv", dir);
+    char *tsv = slurp(p);
+    assert_non_null(tsv);
+    double gmax = 0;
+    int rows = 0;
+    for (char *l = strtok(tsv, "\n"); l; l = strtok(NULL, "\n")) {
+        if (strncmp(l, "train\t", 6)) continue;
+        char *f = l;
+        for (int k = 0; k < 5 && f; k++) f = strchr(f + 1, '\t');  // kind step tokens loss lr gnorm
+        double g = f ? atof(f + 1) : 0;
+        if (g > gmax) gmax = g;
+        rows++;
+    }
+    free(tsv);
+    assert_int_equal(rows, 3);
+    char want[64];
+    snprintf(want, sizeof want, "gnorm p99.9 %.3f,", gmax);
+    if (!strstr(out, want)) print_error("want '%s' in: %s\n", want, out);
+    assert_non_null(strstr(out, want));
+    expect_error(":check grad off=kdaa\n", "s.dm:1: error: off=: unknown arm 'kdaa'");
+}
+
 // docs/commands.md is generated from the command table: it must equal the table's output
 static void test_commands_md_current(void **s) {
     (void)s;
@@ -479,6 +517,7 @@ int main(void) {
         cmocka_unit_test(test_resume_and_seed_bit_identical),
         cmocka_unit_test(test_session_resume),
         cmocka_unit_test(test_session_safety),
+        cmocka_unit_test(test_reports_are_true),
         cmocka_unit_test(test_commands_md_current),
 #ifndef DM_DOUBLE
         cmocka_unit_test(test_smoke_beats_unigram),

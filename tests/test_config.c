@@ -41,6 +41,7 @@ static void test_set_errors(void **s) {
     expect_err(&c, "E", "65", "[1, 64]");        // the CUDA MoE's limit, on every backend
     expect_err(&c, "g_min", "-9", "g_min");      // the chunked KDA's fp32 limit (test_kda.c)
     expect_err(&c, "lr", "abc", "lr");
+    expect_err(&c, "eps", "0", "eps");  // 0/0 in Adam on every zero gradient: NaN weights, no firewall
     expect_err(&c, "loss", "mean", "rec|final");
     expect_err(&c, "engram_orders", "2,2", "repeated");
     expect_err(&c, "engram_orders", "", "engram_orders");

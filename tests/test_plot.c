@@ -302,6 +302,7 @@ static void test_cmd_plot_experts(void **state) {
     (void)state;
     int L = 3, E = 8;
     eng.live = 1; eng.cfg.L = L; eng.cfg.E = E; eng.cfg.k = 2; eng.model.last_depth = L;
+    eng.fwd_kind = 1; eng.model.last_on[ARM_MOE] = 1;  // a forward that routed
     eng.model.expert_load = calloc((size_t)L * E, sizeof(int));
     for (int i = 0; i < L; i++)
         for (int j = 0; j < E; j++) eng.model.expert_load[i * E + j] = 500 + 40 * (i + 1) * ((j * 5) % 7 - 3);
@@ -311,6 +312,12 @@ static void test_cmd_plot_experts(void **state) {
     snprintf(line, sizeof line, ":plot experts out=%s", path);
     if (plot(line, &err)) fail_msg("%s", err.msg);
     check_written(path, 960, 540);
+    // loads of a forward that ran with moe off, or that :bench undid: refused, not drawn
+    eng.model.last_on[ARM_MOE] = 0;
+    expect_plot_error(line, "the last forward ran with the moe arm off");
+    eng.model.last_on[ARM_MOE] = 1;
+    eng.model.last_depth = 0;  // what a :bench restore leaves
+    expect_plot_error(line, "no expert loads in memory");
     free(eng.model.expert_load);
     eng.model.expert_load = NULL;
     eng.live = 0;
