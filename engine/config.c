@@ -179,7 +179,14 @@ void config_get(const Config *c, const ConfigKey *k, char *buf, size_t n) {
     case KEY_INT: snprintf(buf, n, "%d", *(const int *)base); break;
     case KEY_I64: snprintf(buf, n, "%lld", (long long)*(const int64_t *)base); break;
     case KEY_U64: snprintf(buf, n, "%llu", (unsigned long long)*(const uint64_t *)base); break;
-    case KEY_REAL: snprintf(buf, n, "%.17g", *(const double *)base); break;
+    case KEY_REAL: {  // the shortest text that reads back as the same double (0.003, not 0.0030000000000000001)
+        double v = *(const double *)base;
+        for (int prec = 6; prec <= 17; prec++) {
+            snprintf(buf, n, "%.*g", prec, v);
+            if (strtod(buf, NULL) == v) break;
+        }
+        break;
+    }
     case KEY_BOOL: case KEY_ENUM: {
         int idx = *(const int *)base;
         const char *p = k->choices;

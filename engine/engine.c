@@ -245,6 +245,9 @@ int engine_set(Engine *e, const char *key, const char *value, dm_err *err) {
     return 0;
 }
 
+// Ctrl-C (SIGINT, SIGTERM in scripts): long commands check it between their units of work
+static int interrupted(const Engine *e) { return e->interrupt && *e->interrupt; }
+
 int engine_eval(Engine *e, int depth, EvalResult *r, dm_err *err) {
     if (need(e, 1, err)) return 1;
     if (engine_report(e, NULL, err)) return 1;  // the train rows before the eval rows
@@ -265,6 +268,10 @@ int engine_eval(Engine *e, int depth, EvalResult *r, dm_err *err) {
     int *x = mallocCheck(sizeof(int) * B * T), *y = mallocCheck(sizeof(int) * B * T);
     uint32_t hs = eval_set_begin();
     for (int64_t s0 = 0; s0 < nseq; s0 += B) {
+        if (interrupted(e)) {
+            free(x); free(y);
+            return dm_fail(err, "interrupted: the eval stopped before the end of its window (no row recorded)");
+        }
         int valid = (int)(nseq - s0 < B ? nseq - s0 : B);
         int bad = 0;
         for (int b = 0; b < B && !bad; b++)  // pad a short last batch with copies: same shape, no realloc
@@ -578,14 +585,26 @@ int engine_check_determinism(Engine *e, int n, int *ok, char *msg, size_t nmsg, 
     e->session_dir[0] = 0;  // the first pass is not part of the run's metrics
     int rc = 0;
     MetricRow row;
-    for (int i = 0; i < n && !rc; i++) { rc = engine_step(e, &row, err); l1[i] = row.loss; }
+    int stop1 = 0;
+    for (int i = 0; i < n && !rc && !(stop1 = interrupted(e)); i++) { rc = engine_step(e, &row, err); l1[i] = row.loss; }
     model_params_get(&e->model, p1);  // wherever they live
     snapshot_restore(&s0, e);
     snprintf(e->session_dir, sizeof e->session_dir, "%s", sess);
-    int first_diff = -1;
-    for (int i = 0; i < n && !rc; i++) {
+    if (stop1 && !rc) {  // Ctrl-C in the first pass: the state is back where it started
+        snapshot_free(&s0);
+        free(p1); free(l1);
+        return dm_fail(err, "interrupted in the first pass: nothing checked; the model is back at step %lld", (long long)e->step);
+    }
+    int first_diff = -1, stop2 = 0;
+    for (int i = 0; i < n && !rc && !(stop2 = interrupted(e)); i++) {
         rc = engine_step(e, &row, err);
         if (first_diff < 0 && memcmp(&row.loss, &l1[i], sizeof(double)) != 0) first_diff = i;
+    }
+    if (stop2 && !rc) {  // in the second pass: its steps are the run's (in the metrics), kept
+        snapshot_free(&s0);
+        free(p1); free(l1);
+        return dm_fail(err, "interrupted in the second pass: nothing checked; the model keeps the steps it took, now at step %lld",
+                       (long long)e->step);
     }
     real *p2 = mallocCheck(sizeof(real) * P);
     model_params_get(&e->model, p2);

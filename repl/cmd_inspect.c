@@ -87,6 +87,8 @@ int cmd_gen(Shell *sh, Words *w, dm_err *err) {
             if (config_set(&tmp, "seed", a + 5, err)) return 1;
             seed = tmp.seed;
         }
+        else if (strchr(a, '=') && strspn(a, "abcdefghijklmnopqrstuvwxyz_-") == (size_t)(strchr(a, '=') - a) && a[0] != '=')
+            return dm_fail(err, ":gen: unknown option '%.*s' (options: n= temp= top_k= seed=)", (int)(strchr(a, '=') - a), a);
         else if (!prompt) prompt = a;
         else return dm_fail(err, "usage: :gen \"prompt\" [n=256 temp=0.8 top_k=0 seed=N]");
     }
@@ -113,6 +115,10 @@ int cmd_gen(Shell *sh, Words *w, dm_err *err) {
             fputc('\n', sh->out);
             decoder_free(&d);
             return dm_fail(err, ":gen: the model's logits became non-finite after %lld sampled bytes (NaN or inf in its parameters or state)", i);
+        }
+        if (e->interrupt && *e->interrupt) {  // Ctrl-C: stop here, what was sampled stands
+            fprintf(sh->out, "\n(interrupted after %lld bytes)", i);
+            break;
         }
         int b = sample_byte(lg, temp, (int)top_k, &r);
         if (b == '\n' || b == '\t' || (b >= 32 && b < 127) || b >= 128) fputc(b, sh->out);

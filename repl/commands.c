@@ -310,7 +310,6 @@ static int run_steps(Shell *sh, long long n, int quiet_every, dm_err *err) {
     // horizon the lr stays constant after warmup
     for (long long i = 0; i < n; i++) {
         if (e->interrupt && *e->interrupt) {
-            if (sh->interactive && !sh->depth) *e->interrupt = 0;  // a script stops (sh_exec_line)
             fprintf(OUT, "interrupted at step %lld (state intact)\n", (long long)e->step);
             return 0;
         }
@@ -385,7 +384,7 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
         // download for the whole chunk (engine.h: engine_step_enqueue / engine_report).
         int row0 = e->nrows, stop = 0;
         for (long long i = 0; i < chunk; i++) {
-            if (e->interrupt && *e->interrupt) { if (sh->interactive && !sh->depth) *e->interrupt = 0; stopped = 1; break; }
+            if (e->interrupt && *e->interrupt) { stopped = 1; break; }
             if (engine_step_enqueue(e, err)) { rc = 1; break; }
         }
         dm_err rerr = {0};
@@ -623,7 +622,7 @@ static int cmd_stress(Shell *sh, Words *w, dm_err *err) {
     long long spikes = 0, done = 0;
     int rc = 0;
     for (long long i = 0; i < n; i++) {
-        if (e->interrupt && *e->interrupt) { if (sh->interactive && !sh->depth) *e->interrupt = 0; break; }
+        if (e->interrupt && *e->interrupt) break;
         MetricRow r;
         rc = engine_step(e, &r, err);
         loss[i] = r.loss; gn[i] = r.gnorm; done++;
@@ -684,9 +683,18 @@ static int cmd_bench(Shell *sh, Words *w, dm_err *err) {
     int warm = 2, rc = 0;
     double *ms = mallocCheck(sizeof(double) * n);
     MetricRow r;
-    for (int i = 0; i < warm && !rc; i++) rc = engine_step(e, &r, err);
-    long long first = e->step;
-    for (long long i = 0; i < n && !rc; i++) { rc = engine_step(e, &r, err); ms[i] = r.ms; }
+    int intr = 0;
+    for (int i = 0; i < warm && !rc && !(intr = e->interrupt && *e->interrupt); i++) rc = engine_step(e, &r, err);
+    long long first = e->step, done = 0;
+    for (long long i = 0; i < n && !rc && !intr && !(intr = e->interrupt && *e->interrupt); i++) { rc = engine_step(e, &r, err); ms[i] = r.ms; done++; }
+    if (intr && !rc) {  // Ctrl-C: the state goes back as always; nothing is reported as a timing
+        snapshot_restore(&s, e);
+        snapshot_free(&s);
+        snprintf(e->session_dir, sizeof e->session_dir, "%s", sess);
+        free(ms);
+        return dm_fail(err, "interrupted after %lld timed steps: no timing reported; the state is restored (step %lld)", done,
+                       (long long)e->step);
+    }
     for (long long a = 1; a < n; a++) { double v = ms[a]; long long b = a - 1; while (b >= 0 && ms[b] > v) { ms[b + 1] = ms[b]; b--; } ms[b + 1] = v; }
     double med = n % 2 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);  // the median (even n: the mean of the middle two)
     double fl = model_flops_per_step(&e->cfg, e->cfg.batch, e->cfg.seq, &e->model.arms);

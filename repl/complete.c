@@ -97,8 +97,10 @@ static void add_choices(List *l, const char *word, const char *pre, const char *
 }
 
 // Fallback :probe names when no provider is linked (the activations SPEC §6 lets :probe name).
-static const char *probe_static[] = {"h", "n", "kda.out", "kda.state", "mem.gate", "moe.load", "logits", NULL};
-void *dm_complete_eng;  // the live engine, for dm_probe_names (set by the prompt)
+static const char *probe_static[] = {"h@1", "h@2", "n@1", "n@2", "kda.out@1", "kda.out@2", "kda.state@1", "kda.state@2",
+                                     "mem.gate@1", "mem.gate@2", "moe.load@1", "moe.load@2", "emb", "head", NULL};
+void *dm_complete_eng;  // the live engine, for the provider (set by the prompt)
+char **(*dm_probe_provider)(void *eng);
 
 // key= options each command accepts (its positional arguments are handled in dm_complete).
 static const struct {
@@ -218,9 +220,14 @@ char **dm_complete(const Command *table, const char *line, const char *word) {
         add_choices(&l, word, pre, "bpb|loss|lr|gnorm|tok_s|depths|experts");
     } else if (!strcmp(cmd, ":probe")) {
         if (pos == 0) {
-            const char **names = dm_probe_names ? dm_probe_names(dm_complete_eng) : NULL;
-            if (!names) names = probe_static;
-            for (int i = 0; names[i]; i++) add(&l, word, names[i]);
+            char **names = dm_probe_provider && dm_complete_eng ? dm_probe_provider(dm_complete_eng) : NULL;
+            if (names) {
+                for (int i = 0; names[i]; i++) add(&l, word, names[i]);
+                for (int i = 0; names[i]; i++) free(names[i]);
+                free(names);
+            } else {
+                for (int i = 0; probe_static[i]; i++) add(&l, word, probe_static[i]);
+            }
         }
         if (pos == 1) add(&l, word, "hist");
     } else if (!strcmp(cmd, ":show") && pos == 0) {

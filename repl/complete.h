@@ -19,7 +19,10 @@
 char **dm_complete(const Command *table, const char *line, const char *word);
 void dm_complete_free(char **v);
 
-// Optional provider of :probe names from the live engine (defined by whoever owns :probe).
-extern const char **dm_probe_names(void *eng) __attribute__((weak));
-// The live engine handed to dm_probe_names (the prompt sets it; NULL in tests).
+// The provider of :probe names from the live engine: a malloc'd NULL-terminated array of
+// malloc'd names (freed here). The prompt sets it (a plain pointer: a weak symbol in a static
+// library was never linked in, and completion offered names :probe refused); NULL in tests,
+// which then get the per-iteration names of a 2-iteration model.
+extern char **(*dm_probe_provider)(void *eng);
+// The live engine handed to the provider.
 extern void *dm_complete_eng;

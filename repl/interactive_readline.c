@@ -13,6 +13,7 @@
 #include <readline/history.h>
 #include <readline/readline.h>
 #include "../engine/engine.h"
+#include "../engine/probe.h"
 #include "complete.h"
 #include "shell.h"
 
@@ -48,6 +49,9 @@ static int on_signal_event(void) {
 }
 
 // --- completion: complete.c decides, this only feeds readline ---------------------------------
+// :probe names as :probe itself knows them (the last forward's activations, the parameters)
+static char **probe_provider(void *eng) { return probe_names((const Engine *)eng); }
+
 static char **g_cands;
 static int g_ci;
 
@@ -64,6 +68,9 @@ static char **attempt_completion(const char *text, int start, int end) {
     g_cands = dm_complete(dm_commands, before, text);
     free(before);
     if (!g_cands) return NULL;
+    // a path with a blank, quote, ';' or '#': let readline quote it (filename mode)
+    for (int i = 0; g_cands[i]; i++)
+        if (g_cands[i][strcspn(g_cands[i], " \t\"';#")]) rl_filename_completion_desired = 1;
     // "lr=" and "dir/" are unfinished: the next keystroke continues them, so no space
     if (!g_cands[1]) {
         size_t n = strlen(g_cands[0]);
@@ -90,7 +97,10 @@ static void run_rc(Shell *sh) {
         if (have_seen && st.st_dev == seen.st_dev && st.st_ino == seen.st_ino) continue;  // cwd is $HOME
         seen = st;
         have_seen = 1;
+        sh->depth++;  // a script: Ctrl-C stops the whole file, as for :run (and its lines are not the session's transcript)
         sh_run_file(sh, paths[i]);
+        sh->depth--;
+        if (g_run_interrupt) *g_run_interrupt = 0;
         sh->quit = 0;  // a :quit in an rc file does not end the session before it starts
     }
 }
@@ -100,6 +110,7 @@ int repl_interactive(Shell *sh) {
     sh->interactive = 1;
     g_run_interrupt = sh->eng->interrupt;
     dm_complete_eng = sh->eng;
+    dm_probe_provider = probe_provider;
     // SA_RESTART: a Ctrl-C during a command must not fail its writes or reads with EINTR.
     // Readline swaps in its own handler while it reads (and calls this one from it).
     struct sigaction sa;
@@ -114,6 +125,19 @@ int repl_interactive(Shell *sh) {
     rl_completer_word_break_characters = breaks;
     rl_signal_event_hook = on_signal_event;
     rl_event_hook = on_signal_event;
+    // No "Display all N possibilities? (y or n)" query and no --More-- pager: a Ctrl-C inside
+    // either made readline display a match list it had already freed (a use-after-free that
+    // printed heap bytes). The list is printed whole instead.
+    rl_completion_query_items = 0;
+    rl_variable_bind("page-completions", "off");
+    // A completed path with a blank, a quote, ';' or '#' is inserted quoted (the command
+    // language reads "a b.txt" as one word), and ~/ is expanded in the inserted text (the
+    // commands take the path as written: there is no shell to expand it)
+    static char quotes[] = "\"'";
+    static char needs_quote[] = " \t\"';#";
+    rl_completer_quote_characters = quotes;
+    rl_filename_quote_characters = needs_quote;
+    rl_variable_bind("expand-tilde", "on");
 
     char hist[1100] = "";
     const char *home = getenv("HOME");

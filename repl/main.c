@@ -56,6 +56,9 @@ int main(int argc, char **argv) {
     // step boundary like Ctrl-C, the session is saved on the way out, and the exit status says
     // so (128 + 15). (At the prompt SIGTERM keeps its default: the user can type :quit.)
     if (!(!nexpr && !batch && isatty(0))) sigaction(SIGTERM, &sa, NULL);
+    // A closed terminal (SIGHUP) leaves like Ctrl-D: the running command stops at a step
+    // boundary, the prompt reads end-of-file, and the session is saved on the way out.
+    sigaction(SIGHUP, &sa, NULL);
     int rc = 0;
     if (resume) {
         dm_err err = {0};
@@ -104,7 +107,7 @@ int main(int argc, char **argv) {
                 (long long)eng.tsv_failed, eng.session_dir);
         rc = rc ? rc : 1;
     }
-    if (g_signal == SIGTERM) rc = 128 + SIGTERM;
+    if (g_signal == SIGTERM || g_signal == SIGHUP) rc = 128 + g_signal;
     engine_free(&eng);
     free(exprs);
     return rc;

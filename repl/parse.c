@@ -10,9 +10,29 @@
 #include "../sessions/session.h"
 #include "shell.h"
 
+// ~/ at the start of an unquoted word, or of its value after the first '=' (eval=~/x), is the
+// home directory, as in a shell (completion inserts such paths; nothing else would expand them).
+static size_t tilde_at(const char *p, const char *word0, const char **home) {
+    if (p[0] != '~' || (p[1] != '/' && p[1] != 0 && p[1] != ' ' && p[1] != '\t' && p[1] != ';')) return 0;
+    int start = p == word0;
+    if (!start && p[-1] == '=' && !memchr(word0, '=', (size_t)(p - 1 - word0))) start = 1;
+    const char *h = getenv("HOME");
+    if (!start || !h || !h[0]) return 0;
+    *home = h;
+    return strlen(h);
+}
+
+size_t sh_split_size(const char *line) {
+    const char *h = getenv("HOME");
+    size_t extra = 0, hl = h ? strlen(h) : 0;
+    for (const char *p = line; *p; p++) extra += *p == '~' ? hl : 0;
+    return strlen(line) + 1 + extra;
+}
+
 int sh_split(const char *line, char *buf, size_t nbuf, Words *cmds, int maxcmds, dm_err *err) {
     size_t len = strlen(line);
     if (len + 1 > nbuf) return dm_fail(err, "line too long (%zu characters, at most %zu)", len, nbuf - 1), -1;
+    char *end = buf + nbuf;
     int nc = 0;
     char *o = buf;
     const char *p = line;
@@ -28,8 +48,17 @@ int sh_split(const char *line, char *buf, size_t nbuf, Words *cmds, int maxcmds,
         }
         if (cur->argc == SH_MAX_WORDS) return dm_fail(err, "too many words in one command (at most %d)", SH_MAX_WORDS), -1;
         cur->argv[cur->argc++] = o;
+        const char *word0 = p;
         // one word: runs of plain characters and quoted parts ("a b" or key="a b")
         while (*p && *p != ' ' && *p != '\t' && *p != '\r' && *p != '\n' && *p != ';' && *p != '#') {
+            const char *home;
+            size_t hl = tilde_at(p, word0, &home);
+            if (hl && (size_t)(end - o) > hl + strlen(p)) {
+                memcpy(o, home, hl);
+                o += hl;
+                p++;
+                continue;
+            }
             if (*p == '"' || *p == '\'') {
                 char q = *p++;
                 while (*p && *p != q) {
@@ -118,27 +147,29 @@ const Command *sh_resolve(const char *word, dm_err *err) {
 }
 
 int sh_exec_line(Shell *sh, const char *line, dm_err *err) {
-    size_t n = strlen(line) + 1;
+    size_t n = sh_split_size(line);
     char *buf = malloc(n < 16 ? 16 : n);
     Words cmds[32];
     int nc = sh_split(line, buf, n < 16 ? 16 : n, cmds, 32, err);
     int rc = nc < 0;
+    Engine *e = sh->eng;
     for (int i = 0; i < nc && !rc && !sh->quit; i++) {
         const Command *c = sh_resolve(cmds[i].argv[0], err);
         if (!c) { rc = 1; break; }
         rc = c->fn(sh, &cmds[i], err);
         fflush(sh->out);
+        if (e->interrupt && *e->interrupt) break;  // Ctrl-C abandons the rest of the line too
     }
-    // outside the interactive prompt an interrupt (SIGINT, SIGTERM) stops the script: the
-    // command that saw it stopped at a step boundary with the state intact, and nothing after it
-    // runs (the prompt keeps going instead: Ctrl-C there only stops the command)
-    Engine *e = sh->eng;
-    int stopped = (!sh->interactive || sh->depth > 0) && e->interrupt && *e->interrupt;  // (a :run at the prompt stops too)
-    if (sh->interactive && sh->depth == 0 && e->interrupt) *e->interrupt = 0;  // the prompt carries on
+    // An interrupt (Ctrl-C; SIGINT or SIGTERM in a script) stopped the running command at a
+    // step boundary (or between its units of work) with the state intact, and the rest of the
+    // line did not run. A script stops here; the prompt (depth 0) carries on.
+    int intr = e->interrupt && *e->interrupt;
+    int stopped = intr && (!sh->interactive || sh->depth > 0);  // (a :run at the prompt stops too)
+    if (intr && sh->interactive && sh->depth == 0) *e->interrupt = 0;
     // the transcript keeps what ran, so replaying it rebuilds the session (a :run's lines are
     // its file's business); a line cut short by an interrupt goes in as a comment
     if (nc > 0 && sh->depth == 0) {
-        if (stopped) {
+        if (intr) {
             char note[200];
             snprintf(note, sizeof note, "# interrupted during the line below (at step %lld; a stepping command stops at a step boundary):", (long long)e->step);
             session_transcript(e, note);

@@ -49,6 +49,8 @@ const Command *sh_resolve(const char *word, dm_err *err);
 // the quotes. Returns the number of commands; cmds[i] are views into `buf` (a copy of line).
 // err on an unterminated quote.
 int sh_split(const char *line, char *buf, size_t nbuf, Words *cmds, int maxcmds, dm_err *err);
+// The buffer sh_split needs for LINE (its length, plus room for ~ expanded to $HOME).
+size_t sh_split_size(const char *line);
 // Find key=value in words (argv[1..]); returns the value or NULL.
 const char *sh_kv(const Words *w, const char *key);
 // Execute one line (may hold several commands). Returns 0 or 1 (err filled, message only,

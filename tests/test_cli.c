@@ -471,6 +471,16 @@ static void test_reports_are_true(void **s) {
     if (!strstr(out, want)) print_error("want '%s' in: %s\n", want, out);
     assert_non_null(strstr(out, want));
     expect_error(":check grad off=kdaa\n", "s.dm:1: error: off=: unknown arm 'kdaa'");
+    expect_error(":gen tmp=0.5 n=3\n", "s.dm:1: error: :gen: unknown option 'tmp'");  // used to become the prompt
+    expect_error(":set eps=0\n", "s.dm:1: error: bad value '0' for eps");
+    // ~/ in an unquoted word is $HOME (completion inserts such paths), also after key=
+    assert_int_equal(sh_in_dir("cp '%s' home_c.txt", corpus), 0);
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "HOME=%s %%s -e ':data ~/home_c.txt eval=~/home_c.txt' > o10.txt 2>&1", dir);
+    assert_int_equal(sh_in_dir(cmd, dmsh), 0);
+    char *o10 = read_in_dir("o10.txt");
+    assert_non_null(strstr(o10, "/home_c.txt: 1 file"));
+    free(o10);
 }
 
 // docs/commands.md is generated from the command table: it must equal the table's output

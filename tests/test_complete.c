@@ -9,6 +9,14 @@
 #include "../repl/complete.h"
 
 // The command names of SPEC §6 (the real table lives in commands.c, outside libdm.a).
+static char **stub_probe_names(void *eng) {
+    (void)eng;
+    char **v = calloc(3, sizeof *v);
+    v[0] = strdup("zz@1");
+    v[1] = strdup("zeta");
+    return v;
+}
+
 static const Command table[] = {
     {":help", 0, 0, 0, 0},    {":preset", 0, 0, 0, 0},  {":set", 0, 0, 0, 0},    {":show", 0, 0, 0, 0},
     {":data", 0, 0, 0, 0},    {":init", 0, 0, 0, 0},    {":device", 0, 0, 0, 0}, {":step", 0, 0, 0, 0},
@@ -105,8 +113,17 @@ static void test_arguments(void **s) {
     expect(":plot bpb,l", (const char *[]){"bpb,loss", "bpb,lr", NULL});
     expect(":plot bpb x=t", (const char *[]){"x=time", "x=tokens", NULL});
     expect(":p bpb o", (const char *[]){"out=", NULL});  // the :p shortcut is :plot
-    expect(":probe kda.", (const char *[]){"kda.out", "kda.state", NULL});
+    expect(":probe kda.", (const char *[]){"kda.out@1", "kda.out@2", "kda.state@1", "kda.state@2", NULL});
     expect(":probe h ", (const char *[]){"hist", NULL});
+    {  // with a live engine the names are :probe's own (the provider the prompt installs)
+        char **(*keep)(void *) = dm_probe_provider;
+        void *keep_eng = dm_complete_eng;
+        dm_probe_provider = stub_probe_names;
+        dm_complete_eng = (void *)&keep;
+        expect(":probe z", (const char *[]){"zeta", "zz@1", NULL});
+        dm_probe_provider = keep;
+        dm_complete_eng = keep_eng;
+    }
     expect(":show m", (const char *[]){"metrics", "model", NULL});
     expect(":check d", (const char *[]){"determinism", NULL});
     expect(":check grad s", (const char *[]){"steps=", NULL});

@@ -237,6 +237,77 @@ static void test_panel(void **s) {
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 
+// Found by a QA pass at the prompt: :probe completion offers the names :probe takes; a long
+// completion list prints whole (Ctrl-C inside readline's y/n query once displayed freed memory);
+// Ctrl-C stops :gen (and the rest of its line) and the next command runs normally; an
+// interrupted :train is marked in the transcript; a closed terminal (SIGHUP) saves the session.
+static void test_interrupts_and_completion(void **s) {
+    (void)s;
+    spawn(1, 0);
+    small_model(1);
+    command(":session pty1");
+    command(":step 1");
+    expect_out("step 0 loss", 60);
+    expect_out("dmsh> ", 20);
+    type(":probe n@\t\t");
+    expect_out("n@2", 10);
+    type("\x03");
+    for (double t1 = now_s(); now_s() - t1 < 0.6;) pump(50);  // the line dropped before typing on
+    type(":data /usr/include/\t\t");
+    expect_out("stdio.h", 10);
+    type("\x03");
+    for (double t1 = now_s(); now_s() - t1 < 0.6;) pump(50);
+    assert_null(strstr(tty, "Display all"));
+    command(":help quit");
+    expect_out("Leave", 20);
+    // a completed path with a blank goes in quoted (the command language reads it as one word)
+    char ab[600];
+    snprintf(ab, sizeof ab, "%s/a b.txt", dir);
+    FILE *fab = fopen(ab, "w");
+    fputs("x", fab);
+    fclose(fab);
+    expect_out("dmsh> ", 20);
+    type(":data a\t");
+    expect_out("\"a b.txt\"", 10);
+    type("\x03");
+    for (double t1 = now_s(); now_s() - t1 < 0.6;) pump(50);
+    // Ctrl-C during :gen: it stops, the rest of the line is dropped, the next command runs
+    command(":gen \"a\" n=1000000 temp=1; :step 2");
+    double t0 = now_s();
+    while (now_s() - t0 < 1.0) pump(50);
+    type("\x03");
+    expect_out("(interrupted after ", 60);
+    command(":show metrics");
+    const char *hit = expect_out(" metric rows, step ", 20);
+    assert_int_equal(atoll(hit + strlen(" metric rows, step ")), 1);  // :step 2 did not run
+    command(":step 1");
+    expect_out("step 1 loss", 60);
+    // an interrupted :train goes into the transcript as a comment, not as a finished line
+    command(":train 100000 log_every=1");
+    expect_out("\nstep ", 60);
+    expect_out("\nstep ", 60);
+    type("\x03");
+    expect_out("interrupted at step ", 60);
+    expect_out("dmsh> ", 20);
+    char p[600];
+    snprintf(p, sizeof p, "%s/runs/pty1/transcript.dm", dir);
+    char *tr = slurp(p);
+    assert_non_null(tr);
+    assert_non_null(strstr(tr, "# interrupted during the line below"));
+    assert_non_null(strstr(tr, "# :train 100000 log_every=1"));
+    // the terminal goes away: the session is saved on the way out (exit 128 + SIGHUP)
+    close(mfd);
+    mfd = -1;
+    int st = -1;
+    t0 = now_s();
+    while (now_s() - t0 < 30 && waitpid(child, &st, WNOHANG) != child) usleep(20000);
+    child = -1;
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 129);
+    snprintf(p, sizeof p, "%s/runs/pty1/ckpt/LATEST", dir);
+    assert_non_null(slurp(p));  // (slurp's buffer is static)
+}
+
 static void test_rc_files(void **s) {
     (void)s;
     char p[400];
@@ -323,6 +394,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_session, teardown_one),
         cmocka_unit_test_teardown(test_panel, teardown_one),
         cmocka_unit_test_teardown(test_rc_files, teardown_one),
+        cmocka_unit_test_teardown(test_interrupts_and_completion, teardown_one),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
