@@ -158,12 +158,12 @@ int sh_exec_line(Shell *sh, const char *line, dm_err *err) {
         if (!c) { rc = 1; break; }
         rc = c->fn(sh, &cmds[i], err);
         fflush(sh->out);
-        if (e->interrupt && *e->interrupt) break;  // Ctrl-C abandons the rest of the line too
+        if (e && e->interrupt && *e->interrupt) break;  // Ctrl-C abandons the rest of the line too
     }
     // An interrupt (Ctrl-C; SIGINT or SIGTERM in a script) stopped the running command at a
     // step boundary (or between its units of work) with the state intact, and the rest of the
     // line did not run. A script stops here; the prompt (depth 0) carries on.
-    int intr = e->interrupt && *e->interrupt;
+    int intr = e && e->interrupt && *e->interrupt;
     int stopped = intr && (!sh->interactive || sh->depth > 0);  // (a :run at the prompt stops too)
     if (intr && sh->interactive && sh->depth == 0) *e->interrupt = 0;
     // the transcript keeps what ran, so replaying it rebuilds the session (a :run's lines are
@@ -182,7 +182,7 @@ int sh_exec_line(Shell *sh, const char *line, dm_err *err) {
             session_transcript(e, line);
         }
     }
-    const char *note = engine_notice(e);  // e.g. a :load that left no corpus open
+    const char *note = e ? engine_notice(e) : NULL;  // e.g. a :load that left no corpus open
     if (note) fprintf(sh->out, "note: %s\n", note);
     if (stopped && !rc) rc = dm_fail(err, "interrupted at step %lld (state intact): the script stops here", (long long)e->step);
     free(buf);
