@@ -59,6 +59,12 @@ void engine_free(Engine *e) {
 }
 
 int engine_build(Engine *e, uint64_t seed, dm_err *err) {
+    // a new model is in no file (a synced mark left from the last one would let it overwrite
+    // that one's checkpoint, or skip its exit save)
+    e->synced_step = -1;
+    e->synced_nrows = -1;
+    e->synced_path[0] = 0;
+    e->fwd_undone = 0;
     if (config_validate(&e->cfg, err)) return 1;
     if (!e->be) e->be = backend_cpu();
     free_model(e);
@@ -83,6 +89,10 @@ int engine_set_device(Engine *e, const Backend *be, const char *name, dm_err *er
     // rows stay in the engine; the activations are rebuilt at the next step.
     Snapshot s;
     snapshot_take(&s, e);
+    int64_t sst = e->synced_step;  // the same state, moved: still in the same file
+    int snr = e->synced_nrows;
+    char spath[sizeof e->synced_path];
+    memcpy(spath, e->synced_path, sizeof spath);
     const Backend *old = e->be;
     char oldname[16];
     snprintf(oldname, sizeof oldname, "%s", e->device);
@@ -96,6 +106,9 @@ int engine_set_device(Engine *e, const Backend *be, const char *name, dm_err *er
     }
     snapshot_restore(&s, e);
     snapshot_free(&s);
+    e->synced_step = sst;
+    e->synced_nrows = snr;
+    memcpy(e->synced_path, spath, sizeof spath);
     snprintf(e->device, sizeof e->device, "%s", name);
     return 0;
 }
@@ -181,10 +194,13 @@ static void append_tsv(Engine *e, const MetricRow *r) {
         why = errno;
         if (fclose(f)) { ok = 0; why = errno; }
     }
-    if (ok) return;
+    if (ok) {
+        e->tsv_streak = 0;
+        return;
+    }
     // loud, once per streak: the rows stay in memory and go into the next checkpoint (-r
     // rewrites metrics.tsv from it), and dmsh exits non-zero at the end
-    if (!e->tsv_failed)
+    if (!e->tsv_streak++)
         engine_note(e, "cannot write %s: %s (metric rows stay in memory and in the next checkpoint)", path, strerror(why));
     e->tsv_failed++;
 }
@@ -270,6 +286,7 @@ int engine_eval(Engine *e, int depth, EvalResult *r, dm_err *err) {
     for (int64_t s0 = 0; s0 < nseq; s0 += B) {
         if (interrupted(e)) {
             free(x); free(y);
+            e->intr_honored++;
             return dm_fail(err, "interrupted: the eval stopped before the end of its window (no row recorded)");
         }
         int valid = (int)(nseq - s0 < B ? nseq - s0 : B);
@@ -591,6 +608,7 @@ int engine_check_determinism(Engine *e, int n, int *ok, char *msg, size_t nmsg, 
     snapshot_restore(&s0, e);
     snprintf(e->session_dir, sizeof e->session_dir, "%s", sess);
     if (stop1 && !rc) {  // Ctrl-C in the first pass: the state is back where it started
+        e->intr_honored++;
         snapshot_free(&s0);
         free(p1); free(l1);
         return dm_fail(err, "interrupted in the first pass: nothing checked; the model is back at step %lld", (long long)e->step);
@@ -601,6 +619,7 @@ int engine_check_determinism(Engine *e, int n, int *ok, char *msg, size_t nmsg, 
         if (first_diff < 0 && memcmp(&row.loss, &l1[i], sizeof(double)) != 0) first_diff = i;
     }
     if (stop2 && !rc) {  // in the second pass: its steps are the run's (in the metrics), kept
+        e->intr_honored++;
         snapshot_free(&s0);
         free(p1); free(l1);
         return dm_fail(err, "interrupted in the second pass: nothing checked; the model keeps the steps it took, now at step %lld",

@@ -59,6 +59,8 @@ typedef struct Engine {
     char note[800];             // a pending message for the user (engine_notice), e.g. a resume
     int note_new;               // that left no corpus open
     int64_t tsv_failed;         // metric rows metrics.tsv could not take (they stay in memory)
+    int tsv_streak;             // consecutive failed rows (the note is given once per streak)
+    int64_t intr_honored;       // interrupts a command acted on (the transcript comments out only those lines)
     int fwd_kind;               // the activations in memory: 0 none (or stale), 1 training step, 2 eval
     int fwd_undone;             // a restore (:bench) dropped the activations of steps it undid
     int64_t fwd_step;           // ... of step fwd_step (train: the step's index; eval: e->step then)

@@ -117,6 +117,7 @@ int cmd_gen(Shell *sh, Words *w, dm_err *err) {
             return dm_fail(err, ":gen: the model's logits became non-finite after %lld sampled bytes (NaN or inf in its parameters or state)", i);
         }
         if (e->interrupt && *e->interrupt) {  // Ctrl-C: stop here, what was sampled stands
+            e->intr_honored++;
             fprintf(sh->out, "\n(interrupted after %lld bytes)", i);
             break;
         }

@@ -310,6 +310,7 @@ static int run_steps(Shell *sh, long long n, int quiet_every, dm_err *err) {
     // horizon the lr stays constant after warmup
     for (long long i = 0; i < n; i++) {
         if (e->interrupt && *e->interrupt) {
+            e->intr_honored++;
             fprintf(OUT, "interrupted at step %lld (state intact)\n", (long long)e->step);
             return 0;
         }
@@ -384,7 +385,7 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
         // download for the whole chunk (engine.h: engine_step_enqueue / engine_report).
         int row0 = e->nrows, stop = 0;
         for (long long i = 0; i < chunk; i++) {
-            if (e->interrupt && *e->interrupt) { stopped = 1; break; }
+            if (e->interrupt && *e->interrupt) { stopped = 1; e->intr_honored++; break; }
             if (engine_step_enqueue(e, err)) { rc = 1; break; }
         }
         dm_err rerr = {0};
@@ -622,7 +623,7 @@ static int cmd_stress(Shell *sh, Words *w, dm_err *err) {
     long long spikes = 0, done = 0;
     int rc = 0;
     for (long long i = 0; i < n; i++) {
-        if (e->interrupt && *e->interrupt) break;
+        if (e->interrupt && *e->interrupt) { e->intr_honored++; break; }
         MetricRow r;
         rc = engine_step(e, &r, err);
         loss[i] = r.loss; gn[i] = r.gnorm; done++;
@@ -688,6 +689,7 @@ static int cmd_bench(Shell *sh, Words *w, dm_err *err) {
     long long first = e->step, done = 0;
     for (long long i = 0; i < n && !rc && !intr && !(intr = e->interrupt && *e->interrupt); i++) { rc = engine_step(e, &r, err); ms[i] = r.ms; done++; }
     if (intr && !rc) {  // Ctrl-C: the state goes back as always; nothing is reported as a timing
+        e->intr_honored++;
         snapshot_restore(&s, e);
         snapshot_free(&s);
         snprintf(e->session_dir, sizeof e->session_dir, "%s", sess);

@@ -20,6 +20,13 @@ static void usage(void) {
 
 int repl_interactive(Shell *sh);  // readline.c (or the plain line reader when built headless)
 
+// a signal the parent set to SIG_IGN (nohup, a background job) stays ignored
+static void catch_unless_ignored(int sig, const struct sigaction *sa) {
+    struct sigaction old;
+    if (sigaction(sig, NULL, &old) == 0 && old.sa_handler == SIG_IGN) return;
+    sigaction(sig, sa, NULL);
+}
+
 int main(int argc, char **argv) {
     Engine eng;
     engine_init(&eng);
@@ -30,7 +37,7 @@ int main(int argc, char **argv) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_sigint;
-    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);  // (also in a background job: `kill -INT` stops a script gracefully)
     const char *batch = NULL, *resume = NULL;
     // every -e runs, in the order given (as sed -e), before -b; the first failing one stops them
     const char **exprs = calloc((size_t)argc, sizeof *exprs);
@@ -57,8 +64,9 @@ int main(int argc, char **argv) {
     // so (128 + 15). (At the prompt SIGTERM keeps its default: the user can type :quit.)
     if (!(!nexpr && !batch && isatty(0))) sigaction(SIGTERM, &sa, NULL);
     // A closed terminal (SIGHUP) leaves like Ctrl-D: the running command stops at a step
-    // boundary, the prompt reads end-of-file, and the session is saved on the way out.
-    sigaction(SIGHUP, &sa, NULL);
+    // boundary, the prompt reads end-of-file, and the session is saved on the way out. (Not
+    // under `nohup`, which ignores it on purpose: the job must outlive the terminal.)
+    catch_unless_ignored(SIGHUP, &sa);
     int rc = 0;
     if (resume) {
         dm_err err = {0};

@@ -153,6 +153,7 @@ int sh_exec_line(Shell *sh, const char *line, dm_err *err) {
     int nc = sh_split(line, buf, n < 16 ? 16 : n, cmds, 32, err);
     int rc = nc < 0;
     Engine *e = sh->eng;
+    int64_t honored0 = e ? e->intr_honored : 0;
     for (int i = 0; i < nc && !rc && !sh->quit; i++) {
         const Command *c = sh_resolve(cmds[i].argv[0], err);
         if (!c) { rc = 1; break; }
@@ -164,12 +165,13 @@ int sh_exec_line(Shell *sh, const char *line, dm_err *err) {
     // step boundary (or between its units of work) with the state intact, and the rest of the
     // line did not run. A script stops here; the prompt (depth 0) carries on.
     int intr = e && e->interrupt && *e->interrupt;
+    int cut = intr && e->intr_honored != honored0;  // a command stopped early (not one that ran to its end)
     int stopped = intr && (!sh->interactive || sh->depth > 0);  // (a :run at the prompt stops too)
     if (intr && sh->interactive && sh->depth == 0) *e->interrupt = 0;
     // the transcript keeps what ran, so replaying it rebuilds the session (a :run's lines are
     // its file's business); a line cut short by an interrupt goes in as a comment
     if (nc > 0 && sh->depth == 0) {
-        if (intr) {
+        if (cut) {
             char note[200];
             snprintf(note, sizeof note, "# interrupted during the line below (at step %lld; a stepping command stops at a step boundary):", (long long)e->step);
             session_transcript(e, note);

@@ -56,12 +56,19 @@ int session_rewrite_metrics(const Engine *e, dm_err *err) {
     if (!f) return dm_fail(err, "cannot write %s: %s", tmp, strerror(errno));
     engine_tsv_header(f);
     for (int i = 0; i < e->nrows; i++) engine_tsv_row(f, &e->rows[i]);
-    fclose(f);
+    // a short write (full disk) must not replace a good metrics.tsv with a truncated one
+    int bad = ferror(f);
+    if (fclose(f) || bad) {
+        int why = errno;
+        unlink(tmp);
+        return dm_fail(err, "cannot write %s: %s (metrics.tsv left as it was)", tmp, strerror(why));
+    }
     if (rename(tmp, path)) return dm_fail(err, "cannot replace %s: %s", path, strerror(errno));
     return 0;
 }
 
 static int session_lock(const char *dir, dm_err *err);
+static void session_lock_commit(int ok);
 
 static int mkdir_p(const char *dir, dm_err *err) {
     char p[1100];
@@ -76,7 +83,9 @@ int session_open(Engine *e, const char *dir, dm_err *err) {
     if (mkdir_p(dir, err) || session_lock(dir, err)) return 1;
     char prev[sizeof e->session_dir];
     snprintf(prev, sizeof prev, "%s", e->session_dir);
-    if (engine_session(e, dir, err)) return 1;
+    int bad = engine_session(e, dir, err);
+    session_lock_commit(!bad);  // the old session's lock goes only once the switch succeeded
+    if (bad) return 1;
     if (prev[0] && strcmp(prev, dir) && e->live) {  // the lines below do not rebuild this state
         char line[2200];
         snprintf(line, sizeof line, "# continues session %s at step %lld: the model was built there (see its transcript)", prev,
@@ -204,33 +213,45 @@ int session_latest_ckpt(const char *dir, char *path, size_t n, long long *step) 
     return 0;
 }
 
-// The session's checkpoints, newest step first (the fallbacks of -r): names into out[], count.
+// The session's checkpoints, newest write first (the fallbacks of -r: the file written just
+// before the unreadable one is the state the run was in then, on its own branch), the step
+// breaking ties: the `max` newest, names into out[], count.
 static int list_ckpts(const char *dir, char out[][256], long long *steps, int max) {
     char ck[1100];
     snprintf(ck, sizeof ck, "%s/ckpt", dir);
     DIR *d = opendir(ck);
     if (!d) return 0;
     int n = 0;
+    double *mt = mallocCheck(sizeof(double) * (size_t)max);
     struct dirent *de;
-    while ((de = readdir(d)) && n < max) {
+    while ((de = readdir(d))) {
         long long s = ckpt_name_step(de->d_name);
         if (s < 0 || strlen(de->d_name) >= 256) continue;
-        snprintf(out[n], 256, "%s", de->d_name);
-        steps[n++] = s;
+        char p[1400];
+        struct stat st;
+        snprintf(p, sizeof p, "%s/%s", ck, de->d_name);
+        double m = stat(p, &st) ? 0 : (double)st.st_mtim.tv_sec + 1e-9 * st.st_mtim.tv_nsec;
+        // keep the max newest: insert in order (newest first), dropping the oldest when full
+        int at = n;
+        while (at > 0 && (mt[at - 1] < m || (mt[at - 1] == m && steps[at - 1] < s))) at--;
+        if (at >= max) continue;
+        int last = n < max ? n : max - 1;
+        for (int j = last; j > at; j--) {
+            mt[j] = mt[j - 1]; steps[j] = steps[j - 1];
+            memcpy(out[j], out[j - 1], 256);
+        }
+        mt[at] = m; steps[at] = s;
+        snprintf(out[at], 256, "%s", de->d_name);
+        if (n < max) n++;
     }
     closedir(d);
-    for (int i = 1; i < n; i++)  // insertion sort by step, descending (names break ties)
-        for (int j = i; j > 0 && (steps[j] > steps[j - 1] || (steps[j] == steps[j - 1] && strcmp(out[j], out[j - 1]) > 0)); j--) {
-            long long t = steps[j]; steps[j] = steps[j - 1]; steps[j - 1] = t;
-            char tn[256];
-            memcpy(tn, out[j], 256); memcpy(out[j], out[j - 1], 256); memcpy(out[j - 1], tn, 256);
-        }
+    free(mt);
     return n;
 }
 
 // ---- one dmsh per session: an advisory lock on DIR/.lock, held while the session is open ----
-static int lock_fd = -1;
-static char lock_dir[1024];
+static int lock_fd = -1, new_fd = -1;
+static char lock_dir[1024], new_dir[1024];
 
 static int session_lock(const char *dir, dm_err *err) {
     if (lock_fd >= 0 && !strcmp(lock_dir, dir)) return 0;
@@ -248,10 +269,23 @@ static int session_lock(const char *dir, dm_err *err) {
                        pid[0] ? " (pid " : "", pid, pid[0] ? ")" : "");
     }
     if (ftruncate(fd, 0) == 0) dprintf(fd, "%ld\n", (long)getpid());
-    if (lock_fd >= 0) close(lock_fd);  // the previous session's lock goes with :session NAME
-    lock_fd = fd;
-    snprintf(lock_dir, sizeof lock_dir, "%s", dir);
+    new_fd = fd;
+    snprintf(new_dir, sizeof new_dir, "%s", dir);
     return 0;
+}
+
+// the session switch succeeded: the new lock is the one held (the previous session's goes);
+// it failed: the new one is dropped and the old one stays
+static void session_lock_commit(int ok) {
+    if (new_fd < 0) return;
+    if (ok) {
+        if (lock_fd >= 0) close(lock_fd);
+        lock_fd = new_fd;
+        snprintf(lock_dir, sizeof lock_dir, "%s", new_dir);
+    } else {
+        close(new_fd);
+    }
+    new_fd = -1;
 }
 
 // With the lock held no other dmsh writes here: a ckpt/*.ckpt.tmp is a write a crash cut short
@@ -276,6 +310,7 @@ int session_resume(Engine *e, const char *dir, dm_err *err) {
     struct stat st;
     if (stat(dir, &st) || !S_ISDIR(st.st_mode)) return dm_fail(err, "%s: not a session directory", dir);
     if (session_lock(dir, err)) return 1;
+    session_lock_commit(1);  // (dmsh -r: at start-up, no other session held)
     remove_stale_tmp(dir);
     char path[1200];
     long long step;
@@ -349,7 +384,19 @@ int session_save(Engine *e, char *path, size_t n, char *note, size_t nnote, dm_e
 int session_autosave(Engine *e, char *path, size_t n, dm_err *err) {
     path[0] = 0;
     if (!e->session_dir[0] || !e->live || e->step == 0) return 0;
-    if (!engine_unsaved(e)) return 0;  // this state and its rows are in a file already
+    // this state and its rows are in a file already: enough only when that file is one of this
+    // session's checkpoints (a :save elsewhere or a :load does not put it where -r looks), and
+    // then LATEST must name it (-r resumes where the user stopped)
+    char ck[1100], abs[PATH_MAX];
+    snprintf(ck, sizeof ck, "%s/ckpt", e->session_dir);
+    const char *base = strrchr(e->synced_path, '/');
+    int in_session = base && realpath(ck, abs) && strlen(abs) == (size_t)(base - e->synced_path) &&
+                     !strncmp(abs, e->synced_path, strlen(abs));
+    if (!engine_unsaved(e) && in_session) {
+        char name[512];
+        if (latest_pointer(e->session_dir, name, sizeof name) || strcmp(name, base + 1)) write_latest(e, e->synced_path);
+        return 0;
+    }
     char note[1600];
     if (session_save(e, path, n, note, sizeof note, err)) return 1;
     if (note[0]) fprintf(stderr, "dmsh: %s\n", note);

@@ -409,6 +409,18 @@ static void test_session_safety(void **s) {
     snprintf(script, sizeof script, "%s:data %s\n:init seed=9\n:load runs/q4/ckpt/step-3.ckpt\n", SMALL, corpus);
     assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
     assert_non_null(strstr(out, "note: this checkpoint was trained on"));
+    // a :save elsewhere puts the state where -r does not look: leaving still saves it in the
+    // session (-r resumes at 15, not at the periodic step 10)
+    snprintf(script, sizeof script, "%s:data %s\n:session q5\n:init seed=9\n:train 15 ckpt_every=10 log_every=5\n:save elsewhere.ckpt\n", SMALL, corpus);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    assert_int_equal(sh_in_dir("%s -r runs/q5 -e ':help' > o11.txt 2>&1", dmsh), 0);
+    char *o11 = read_in_dir("o11.txt");
+    assert_non_null(strstr(o11, "resumed runs/q5 at step 15"));
+    free(o11);
+    // a second :init in one session is another model: it never overwrites the first's file
+    snprintf(script, sizeof script, "%s:data %s\n:session q6\n:init seed=9\n:step 3\n:save\n:init seed=2\n:step 3\n:save\n", SMALL, corpus);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    assert_non_null(strstr(out, "saved runs/q6/ckpt/step-3-b1.ckpt"));
     // the exit save fails (ckpt/ is a file): said, and the exit status is not 0
     assert_int_equal(sh_in_dir("mkdir -p runs/q3 && touch runs/q3/ckpt", dmsh), 0);
     snprintf(script, sizeof script, "%s:data %s\n:session q3\n:init seed=9\n:step 2\n", SMALL, corpus);
@@ -423,7 +435,7 @@ static void test_session_safety(void **s) {
         write_file("sig.dm", script);
         char cmd[1200];
         snprintf(cmd, sizeof cmd,
-                 "(%%s -b sig.dm > o8.txt 2> e8.txt & p=$!; while ! grep -q 'step 3 ' o8.txt 2>/dev/null; do sleep 0.1; done; kill -%s $p; wait $p)",
+                 "(timeout 300 %%s -b sig.dm > o8.txt 2> e8.txt & p=$!; for i in $(seq 600); do grep -q 'step 3 ' o8.txt 2>/dev/null && break; sleep 0.1; done; kill -%s $p; wait $p)",
                  sigs[k]);
         int rc = sh_in_dir(cmd, dmsh);
         assert_int_equal(rc, k ? 143 : 1);
