@@ -336,7 +336,26 @@ static int bus_fail(dm_err *err) {
     return dm_fail(err, "a corpus file changed on disk while open (reading it faulted: it shrank): :data PATH reopens the corpus");
 }
 
-int data_batch_checked(const Data *d, uint64_t seed, int64_t step, int B, int T, int *x, int *y, dm_err *err) {
+// One guarded read: which reader runs (batch, eval sequence, a span of train/eval) and its
+// arguments; guarded() arms the handler around it.
+typedef struct {
+    int kind;  // 0 batch, 1 eval sequence, 2 train span, 3 eval span
+    uint64_t seed;
+    int64_t at;
+    int B, T, len;
+    int *x, *y;
+} GuardedRead;
+
+static void guarded_run(const Data *d, const GuardedRead *r) {
+    switch (r->kind) {
+    case 0: data_batch(d, r->seed, r->at, r->B, r->T, r->x, r->y); break;
+    case 1: data_eval_seq(d, r->at, r->T, r->x, r->y); break;
+    case 2: data_train_read(d, r->at, r->len, r->x); break;
+    default: data_eval_read(d, r->at, r->len, r->x); break;
+    }
+}
+
+static int guarded(const Data *d, const GuardedRead *r, dm_err *err) {
     bus_install();
     sigjmp_buf jb;
     if (sigsetjmp(jb, 1)) {
@@ -344,36 +363,24 @@ int data_batch_checked(const Data *d, uint64_t seed, int64_t step, int B, int T,
         return bus_fail(err);
     }
     guard_jb = &jb;
-    data_batch(d, seed, step, B, T, x, y);
+    guarded_run(d, r);
     guard_jb = NULL;
     return 0;
+}
+
+int data_batch_checked(const Data *d, uint64_t seed, int64_t step, int B, int T, int *x, int *y, dm_err *err) {
+    GuardedRead r = {.kind = 0, .seed = seed, .at = step, .B = B, .T = T, .x = x, .y = y};
+    return guarded(d, &r, err);
 }
 
 int data_eval_seq_checked(const Data *d, int64_t i, int T, int *x, int *y, dm_err *err) {
-    bus_install();
-    sigjmp_buf jb;
-    if (sigsetjmp(jb, 1)) {
-        guard_jb = NULL;
-        return bus_fail(err);
-    }
-    guard_jb = &jb;
-    data_eval_seq(d, i, T, x, y);
-    guard_jb = NULL;
-    return 0;
+    GuardedRead r = {.kind = 1, .at = i, .T = T, .x = x, .y = y};
+    return guarded(d, &r, err);
 }
 
 int data_read_checked(const Data *d, int eval, int64_t off, int len, int *out, dm_err *err) {
-    bus_install();
-    sigjmp_buf jb;
-    if (sigsetjmp(jb, 1)) {
-        guard_jb = NULL;
-        return bus_fail(err);
-    }
-    guard_jb = &jb;
-    if (eval) data_eval_read(d, off, len, out);
-    else data_train_read(d, off, len, out);
-    guard_jb = NULL;
-    return 0;
+    GuardedRead r = {.kind = eval ? 3 : 2, .at = off, .len = len, .x = out};
+    return guarded(d, &r, err);
 }
 
 uint64_t data_fingerprint(const Data *d, dm_err *err) {
