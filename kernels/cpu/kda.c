@@ -7,6 +7,8 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "blas.h"
@@ -291,16 +293,38 @@ typedef struct {  // carved views of one (b, h)'s chunk workspace
     double *Gam;     // [C, D] cumulative log-decay, in double (see chunk_prep)
 } ChunkWs;
 
+// The workspace holds, per (b, h), only what forward keeps for backward (Sc, U, W, F, PM); the
+// chunk-local views every pass rebuilds (cd[], QK, Gam, ... ~360 KB at C = D = 64) live in one
+// per-thread scratch instead. Per (b, h) they were fresh memory for every head: at nano's 16
+// heads that was 5.8 MB of cold lines a pass, where one thread's copy stays in L2 between heads.
 static size_t chunk_per_bh(int T, int D, int C) {
     size_t nc = (size_t)(T + C - 1) / C, nb = (size_t)(C + KDA_BC - 1) / KDA_BC;
+    size_t DD = (size_t)D * D, BCC = 2 * (size_t)KDA_BC * C;
+    return nc * DD + 3 * (size_t)T * D + nc * nb * BCC;
+}
+
+static size_t chunk_scratch_size(int D, int C) {
+    size_t nb = (size_t)(C + KDA_BC - 1) / KDA_BC;
     size_t CD = (size_t)C * D, DD = (size_t)D * D, BCC = 2 * (size_t)KDA_BC * C;
-    return nc * DD + 3 * (size_t)T * D + nc * nb * BCC + CH_N * CD + nb * 2 * KDA_BC * D +
-           2 * KDA_BC * D + BCC + C + (2 * nb + nb * nb + 1) * D + 2 * DD +
-           (CD + 1) * sizeof(double) / sizeof(real) + 1;
+    return CH_N * CD + nb * 2 * KDA_BC * D + 2 * KDA_BC * D + BCC + C + (2 * nb + nb * nb + 1) * D +
+           2 * DD + (CD + 1) * sizeof(double) / sizeof(real) + 1;
 }
 
 size_t kda_chunk_ws_size(int B, int T, int H, int D, int C) {
     return (size_t)B * H * chunk_per_bh(T, D, C);
+}
+
+// The calling thread's scratch, grown on demand and kept (no malloc per call); NULL when the
+// memory is not there (the caller aborts: the arena itself was already allocated).
+static real *chunk_scratch(size_t n) {
+    static _Thread_local real *buf;
+    static _Thread_local size_t cap;
+    if (n > cap) {
+        free(buf);
+        buf = malloc(sizeof(real) * n);
+        cap = buf ? n : 0;
+    }
+    return buf;
 }
 
 static ChunkWs chunk_carve(real *ws, int bh, int T, int D, int C) {
@@ -313,6 +337,12 @@ static ChunkWs chunk_carve(real *ws, int bh, int T, int D, int C) {
     w.W = p; p += (size_t)T * D;
     w.F = p; p += (size_t)T * D;
     w.PM = p; p += nc * nb * BCC;
+    p = chunk_scratch(chunk_scratch_size(D, C));
+    if (!p) {
+        fprintf(stderr, "%s:%d: cannot allocate the chunked KDA scratch (%zu reals)\n", __FILE__, __LINE__,
+                chunk_scratch_size(D, C));
+        abort();
+    }
     for (int i = 0; i < CH_N; i++) { w.cd[i] = p; p += CD; }
     w.QK = p; p += nb * 2 * KDA_BC * D;
     w.X2 = p; p += 2 * KDA_BC * D;
