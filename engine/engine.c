@@ -271,7 +271,13 @@ int engine_eval(Engine *e, int depth, EvalResult *r, dm_err *err) {
     if (depth < 0 || depth > c->L) return dm_fail(err, "depth=%d out of range: 1..%d (L), or :eval-depths for all", depth, c->L);
     int T = c->seq, B = c->batch;
     int64_t nseq = data_eval_nseq(&e->data, c->eval_bytes, T);
-    if (nseq < 1) return dm_fail(err, "the eval split holds no full sequence of %d bytes", T);
+    if (nseq < 1) {
+        if (c->eval_bytes < e->data.n_eval - 1)
+            return dm_fail(err, "eval_bytes=%lld is shorter than one sequence (seq=%d): :set eval_bytes=%d or more",
+                           (long long)c->eval_bytes, T, T);
+        return dm_fail(err, "the eval split holds no full sequence of %d bytes (it has %lld): a larger eval split or a smaller seq",
+                       T, (long long)e->data.n_eval);
+    }
     memset(r, 0, sizeof *r);
     for (int i = 0; i < 64; i++) r->bpb[i] = NAN;
     r->nseq = nseq; r->T = T; r->window = nseq * T;

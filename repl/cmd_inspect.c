@@ -163,7 +163,7 @@ int cmd_device(Shell *sh, Words *w, dm_err *err) {
 }
 
 int cmd_sessions(Shell *sh, Words *w, dm_err *err) {
-    (void)w; (void)err;
+    if (w->argc > 1) return dm_fail(err, "usage: :sessions (no arguments; it lists runs/ here)");
     DIR *dir = opendir("runs");
     if (!dir) { fprintf(sh->out, "no sessions (runs/ does not exist here)\n"); return 0; }
     struct dirent *de;

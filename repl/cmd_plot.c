@@ -482,6 +482,7 @@ int cmd_plot(Shell *sh, Words *w, dm_err *err) {
         int ok = 0;
         for (int k = 0; metrics[k]; k++)
             if (len == strlen(metrics[k]) && !strncmp(p, metrics[k], len)) ok = 1;
+        if (!len || (c && !c[1])) return dm_fail(err, ":plot: an empty metric name in '%s' (METRIC[,METRIC...]); valid: " METRIC_LIST, spec);
         if (!ok) return dm_fail(err, ":plot: unknown metric '%.*s'; valid: " METRIC_LIST, (int)len, p);
         if (np == MAX_PANELS) return dm_fail(err, ":plot: at most %d metrics in one plot", MAX_PANELS);
         snprintf(names[np++], sizeof names[0], "%.*s", (int)len, p);

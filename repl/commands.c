@@ -96,6 +96,7 @@ static void print_eval(Shell *sh, const EvalResult *r) {
 // ---- handlers -----------------------------------------------------------------------------
 
 static int cmd_help(Shell *sh, Words *w, dm_err *err) {
+    if (w->argc > 2) return dm_fail(err, "usage: :help [cmd] (one command at a time)");
     if (w->argc > 1) {
         const char *name = w->argv[1];
         char buf[64];
@@ -175,6 +176,7 @@ static void show_params(Shell *sh) {
 }
 
 static int cmd_show(Shell *sh, Words *w, dm_err *err) {
+    if (w->argc > 2) return dm_fail(err, "usage: :show [config|model|params|arms|data|device|metrics] (one at a time)");
     const char *what = w->argc > 1 ? w->argv[1] : "config";
     Engine *e = E_;
     if (!strcmp(what, "config")) {
@@ -297,6 +299,9 @@ static int cmd_init(Shell *sh, Words *w, dm_err *err) {
     uint64_t seed = tmp.seed;
     if (engine_build(E_, seed, err)) return 1;
     if (session_write_config(E_, err)) return 1;
+    // a new model starts a new run: metrics.tsv holds its rows only (the last model's are in its
+    // checkpoints), as after a :load
+    if (E_->session_dir[0] && session_rewrite_metrics(E_, err)) return 1;
     size_t comp, tab;
     model_param_counts(&E_->model, &comp, &tab);
     fprintf(OUT, "init seed %llu: %zu compute params + %zu memory-table (%.2fM + %.2fM), device %s (%s)\n",
@@ -609,6 +614,8 @@ static int cmd_check(Shell *sh, Words *w, dm_err *err) {
 static int cmd_stress(Shell *sh, Words *w, dm_err *err) {
     static const char *const keys[] = {"lr_mult", "steps", NULL};
     if (check_keys(w, 0, keys, err)) return 1;
+    // both are the protocol (SPEC §7): no silent default multiplier or length
+    if (!sh_kv(w, "lr_mult") || !sh_kv(w, "steps")) return dm_fail(err, "usage: :stress lr_mult=X steps=N (both required)");
     double mult = 1;
     long long n = 100;
     if (sh_kv(w, "lr_mult") && parse_real(sh_kv(w, "lr_mult"), 1e-6, 1e6, "lr_mult", &mult, err)) return 1;
@@ -669,6 +676,36 @@ static int cmd_stress(Shell *sh, Words *w, dm_err *err) {
 
 double model_flops_per_step(const Config *c, int B, int T, const Arms *arms);
 
+// FLOP/s of the backend's matrix product on 1024^3 (best of 3), the CPU's stand-in for a peak
+// rate; 0 when the memory is not there. Operands are drawn, not zeros.
+static double gemm_rate_1024(const Backend *be) {
+    const int n = 1024;
+    size_t bytes = sizeof(real) * (size_t)n * n;
+    real *h = malloc(bytes), *A = be->alloc(bytes), *B = be->alloc(bytes), *C = be->alloc(bytes);
+    double best = 0;
+    if (h && A && B && C) {
+        uint64_t x = 0x9E3779B97F4A7C15ull;
+        for (size_t i = 0; i < (size_t)n * n; i++) { x ^= x << 13; x ^= x >> 7; x ^= x << 17; h[i] = (real)((x >> 40) * 0x1p-24 - 0.5); }
+        be->upload(A, h, bytes);
+        be->upload(B, h, bytes);
+        for (int r = 0; r < 3; r++) {
+            struct timespec t0, t1;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            be->gemm(0, 1, n, n, n, 1, A, n, B, n, 0, C, n);
+            if (be->sync) be->sync();
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            double dt = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+            double rate = 2.0 * n * n * n / dt;
+            if (rate > best) best = rate;
+        }
+    }
+    free(h);
+    if (A) be->free(A);
+    if (B) be->free(B);
+    if (C) be->free(C);
+    return best;
+}
+
 static int cmd_bench(Shell *sh, Words *w, dm_err *err) {
     static const char *const keys[] = {"steps", NULL};
     if (check_keys(w, 0, keys, err)) return 1;
@@ -708,6 +745,10 @@ static int cmd_bench(Shell *sh, Words *w, dm_err *err) {
         fprintf(OUT, "bench %s (%s): %.2f ms/step (median of steps %lld..%lld, %d warm), %.0f tok/s, %.2f GFLOP/s model",
                 e->device, REAL_NAME, med, first, first + n - 1, warm, e->cfg.batch * e->cfg.seq / (med / 1e3), flops / 1e9);
         if (be->peak_tflops) fprintf(OUT, ", MFU %.1f%% of the measured bf16 peak", 100 * flops / (be->peak_tflops() * 1e12));
+        else {  // the CPU: the backend's own product on 1024^3 now, as make bench (SPEC §8's MFU)
+            double g = gemm_rate_1024(be);
+            if (g > 0) fprintf(OUT, ", MFU %.2f of the %.1f GFLOP/s a 1024^3 product reached just now", flops / g, g / 1e9);
+        }
         fprintf(OUT, "; backend memory %.1f MB now, %.1f MB peak\n", cur / 1e6, peak / 1e6);
     }
     free(ms);
@@ -720,6 +761,10 @@ static int cmd_bench(Shell *sh, Words *w, dm_err *err) {
 static int cmd_session(Shell *sh, Words *w, dm_err *err) {
     if (w->argc != 2) return dm_fail(err, "usage: :session NAME (creates runs/NAME)");
     if (strchr(w->argv[1], '/') || w->argv[1][0] == '.') return dm_fail(err, "session name '%s': use a plain name (it becomes runs/NAME)", w->argv[1]);
+    if (getenv("DMSH_DIGEST")) {  // a `dmsh --replay` process: its twin would meet it in runs/NAME
+        fprintf(OUT, "session runs/%s not opened: a --replay run leaves sessions alone\n", w->argv[1]);
+        return 0;
+    }
     char dir[1100];
     snprintf(dir, sizeof dir, "runs/%s", w->argv[1]);
     // another run's directory: its checkpoints would be overwritten step for step and its
@@ -730,11 +775,19 @@ static int cmd_session(Shell *sh, Words *w, dm_err *err) {
     char mpath[1200];
     snprintf(mpath, sizeof mpath, "%s/metrics.tsv", dir);
     int has_ck = !session_latest_ckpt(dir, latest, sizeof latest, &lstep);
+    if (strcmp(E_->session_dir, dir) != 0 && session_in_use(dir, err)) return 1;
     if (strcmp(E_->session_dir, dir) != 0 && (has_ck || (stat(mpath, &mst) == 0 && mst.st_size > 0))) {
         if (has_ck)
             return dm_fail(err, "%s already holds a run (%s): dmsh -r %s resumes it; a new run needs a new name", dir, latest, dir);
         return dm_fail(err, "%s already holds a run with no checkpoint (metrics.tsv; it stopped before its first save, so it cannot be resumed): remove %s or choose a new name",
                        dir, dir);
+    }
+    // leaving a session keeps its state, as leaving dmsh does: `dmsh -r` of the old one resumes
+    // where this switch left it (its rows alone would make it a run that cannot be resumed)
+    if (E_->session_dir[0] && strcmp(E_->session_dir, dir) != 0) {
+        char saved[1300];
+        if (session_autosave(E_, saved, sizeof saved, err)) return 1;
+        if (saved[0]) fprintf(OUT, "saved %s\n", saved);
     }
     if (session_open(E_, dir, err)) return 1;
     fprintf(OUT, "session %s\n", dir);
@@ -743,15 +796,14 @@ static int cmd_session(Shell *sh, Words *w, dm_err *err) {
 
 static int cmd_run(Shell *sh, Words *w, dm_err *err) {
     if (w->argc != 2) return dm_fail(err, "usage: :run FILE.dm");
-    if (sh->depth > 16) return dm_fail(err, ":run nested too deeply (a script that runs itself?)");
     sh->depth++;
-    int rc = sh_run_file(sh, w->argv[1]);
+    int rc = sh_run_file_err(sh, w->argv[1], err);
     sh->depth--;
-    return rc ? dm_fail(err, "script %s failed (see above)", w->argv[1]) : 0;
+    return rc;
 }
 
 static int cmd_quit(Shell *sh, Words *w, dm_err *err) {
-    (void)w; (void)err;
+    if (w->argc > 1) return dm_fail(err, "usage: :quit (no arguments)");
     sh->quit = 1;
     return 0;
 }
@@ -773,8 +825,8 @@ const Command dm_commands[] = {
     {":load", cmd_load, NULL, ":load PATH", "Load a checkpoint; refuses one whose architecture differs from the live model."},
     {":check", cmd_check, NULL, ":check determinism|grad|parity [steps=N] [off=ARM,...] [batch=N seq=N precision=fp32|bf16]", "Built-in verifications: the same steps twice bit for bit; finite-difference gradients of every parameter group on a tiny model in double precision (with the live arms, or off=kda,moe,...); parity: one step from identical weights on the CPU and CUDA, loss and every gradient (bar 1e-4 fp32, 3e-2 bf16)."},
     {":stress", cmd_stress, NULL, ":stress lr_mult=X steps=N", "Stability protocol: constant LR at X times the base for N steps; counts loss spikes, gnorm p99.9, arm maxima. Trains the live model."},
-    {":bench", cmd_bench, NULL, ":bench [steps=N]", "Warm timing of the training step: median ms/step with step indices, tok/s, model GFLOP/s. Restores the state after."},
-    {":plot", cmd_plot, complete_plot, ":plot METRIC[,METRIC...] [out=FILE.png] [x=step|tokens|time] [log=on|off] [size=WxH]", "Charts to PNG: bpb, loss, lr, gnorm, tok_s, depths (BPB against depth per eval), experts (load per expert, last forward). Several metrics stack as panels on one shared x axis. Without out= it writes SESSION/plots/METRIC.png (./plots/ without a session) and prints the path."},
+    {":bench", cmd_bench, NULL, ":bench [steps=N]", "Warm timing of the training step: median ms/step with step indices, tok/s, model GFLOP/s, MFU (GPU: of the measured bf16 peak; CPU: of a 1024^3 product timed in the same command), backend memory. Restores the state after."},
+    {":plot", cmd_plot, complete_plot, ":plot METRIC[,METRIC...] [out=FILE.png] [x=step|tokens|time] [log=on|off] [size=WxH]", "Charts to PNG: bpb, loss, lr, gnorm, tok_s, depths (BPB against depth per eval), experts (each expert's share of the routed tokens over training). Several metrics stack as panels on one shared x axis. Without out= it writes SESSION/plots/METRIC.png (./plots/ without a session) and prints the path."},
     {":probe", cmd_probe, NULL, ":probe [NAME [hist]]", "Statistics of a named activation of the last forward (NAME@i per iteration) or a parameter: shape, mean, std, rms, min, max, absmax, non-finite fraction; hist writes a histogram PNG. Alone: list the names."},
     {":gen", cmd_gen, NULL, ":gen \"prompt\" [n=256 temp=0.8 top_k=0 seed=N]", "Sample bytes with the recurrent form of the model (KDA state carried: O(1) memory per byte)."},
     {":device", cmd_device, NULL, ":device cpu|cuda[:N]", "Choose the backend; a live model moves with its optimizer state and step. Without a usable GPU it says why and nothing changes."},

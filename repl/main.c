@@ -6,6 +6,7 @@
 #include "../engine/engine.h"
 #include "../sessions/session.h"
 #include "panel.h"
+#include "replay.h"
 #include "shell.h"
 
 static volatile sig_atomic_t g_interrupt = 0, g_signal = 0;
@@ -14,7 +15,9 @@ static void on_sigint(int sig) { g_interrupt = 1; g_signal = sig; }
 
 static void usage(void) {
     fprintf(stderr,
-            "usage: dmsh [--norc] [-b FILE.dm] [-e 'cmds; cmds']... [-r runs/NAME]\n"
+            "usage: dmsh [--norc] [--no-tui] [-b FILE.dm] [-e 'cmds; cmds']... [-r runs/NAME]\n"
+            "       dmsh --replay FILE.dm   (the script in two processes, compared bit for bit)\n"
+            "       dmsh --commands-md   (the command table as Markdown: docs/commands.md)\n"
             "  (no arguments: interactive prompt; a non-terminal stdin runs like a script)\n");
 }
 
@@ -43,9 +46,32 @@ int main(int argc, char **argv) {
     const char **exprs = calloc((size_t)argc, sizeof *exprs);
     int nexpr = 0;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-b") && i + 1 < argc) batch = argv[++i];
-        else if (!strcmp(argv[i], "-e") && i + 1 < argc) exprs[nexpr++] = argv[++i];
-        else if (!strcmp(argv[i], "-r") && i + 1 < argc) resume = argv[++i];
+        if ((!strcmp(argv[i], "-b") || !strcmp(argv[i], "-e") || !strcmp(argv[i], "-r") || !strcmp(argv[i], "--replay")) &&
+            i + 1 == argc) {
+            fprintf(stderr, "dmsh: %s needs a value (%s)\n", argv[i],
+                    argv[i][1] == 'b' || argv[i][1] == '-' ? "a script FILE.dm" : argv[i][1] == 'e' ? "'cmds; cmds'" : "a session directory runs/NAME");
+            usage();
+            free(exprs);
+            return 2;
+        }
+        if ((!strcmp(argv[i], "-b") && batch) || (!strcmp(argv[i], "-r") && resume)) {
+            fprintf(stderr, "dmsh: %s given twice (one %s per run)\n", argv[i], argv[i][1] == 'b' ? "script" : "session");
+            free(exprs);
+            return 2;
+        }
+        if (!strcmp(argv[i], "-b")) batch = argv[++i];
+        else if (!strcmp(argv[i], "-e")) exprs[nexpr++] = argv[++i];
+        else if (!strcmp(argv[i], "-r")) resume = argv[++i];
+        else if (!strcmp(argv[i], "--replay")) {
+            if (i + 2 != argc || argc != 3) {
+                fprintf(stderr, "dmsh: --replay takes one script and nothing else: dmsh --replay FILE.dm\n");
+                free(exprs);
+                return 2;
+            }
+            free(exprs);
+            engine_free(&eng);
+            return replay_main(argv[i + 1]);
+        }
         else if (!strcmp(argv[i], "--norc")) dm_norc = 1;
         else if (!strcmp(argv[i], "--no-tui")) dm_no_tui = 1;
         else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { usage(); return 0; }
@@ -109,6 +135,11 @@ int main(int argc, char **argv) {
         rc = rc ? rc : 1;  // the final state is in no file: not a success
     } else if (saved[0]) {
         fprintf(stderr, "dmsh: saved %s\n", saved);
+    }
+    const char *digest = getenv("DMSH_DIGEST");  // a --replay child: its state for the comparison
+    if (digest && digest[0] && replay_write_digest(&eng, digest)) {
+        fprintf(stderr, "dmsh: cannot write the replay digest %s\n", digest);
+        rc = rc ? rc : 1;
     }
     if (eng.tsv_failed) {
         fprintf(stderr, "dmsh: %lld metric rows could not be written to %s/metrics.tsv (the checkpoints hold them; dmsh -r rewrites it)\n",

@@ -45,6 +45,7 @@ int sh_split(const char *line, char *buf, size_t nbuf, Words *cmds, int maxcmds,
             if (nc == maxcmds) return dm_fail(err, "too many commands on one line (at most %d)", maxcmds), -1;
             cur = &cmds[nc++];
             cur->argc = 0;
+            cur->text = p;
         }
         if (cur->argc == SH_MAX_WORDS) return dm_fail(err, "too many words in one command (at most %d)", SH_MAX_WORDS), -1;
         cur->argv[cur->argc++] = o;
@@ -72,6 +73,7 @@ int sh_split(const char *line, char *buf, size_t nbuf, Words *cmds, int maxcmds,
             }
         }
         *o++ = 0;
+        cur->textlen = (size_t)(p - cur->text);
     }
     return nc;
 }
@@ -153,35 +155,40 @@ int sh_exec_line(Shell *sh, const char *line, dm_err *err) {
     int nc = sh_split(line, buf, n < 16 ? 16 : n, cmds, 32, err);
     int rc = nc < 0;
     Engine *e = sh->eng;
-    int64_t honored0 = e ? e->intr_honored : 0;
+    int stopped = 0;
     for (int i = 0; i < nc && !rc && !sh->quit; i++) {
         const Command *c = sh_resolve(cmds[i].argv[0], err);
         if (!c) { rc = 1; break; }
+        int64_t honored0 = e ? e->intr_honored : 0;
         rc = c->fn(sh, &cmds[i], err);
         fflush(sh->out);
-        if (e && e->interrupt && *e->interrupt) break;  // Ctrl-C abandons the rest of the line too
-    }
-    // An interrupt (Ctrl-C; SIGINT or SIGTERM in a script) stopped the running command at a
-    // step boundary (or between its units of work) with the state intact, and the rest of the
-    // line did not run. A script stops here; the prompt (depth 0) carries on.
-    int intr = e && e->interrupt && *e->interrupt;
-    int cut = intr && e->intr_honored != honored0;  // a command stopped early (not one that ran to its end)
-    int stopped = intr && (!sh->interactive || sh->depth > 0);  // (a :run at the prompt stops too)
-    if (intr && sh->interactive && sh->depth == 0) *e->interrupt = 0;
-    // the transcript keeps what ran, so replaying it rebuilds the session (a :run's lines are
-    // its file's business); a line cut short by an interrupt goes in as a comment
-    if (nc > 0 && sh->depth == 0) {
-        if (cut) {
-            char note[200];
-            snprintf(note, sizeof note, "# interrupted during the line below (at step %lld; a stepping command stops at a step boundary):", (long long)e->step);
-            session_transcript(e, note);
-            size_t ln = strlen(line);
-            char *c = malloc(ln + 3);
-            snprintf(c, ln + 3, "# %s", line);
-            session_transcript(e, c);
-            free(c);
-        } else if (!rc) {
-            session_transcript(e, line);
+        // An interrupt (Ctrl-C; SIGINT or SIGTERM in a script) stopped the running command at a
+        // step boundary (or between its units of work) with the state intact, and the rest of
+        // the line does not run. A script stops here; the prompt (depth 0) carries on.
+        int intr = e && e->interrupt && *e->interrupt;
+        int cut = intr && e->intr_honored != honored0;  // it stopped early (not one that ran to its end)
+        // The transcript keeps what ran, command by command, in the session active when it
+        // finished (a :session in the middle of a line splits it between the two), so replaying
+        // it rebuilds the session; a :run's lines are its file's business; a command cut short
+        // by an interrupt goes in as a comment, a failed one not at all.
+        if (sh->depth == 0 && e) {
+            size_t ln = cmds[i].textlen;
+            char *t = malloc(ln + 3);
+            snprintf(t, ln + 3, "%s%.*s", cut ? "# " : "", (int)ln, cmds[i].text);
+            if (cut) {
+                char note[200];
+                snprintf(note, sizeof note, "# interrupted during the command below (at step %lld; a stepping command stops at a step boundary):", (long long)e->step);
+                session_transcript(e, note);
+                session_transcript(e, t);
+            } else if (!rc) {
+                session_transcript(e, t);
+            }
+            free(t);
+        }
+        if (intr) {
+            stopped = !sh->interactive || sh->depth > 0;  // (a :run at the prompt stops too)
+            if (sh->interactive && sh->depth == 0) *e->interrupt = 0;
+            break;  // Ctrl-C abandons the rest of the line too
         }
     }
     const char *note = e ? engine_notice(e) : NULL;  // e.g. a :load that left no corpus open
@@ -191,18 +198,31 @@ int sh_exec_line(Shell *sh, const char *line, dm_err *err) {
     return rc;
 }
 
-int sh_run_file(Shell *sh, const char *path) {
+// The scripts being run, outermost first (their device and inode): a :run of one of them would
+// never end.
+static struct { dev_t dev; ino_t ino; } run_stack[32];
+static int run_n;
+
+int sh_run_file_err(Shell *sh, const char *path, dm_err *err) {
     FILE *f = fopen(path, "r");
-    if (!f) {
-        fprintf(stderr, "%s: error: cannot open script: %s\n", path, strerror(errno));
-        return 1;
-    }
+    if (!f) return dm_fail(err, "%s: cannot open script: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {  // fopen opens a directory; reading it fails
         fclose(f);
-        fprintf(stderr, "%s: error: cannot run a directory as a script\n", path);
-        return 1;
+        return dm_fail(err, "%s: cannot run a directory as a script", path);
     }
+    for (int i = 0; i < run_n; i++)
+        if (run_stack[i].dev == st.st_dev && run_stack[i].ino == st.st_ino) {
+            fclose(f);
+            return dm_fail(err, "%s is already running (a :run of a script from itself would never end)", path);
+        }
+    if (run_n == (int)(sizeof run_stack / sizeof run_stack[0])) {
+        fclose(f);
+        return dm_fail(err, "%s: scripts nested too deeply (at most %d)", path, run_n);
+    }
+    run_stack[run_n].dev = st.st_dev;
+    run_stack[run_n].ino = st.st_ino;
+    run_n++;
     const char *src0 = sh->src;
     int line0 = sh->line;
     sh->src = path;
@@ -213,21 +233,38 @@ int sh_run_file(Shell *sh, const char *path) {
     ssize_t got;
     while (!sh->quit && (got = getline(&line, &cap, f)) >= 0) {
         sh->line++;
-        dm_err err = {0};
+        dm_err e1 = {0};
         if ((size_t)got != strlen(line)) {  // a NUL would end the line there, silently
-            fprintf(stderr, "%s:%d: error: the line holds a NUL byte (is this a text file?)\n", path, sh->line);
-            rc = 1;
+            rc = dm_fail(err, "%s:%d: the line holds a NUL byte (is this a text file?)", path, sh->line);
             break;
         }
-        if (sh_exec_line(sh, line, &err)) {
-            fprintf(stderr, "%s:%d: error: %s\n", path, sh->line, err.msg);
-            rc = 1;
+        if (sh_exec_line(sh, line, &e1)) {
+            // FILE:LINE: then the message (a nested script's own FILE:LINE: comes with it): one
+            // line that says where, however deep
+            rc = dm_fail(err, "%s:%d: %s", path, sh->line, e1.msg);
             break;
         }
     }
     free(line);
     fclose(f);
+    run_n--;
     sh->src = src0;
     sh->line = line0;
     return rc;
+}
+
+int sh_run_file(Shell *sh, const char *path) {
+    dm_err err = {0};
+    if (!sh_run_file_err(sh, path, &err)) return 0;
+    // "FILE:LINE: error: ..." (SPEC §0): the location sh_run_file_err put first, then "error:"
+    size_t pl = strlen(path), loc = 0;
+    if (!strncmp(err.msg, path, pl) && err.msg[pl] == ':') {
+        loc = pl + 1;
+        size_t dgt = loc;
+        while (isdigit((unsigned char)err.msg[dgt])) dgt++;
+        if (dgt > loc && err.msg[dgt] == ':') loc = dgt + 1;
+        if (err.msg[loc] == ' ') loc++;
+    }
+    fprintf(stderr, "%.*serror: %s\n", (int)loc, err.msg, err.msg + loc);
+    return 1;
 }

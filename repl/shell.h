@@ -12,6 +12,8 @@ struct Engine;
 typedef struct {
     int argc;
     char *argv[SH_MAX_WORDS];   // argv[0] is the command word as typed (":eval-d")
+    const char *text;           // the command as typed: text[0..textlen) of the line (transcript)
+    size_t textlen;
 } Words;
 
 typedef struct Shell {
@@ -58,6 +60,9 @@ const char *sh_kv(const Words *w, const char *key);
 int sh_exec_line(Shell *sh, const char *line, dm_err *err);
 // Run a script file: stops at the first error, printing "FILE:LINE: error: msg" to stderr.
 // Returns 0 on success.
+// Run a script; its first failure ends it, said as "FILE:LINE: message" (on stderr by
+// sh_run_file, in err by sh_run_file_err: a :run passes it up, so a nested failure is one line).
 int sh_run_file(Shell *sh, const char *path);
+int sh_run_file_err(Shell *sh, const char *path, dm_err *err);
 // Nearest commands to a mistyped word (edit distance), for the unknown-command message.
 void sh_suggest(const char *word, char *buf, size_t n);

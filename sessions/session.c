@@ -129,6 +129,11 @@ void session_transcript(const Engine *e, const char *line) {
     snprintf(path, sizeof path, "%s/transcript.dm", e->session_dir);
     FILE *f = fopen(path, "a");
     if (!f) return;
+    struct stat tst;
+    if (fstat(fileno(f), &tst) == 0 && tst.st_size == 0) {  // a new transcript: where its relative paths start from
+        char cwd[PATH_MAX];
+        if (getcwd(cwd, sizeof cwd)) fprintf(f, "# dmsh transcript, run in %s (relative paths below are from there)\n", cwd);
+    }
     if (pre_len) {  // the first line since the session opened: what came before it goes first
         fwrite(pre_lines, 1, pre_len, f);
         pre_len = 0;
@@ -274,6 +279,23 @@ static int session_lock(const char *dir, dm_err *err) {
     return 0;
 }
 
+int session_in_use(const char *dir, dm_err *err) {
+    if (lock_fd >= 0 && !strcmp(lock_dir, dir)) return 0;  // ours
+    char p[1100];
+    snprintf(p, sizeof p, "%s/.lock", dir);
+    int fd = open(p, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;  // never opened by a dmsh that is still running
+    int busy = flock(fd, LOCK_EX | LOCK_NB) != 0;
+    if (!busy) { close(fd); return 0; }
+    char pid[32] = "";
+    ssize_t got = pread(fd, pid, sizeof pid - 1, 0);
+    if (got > 0) pid[got] = 0;
+    pid[strcspn(pid, "\n")] = 0;
+    close(fd);
+    return dm_fail(err, "%s is in use by another dmsh%s%s%s (two processes would interleave its checkpoints and metrics)", dir,
+                   pid[0] ? " (pid " : "", pid, pid[0] ? ")" : "");
+}
+
 // the session switch succeeded: the new lock is the one held (the previous session's goes);
 // it failed: the new one is dropped and the old one stays
 static void session_lock_commit(int ok) {
@@ -383,7 +405,9 @@ int session_save(Engine *e, char *path, size_t n, char *note, size_t nnote, dm_e
 
 int session_autosave(Engine *e, char *path, size_t n, dm_err *err) {
     path[0] = 0;
-    if (!e->session_dir[0] || !e->live || e->step == 0) return 0;
+    // (step 0 too: a session left right after :init, or after an :eval of the fresh model, must
+    // resume with -r like any other)
+    if (!e->session_dir[0] || !e->live) return 0;
     // this state and its rows are in a file already: enough only when that file is one of this
     // session's checkpoints (a :save elsewhere or a :load does not put it where -r looks), and
     // then LATEST must name it (-r resumes where the user stopped)

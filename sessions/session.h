@@ -27,3 +27,5 @@ int session_save(Engine *e, char *path, size_t n, char *note, size_t nnote, dm_e
 // When leaving a session with a state (or metric rows) in no file yet: session_save. path is
 // empty when nothing needed saving.
 int session_autosave(Engine *e, char *path, size_t n, dm_err *err);
+// 1 (and err naming the holder's pid) when another running dmsh has DIR open as its session
+int session_in_use(const char *dir, dm_err *err);

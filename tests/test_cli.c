@@ -495,6 +495,80 @@ static void test_reports_are_true(void **s) {
     free(o10);
 }
 
+// The spec-audit defects: a session left at step 0 resumes; a :session switch saves the old one
+// and splits a one-line transcript between the two; a second :init starts metrics.tsv over;
+// nested :run failures are one line, a script that runs itself is refused; malformed command
+// lines and extra arguments are refused; :session names the dmsh holding a session;
+// `dmsh --replay` compares two processes (and a perturbed digest fails it).
+static void test_spec_audit(void **s) {
+    (void)s;
+    char script[2000], cmd[1600];
+    // step 0: :init then :eval, and leave: a checkpoint -r resumes
+    snprintf(script, sizeof script, "%s:set eval_bytes=512\n:data %s\n:session z0\n:init seed=2\n:eval\n", SMALL, corpus);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    assert_true(file_size("runs/z0/ckpt/step-0.ckpt") > 0);
+    assert_int_equal(sh_in_dir("timeout 60 %s -r runs/z0 -e ':show metrics' > out.txt 2> err.txt", dmsh), 0);
+    // a switch in the middle of one -e line: sw1 saved at step 2 with its own transcript
+    snprintf(cmd, sizeof cmd, "timeout 60 %%s -e ':preset nano; :set d=32 H=2 L=2 E=2 k=1 r=8 f=64 engram_rows=257 engram_dim=8 seq=32 batch=4; :data %s; :session sw1; :init; :step 2; :session sw2; :step 1' > out.txt 2> err.txt", corpus);
+    assert_int_equal(sh_in_dir(cmd, dmsh), 0);
+    assert_true(file_size("runs/sw1/ckpt/step-2.ckpt") > 0);
+    assert_true(file_size("runs/sw2/ckpt/step-3.ckpt") > 0);
+    char *t1 = read_in_dir("runs/sw1/transcript.dm"), *t2 = read_in_dir("runs/sw2/transcript.dm");
+    assert_non_null(t1);
+    assert_non_null(t2);
+    assert_non_null(strstr(t1, "\n:step 2\n"));
+    assert_null(strstr(t1, ":session sw2"));
+    assert_non_null(strstr(t2, ":session sw2\n:step 1\n"));
+    assert_null(strstr(t2, ":step 2"));
+    free(t1); free(t2);
+    assert_int_equal(sh_in_dir("timeout 60 %s -r runs/sw1 -e ':step 1' > out.txt 2> err.txt", dmsh), 0);
+    // a second :init: metrics.tsv holds the new run's rows only
+    snprintf(script, sizeof script, "%s:data %s\n:session ii\n:init\n:step 3\n:init seed=5\n:step 2\n", SMALL, corpus);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    assert_int_equal(count_dup_steps("runs/ii/metrics.tsv"), 0);
+    char *tsv = read_in_dir("runs/ii/metrics.tsv");
+    assert_non_null(tsv);
+    assert_null(strstr(tsv, "\ntrain\t2\t"));
+    free(tsv);
+    // nested :run: one line with the whole location; a script that runs itself is refused
+    write_file("bad.dm", ":set d=abc\n");
+    write_file("mid.dm", ":run bad.dm\n");
+    expect_error(":run mid.dm\n", "s.dm:1: error: mid.dm:1: bad.dm:1: bad value 'abc' for d");
+    write_file("self.dm", ":help\n:run self.dm\n");
+    expect_error(":run self.dm\n", "self.dm is already running");
+    // extra arguments and malformed lists
+    expect_error(":sessions x\n", "usage: :sessions");
+    expect_error(":quit now\n", "usage: :quit");
+    expect_error(":show config extra\n", "usage: :show");
+    expect_error(":help help extra\n", "usage: :help");
+    expect_error(":plot loss,\n", "empty metric name");
+    expect_error(":stress lr_mult=2\n", "usage: :stress lr_mult=X steps=N");
+    snprintf(script, sizeof script, "%s:data %s\n:init\n:set eval_bytes=16\n:eval\n", SMALL, corpus);
+    expect_error(script, "eval_bytes=16 is shorter than one sequence (seq=32)");
+    // command-line mistakes: the flag is named, exit 2
+    assert_int_equal(sh_in_dir("%s -b > out.txt 2> err.txt", dmsh), 2);
+    slurp_to("err.txt", err_, sizeof err_);
+    assert_non_null(strstr(err_, "-b needs a value"));
+    assert_int_equal(sh_in_dir("%s -r runs/z0 -r runs/sw1 > out.txt 2> err.txt", dmsh), 2);
+    slurp_to("err.txt", err_, sizeof err_);
+    assert_non_null(strstr(err_, "-r given twice"));
+    // a session held by another process: refused, naming the holder
+    assert_int_equal(sh_in_dir("mkdir -p runs/held && echo 4242 > runs/held/.lock && (flock -x runs/held/.lock sleep 20 &) && sleep 0.5 && "
+                               "%s -e ':session held' > out.txt 2> err.txt; test $? = 1 && grep -q 'in use by another dmsh (pid 4242)' err.txt",
+                               dmsh),
+                     0);
+    // --replay: identical across two processes; the test hook's changed digest is caught
+    snprintf(script, sizeof script, "%s:set eval_bytes=512\n:data %s\n:session rp\n:init seed=9\n:step 4\n:eval\n", SMALL, corpus);
+    write_file("rp.dm", script);
+    assert_int_equal(sh_in_dir("timeout 120 %s --replay rp.dm > out.txt 2> err.txt", dmsh), 0);
+    slurp_to("out.txt", out, sizeof out);
+    assert_non_null(strstr(out, "replay rp.dm: 2 processes bit-identical: 4 train steps"));
+    assert_int_equal(file_size("runs/rp"), -1);  // the children left sessions alone
+    assert_int_equal(sh_in_dir("DMSH_REPLAY_PERTURB=1 timeout 120 %s --replay rp.dm > out.txt 2> err.txt", dmsh), 1);
+    slurp_to("out.txt", out, sizeof out);
+    assert_non_null(strstr(out, "NOT bit-identical"));
+}
+
 // docs/commands.md is generated from the command table: it must equal the table's output
 static void test_commands_md_current(void **s) {
     (void)s;
@@ -540,6 +614,7 @@ int main(void) {
         cmocka_unit_test(test_session_resume),
         cmocka_unit_test(test_session_safety),
         cmocka_unit_test(test_reports_are_true),
+        cmocka_unit_test(test_spec_audit),
         cmocka_unit_test(test_commands_md_current),
 #ifndef DM_DOUBLE
         cmocka_unit_test(test_smoke_beats_unigram),

@@ -293,7 +293,7 @@ static void test_interrupts_and_completion(void **s) {
     snprintf(p, sizeof p, "%s/runs/pty1/transcript.dm", dir);
     char *tr = slurp(p);
     assert_non_null(tr);
-    assert_non_null(strstr(tr, "# interrupted during the line below"));
+    assert_non_null(strstr(tr, "# interrupted during the command below"));
     assert_non_null(strstr(tr, "# :train 100000 log_every=1"));
     // the terminal goes away: the session is saved on the way out (exit 128 + SIGHUP)
     close(mfd);

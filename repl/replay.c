@@ -1,0 +1,157 @@
+// replay.c — `dmsh --replay FILE.dm` (SPEC §7): the script run in two processes, one after the
+// other, and compared bit for bit: the loss of every train step, every eval BPB, the final step,
+// and each parameter tensor and optimizer moment. `:check determinism` proves the same inside one
+// process; this catches what only a new process changes (an uninitialised buffer, an address-
+// dependent order, a thread pool started differently).
+//
+// Each child is this binary with `-b FILE.dm` and DMSH_DIGEST=PATH in its environment: at exit
+// it writes a digest of its state there (replay_write_digest). Sessions are not opened in the
+// children (DMSH_DIGEST makes :session a no-op that says so): two runs of one script would
+// otherwise meet in the same runs/NAME, the second refused or resuming the first.
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "../engine/engine.h"
+#include "replay.h"
+
+static uint64_t fnv64(const void *p, size_t n, uint64_t h) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) { h ^= b[i]; h *= 0x100000001b3ull; }
+    return h;
+}
+
+int replay_write_digest(const Engine *e, const char *path) {
+    FILE *f = fopen(path, "w");
+    if (!f) return 1;
+    fprintf(f, "step %lld\n", (long long)e->step);
+    // %a: the exact bits of each double, readable
+    for (int i = 0; i < e->nrows; i++) {
+        const MetricRow *r = &e->rows[i];
+        if (r->kind == 0) fprintf(f, "train %lld loss %a gnorm %a skipped %d\n", (long long)r->step, r->loss, r->gnorm, r->skipped);
+        else fprintf(f, "eval %lld depth %d bpb %a\n", (long long)r->step, r->depth, r->bpb);
+    }
+    if (e->live) {
+        const Model *m = &e->model;
+        size_t n = m->n_params;
+        real *p = malloc(sizeof(real) * n), *mm = malloc(sizeof(real) * n), *vv = malloc(sizeof(real) * n),
+             *mo = malloc(sizeof(real) * n);
+        if (!p || !mm || !vv || !mo) { free(p); free(mm); free(vv); free(mo); fclose(f); return 1; }
+        model_params_get(m, p);
+        int64_t *rs = calloc((size_t)m->cfg.n_orders * m->cfg.engram_rows + 1, sizeof(int64_t));
+        optim_state_get(&e->opt, m, mm, vv, mo, rs);
+        free(rs);
+        for (int i = 0; i < P_COUNT; i++) {
+            const ParamTensor *t = &m->t[i];
+            size_t b = sizeof(real) * t->numel;
+            fprintf(f, "tensor %s %016llx m %016llx v %016llx mom %016llx\n", t->name,
+                    (unsigned long long)fnv64(p + t->offset, b, 0xcbf29ce484222325ull),
+                    (unsigned long long)fnv64(mm + t->offset, b, 0xcbf29ce484222325ull),
+                    (unsigned long long)fnv64(vv + t->offset, b, 0xcbf29ce484222325ull),
+                    (unsigned long long)fnv64(mo + t->offset, b, 0xcbf29ce484222325ull));
+        }
+        free(p); free(mm); free(vv); free(mo);
+    }
+    // the test hook that proves the comparison can fail: the second child changes one bit
+    const char *perturb = getenv("DMSH_REPLAY_PERTURB");
+    if (perturb && !strcmp(perturb, "1")) fprintf(f, "perturbed\n");
+    return fclose(f) != 0;
+}
+
+// Run `self -b script` with DMSH_DIGEST=digest; its stdout goes to /dev/null (the first run's
+// lines are the user's to read: it is shown), stderr stays.
+static int run_child(const char *self, const char *script, const char *digest, int quiet, int perturb) {
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        setenv("DMSH_DIGEST", digest, 1);
+        if (!perturb) unsetenv("DMSH_REPLAY_PERTURB");
+        if (quiet && !freopen("/dev/null", "w", stdout)) _exit(127);
+        execl(self, self, "--norc", "-b", script, (char *)NULL);
+        fprintf(stderr, "dmsh: --replay: cannot run %s: %s\n", self, strerror(errno));
+        _exit(127);
+    }
+    int st;
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR) return -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+}
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return NULL;
+    size_t cap = 4096, n = 0;
+    char *s = malloc(cap);
+    size_t got;
+    while (s && (got = fread(s + n, 1, cap - n - 1, f)) > 0) {
+        n += got;
+        if (n + 1 == cap) {
+            char *t = realloc(s, cap *= 2);
+            if (!t) { free(s); s = NULL; }
+            else s = t;
+        }
+    }
+    fclose(f);
+    if (s) s[n] = 0;
+    return s;
+}
+
+int replay_main(const char *script) {
+    char self[4096];
+    ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (sl <= 0) { fprintf(stderr, "dmsh: --replay: cannot find this binary (/proc/self/exe)\n"); return 2; }
+    self[sl] = 0;
+    if (access(script, R_OK)) { fprintf(stderr, "dmsh: --replay: cannot read %s: %s\n", script, strerror(errno)); return 2; }
+    const char *tmp = getenv("TMPDIR");
+    char d[2][4200];
+    for (int k = 0; k < 2; k++) snprintf(d[k], sizeof d[k], "%s/dmsh-replay-%ld-%d.txt", tmp && tmp[0] ? tmp : "/tmp", (long)getpid(), k);
+    char *dig[2] = {NULL, NULL};
+    int rc = 0;
+    for (int k = 0; k < 2 && !rc; k++) {
+        fprintf(stderr, "replay %s: process %d of 2\n", script, k + 1);
+        int st = run_child(self, script, d[k], k == 1, k == 1);
+        if (st != 0) {
+            fprintf(stderr, "dmsh: --replay: process %d of 2 failed (exit %d): the script must run to its end\n", k + 1, st);
+            rc = 1;
+            break;
+        }
+        dig[k] = slurp(d[k]);
+        if (!dig[k]) { fprintf(stderr, "dmsh: --replay: process %d wrote no digest (%s)\n", k + 1, d[k]); rc = 1; }
+    }
+    if (!rc) {
+        // the first line that differs names what differs
+        const char *a = dig[0], *b = dig[1];
+        int line = 1, ntrain = 0, ntensor = 0;
+        while (*a && *b) {
+            size_t la = strcspn(a, "\n"), lb = strcspn(b, "\n");
+            if (la != lb || memcmp(a, b, la)) {
+                printf("replay %s: NOT bit-identical across processes at digest line %d:\n  process 1: %.*s\n  process 2: %.*s\n",
+                       script, line, (int)la, a, (int)lb, b);
+                rc = 1;
+                break;
+            }
+            ntrain += !strncmp(a, "train ", 6);
+            ntensor += !strncmp(a, "tensor ", 7);
+            a += la + (a[la] == '\n');
+            b += lb + (b[lb] == '\n');
+            line++;
+        }
+        if (!rc && (*a || *b)) {
+            const char *more = *a ? a : b;
+            int ml = (int)strcspn(more, "\n");
+            printf("replay %s: NOT bit-identical: process %d's digest has more lines (from line %d: %.*s)\n", script, *a ? 1 : 2,
+                   line, ml > 80 ? 80 : ml, more);
+            rc = 1;
+        }
+        if (!rc)
+            printf("replay %s: 2 processes bit-identical: %d train steps (losses, gnorms), every eval, %d tensors with "
+                   "their optimizer moments\n",
+                   script, ntrain, ntensor);
+    }
+    for (int k = 0; k < 2; k++) { free(dig[k]); unlink(d[k]); }
+    return rc;
+}
