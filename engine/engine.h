@@ -34,6 +34,7 @@ typedef struct {
     int64_t nseq, T, window;    // the window: nseq x T bytes
     uint32_t eval_set;          // the identity of its bytes (eval_set_end)
     int64_t arm_fwd[ARM_COUNT]; // arm forward executions during this eval
+    int64_t engram_rows;        // Engram table rows it read (tokens x orders per forward, padding included)
 } EvalResult;
 
 typedef struct Engine {

@@ -89,8 +89,9 @@ static void print_eval(Shell *sh, const EvalResult *r) {
                     b < e->anchors.kn5_bpb ? "beaten" : "not beaten");
         fprintf(OUT, "\n");
     }
-    fprintf(OUT, "  ran: kda=%lld engram=%lld moe=%lld forward iterations | %s\n", (long long)r->arm_fwd[ARM_KDA],
-            (long long)r->arm_fwd[ARM_ENGRAM], (long long)r->arm_fwd[ARM_MOE], counters);
+    fprintf(OUT, "  ran%s: kda=%lld moe=%lld forward iterations, engram=%lld table rows | %s\n",
+            r->depth_hi > r->depth_lo ? " (one forward for every depth above)" : "", (long long)r->arm_fwd[ARM_KDA],
+            (long long)r->arm_fwd[ARM_MOE], (long long)r->engram_rows, counters);
 }
 
 // ---- handlers -----------------------------------------------------------------------------
