@@ -506,6 +506,7 @@ int cmd_plot(Shell *sh, Words *w, dm_err *err) {
         p->chart.xlabel = p->xlabel; p->chart.ylabel = p->ylabel;
         p->chart.series = p->series; p->chart.refs = p->refs;
         p->chart.share_x = strcmp(m, "depths") && !(!strcmp(m, "experts") && p->chart.xint);   // the time series line up
+        if (p->chart.share_x && cx.xq != X_TIME) p->chart.xint = 1;  // steps and tokens are counts: no 0.5 ticks
         charts[k] = p->chart;
     }
     char path[1400];
