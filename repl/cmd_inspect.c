@@ -1,4 +1,5 @@
 // cmd_inspect.c — :probe, :gen, :device, :sessions: looking inside the live model.
+#include <ctype.h>
 #include <dirent.h>
 #include <math.h>
 #include <stdlib.h>
@@ -94,6 +95,24 @@ int cmd_gen(Shell *sh, Words *w, dm_err *err) {
     }
     if (!e->live) return dm_fail(err, "no model: :init builds one");
     if (!prompt || !*prompt) prompt = "\n";
+    // escapes in the prompt, as a user types them: \n newline, \t tab, \xHH any byte but 0
+    char pbuf[4096];
+    size_t pn = 0;
+    for (const char *p = prompt; *p; p++) {
+        if (pn + 1 >= sizeof pbuf) return dm_fail(err, ":gen: the prompt is longer than %zu bytes", sizeof pbuf - 1);
+        if (p[0] == '\\' && (p[1] == 'n' || p[1] == 't')) { pbuf[pn++] = p[1] == 'n' ? '\n' : '\t'; p++; continue; }
+        if (p[0] == '\\' && p[1] == 'x') {
+            int v = 0, k = 0;
+            for (; k < 2 && isxdigit((unsigned char)p[2 + k]); k++) v = v * 16 + (isdigit((unsigned char)p[2 + k]) ? p[2 + k] - '0' : (tolower((unsigned char)p[2 + k]) - 'a' + 10));
+            if (k != 2 || v == 0) return dm_fail(err, ":gen: bad escape '%.4s' in the prompt (\\xHH with two hex digits, not 00)", p);
+            pbuf[pn++] = (char)v;
+            p += 3;
+            continue;
+        }
+        pbuf[pn++] = *p;
+    }
+    pbuf[pn] = 0;
+    prompt = pbuf;
     Decoder d;
     decoder_init(&d, &e->model);
     real lg[256];
@@ -108,7 +127,11 @@ int cmd_gen(Shell *sh, Words *w, dm_err *err) {
         return dm_fail(err, ":gen: the model's logits are not finite after the prompt (its parameters hold NaN or inf: :probe NAME shows nonfinite %%)");
     }
     Rng r = {seed};
-    fputs(prompt, sh->out);
+    // bytes as the samples below: control bytes shown as \xHH (never sent to the terminal raw)
+    for (const unsigned char *p = (const unsigned char *)prompt; *p; p++) {
+        if (*p == '\n' || *p == '\t' || (*p >= 32 && *p < 127) || *p >= 128) fputc(*p, sh->out);
+        else fprintf(sh->out, "\\x%02x", *p);
+    }
     for (long long i = 0; i < n; i++) {
         for (int j = 0; j < 256; j++) bad |= !isfinite((double)lg[j]);
         if (bad) {

@@ -545,6 +545,11 @@ static void test_spec_audit(void **s) {
     expect_error(":stress lr_mult=2\n", "usage: :stress lr_mult=X steps=N");
     snprintf(script, sizeof script, "%s:data %s\n:init\n:set eval_bytes=16\n:eval\n", SMALL, corpus);
     expect_error(script, "eval_bytes=16 is shorter than one sequence (seq=32)");
+    // :gen prompt escapes: \n and \t as typed, \xHH any byte; control bytes echo as \xHH
+    snprintf(script, sizeof script, "%s:init\n:gen \"A\\nB\\x01C\" n=1 temp=0\n", SMALL);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    assert_non_null(strstr(out, "\nA\nB\\x01C"));
+    expect_error(":preset nano\n:init\n:gen \"a\\xZ1\"\n", "bad escape");
     // command-line mistakes: the flag is named, exit 2
     assert_int_equal(sh_in_dir("%s -b > out.txt 2> err.txt", dmsh), 2);
     slurp_to("err.txt", err_, sizeof err_);
