@@ -143,6 +143,9 @@ typedef struct {
 
 // Build the tensor table for cfg, allocate, and initialise per SPEC §4 "Defaults".
 int model_create(Model *m, const Config *cfg, const Backend *be, uint64_t seed, dm_err *err);
+// The same tensors and buffers with every parameter 0 (no initialisation: the caller puts
+// weights in with model_params_put; parity checks copy a model this way).
+int model_create_blank(Model *m, const Config *cfg, const Backend *be, dm_err *err);
 void model_free(Model *m);
 // Ensure the activation arena fits B x T.
 void model_reserve(Model *m, int B, int T);
