@@ -20,11 +20,23 @@ void engine_init(Engine *e) {
     e->synced_nrows = -1;
 }
 
+// A second note before the first was read joins it (one command can have two things to say,
+// e.g. a :load whose checkpoint names another corpus and whose corpus also changed).
 void engine_note(Engine *e, const char *fmt, ...) {
+    char msg[sizeof e->note];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(e->note, sizeof e->note, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    size_t used = e->note_new ? strlen(e->note) : 0;
+    if (used && used + 8 < sizeof e->note) {  // (cut at the buffer's end, as any note)
+        size_t room = sizeof e->note - used;
+        memcpy(e->note + used, "; also: ", 8);
+        size_t n = strlen(msg) < room - 9 ? strlen(msg) : room - 9;
+        memcpy(e->note + used + 8, msg, n);
+        e->note[used + 8 + n] = 0;
+    }
+    else if (!used) snprintf(e->note, sizeof e->note, "%s", msg);
     e->note_new = 1;
 }
 
@@ -578,7 +590,7 @@ int engine_load(Engine *e, const char *path, dm_err *err) {
     // the same path with other bytes (a regenerated or edited file): the windows from here are
     // not the original run's, which a resume must not hide
     const CkptSection *sfp = ckpt_find(&f, "data.fingerprint");
-    if (e->has_data && sfp && sfp->size == sizeof(uint64_t) && !e->note_new) {
+    if (e->has_data && sfp && sfp->size == sizeof(uint64_t)) {
         uint64_t want;
         memcpy(&want, sfp->data, sizeof want);
         int same_path = sd && sd->size == strlen(e->data_path) && !memcmp(sd->data, e->data_path, sd->size);
