@@ -40,7 +40,7 @@ ifeq ($(HEADLESS)$(wildcard /usr/include/stb/stb_image_write.h),/usr/include/stb
   CFLAGS += -DDM_HAVE_PNG=1 -I/usr/include/stb
 endif
 
-.PHONY: all lib test test-float test-double bench deps cuda-check clean demo dmsh headless print-blaslib
+.PHONY: all lib test test-float test-double bench deps cuda-check clean demo dmsh headless print-blaslib spec-forward
 all: lib dmsh
 print-blaslib:  # the OpenBLAS link flag this machine takes (tests/gpu/run.sh links with it)
 	@echo $(BLASLIB)
@@ -131,6 +131,18 @@ test: deps
 
 test-float test-double: $(addprefix $(B)/tests/,$(TESTS)) $(B)/dmsh
 	@set -e; for t in $(TESTS); do echo "== $(DM_REAL) $$t"; $(TESTENV) ./$(B)/tests/$$t; done
+	@if [ "$(DM_REAL)" = double ]; then $(MAKE) --no-print-directory spec-forward DM_REAL=double; fi
+
+# The forward pass against an independent pure-Python model written from SPEC.md §1-§3
+# (tests/spec_forward): 24 tiny configs and arm settings, losses and activations within 1e-10 in
+# double; then deliberate misreadings of the SPEC in the Python side, each of which must be caught.
+SPEC_MUTATIONS := eps_outside pad0 hash_newest_first write_then_decay A_not_exp k1_renorm ties_high no_ybar
+spec-forward: $(B)/libdm.a
+	@mkdir -p $(B)/tests
+	$(CC) $(CFLAGS) -I. tests/spec_forward/driver.c -o $(B)/tests/spec_forward_driver $(B)/libdm.a $(LDLIBS)
+	$(TESTENV) python3 tests/spec_forward/compare.py --driver $(B)/tests/spec_forward_driver --out $(B)/spec_forward
+	@set -e; for mu in $(SPEC_MUTATIONS); do \
+	  $(TESTENV) python3 tests/spec_forward/compare.py --driver $(B)/tests/spec_forward_driver --out $(B)/spec_forward --mutate $$mu | tail -1; done
 
 bench: deps
 	$(MAKE) --no-print-directory $(B)/bench_cpu
@@ -172,6 +184,7 @@ deps:
 	[ -f /usr/include/readline/readline.h ] || missing="$$missing libreadline-dev"; \
 	[ -f /usr/include/ncurses.h ] || missing="$$missing libncurses-dev"; \
 	[ -f /usr/include/stb/stb_image_write.h ] || missing="$$missing libstb-dev"; \
+	command -v python3 >/dev/null || missing="$$missing python3"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
