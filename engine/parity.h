@@ -16,12 +16,15 @@ typedef struct {
     char worst_name[32];
     double bar;          // the tolerance the caller passed
     int ok;              // worst <= bar
+    int ref_bf16;        // the reference rounded its product operands to bf16 (a bf16 device)
 } ParityReport;
 
 // Builds two models of e->cfg (batch B, sequence T: 0 = the config's) on `ref` and `dev`,
 // gives both the live model's weights (or, without a live model, the seed's initialisation),
 // runs one forward + backward on the same batch (the training batch of step e->step when data
 // is open, else seeded random bytes) with the live arm switches, and compares. The live model
-// is not touched.
-int engine_check_parity(Engine *e, const Backend *ref, const Backend *dev, int B, int T, double bar,
+// is not touched. ref_bf16: the device runs its products on bf16 operands, and the reference
+// computes with the same rounding (Backend.emulate_bf16): the comparison is then of the same
+// arithmetic, so it checks the device's kernels rather than bf16's distance from fp32.
+int engine_check_parity(Engine *e, const Backend *ref, const Backend *dev, int B, int T, double bar, int ref_bf16,
                         ParityReport *rep, dm_err *err);

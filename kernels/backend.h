@@ -129,6 +129,9 @@ typedef struct Backend {
     void (*describe)(char *buf, size_t n);          // name, memory, capability, peak rates measured at start-up
     void (*mem_stats)(size_t *cur, size_t *peak);   // bytes held through alloc: now and the most ever
     void (*set_precision)(int fp32);                // matrix products bf16 (0) / fp32 (1); NULL: fixed (CPU)
+    // on: the products a bf16 device rounds (blas.h gemm_lp) take bf16-rounded operands here too,
+    // fp32 accumulation; for a parity reference only. NULL: not available (CUDA, double build)
+    void (*emulate_bf16)(int on);
     double (*peak_tflops)(void);                    // measured bf16 GEMM peak (the MFU denominator); NULL: CPU
 
     // ---- the training step as one unit (engine/step.c; CUDA: kernels/cuda/graph_cuda.cu) ----

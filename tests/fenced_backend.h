@@ -308,6 +308,9 @@ static void fw_opt_retract(real *X, int n_mats, int rows, int r, int iters, real
 }
 // host-only entries (no backend memory behind their pointers): forwarded as they are
 static void fw_describe(char *buf, size_t n) { fence_inner->describe(buf, n); }
+// (no backend memory is touched: a switch of the inner backend's products; not in FENCE_OPS,
+// which bench_gpu.c also wraps around CUDA, where it is NULL)
+__attribute__((unused)) static void fw_emulate_bf16(int on) { fence_inner->emulate_bf16(on); }
 static void fw_mem_stats(size_t *cur, size_t *peak) { fence_inner->mem_stats(cur, peak); }
 // the step's bookkeeping ops and staging (backend.h, "the training step as one unit")
 static void fw_step_loss(double *out, const double *loss_sum, const real *aux, int depth, uint64_t scored,
@@ -356,6 +359,7 @@ static const Backend *fenced_backend(void) {
 #define X(op) b.op = fw_##op;
     FENCE_OPS(X)
 #undef X
+    b.emulate_bf16 = fence_inner->emulate_bf16 ? fw_emulate_bf16 : NULL;
     return &b;
 }
 

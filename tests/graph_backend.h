@@ -107,6 +107,9 @@ static void gr_graph_launch(void *p) {
     gr_launches++;
 }
 
+// a host-side switch of the inner products (parity only, never inside a step): passed through
+static void gr_emulate_bf16(int on) { gr_inner->emulate_bf16(on); }
+
 // The table: the fenced CPU backend's, every entry replaced by a recording or checking wrapper.
 static const Backend *graph_backend(void) {
     static Backend b;
@@ -119,6 +122,7 @@ static const Backend *graph_backend(void) {
     b.allocs = gr_allocs; b.orth_error = gr_orth_error; b.describe = gr_describe; b.mem_stats = gr_mem_stats;
     b.graph_begin = gr_graph_begin; b.graph_end = gr_graph_end; b.graph_launch = gr_graph_launch;
     b.graph_free = gr_graph_free;
+    b.emulate_bf16 = gr_inner->emulate_bf16 ? gr_emulate_bf16 : NULL;
     return &b;
 }
 

@@ -9,6 +9,7 @@
 #include "fenced_backend.h"
 #include "../engine/engine.h"
 #include "../engine/parity.h"
+#include "../kernels/cpu/blas.h"
 
 // A small structured corpus in a temp file (tests must not need ../shared)
 static void make_corpus(char *path, size_t n) {
@@ -113,20 +114,34 @@ static void test_parity(void **s) {
     MetricRow r;
     for (int i = 0; i < 3; i++) assert_int_equal(engine_step(&e, &r, &err), 0);  // trained weights
     ParityReport rep;
-    assert_int_equal(engine_check_parity(&e, backend_cpu(), fenced_backend(), 0, 0, 1e-4, &rep, &err), 0);
+    assert_int_equal(engine_check_parity(&e, backend_cpu(), fenced_backend(), 0, 0, 1e-4, 0, &rep, &err), 0);
     print_message("parity cpu vs fenced: worst %.2e (%s), %d tensors\n", rep.worst, rep.worst_name, rep.nrows);
     assert_true(rep.ok);
     assert_true(rep.worst == 0);  // two exact backends: identical
     assert_true(rep.nrows > 20);
+    // a bf16 device's reference: the CPU rounds the operands of the products the device rounds
+    // (the fenced "device" here computes in fp32 after it, so the two must now differ, by bf16's
+    // rounding and no more); a double build has no bf16 emulation and says so
+    int rc16 = engine_check_parity(&e, backend_cpu(), fenced_backend(), 0, 0, 3e-2, 1, &rep, &err);
+#ifdef DM_DOUBLE
+    assert_int_equal(rc16, 1);
+    assert_non_null(strstr(err.msg, "precision=fp32"));
+#else
+    assert_int_equal(rc16, 0);
+    print_message("parity bf16-emulating cpu vs fp32: loss rel %.2e, worst %.2e (%s)\n", rep.loss_rel, rep.worst, rep.worst_name);
+    assert_true(rep.worst > 1e-5);
+    assert_true(rep.loss_rel > 0 && rep.loss_rel < 1e-2);
+    assert_int_equal(dm_emulate_bf16, 0);  // off again after the reference ran
+#endif
     broken = *backend_cpu();
     broken.silu_rows_forward = bad_silu_rows;
-    assert_int_equal(engine_check_parity(&e, backend_cpu(), &broken, 2, 16, 1e-4, &rep, &err), 0);
+    assert_int_equal(engine_check_parity(&e, backend_cpu(), &broken, 2, 16, 1e-4, 0, &rep, &err), 0);
     print_message("parity cpu vs broken silu: worst %.2e (%s)\n", rep.worst, rep.worst_name);
     assert_false(rep.ok);
     assert_true(rep.worst > 1e-4);
     broken = *backend_cpu();
     broken.rmsnorm_backward = nan_gain_rmsnorm_backward;
-    assert_int_equal(engine_check_parity(&e, backend_cpu(), &broken, 2, 16, 1e-4, &rep, &err), 0);
+    assert_int_equal(engine_check_parity(&e, backend_cpu(), &broken, 2, 16, 1e-4, 0, &rep, &err), 0);
     print_message("parity cpu vs a NaN in a gain gradient: worst %.2e (%s)\n", rep.worst, rep.worst_name);
     assert_false(rep.ok);
     assert_true(isinf(rep.worst));

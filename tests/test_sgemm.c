@@ -148,8 +148,68 @@ static void test_ssyrk_upper(void **s) {
     assert_true(worst <= 1e-5);
 }
 
+// The bf16 emulation of the parity reference (blas.h gemm_lp, sgemm.c dm_sgemm_bf16ops): both
+// operands rounded to bf16 by round-to-nearest-even, accumulated in fp32. Spot values through
+// 1x1x1 products (ties go to the even mantissa, NaN stays NaN), then random products against
+// the plain product of operands rounded here by an independent method (the two bf16 neighbours,
+// the nearer one, ties to the one whose last kept bit is 0).
+void dm_sgemm_bf16ops(int tA, int tB, int M, int N, int K, float alpha, const float *A, int lda,
+                      const float *B, int ldb, float beta, float *C, int ldc);
+static float bf16_ref(float x) {
+    if (isnan(x)) return x;
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    uint32_t lo = u & 0xffff0000u, hi = lo + 0x10000u;
+    float flo, fhi;
+    memcpy(&flo, &lo, 4);
+    memcpy(&fhi, &hi, 4);
+    double dl = fabs((double)x - flo), dh = fabs((double)fhi - x);
+    if (dl < dh) return flo;
+    if (dh < dl) return fhi;
+    return (lo >> 16) & 1 ? fhi : flo;
+}
+static void test_bf16_operands(void **s) {
+    (void)s;
+    const float one = 1.0f;
+    const float spots[][2] = {{1.0f + 0x1p-8f, 1.0f}, {1.0f + 3 * 0x1p-8f, 1.0f + 0x1p-6f}, {1.0f + 0x1p-7f + 0x1p-8f, 1.0f + 0x1p-6f},
+                              {1.0f + 0x1p-9f, 1.0f}, {-3.0f - 0x1p-8f, -3.0f}, {0x1p-130f, 0x1p-130f}};
+    for (unsigned i = 0; i < sizeof spots / sizeof spots[0]; i++) {
+        float c = -7;
+        dm_sgemm_bf16ops(0, 0, 1, 1, 1, 1, &spots[i][0], 1, &one, 1, 0, &c, 1);
+        if (c != spots[i][1]) print_error("bf16(%a) = %a, want %a\n", spots[i][0], c, spots[i][1]);
+        assert_true(c == spots[i][1]);
+    }
+    float nan = NAN, c = 0;
+    dm_sgemm_bf16ops(0, 0, 1, 1, 1, 1, &nan, 1, &one, 1, 0, &c, 1);
+    assert_true(isnan(c));
+    Rng r = {77};
+    const int M = 37, N = 29, K = 70;
+    float *A = malloc(sizeof(float) * M * K), *B = malloc(sizeof(float) * K * N), *Ar = malloc(sizeof(float) * M * K),
+          *Br = malloc(sizeof(float) * K * N), *C1 = malloc(sizeof(float) * M * N), *C2 = malloc(sizeof(float) * M * N),
+          *C3 = malloc(sizeof(float) * M * N);
+    for (int i = 0; i < M * K; i++) A[i] = (float)rng_normal(&r);
+    for (int i = 0; i < K * N; i++) B[i] = (float)rng_normal(&r);
+    for (int tA = 0; tA < 2; tA++)
+        for (int tB = 0; tB < 2; tB++) {
+            // op(A) [M, K] stored as A (tA 0, ld K) or A^T (tA 1, [K, M], ld M); likewise B
+            for (int i = 0; i < M; i++)
+                for (int k = 0; k < K; k++) Ar[i * K + k] = bf16_ref(tA ? A[k * M + i] : A[i * K + k]);
+            for (int k = 0; k < K; k++)
+                for (int j = 0; j < N; j++) Br[k * N + j] = bf16_ref(tB ? B[j * K + k] : B[k * N + j]);
+            dm_sgemm_bf16ops(tA, tB, M, N, K, 0.5f, A, tA ? M : K, B, tB ? K : N, 0, C1, N);
+            dm_sgemm(0, 0, M, N, K, 0.5f, Ar, K, Br, N, 0, C2, N);
+            dm_sgemm(tA, tB, M, N, K, 0.5f, A, tA ? M : K, B, tB ? K : N, 0, C3, N);
+            assert_memory_equal(C1, C2, sizeof(float) * M * N);  // the same rounded operands, the same product
+            double d = 0;
+            for (int i = 0; i < M * N; i++) d = fmax(d, fabs((double)C1[i] - C3[i]));
+            assert_true(d > 1e-4 && d < 0.5);  // it did round: off fp32 by bf16's error, no more
+        }
+    free(A); free(B); free(Ar); free(Br); free(C1); free(C2); free(C3);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bf16_operands),
         cmocka_unit_test(test_sgemm_edges),
         cmocka_unit_test(test_sgemm_model_shapes),
         cmocka_unit_test(test_ssyrk_upper),

@@ -68,8 +68,12 @@ static long cpu_allocs(void) { return n_allocs; }
 static void cpu_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
 static void cpu_gemm(int tA, int tB, int M, int N, int K, real alpha, const real *A, int lda,
                      const real *B, int ldb, real beta, real *C, int ldc) {
-    gemm_rm(tA, tB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    gemm_lp(tA, tB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
+
+#ifndef DM_DOUBLE
+static void cpu_emulate_bf16(int on) { dm_emulate_bf16 = on ? 1 : 0; }
+#endif
 
 static const Backend cpu_backend = {
     .name = "cpu",
@@ -85,6 +89,9 @@ static const Backend cpu_backend = {
     .kda_ws_size = kda_chunk_ws_size, .kda_forward = kda_chunk_forward, .kda_backward = kda_chunk_backward,
     .kda_step = kda_step,
     .describe = cpu_describe, .mem_stats = cpu_mem_stats, .set_precision = NULL,
+#ifndef DM_DOUBLE
+    .emulate_bf16 = cpu_emulate_bf16,
+#endif
     .moe_ws_size = moe_ws_size, .moe_forward = moe_forward, .moe_backward = moe_backward,
     // fused element-wise ops of the looped block (fused.c)
     .add_row_forward = add_row_forward, .silu_rows_forward = silu_rows_forward,

@@ -30,3 +30,22 @@ static inline void gemm_rm(int transA, int transB, int M, int N, int K, real alp
     dm_sgemm(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);  // sgemm.c
 #endif
 }
+
+// The products the CUDA backend's bf16 mode runs with bf16 operands (the model's dense products
+// and the MoE's grouped ones; not the KDA core, the retraction or the optimizer). On the CPU they
+// are plain products unless `dm_emulate_bf16` is on: then both operands are rounded to bf16
+// (round to nearest even, as the device's to_bf16_kernel) and accumulated in fp32, so a parity
+// check compares the device with the same arithmetic instead of with fp32 (sgemm.c).
+extern int dm_emulate_bf16;
+void dm_sgemm_bf16ops(int tA, int tB, int M, int N, int K, float alpha, const float *A, int lda,
+                      const float *B, int ldb, float beta, float *C, int ldc);
+static inline void gemm_lp(int transA, int transB, int M, int N, int K, real alpha, const real *A, int lda,
+                           const real *B, int ldb, real beta, real *C, int ldc) {
+#ifndef DM_DOUBLE
+    if (dm_emulate_bf16 && M > 0 && N > 0 && K > 0) {
+        dm_sgemm_bf16ops(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+#endif
+    gemm_rm(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}

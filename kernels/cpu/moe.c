@@ -220,15 +220,15 @@ void moe_forward(real *out, real *aux, int *load, real *ws, const real *n, const
 
         for (int i = 0; i < c; i++)
             memcpy(Xe + (size_t)i * d, n + (size_t)(asg[o + i] / k) * d, sizeof(real) * d);
-        gemm_rm(0, 0, c, r, d, 1, Xe, d, V1, r, 0, a1, r);                 // a1 = X V1
+        gemm_lp(0, 0, c, r, d, 1, Xe, d, V1, r, 0, a1, r);                 // a1 = X V1
         for (int i = 0; i < c; i++)
             for (int q = 0; q < r; q++) tr[(size_t)i * r + q] = a1[(size_t)i * r + q] * s1[q];
-        gemm_rm(0, 1, c, f, r, 1, tr, r, U1, r, 0, he, f);                 // h = b1 U1^T
+        gemm_lp(0, 1, c, f, r, 1, tr, r, U1, r, 0, he, f);                 // h = b1 U1^T
         silu_fwd_deriv(ge, he, (size_t)c * f);                  // g = silu(h), h <- silu'(h)
-        gemm_rm(0, 0, c, r, f, 1, ge, f, V2, r, 0, a2, r);                 // a2 = g V2
+        gemm_lp(0, 0, c, r, f, 1, ge, f, V2, r, 0, a2, r);                 // a2 = g V2
         for (int i = 0; i < c; i++)
             for (int q = 0; q < r; q++) tr[(size_t)i * r + q] = a2[(size_t)i * r + q] * s2[q];
-        gemm_rm(0, 1, c, d, r, 1, tr, r, U2, r, 0, td, d);                 // y = b2 U2^T
+        gemm_lp(0, 1, c, d, r, 1, tr, r, U2, r, 0, td, d);                 // y = b2 U2^T
         // scatter: experts run in index order, so each token's sum has a fixed order
         for (int i = 0; i < c; i++) {
             int a = asg[o + i];
@@ -287,7 +287,7 @@ void moe_backward(real *dn, real *dz, MoEGrads g, const real *dout, real daux, r
         for (int i = 0; i < c; i++)
             for (int q = 0; q < r; q++) tr[(size_t)i * r + q] = a2[(size_t)i * r + q] * s2[q];
         // D = G U2 [c, r]: both d loss/d w (= D . b2, since y = U2 b2) and, times w, d b2
-        gemm_rm(0, 0, c, r, d, 1, td, d, U2, r, 0, tr2, r);
+        gemm_lp(0, 0, c, r, d, 1, td, d, U2, r, 0, tr2, r);
         for (int i = 0; i < c; i++) {
             int a = asg[o + i];
             const real *Di = tr2 + (size_t)i * r, *bi = tr + (size_t)i * r;
@@ -301,7 +301,7 @@ void moe_backward(real *dn, real *dz, MoEGrads g, const real *dout, real daux, r
             real *Dm = tr2 + (size_t)i * r;
             for (int q = 0; q < r; q++) Dm[q] *= wa;
         }
-        gemm_rm(1, 0, d, r, c, 1, td, d, tr, r, 1, gU2, r);               // dU2 += dy^T b2
+        gemm_lp(1, 0, d, r, c, 1, td, d, tr, r, 1, gU2, r);               // dU2 += dy^T b2
         // db2 (tr2) -> ds2 += sum db2*a2, da2 = db2*s2 (in place)
         for (int i = 0; i < c; i++)
             for (int q = 0; q < r; q++) {
@@ -309,13 +309,13 @@ void moe_backward(real *dn, real *dz, MoEGrads g, const real *dout, real daux, r
                 gs2[q] += v * a2[(size_t)i * r + q];
                 tr2[(size_t)i * r + q] = v * s2[q];
             }
-        gemm_rm(1, 0, f, r, c, 1, ge, f, tr2, r, 1, gV2, r);              // dV2 += g^T da2
-        gemm_rm(0, 1, c, f, r, 1, tr2, r, V2, r, 0, tf, f);               // dg = da2 V2^T
+        gemm_lp(1, 0, f, r, c, 1, ge, f, tr2, r, 1, gV2, r);              // dV2 += g^T da2
+        gemm_lp(0, 1, c, f, r, 1, tr2, r, V2, r, 0, tf, f);               // dg = da2 V2^T
         mul_inplace(tf, he, (size_t)c * f);                                 // dh = dg silu'(h)
         for (int i = 0; i < c; i++)
             for (int q = 0; q < r; q++) tr[(size_t)i * r + q] = a1[(size_t)i * r + q] * s1[q];
-        gemm_rm(1, 0, f, r, c, 1, tf, f, tr, r, 1, gU1, r);               // dU1 += dh^T b1
-        gemm_rm(0, 0, c, r, f, 1, tf, f, U1, r, 0, tr2, r);               // db1 = dh U1
+        gemm_lp(1, 0, f, r, c, 1, tf, f, tr, r, 1, gU1, r);               // dU1 += dh^T b1
+        gemm_lp(0, 0, c, r, f, 1, tf, f, U1, r, 0, tr2, r);               // db1 = dh U1
         for (int i = 0; i < c; i++)
             for (int q = 0; q < r; q++) {
                 real v = tr2[(size_t)i * r + q];
@@ -324,8 +324,8 @@ void moe_backward(real *dn, real *dz, MoEGrads g, const real *dout, real daux, r
             }
         for (int i = 0; i < c; i++)  // re-gather X (td is free again)
             memcpy(td + (size_t)i * d, n + (size_t)(asg[o + i] / k) * d, sizeof(real) * d);
-        gemm_rm(1, 0, d, r, c, 1, td, d, tr2, r, 1, gV1, r);              // dV1 += X^T da1
-        gemm_rm(0, 1, c, d, r, 1, tr2, r, V1, r, 0, td, d);               // dX = da1 V1^T
+        gemm_lp(1, 0, d, r, c, 1, td, d, tr2, r, 1, gV1, r);              // dV1 += X^T da1
+        gemm_lp(0, 1, c, d, r, 1, tr2, r, V1, r, 0, td, d);               // dX = da1 V1^T
         // scatter-add into dn: experts in index order, so a token's sum order is fixed
         for (int i = 0; i < c; i++) {
             real *dnt = dn + (size_t)(asg[o + i] / k) * d;  // [d]

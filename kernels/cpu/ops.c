@@ -8,7 +8,7 @@
 
 void matmul_forward(real *out, const real *inp, const real *W, const real *bias, int N, int C, int OC) {
     // out[N,OC] = inp[N,C] @ W[OC,C]^T
-    gemm_rm(0, 1, N, OC, C, 1, inp, C, W, C, 0, out, OC);
+    gemm_lp(0, 1, N, OC, C, 1, inp, C, W, C, 0, out, OC);
     if (bias)
         for (int n = 0; n < N; n++)
             for (int o = 0; o < OC; o++) out[(size_t)n * OC + o] += bias[o];
@@ -16,8 +16,8 @@ void matmul_forward(real *out, const real *inp, const real *W, const real *bias,
 
 void matmul_backward(real *dinp, real *dW, real *dbias, const real *dout, const real *inp,
                      const real *W, int N, int C, int OC) {
-    if (dinp) gemm_rm(0, 0, N, C, OC, 1, dout, OC, W, C, 1, dinp, C);      // [N,C] += dout W
-    if (dW) gemm_rm(1, 0, OC, C, N, 1, dout, OC, inp, C, 1, dW, C);        // [OC,C] += dout^T inp
+    if (dinp) gemm_lp(0, 0, N, C, OC, 1, dout, OC, W, C, 1, dinp, C);      // [N,C] += dout W
+    if (dW) gemm_lp(1, 0, OC, C, N, 1, dout, OC, inp, C, 1, dW, C);        // [OC,C] += dout^T inp
     if (dbias)
         for (int o = 0; o < OC; o++) {
             double s = 0;

@@ -16,6 +16,7 @@
 // count (rows of C are split between threads, never K) — the determinism rule of the project.
 // Without AVX2 + FMA at compile time this file forwards to cblas_sgemm.
 #include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include "blas.h"
@@ -23,6 +24,33 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+
+int dm_emulate_bf16;  // blas.h gemm_lp: off except inside a parity check of a bf16 device
+
+// float -> bf16 -> float, round to nearest even (NaN stays NaN): __float2bfloat16's rounding
+static inline float bf16_round(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu)) u |= 0x00400000u;  // quiet NaN
+    else u += 0x7fffu + ((u >> 16) & 1u);
+    u &= 0xffff0000u;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+void dm_sgemm_bf16ops(int tA, int tB, int M, int N, int K, float alpha, const float *A, int lda,
+                      const float *B, int ldb, float beta, float *C, int ldc) {
+    // dense rounded copies of op(A) [M, K] and op(B) [K, N], then the ordinary product
+    float *a = malloc(sizeof(float) * (size_t)M * K), *b = malloc(sizeof(float) * (size_t)K * N);
+    if (!a || !b) abort();
+    for (int i = 0; i < M; i++)
+        for (int k = 0; k < K; k++) a[(size_t)i * K + k] = bf16_round(tA ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k]);
+    for (int k = 0; k < K; k++)
+        for (int j = 0; j < N; j++) b[(size_t)k * N + j] = bf16_round(tB ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j]);
+    dm_sgemm(0, 0, M, N, K, alpha, a, K, b, N, beta, C, ldc);
+    free(a);
+    free(b);
+}
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>

@@ -46,7 +46,7 @@ int main(int argc, char **argv) {
                 if (arms[a] >= 0) e.model.arms.on[arms[a]] = 0;
                 ParityReport rep;
                 cu->set_precision(prec);
-                int rc = engine_check_parity(&e, backend_cpu(), cu, 0, 0, prec ? 1e-4 : 3e-2, &rep, &err);
+                int rc = engine_check_parity(&e, backend_cpu(), cu, 0, 0, prec ? 1e-4 : 3e-2, !prec, &rep, &err);
                 char an[32];
                 snprintf(an, sizeof an, "%s%s", arms[a] < 0 ? "all on" : dm_arm_names[arms[a]], arms[a] < 0 ? "" : " off");
                 if (rc) {
@@ -74,7 +74,7 @@ int main(int argc, char **argv) {
         e.cfg.precision_fp32 = 1;
         ParityReport rep;
         cu->set_precision(1);
-        int rc = engine_build(&e, 1234, &err) || engine_check_parity(&e, backend_cpu(), cu, 0, 0, 1e-4, &rep, &err);
+        int rc = engine_build(&e, 1234, &err) || engine_check_parity(&e, backend_cpu(), cu, 0, 0, 1e-4, 0, &rep, &err);
         if (rc) { printf("%-6s %-12s %-5s  error: %s\n", presets[p], "engram_ram", "fp32", err.msg); fails++; }
         else {
             printf("%-6s %-12s %-5s %10.2e %10.2e  %-16s %s\n", presets[p], "engram_ram", "fp32", rep.loss_rel, rep.worst,
