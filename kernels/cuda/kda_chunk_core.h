@@ -102,16 +102,15 @@ static DM_HDS inline KdaCoreWs kda_core_carve(real *ws, int bh, int T, int D) {
 // Em, eL, dS, dS0): nothing in it outlives one kernel (forward -> backward goes through Sc, U,
 // W, PM only), so the GPU can keep it in the block's shared memory. Size in reals (even).
 static DM_HDS inline size_t kda_core_local_size(int D) {
-    size_t GD = (size_t)KDA_GC * D, DD = (size_t)D * D;
+    size_t GD = (size_t)KDA_GC * D;
     size_t n = 2 * GD + 19 * GD + 2 * KDA_GC * KDA_GC + KDA_GC + 2 * (size_t)D + 3 * (size_t)D * KDA_PAD(D) +
                2 * (size_t)D * KDA_TP;
-    (void)DD;
     return (n + 1) & ~(size_t)1;
 }
 // Re-point w's chunk-local views into `local` (8-byte aligned, kda_core_local_size(D) reals);
 // the views carved in the global workspace are then unused.
 static DM_HDS inline void kda_core_carve_local(KdaCoreWs *w, real *local, int D) {
-    size_t GD = (size_t)KDA_GC * D, DD = (size_t)D * D;
+    size_t GD = (size_t)KDA_GC * D;
     real *p = local;
     w->Gam = (double *)p; p += 2 * GD;
     real **g[] = {&w->F, &w->iF, &w->R, &w->QF, &w->KF, &w->QE, &w->KE, &w->KD, &w->Y, &w->dU, &w->dKD, &w->dQE,
@@ -127,7 +126,6 @@ static DM_HDS inline void kda_core_carve_local(KdaCoreWs *w, real *local, int D)
     w->St = p; p += (size_t)D * KDA_PAD(D);
     w->YT = p; p += (size_t)D * KDA_TP;
     w->UT = p;
-    (void)DD;
 }
 
 // Decay factors and scaled operands of the chunk of L tokens whose rows start at q, k, g
