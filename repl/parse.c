@@ -171,10 +171,14 @@ int sh_exec_line(Shell *sh, const char *line, dm_err *err) {
         // finished (a :session in the middle of a line splits it between the two), so replaying
         // it rebuilds the session; a :run's lines are its file's business; a command cut short
         // by an interrupt goes in as a comment, a failed one not at all.
+        // :quit would end a replay there (a later -r's lines come after it); :session NAME in
+        // NAME's own transcript would be refused when replayed in place (the run is there): both
+        // go in as comments
+        int as_comment = cut || !strcmp(c->name, ":quit") || !strcmp(c->name, ":session");
         if (sh->depth == 0 && e) {
             size_t ln = cmds[i].textlen;
             char *t = malloc(ln + 3);
-            snprintf(t, ln + 3, "%s%.*s", cut ? "# " : "", (int)ln, cmds[i].text);
+            snprintf(t, ln + 3, "%s%.*s", as_comment ? "# " : "", (int)ln, cmds[i].text);
             if (cut) {
                 char note[200];
                 snprintf(note, sizeof note, "# interrupted during the command below (at step %lld; a stepping command stops at a step boundary):", (long long)e->step);

@@ -520,7 +520,9 @@ static void test_spec_audit(void **s) {
     assert_null(strstr(t1, ":session sw2"));
     assert_non_null(strstr(t2, ":session sw2\n:step 1\n"));
     assert_null(strstr(t2, ":step 2"));
+    assert_non_null(strstr(t2, "# :session sw2\n"));  // a comment: replayed in place it would be refused
     free(t1); free(t2);
+    assert_int_equal(sh_in_dir("timeout 60 %s -b runs/sw1/transcript.dm > out.txt 2> err.txt", dmsh), 0);
     assert_int_equal(sh_in_dir("timeout 60 %s -r runs/sw1 -e ':step 1' > out.txt 2> err.txt", dmsh), 0);
     // a second :init: metrics.tsv holds the new run's rows only
     snprintf(script, sizeof script, "%s:data %s\n:session ii\n:init\n:step 3\n:init seed=5\n:step 2\n", SMALL, corpus);
