@@ -31,7 +31,6 @@ int engine_check_parity(Engine *e, const Backend *ref, const Backend *dev, int B
     rep->bar = bar;
     if (ref_bf16 && !ref->emulate_bf16)
         return dm_fail(err, "check parity: the %s backend cannot compute with bf16 operands (a double build?): use precision=fp32", ref->name);
-    rep->ref_bf16 = ref_bf16;
     Config c = e->live ? e->model.cfg : e->cfg;
     if (config_validate(&c, err)) return 1;
     if (B <= 0) B = c.batch;

@@ -16,7 +16,6 @@ typedef struct {
     char worst_name[32];
     double bar;          // the tolerance the caller passed
     int ok;              // worst <= bar
-    int ref_bf16;        // the reference rounded its product operands to bf16 (a bf16 device)
 } ParityReport;
 
 // Builds two models of e->cfg (batch B, sequence T: 0 = the config's) on `ref` and `dev`,

@@ -18,50 +18,14 @@ int cmd_gen(Shell *sh, Words *w, dm_err *err);
 int cmd_device(Shell *sh, Words *w, dm_err *err);
 int cmd_sessions(Shell *sh, Words *w, dm_err *err);
 int cmd_plot(Shell *sh, Words *w, dm_err *err);
+int cmd_check(Shell *sh, Words *w, dm_err *err);   // cmd_verify.c
+int cmd_stress(Shell *sh, Words *w, dm_err *err);
+int cmd_bench(Shell *sh, Words *w, dm_err *err);
 char **complete_plot(Shell *sh, int argi, const char *prefix);
 
 #define E_ (sh->eng)
 #define OUT (sh->out)
 
-static int parse_int(const char *s, long long lo, long long hi, const char *what, long long *v, dm_err *err) {
-    char *end;
-    long long x = strtoll(s, &end, 10);
-    if (!*s || *end || x < lo || x > hi) return dm_fail(err, "bad %s '%s': expected an integer in [%lld, %lld]", what, s, lo, hi);
-    *v = x;
-    return 0;
-}
-
-static int parse_real(const char *s, double lo, double hi, const char *what, double *v, dm_err *err) {
-    char *end;
-    double x = strtod(s, &end);
-    if (!*s || *end || !isfinite(x) || x < lo || x > hi) return dm_fail(err, "bad %s '%s': expected a number in [%g, %g]", what, s, lo, hi);
-    *v = x;
-    return 0;
-}
-
-// every word after the command must be one of the allowed key=value keys (or positional)
-static int check_keys(const Words *w, int max_positional, const char *const *keys, dm_err *err) {
-    int pos = 0;
-    for (int i = 1; i < w->argc; i++) {
-        const char *eq = strchr(w->argv[i], '=');
-        if (!eq) {
-            if (++pos > max_positional) return dm_fail(err, "%s: unexpected argument '%s' (see :help %s)", w->argv[0], w->argv[i], w->argv[0]);
-            continue;
-        }
-        int okk = 0;
-        for (int k = 0; keys && keys[k]; k++)
-            if ((size_t)(eq - w->argv[i]) == strlen(keys[k]) && strncmp(w->argv[i], keys[k], eq - w->argv[i]) == 0) okk = 1;
-        if (!okk) return dm_fail(err, "%s: unknown option '%.*s' (see :help %s)", w->argv[0], (int)(eq - w->argv[i]), w->argv[i], w->argv[0]);
-    }
-    return 0;
-}
-
-static const char *positional(const Words *w, int idx) {
-    int pos = 0;
-    for (int i = 1; i < w->argc; i++)
-        if (!strchr(w->argv[i], '=') && pos++ == idx) return w->argv[i];
-    return NULL;
-}
 
 static void print_step(Shell *sh, const MetricRow *r) {
     if (r->kind < 0) return;  // the step was refused before it ran (engine_step): nothing to show
@@ -282,8 +246,8 @@ static int cmd_show(Shell *sh, Words *w, dm_err *err) {
 
 static int cmd_data(Shell *sh, Words *w, dm_err *err) {
     static const char *const keys[] = {"eval", NULL};
-    if (check_keys(w, 1, keys, err)) return 1;
-    const char *path = positional(w, 0);
+    if (sh_check_keys(w, 1, keys, err)) return 1;
+    const char *path = sh_positional(w, 0);
     if (!path) return dm_fail(err, "usage: :data PATH [eval=PATH2]");
     if (engine_open_data(E_, path, sh_kv(w, "eval"), err)) return 1;
     fprintf(OUT, "%s\n", E_->data.desc);
@@ -292,7 +256,7 @@ static int cmd_data(Shell *sh, Words *w, dm_err *err) {
 
 static int cmd_init(Shell *sh, Words *w, dm_err *err) {
     static const char *const keys[] = {"seed", NULL};
-    if (check_keys(w, 0, keys, err)) return 1;
+    if (sh_check_keys(w, 0, keys, err)) return 1;
     // the same values as :set seed (config_set parses both)
     Config tmp = E_->cfg;
     const char *s = sh_kv(w, "seed");
@@ -329,9 +293,9 @@ static int run_steps(Shell *sh, long long n, int quiet_every, dm_err *err) {
 }
 
 static int cmd_step(Shell *sh, Words *w, dm_err *err) {
-    if (check_keys(w, 1, NULL, err)) return 1;
+    if (sh_check_keys(w, 1, NULL, err)) return 1;
     long long n = 1;
-    if (w->argc > 1 && parse_int(w->argv[1], 1, 1LL << 40, "step count", &n, err)) return 1;
+    if (w->argc > 1 && sh_parse_int(w->argv[1], 1, 1LL << 40, "step count", &n, err)) return 1;
     if (!E_->live || !E_->has_data) return dm_fail(err, !E_->live ? "no model: :init builds one" : "no data: :data PATH opens a corpus");
     return run_steps(sh, n, 0, err);
 }
@@ -345,14 +309,14 @@ static int do_eval(Shell *sh, int depth, dm_err *err) {
 
 static int cmd_train(Shell *sh, Words *w, dm_err *err) {
     static const char *const keys[] = {"eval_every", "ckpt_every", "log_every", NULL};
-    if (check_keys(w, 1, keys, err)) return 1;
-    const char *ns = positional(w, 0);
+    if (sh_check_keys(w, 1, keys, err)) return 1;
+    const char *ns = sh_positional(w, 0);
     if (!ns) return dm_fail(err, "usage: :train N [eval_every=..] [ckpt_every=..] [log_every=..]");
     long long n = 0, ev = E_->cfg.eval_every, ck = E_->cfg.ckpt_every, lg = E_->cfg.log_every;
-    if (parse_int(ns, 1, 1LL << 40, "step count", &n, err)) return 1;
-    if (sh_kv(w, "eval_every") && parse_int(sh_kv(w, "eval_every"), 0, 1LL << 40, "eval_every", &ev, err)) return 1;
-    if (sh_kv(w, "ckpt_every") && parse_int(sh_kv(w, "ckpt_every"), 0, 1LL << 40, "ckpt_every", &ck, err)) return 1;
-    if (sh_kv(w, "log_every") && parse_int(sh_kv(w, "log_every"), 1, 1LL << 40, "log_every", &lg, err)) return 1;
+    if (sh_parse_int(ns, 1, 1LL << 40, "step count", &n, err)) return 1;
+    if (sh_kv(w, "eval_every") && sh_parse_int(sh_kv(w, "eval_every"), 0, 1LL << 40, "eval_every", &ev, err)) return 1;
+    if (sh_kv(w, "ckpt_every") && sh_parse_int(sh_kv(w, "ckpt_every"), 0, 1LL << 40, "ckpt_every", &ck, err)) return 1;
+    if (sh_kv(w, "log_every") && sh_parse_int(sh_kv(w, "log_every"), 1, 1LL << 40, "log_every", &lg, err)) return 1;
     Engine *e = E_;
     if (!e->live || !e->has_data) return dm_fail(err, !e->live ? "no model: :init builds one" : "no data: :data PATH opens a corpus");
     if (e->cfg.steps == 0) {
@@ -454,19 +418,19 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
 
 static int cmd_eval(Shell *sh, Words *w, dm_err *err) {
     static const char *const keys[] = {"depth", NULL};
-    if (check_keys(w, 0, keys, err)) return 1;
+    if (sh_check_keys(w, 0, keys, err)) return 1;
     long long depth = E_->cfg.L;
-    if (sh_kv(w, "depth") && parse_int(sh_kv(w, "depth"), 1, E_->cfg.L, "depth", &depth, err)) return 1;
+    if (sh_kv(w, "depth") && sh_parse_int(sh_kv(w, "depth"), 1, E_->cfg.L, "depth", &depth, err)) return 1;
     return do_eval(sh, (int)depth, err);
 }
 
 static int cmd_eval_depths(Shell *sh, Words *w, dm_err *err) {
-    if (check_keys(w, 0, NULL, err)) return 1;
+    if (sh_check_keys(w, 0, NULL, err)) return 1;
     return do_eval(sh, 0, err);
 }
 
 static int cmd_anchors(Shell *sh, Words *w, dm_err *err) {
-    if (check_keys(w, 0, NULL, err)) return 1;
+    if (sh_check_keys(w, 0, NULL, err)) return 1;
     if (engine_anchors(E_, err)) return 1;
     Anchors *a = &E_->anchors;
     fprintf(OUT, "anchors over %lld B (%lld x %lld), fit on %lld training bytes: unigram %.4f bpb, Kneser-Ney 5-gram %.4f bpb\n",
@@ -486,9 +450,9 @@ static int cmd_arm(Shell *sh, Words *w, dm_err *err) {
 }
 
 static int cmd_save(Shell *sh, Words *w, dm_err *err) {
-    if (check_keys(w, 1, NULL, err)) return 1;
+    if (sh_check_keys(w, 1, NULL, err)) return 1;
     char path[1200], note[1600] = "";
-    const char *p = positional(w, 0);
+    const char *p = sh_positional(w, 0);
     if (p || !E_->session_dir[0]) {  // a path given is the user's to overwrite
         if (p) snprintf(path, sizeof path, "%s", p);
         else snprintf(path, sizeof path, "dmsh-step-%lld.ckpt", (long long)E_->step);
@@ -509,255 +473,6 @@ static int cmd_load(Shell *sh, Words *w, dm_err *err) {
     // left behind, which its own checkpoints keep)
     if (E_->session_dir[0] && session_rewrite_metrics(E_, err)) return 1;
     return 0;
-}
-
-int engine_check_grad(Engine *e, const int *arms_on, FILE *out, int *ok, dm_err *err);
-
-// :check parity — one step from identical weights on the CPU and on CUDA (engine/parity.c):
-// the loss and every parameter's gradient; bar 1e-4 at precision=fp32, 3e-2 at bf16 (SPEC §8).
-static int check_parity(Shell *sh, Words *w, dm_err *err) {
-    Engine *e = E_;
-    int dev = 0;
-    if (!strncmp(e->device, "cuda:", 5)) dev = atoi(e->device + 5);
-    char why[300];
-    const Backend *cu = backend_cuda(dev, why, sizeof why);
-    if (!cu) return dm_fail(err, ":check parity compares the CPU with CUDA: %s", why);
-    long long B = 0, T = 0;
-    if (sh_kv(w, "batch") && parse_int(sh_kv(w, "batch"), 1, 4096, "batch", &B, err)) return 1;
-    if (sh_kv(w, "seq") && parse_int(sh_kv(w, "seq"), 1, 1 << 20, "seq", &T, err)) return 1;
-    int fp32 = e->cfg.precision_fp32;
-    if (sh_kv(w, "precision")) {
-        const char *p = sh_kv(w, "precision");
-        if (strcmp(p, "fp32") && strcmp(p, "bf16")) return dm_fail(err, "precision=%s: fp32 or bf16", p);
-        fp32 = !strcmp(p, "fp32");
-    }
-    if (cu->set_precision) cu->set_precision(fp32);
-    ParityReport rep;
-    int rc = engine_check_parity(e, backend_cpu(), cu, (int)B, (int)T, fp32 ? 1e-4 : 3e-2, !fp32, &rep, err);
-    if (cu->set_precision) cu->set_precision(e->cfg.precision_fp32);  // the session's setting again
-    if (rc) return 1;
-    fprintf(OUT, "parity cpu vs cuda:%d at %s (bar %.0e): loss %.6f vs %.6f (rel %.1e)\n", dev,
-            fp32 ? "fp32" : "bf16 (the CPU reference rounds the same product operands to bf16)", rep.bar, rep.loss_ref,
-            rep.loss_dev, rep.loss_rel);
-    for (int i = 0; i < rep.nrows; i++)
-        fprintf(OUT, "  %-16s %.2e %s\n", rep.rows[i].name, rep.rows[i].rel, rep.rows[i].rel <= rep.bar ? "ok" : "FAIL");
-    fprintf(OUT, "parity: %s — worst %.2e (%s)\n", rep.ok ? "PASS" : "FAIL", rep.worst, rep.worst_name);
-    return rep.ok ? 0 : dm_fail(err, "parity check failed: %s differs by %.2e (bar %.0e)", rep.worst_name, rep.worst, rep.bar);
-}
-
-static int cmd_check(Shell *sh, Words *w, dm_err *err) {
-    static const char *const keys[] = {"steps", "off", "batch", "seq", "precision", NULL};
-    if (check_keys(w, 1, keys, err)) return 1;
-    const char *what = positional(w, 0);
-    if (!what) return dm_fail(err, "usage: :check determinism|grad|parity [steps=N] [off=ARM,...]");
-    if (!strcmp(what, "determinism")) {
-        // it runs the live model at its own batch, seq, precision and arms: options that would
-        // change them are refused, not silently ignored
-        static const char *const only_steps[] = {"off", "batch", "seq", "precision"};
-        for (int i = 0; i < 4; i++)
-            if (sh_kv(w, only_steps[i]))
-                return dm_fail(err, ":check determinism takes steps=N only (it runs the live model as it is: %s= does not apply; :set / :arm change the model)",
-                               only_steps[i]);
-        long long n = 3;
-        if (sh_kv(w, "steps") && parse_int(sh_kv(w, "steps"), 1, 100000, "steps", &n, err)) return 1;
-        int ok;
-        char msg[300];
-        if (engine_check_determinism(E_, (int)n, &ok, msg, sizeof msg, err)) return 1;
-        fprintf(OUT, "determinism: %s — %s\n", ok ? "PASS" : "FAIL", msg);
-        return ok ? 0 : dm_fail(err, "determinism check failed: %s", msg);
-    }
-    if (!strcmp(what, "grad")) {
-        // off=NAME,... : every name an arm (a typo would check the arm with it on, silently)
-        const char *offs = sh_kv(w, "off");
-        for (const char *q = offs; q && *q;) {
-            size_t l = strcspn(q, ",");
-            int known = 0;
-            for (int a = 0; a < ARM_COUNT; a++) known |= strlen(dm_arm_names[a]) == l && !strncmp(q, dm_arm_names[a], l);
-            if (!known && l) return dm_fail(err, "off=: unknown arm '%.*s' (arms: kda, engram, moe, rezero, retract, aux)", (int)l, q);
-            q += l + (q[l] == ',');
-        }
-#ifndef DM_DOUBLE
-        // Finite differences need double precision (float round-off alone is ~1e-7 of the loss);
-        // the float binary hands the check to the double engine built beside it.
-        char exe[1024], dbl[1200], cmd[1600];
-        ssize_t ne = readlink("/proc/self/exe", exe, sizeof exe - 1);
-        exe[ne > 0 ? ne : 0] = 0;
-        char *slash = strrchr(exe, '/');
-        if (slash) *slash = 0;
-        snprintf(dbl, sizeof dbl, "%s/../double/dmsh", exe);
-        if (access(dbl, X_OK) != 0)
-            return dm_fail(err, ":check grad runs on the double-precision engine: build it with `make DM_REAL=double build/double/dmsh`, then run this again");
-        size_t used = (size_t)snprintf(cmd, sizeof cmd, "%s --norc --no-tui -e ':check grad off=", dbl);
-        for (int a = 0; E_->live && a < ARM_COUNT; a++)  // the live model's off arms, and off= (checked above)
-            if (!E_->model.arms.on[a]) used += snprintf(cmd + used, sizeof cmd - used, "%s,", dm_arm_names[a]);
-        if (offs) used += snprintf(cmd + used, sizeof cmd - used, "%s", offs);
-        snprintf(cmd + used, sizeof cmd - used, "'");
-        fprintf(OUT, "(running the double-precision engine: %s)\n", dbl);
-        fflush(OUT);
-        int st = system(cmd);
-        return st == 0 ? 0 : dm_fail(err, "gradient check failed (see the table above)");
-#else
-        int ok, on[ARM_COUNT];
-        for (int a = 0; a < ARM_COUNT; a++) on[a] = E_->live ? E_->model.arms.on[a] : 1;
-        const char *off = sh_kv(w, "off");
-        for (int a = 0; off && a < ARM_COUNT; a++) {
-            const char *p = strstr(off, dm_arm_names[a]);
-            size_t l = strlen(dm_arm_names[a]);
-            if (p && (p == off || p[-1] == ',') && (p[l] == 0 || p[l] == ',')) on[a] = 0;
-        }
-        if (engine_check_grad(E_, on, OUT, &ok, err)) return 1;
-        return ok ? 0 : dm_fail(err, "gradient check failed (see the table above)");
-#endif
-    }
-    if (!strcmp(what, "parity")) return check_parity(sh, w, err);
-    return dm_fail(err, "unknown check '%s' (determinism, grad, parity)", what);
-}
-
-static int cmd_stress(Shell *sh, Words *w, dm_err *err) {
-    static const char *const keys[] = {"lr_mult", "steps", NULL};
-    if (check_keys(w, 0, keys, err)) return 1;
-    // both are the protocol (SPEC §7): no silent default multiplier or length
-    if (!sh_kv(w, "lr_mult") || !sh_kv(w, "steps")) return dm_fail(err, "usage: :stress lr_mult=X steps=N (both required)");
-    double mult = 1;
-    long long n = 100;
-    if (sh_kv(w, "lr_mult") && parse_real(sh_kv(w, "lr_mult"), 1e-6, 1e6, "lr_mult", &mult, err)) return 1;
-    if (sh_kv(w, "steps") && parse_int(sh_kv(w, "steps"), 1, 1LL << 30, "steps", &n, err)) return 1;
-    Engine *e = E_;
-    if (!e->live || !e->has_data) return dm_fail(err, !e->live ? "no model: :init builds one" : "no data: :data PATH opens a corpus");
-    Config saved = e->cfg;
-    e->cfg.lr *= mult; e->cfg.lr_muon *= mult; e->cfg.lr_cosine = 0; e->cfg.warmup = 0;
-    e->model.cfg = e->cfg;
-    double *loss = mallocCheck(sizeof(double) * n), *gn = mallocCheck(sizeof(double) * n);
-    double amax[3] = {0};
-    long long spikes = 0, done = 0;
-    int rc = 0;
-    for (long long i = 0; i < n; i++) {
-        if (e->interrupt && *e->interrupt) { e->intr_honored++; break; }
-        MetricRow r;
-        rc = engine_step(e, &r, err);
-        loss[i] = r.loss; gn[i] = r.gnorm; done++;
-        // spike: loss above the median of the last 201 losses + 0.1
-        long long lo = i - 201 < 0 ? 0 : i - 201;
-        if (i - lo >= 10) {
-            int m = (int)(i - lo);
-            double *tmp = mallocCheck(sizeof(double) * m);
-            memcpy(tmp, loss + lo, sizeof(double) * m);
-            for (int a = 1; a < m; a++) { double v = tmp[a]; int b = a - 1; while (b >= 0 && tmp[b] > v) { tmp[b + 1] = tmp[b]; b--; } tmp[b + 1] = v; }
-            if (r.loss > tmp[m / 2] + 0.1) spikes++;
-            free(tmp);
-        }
-        // the arm outputs are backend memory: each is downloaded into host scratch to scan it
-        Model *md = &e->model;
-        size_t Nd = (size_t)md->acts.B * md->acts.T * md->cfg.d;
-        real *hbuf = mallocCheck(sizeof(real) * (Nd ? Nd : 1));
-        const int arm_of[3] = {ARM_KDA, ARM_ENGRAM, ARM_MOE};
-        for (int it = 0; it < md->last_depth; it++) {
-            IterActs *t = &md->acts.it[it];
-            const real *src[3] = {t->a, t->e, t->gout};
-            for (int k = 0; k < 3; k++) {
-                if (!md->arms.on[arm_of[k]]) continue;
-                md->be->download(hbuf, src[k], sizeof(real) * Nd);
-                for (size_t j = 0; j < Nd; j++) if (fabs(hbuf[j]) > amax[k]) amax[k] = fabs(hbuf[j]);
-            }
-        }
-        free(hbuf);
-        if (rc) break;
-    }
-    e->cfg = saved;
-    e->model.cfg = saved;
-    // 99.9th percentile of the pre-clip gradient norm, nearest rank: the ceil(0.999 n)-th
-    // smallest (for n <= 1000 that is the largest: the tail is never left out)
-    for (long long a = 1; a < done; a++) { double v = gn[a]; long long b = a - 1; while (b >= 0 && gn[b] > v) { gn[b + 1] = gn[b]; b--; } gn[b + 1] = v; }
-    long long rank = (long long)ceil(0.999 * (double)done);
-    double p999 = done ? gn[(rank < 1 ? 1 : rank) - 1] : NAN;
-    fprintf(OUT, "stress lr_mult=%g steps=%lld: loss spikes %lld, gnorm p99.9 %.3f, final loss %.4f, arm maxima |kda| %.3g |engram| %.3g |moe| %.3g, skipped %lld\n",
-            mult, done, spikes, p999, done ? loss[done - 1] : NAN, amax[0], amax[1], amax[2], (long long)e->opt.total_skips);
-    free(loss); free(gn);
-    return rc;
-}
-
-double model_flops_per_step(const Config *c, int B, int T, const Arms *arms);
-
-// FLOP/s of the backend's matrix product on 1024^3 (best of 3), the CPU's stand-in for a peak
-// rate; 0 when the memory is not there. Operands are drawn, not zeros.
-static double gemm_rate_1024(const Backend *be) {
-    const int n = 1024;
-    size_t bytes = sizeof(real) * (size_t)n * n;
-    real *h = malloc(bytes), *A = be->alloc(bytes), *B = be->alloc(bytes), *C = be->alloc(bytes);
-    double best = 0;
-    if (h && A && B && C) {
-        uint64_t x = 0x9E3779B97F4A7C15ull;
-        for (size_t i = 0; i < (size_t)n * n; i++) { x ^= x << 13; x ^= x >> 7; x ^= x << 17; h[i] = (real)((x >> 40) * 0x1p-24 - 0.5); }
-        be->upload(A, h, bytes);
-        be->upload(B, h, bytes);
-        for (int r = 0; r < 3; r++) {
-            struct timespec t0, t1;
-            clock_gettime(CLOCK_MONOTONIC, &t0);
-            be->gemm(0, 1, n, n, n, 1, A, n, B, n, 0, C, n);
-            if (be->sync) be->sync();
-            clock_gettime(CLOCK_MONOTONIC, &t1);
-            double dt = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-            double rate = 2.0 * n * n * n / dt;
-            if (rate > best) best = rate;
-        }
-    }
-    free(h);
-    if (A) be->free(A);
-    if (B) be->free(B);
-    if (C) be->free(C);
-    return best;
-}
-
-static int cmd_bench(Shell *sh, Words *w, dm_err *err) {
-    static const char *const keys[] = {"steps", NULL};
-    if (check_keys(w, 0, keys, err)) return 1;
-    long long n = 5;
-    if (sh_kv(w, "steps") && parse_int(sh_kv(w, "steps"), 1, 100000, "steps", &n, err)) return 1;
-    Engine *e = E_;
-    if (!e->live || !e->has_data) return dm_fail(err, !e->live ? "no model: :init builds one" : "no data: :data PATH opens a corpus");
-    Snapshot s;
-    snapshot_take(&s, e);
-    char sess[1024];
-    snprintf(sess, sizeof sess, "%s", e->session_dir);
-    e->session_dir[0] = 0;
-    int warm = 2, rc = 0;
-    double *ms = mallocCheck(sizeof(double) * n);
-    MetricRow r;
-    int intr = 0;
-    for (int i = 0; i < warm && !rc && !(intr = e->interrupt && *e->interrupt); i++) rc = engine_step(e, &r, err);
-    long long first = e->step, done = 0;
-    for (long long i = 0; i < n && !rc && !intr && !(intr = e->interrupt && *e->interrupt); i++) { rc = engine_step(e, &r, err); ms[i] = r.ms; done++; }
-    if (intr && !rc) {  // Ctrl-C: the state goes back as always; nothing is reported as a timing
-        e->intr_honored++;
-        snapshot_restore(&s, e);
-        snapshot_free(&s);
-        snprintf(e->session_dir, sizeof e->session_dir, "%s", sess);
-        free(ms);
-        return dm_fail(err, "interrupted after %lld timed steps: no timing reported; the state is restored (step %lld)", done,
-                       (long long)e->step);
-    }
-    for (long long a = 1; a < n; a++) { double v = ms[a]; long long b = a - 1; while (b >= 0 && ms[b] > v) { ms[b + 1] = ms[b]; b--; } ms[b + 1] = v; }
-    double med = n % 2 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);  // the median (even n: the mean of the middle two)
-    double fl = model_flops_per_step(&e->cfg, e->cfg.batch, e->cfg.seq, &e->model.arms);
-    size_t cur = 0, peak = 0;
-    const Backend *be = e->model.be;
-    if (be->mem_stats) be->mem_stats(&cur, &peak);
-    double flops = fl / (med / 1e3);
-    if (!rc) {
-        fprintf(OUT, "bench %s (%s): %.2f ms/step (median of steps %lld..%lld, %d warm), %.0f tok/s, %.2f GFLOP/s model",
-                e->device, REAL_NAME, med, first, first + n - 1, warm, e->cfg.batch * e->cfg.seq / (med / 1e3), flops / 1e9);
-        if (be->peak_tflops) fprintf(OUT, ", MFU %.1f%% of the measured bf16 peak", 100 * flops / (be->peak_tflops() * 1e12));
-        else {  // the CPU: the backend's own product on 1024^3 now, as make bench (SPEC §8's MFU)
-            double g = gemm_rate_1024(be);
-            if (g > 0) fprintf(OUT, ", MFU %.2f of the %.1f GFLOP/s a 1024^3 product reached just now", flops / g, g / 1e9);
-        }
-        fprintf(OUT, "; backend memory %.1f MB now, %.1f MB peak\n", cur / 1e6, peak / 1e6);
-    }
-    free(ms);
-    snapshot_restore(&s, e);
-    snapshot_free(&s);
-    snprintf(e->session_dir, sizeof e->session_dir, "%s", sess);
-    return rc;
 }
 
 static int cmd_session(Shell *sh, Words *w, dm_err *err) {

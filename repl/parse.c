@@ -1,6 +1,7 @@
 // parse.c — the command language (SPEC §6): splitting lines, quoting, comments, prefix
 // resolution, suggestions, and the script driver.
 #include <ctype.h>
+#include <math.h>
 #include <errno.h>
 #include <sys/stat.h>
 #include <stdio.h>
@@ -76,6 +77,46 @@ int sh_split(const char *line, char *buf, size_t nbuf, Words *cmds, int maxcmds,
         cur->textlen = (size_t)(p - cur->text);
     }
     return nc;
+}
+
+int sh_parse_int(const char *s, long long lo, long long hi, const char *what, long long *v, dm_err *err) {
+    char *end;
+    long long x = strtoll(s, &end, 10);
+    if (!*s || *end || x < lo || x > hi) return dm_fail(err, "bad %s '%s': expected an integer in [%lld, %lld]", what, s, lo, hi);
+    *v = x;
+    return 0;
+}
+
+int sh_parse_real(const char *s, double lo, double hi, const char *what, double *v, dm_err *err) {
+    char *end;
+    double x = strtod(s, &end);
+    if (!*s || *end || !isfinite(x) || x < lo || x > hi) return dm_fail(err, "bad %s '%s': expected a number in [%g, %g]", what, s, lo, hi);
+    *v = x;
+    return 0;
+}
+
+// every word after the command must be one of the allowed key=value keys (or positional)
+int sh_check_keys(const Words *w, int max_positional, const char *const *keys, dm_err *err) {
+    int pos = 0;
+    for (int i = 1; i < w->argc; i++) {
+        const char *eq = strchr(w->argv[i], '=');
+        if (!eq) {
+            if (++pos > max_positional) return dm_fail(err, "%s: unexpected argument '%s' (see :help %s)", w->argv[0], w->argv[i], w->argv[0]);
+            continue;
+        }
+        int okk = 0;
+        for (int k = 0; keys && keys[k]; k++)
+            if ((size_t)(eq - w->argv[i]) == strlen(keys[k]) && strncmp(w->argv[i], keys[k], eq - w->argv[i]) == 0) okk = 1;
+        if (!okk) return dm_fail(err, "%s: unknown option '%.*s' (see :help %s)", w->argv[0], (int)(eq - w->argv[i]), w->argv[i], w->argv[0]);
+    }
+    return 0;
+}
+
+const char *sh_positional(const Words *w, int idx) {
+    int pos = 0;
+    for (int i = 1; i < w->argc; i++)
+        if (!strchr(w->argv[i], '=') && pos++ == idx) return w->argv[i];
+    return NULL;
 }
 
 const char *sh_kv(const Words *w, const char *key) {

@@ -9,6 +9,7 @@
 // children (DMSH_DIGEST makes :session a no-op that says so): two runs of one script would
 // otherwise meet in the same runs/NAME, the second refused or resuming the first.
 #include <errno.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,6 +62,14 @@ int replay_write_digest(const Engine *e, const char *path) {
     return fclose(f) != 0;
 }
 
+// The running child: a SIGINT, SIGTERM or SIGHUP sent to the parent alone is passed on, so the
+// child stops at a step boundary as a script does, fails, and the parent cleans up (it would
+// otherwise be left running, orphaned, or the replay would carry on and report).
+static volatile pid_t g_child;
+static void forward_signal(int sig) {
+    if (g_child > 0) kill(g_child, sig);
+}
+
 // Run `self -b script` with DMSH_DIGEST=digest; its stdout goes to /dev/null (the first run's
 // lines are the user's to read: it is shown), stderr stays.
 static int run_child(const char *self, const char *script, const char *digest, int quiet, int perturb) {
@@ -75,9 +84,11 @@ static int run_child(const char *self, const char *script, const char *digest, i
         fprintf(stderr, "dmsh: --replay: cannot run %s: %s\n", self, strerror(errno));
         _exit(127);
     }
+    g_child = pid;
     int st;
     while (waitpid(pid, &st, 0) < 0)
-        if (errno != EINTR) return -1;
+        if (errno != EINTR) { g_child = 0; return -1; }
+    g_child = 0;
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
 }
 
@@ -108,7 +119,25 @@ int replay_main(const char *script) {
     if (access(script, R_OK)) { fprintf(stderr, "dmsh: --replay: cannot read %s: %s\n", script, strerror(errno)); return 2; }
     const char *tmp = getenv("TMPDIR");
     char d[2][4200];
-    for (int k = 0; k < 2; k++) snprintf(d[k], sizeof d[k], "%s/dmsh-replay-%ld-%d.txt", tmp && tmp[0] ? tmp : "/tmp", (long)getpid(), k);
+    // created here (O_EXCL, mode 0600): a name guessed in advance, or a link planted there,
+    // cannot redirect what the children write
+    for (int k = 0; k < 2; k++) {
+        snprintf(d[k], sizeof d[k], "%s/dmsh-replay-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+        int fd = mkstemp(d[k]);
+        if (fd < 0) {
+            fprintf(stderr, "dmsh: --replay: cannot create a digest file in %s: %s (set TMPDIR)\n", tmp && tmp[0] ? tmp : "/tmp",
+                    strerror(errno));
+            if (k) unlink(d[0]);
+            return 2;
+        }
+        close(fd);
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = forward_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
     char *dig[2] = {NULL, NULL};
     int rc = 0;
     for (int k = 0; k < 2 && !rc; k++) {

@@ -63,6 +63,13 @@ int sh_exec_line(Shell *sh, const char *line, dm_err *err);
 // Run a script; its first failure ends it, said as "FILE:LINE: message" (on stderr by
 // sh_run_file, in err by sh_run_file_err: a :run passes it up, so a nested failure is one line).
 int sh_run_file(Shell *sh, const char *path);
+// Argument parsing shared by the handlers: one-line errors naming the value and its range.
+int sh_parse_int(const char *s, long long lo, long long hi, const char *what, long long *v, dm_err *err);
+int sh_parse_real(const char *s, double lo, double hi, const char *what, double *v, dm_err *err);
+// every word after the command is a known key=value or one of max_positional positional words
+int sh_check_keys(const Words *w, int max_positional, const char *const *keys, dm_err *err);
+// the idx-th word after the command that is not key=value, or NULL
+const char *sh_positional(const Words *w, int idx);
 int sh_run_file_err(Shell *sh, const char *path, dm_err *err);
 // Nearest commands to a mistyped word (edit distance), for the unknown-command message.
 void sh_suggest(const char *word, char *buf, size_t n);

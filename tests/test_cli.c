@@ -574,6 +574,15 @@ static void test_spec_audit(void **s) {
     assert_int_equal(sh_in_dir("DMSH_REPLAY_PERTURB=1 timeout 120 %s --replay rp.dm > out.txt 2> err.txt", dmsh), 1);
     slurp_to("out.txt", out, sizeof out);
     assert_non_null(strstr(out, "NOT bit-identical"));
+    // SIGTERM to the --replay parent alone reaches the child, which stops; nothing is left running
+    snprintf(script, sizeof script, "%s:data %s\n:init\n:step 1000000\n", SMALL, corpus);
+    write_file("long.dm", script);
+    // ("true;" ends the cd && ... list, so only dmsh goes to the background; the patterns say
+    // long[.]dm so they do not match this shell's own command line)
+    assert_int_equal(sh_in_dir("true; %s --replay long.dm > out.txt 2> err.txt & p=$!; sleep 2; kill -TERM $p; wait $p; sleep 1; "
+                               "! pgrep -f -- '--norc -b long[.]dm' > /dev/null && grep -q 'process 1 of 2 failed' err.txt",
+                               dmsh),
+                     0);
 }
 
 // docs/commands.md is generated from the command table: it must equal the table's output
