@@ -13,7 +13,9 @@ OPT     ?= -O3 -march=native
 # -ffp-contract=fast: ISO C mode (-std=c11) would otherwise forbid fusing a*b + c into one FMA in
 # the element-wise loops (measured: -3..4 % of a nano step); results stay a pure function of
 # the binary (and the GEMM kernel's FMAs are explicit intrinsics either way)
-CFLAGS  := -std=c11 -D_GNU_SOURCE $(OPT) -ffp-contract=fast -g -Wall -Wextra -Wno-unused-parameter -fopenmp
+# -fno-math-errno -fno-trapping-math: no value changes (nothing reads errno or the FP flags);
+# they let sqrt vectorise inline in AdamW / Adam (measured: optimizer 6.7 -> 6.25 ms at nano)
+CFLAGS  := -std=c11 -D_GNU_SOURCE $(OPT) -ffp-contract=fast -fno-math-errno -fno-trapping-math -g -Wall -Wextra -Wno-unused-parameter -fopenmp
 # OpenBLAS: -lopenblas needs the development symlink (libopenblas-dev); a machine with only the
 # runtime library (libopenblas.so.0, e.g. the lent GPU machine) links it by its file name.
 BLASLIB := $(shell for l in -lopenblas -l:libopenblas.so.0; do echo 'int main(void){return 0;}' | \
@@ -92,7 +94,7 @@ $(B)/dmsh: $(REPLOBJ) $(B)/libdm.a $(CUDAOBJ)
 
 lib: $(B)/libdm.a
 
-$(B)/%.o: %.c $(HEADERS)
+$(B)/%.o: %.c $(HEADERS) Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
