@@ -4,7 +4,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-typedef struct { int code; char msg[512]; } dm_err;
+typedef struct { int code; char msg[2048]; } dm_err;  // (room for a :run chain of FILE:LINE: prefixes)
 
 static inline int dm_fail(dm_err *e, const char *fmt, ...) {
     if (e) {

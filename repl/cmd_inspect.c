@@ -80,6 +80,10 @@ int cmd_gen(Shell *sh, Words *w, dm_err *err) {
     double temp = 0.8;
     for (int i = 1; i < w->argc; i++) {
         char *a = w->argv[i], *end;
+        const char *eq = strchr(a, '=');
+        for (int j = 1; j < i && eq && eq != a; j++)  // `n=5 ... n=50`: one of them would be dropped
+            if (!strncmp(w->argv[j], a, (size_t)(eq - a) + 1) && strspn(a, "abcdefghijklmnopqrstuvwxyz_") == (size_t)(eq - a))
+                return dm_fail(err, ":gen: option '%.*s' given twice", (int)(eq - a), a);
         if (!strncmp(a, "n=", 2)) { n = strtoll(a + 2, &end, 10); if (*end || n < 1 || n > 1000000) return dm_fail(err, "bad n '%s': 1..1000000", a + 2); }
         else if (!strncmp(a, "temp=", 5)) { temp = strtod(a + 5, &end); if (*end || !(temp >= 0 && temp <= 100)) return dm_fail(err, "bad temp '%s': 0..100 (0 = greedy)", a + 5); }
         else if (!strncmp(a, "top_k=", 6)) { top_k = strtoll(a + 6, &end, 10); if (*end || top_k < 0 || top_k > 256) return dm_fail(err, "bad top_k '%s': 0..256", a + 6); }

@@ -492,8 +492,10 @@ static int cmd_session(Shell *sh, Words *w, dm_err *err) {
     char mpath[1200];
     snprintf(mpath, sizeof mpath, "%s/metrics.tsv", dir);
     int has_ck = !session_latest_ckpt(dir, latest, sizeof latest, &lstep);
-    if (strcmp(E_->session_dir, dir) != 0 && session_in_use(dir, err)) return 1;
-    if (strcmp(E_->session_dir, dir) != 0 && (has_ck || (stat(mpath, &mst) == 0 && mst.st_size > 0))) {
+    // (the session we are in, however -r spelled it: runs/X/, ./runs/X)
+    int here = session_same_dir(E_->session_dir, dir);
+    if (!here && session_in_use(dir, err)) return 1;
+    if (!here && (has_ck || (stat(mpath, &mst) == 0 && mst.st_size > 0))) {
         if (has_ck)
             return dm_fail(err, "%s already holds a run (%s): dmsh -r %s resumes it; a new run needs a new name", dir, latest, dir);
         return dm_fail(err, "%s already holds a run with no checkpoint (metrics.tsv; it stopped before its first save, so it cannot be resumed): remove %s or choose a new name",
@@ -501,7 +503,7 @@ static int cmd_session(Shell *sh, Words *w, dm_err *err) {
     }
     // leaving a session keeps its state, as leaving dmsh does: `dmsh -r` of the old one resumes
     // where this switch left it (its rows alone would make it a run that cannot be resumed)
-    if (E_->session_dir[0] && strcmp(E_->session_dir, dir) != 0) {
+    if (E_->session_dir[0] && !here) {
         char saved[1300];
         if (session_autosave(E_, saved, sizeof saved, err)) return 1;
         if (saved[0]) fprintf(OUT, "saved %s\n", saved);

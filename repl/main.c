@@ -30,6 +30,14 @@ static void catch_unless_ignored(int sig, const struct sigaction *sa) {
     sigaction(sig, sa, NULL);
 }
 
+// the command-line options dmsh knows (main's loop below)
+static int is_option(const char *s) {
+    static const char *opts[] = {"-b", "-e", "-r", "--replay", "--norc", "--no-tui", "-h", "--help", "--commands-md"};
+    for (size_t i = 0; i < sizeof opts / sizeof *opts; i++)
+        if (!strcmp(s, opts[i])) return 1;
+    return 0;
+}
+
 int main(int argc, char **argv) {
     Engine eng;
     engine_init(&eng);
@@ -46,8 +54,10 @@ int main(int argc, char **argv) {
     const char **exprs = calloc((size_t)argc, sizeof *exprs);
     int nexpr = 0;
     for (int i = 1; i < argc; i++) {
+        // a value that is itself one of our options (`dmsh -b -e ':step 1'`) is a missing value,
+        // not a script named "-e"
         if ((!strcmp(argv[i], "-b") || !strcmp(argv[i], "-e") || !strcmp(argv[i], "-r") || !strcmp(argv[i], "--replay")) &&
-            i + 1 == argc) {
+            (i + 1 == argc || is_option(argv[i + 1]))) {
             fprintf(stderr, "dmsh: %s needs a value (%s)\n", argv[i],
                     argv[i][1] == 'b' || argv[i][1] == '-' ? "a script FILE.dm" : argv[i][1] == 'e' ? "'cmds; cmds'" : "a session directory runs/NAME");
             usage();

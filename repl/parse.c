@@ -108,6 +108,10 @@ int sh_check_keys(const Words *w, int max_positional, const char *const *keys, d
         for (int k = 0; keys && keys[k]; k++)
             if ((size_t)(eq - w->argv[i]) == strlen(keys[k]) && strncmp(w->argv[i], keys[k], eq - w->argv[i]) == 0) okk = 1;
         if (!okk) return dm_fail(err, "%s: unknown option '%.*s' (see :help %s)", w->argv[0], (int)(eq - w->argv[i]), w->argv[i], w->argv[0]);
+        // a key given twice (`:gen n=5 n=50`): sh_kv would take the first one silently
+        for (int j = 1; j < i; j++)
+            if (strncmp(w->argv[j], w->argv[i], (size_t)(eq - w->argv[i]) + 1) == 0)
+                return dm_fail(err, "%s: option '%.*s' given twice", w->argv[0], (int)(eq - w->argv[i]), w->argv[i]);
     }
     return 0;
 }

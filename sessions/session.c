@@ -86,7 +86,7 @@ int session_open(Engine *e, const char *dir, dm_err *err) {
     int bad = engine_session(e, dir, err);
     session_lock_commit(!bad);  // the old session's lock goes only once the switch succeeded
     if (bad) return 1;
-    if (prev[0] && strcmp(prev, dir) && e->live) {  // the lines below do not rebuild this state
+    if (prev[0] && !session_same_dir(prev, dir) && e->live) {  // the lines below do not rebuild this state
         char line[2200];
         snprintf(line, sizeof line, "# continues session %s at step %lld: the model was built there (see its transcript)", prev,
                  (long long)e->step);
@@ -258,8 +258,17 @@ static int list_ckpts(const char *dir, char out[][256], long long *steps, int ma
 static int lock_fd = -1, new_fd = -1;
 static char lock_dir[1024], new_dir[1024];
 
+// the directory we hold, however it is spelled (runs/X, runs/X/, ./runs/X, a link to it):
+// compared as files, so our own lock is never taken for another dmsh's
+int session_same_dir(const char *a, const char *b) {
+    if (!strcmp(a, b)) return 1;
+    struct stat sa, sb;
+    return a[0] && b[0] && stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+static int held_dir(const char *dir) { return lock_fd >= 0 && session_same_dir(lock_dir, dir); }
+
 static int session_lock(const char *dir, dm_err *err) {
-    if (lock_fd >= 0 && !strcmp(lock_dir, dir)) return 0;
+    if (held_dir(dir)) return 0;
     char p[1100];
     snprintf(p, sizeof p, "%s/.lock", dir);
     int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -280,7 +289,7 @@ static int session_lock(const char *dir, dm_err *err) {
 }
 
 int session_in_use(const char *dir, dm_err *err) {
-    if (lock_fd >= 0 && !strcmp(lock_dir, dir)) return 0;  // ours
+    if (held_dir(dir)) return 0;  // ours
     char p[1100];
     snprintf(p, sizeof p, "%s/.lock", dir);
     int fd = open(p, O_RDONLY | O_CLOEXEC);
@@ -341,7 +350,7 @@ int session_resume(Engine *e, const char *dir, dm_err *err) {
     if (engine_load(e, path, err)) {
         // an unreadable newest checkpoint (a crash, a full disk): resume from the newest one that
         // loads, loudly; the bad file stays where it is
-        char first[1400];
+        char first[sizeof err->msg];
         snprintf(first, sizeof first, "%s", err->msg);
         enum { MAXC = 256 };
         static char names[MAXC][256];

@@ -376,6 +376,14 @@ static void test_session_safety(void **s) {
     char *latest = read_in_dir("runs/q/ckpt/LATEST");
     assert_string_equal(latest, "step-20-b1.ckpt\n");
     free(latest);
+    // -r spelled with a trailing slash, then :session of the same name: the session we are in
+    // (it was refused as held by another dmsh, with our own pid)
+    assert_int_equal(sh_in_dir("%s -r runs/q/ -e ':session q; :show metrics' > o4b.txt 2>&1", dmsh), 0);
+    char *o4b = read_in_dir("o4b.txt");
+    if (strstr(o4b, "in use") || strstr(o4b, "already holds")) print_error("%s\n", o4b);
+    assert_null(strstr(o4b, "in use"));
+    assert_null(strstr(o4b, "already holds"));
+    free(o4b);
     // one dmsh per session: a lock held elsewhere refuses -r and :session, with one line
     assert_int_equal(sh_in_dir("flock -n runs/q/.lock -c '%s -r runs/q -e :help > o5.txt 2> e5.txt'", dmsh), 1);
     char *e5 = read_in_dir("e5.txt");
@@ -536,6 +544,18 @@ static void test_spec_audit(void **s) {
     write_file("bad.dm", ":set d=abc\n");
     write_file("mid.dm", ":run bad.dm\n");
     expect_error(":run mid.dm\n", "s.dm:1: error: mid.dm:1: bad.dm:1: bad value 'abc' for d");
+    // a deep chain of long names: the innermost message still arrives (it was cut at 512 bytes)
+    {
+        char name[64], next[64], body[100];
+        for (int i = 0; i < 10; i++) {
+            snprintf(name, sizeof name, "a_rather_long_script_name_for_nesting_%02d.dm", i);
+            snprintf(next, sizeof next, "a_rather_long_script_name_for_nesting_%02d.dm", i + 1);
+            if (i < 9) snprintf(body, sizeof body, ":run %s\n", next);
+            else snprintf(body, sizeof body, ":set d=abc\n");
+            write_file(name, body);
+        }
+        expect_error(":run a_rather_long_script_name_for_nesting_00.dm\n", "nesting_09.dm:1: bad value 'abc' for d");
+    }
     write_file("self.dm", ":help\n:run self.dm\n");
     expect_error(":run self.dm\n", "self.dm is already running");
     // extra arguments and malformed lists
@@ -552,10 +572,18 @@ static void test_spec_audit(void **s) {
     assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
     assert_non_null(strstr(out, "\nA\nB\\x01C"));
     expect_error(":preset nano\n:init\n:gen \"a\\xZ1\"\n", "bad escape");
+    expect_error(":preset nano\n:init\n:gen \"a\" n=5 temp=0 n=50\n", ":gen: option 'n' given twice");
     // command-line mistakes: the flag is named, exit 2
     assert_int_equal(sh_in_dir("%s -b > out.txt 2> err.txt", dmsh), 2);
     slurp_to("err.txt", err_, sizeof err_);
     assert_non_null(strstr(err_, "-b needs a value"));
+    // an option in the value's place is a missing value (it was read as a script named "-e")
+    assert_int_equal(sh_in_dir("%s -b -e ':quit' > out.txt 2> err.txt", dmsh), 2);
+    slurp_to("err.txt", err_, sizeof err_);
+    assert_non_null(strstr(err_, "-b needs a value"));
+    assert_int_equal(sh_in_dir("%s -r --norc > out.txt 2> err.txt", dmsh), 2);
+    slurp_to("err.txt", err_, sizeof err_);
+    assert_non_null(strstr(err_, "-r needs a value"));
     assert_int_equal(sh_in_dir("%s -r runs/z0 -r runs/sw1 > out.txt 2> err.txt", dmsh), 2);
     slurp_to("err.txt", err_, sizeof err_);
     assert_non_null(strstr(err_, "-r given twice"));
