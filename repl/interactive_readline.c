@@ -13,6 +13,7 @@
 #include <readline/history.h>
 #include <readline/readline.h>
 #include "../engine/engine.h"
+#include "../sessions/session.h"
 #include "../engine/probe.h"
 #include "complete.h"
 #include "shell.h"
@@ -97,7 +98,13 @@ static void run_rc(Shell *sh) {
         if (have_seen && st.st_dev == seen.st_dev && st.st_ino == seen.st_ino) continue;  // cwd is $HOME
         seen = st;
         have_seen = 1;
-        sh->depth++;  // a script: Ctrl-C stops the whole file, as for :run (and its lines are not the session's transcript)
+        // its lines head the transcript (what they set is part of the run a replay rebuilds)
+        if (sh->eng) {
+            char line[1200];
+            snprintf(line, sizeof line, "# start-up file %s:", paths[i]);
+            session_transcript(sh->eng, line);
+        }
+        sh->depth++;  // a script: Ctrl-C stops the whole file, as for :run
         sh_run_file(sh, paths[i]);
         sh->depth--;
         if (g_run_interrupt) *g_run_interrupt = 0;

@@ -205,6 +205,17 @@ int sh_exec_line(Shell *sh, const char *line, dm_err *err) {
         const Command *c = sh_resolve(cmds[i].argv[0], err);
         if (!c) { rc = 1; break; }
         int64_t honored0 = e ? e->intr_honored : 0;
+        // :run goes into the transcript as a comment, before the lines it runs, which go in one
+        // by one as they finish (below, at their own depth): the transcript does not depend on
+        // the file staying as it was, and a :run that fails halfway keeps the lines that ran
+        int is_run = !strcmp(c->name, ":run");
+        if (is_run && e) {
+            size_t ln = cmds[i].textlen;
+            char *t = malloc(ln + 3);
+            snprintf(t, ln + 3, "# %.*s", (int)ln, cmds[i].text);
+            session_transcript(e, t);
+            free(t);
+        }
         rc = c->fn(sh, &cmds[i], err);
         fflush(sh->out);
         // An interrupt (Ctrl-C; SIGINT or SIGTERM in a script) stopped the running command at a
@@ -214,13 +225,13 @@ int sh_exec_line(Shell *sh, const char *line, dm_err *err) {
         int cut = intr && e->intr_honored != honored0;  // it stopped early (not one that ran to its end)
         // The transcript keeps what ran, command by command, in the session active when it
         // finished (a :session in the middle of a line splits it between the two), so replaying
-        // it rebuilds the session; a :run's lines are its file's business; a command cut short
-        // by an interrupt goes in as a comment, a failed one not at all.
+        // it rebuilds the session; a :run's lines go in as they run (the :run itself as a comment,
+        // above); a command cut short by an interrupt goes in as a comment, a failed one not at all.
         // :quit would end a replay there (a later -r's lines come after it); :session NAME in
         // NAME's own transcript would be refused when replayed in place (the run is there): both
         // go in as comments
         int as_comment = cut || !strcmp(c->name, ":quit") || !strcmp(c->name, ":session");
-        if (sh->depth == 0 && e) {
+        if (e && !is_run) {
             size_t ln = cmds[i].textlen;
             char *t = malloc(ln + 3);
             snprintf(t, ln + 3, "%s%.*s", as_comment ? "# " : "", (int)ln, cmds[i].text);

@@ -101,6 +101,7 @@ int session_open(Engine *e, const char *dir, dm_err *err) {
 // the head of a new session's transcript, so replaying it rebuilds the run from the start.
 static char *pre_lines;
 static size_t pre_len, pre_cap;
+static long pre_dropped;  // lines past PRE_MAX: counted, and said at the head of the transcript
 enum { PRE_MAX = 1 << 20 };
 
 static void append_line(FILE *f, const char *line) {
@@ -111,7 +112,7 @@ static void append_line(FILE *f, const char *line) {
 void session_transcript(const Engine *e, const char *line) {
     if (!e->session_dir[0]) {
         size_t n = strlen(line);
-        if (pre_len + n + 2 > PRE_MAX) return;  // a pathological amount of typing: keep the head
+        if (pre_len + n + 2 > PRE_MAX) { pre_dropped++; return; }  // a pathological amount of typing: keep the head
         if (pre_len + n + 2 > pre_cap) {
             size_t cap = pre_cap ? 2 * pre_cap : 4096;
             while (cap < pre_len + n + 2) cap *= 2;
@@ -137,6 +138,10 @@ void session_transcript(const Engine *e, const char *line) {
     if (pre_len) {  // the first line since the session opened: what came before it goes first
         fwrite(pre_lines, 1, pre_len, f);
         pre_len = 0;
+        if (pre_dropped)
+            fprintf(f, "# %ld more lines ran before the session opened and are not here (over %d bytes): this transcript does not rebuild the run\n",
+                    pre_dropped, (int)PRE_MAX);
+        pre_dropped = 0;
     }
     append_line(f, line);
     fclose(f);
@@ -371,8 +376,11 @@ int session_resume(Engine *e, const char *dir, dm_err *err) {
     if (engine_session(e, dir, err)) return 1;
     // the transcript says where the lines after this one start from (a run killed mid-command
     // left its last command out: the lines above need not rebuild this state)
-    char line[sizeof e->synced_path + 64];
-    snprintf(line, sizeof line, "# dmsh -r: resumed from %s at step %lld", e->synced_path, (long long)e->step);
+    // (and from which directory: a -r run elsewhere types paths relative to there)
+    char line[sizeof e->synced_path + PATH_MAX + 128], cwd[PATH_MAX];
+    if (!getcwd(cwd, sizeof cwd)) snprintf(cwd, sizeof cwd, "?");
+    snprintf(line, sizeof line, "# dmsh -r: resumed from %s at step %lld, run in %s (relative paths below are from there)",
+             e->synced_path, (long long)e->step, cwd);
     session_transcript(e, line);
     return session_rewrite_metrics(e, err);
 }

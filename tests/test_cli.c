@@ -258,6 +258,10 @@ static void test_session_resume(void **s) {
     assert_non_null(tr);
     assert_non_null(strstr(tr, ":train 6 log_every=3 eval_every=3"));
     assert_non_null(strstr(tr, ":step 4"));
+    // the resume says from which directory the lines after it ran (their relative paths)
+    char *res = strstr(tr, "# dmsh -r: resumed from ");
+    assert_non_null(res);
+    assert_true(strstr(res, ", run in /") && strstr(res, ", run in /") < strstr(res, ":step 4"));
     free(tr);
     assert_true(file_size("runs/s1/ckpt/step-10.ckpt") > 0);
     // a new run in s1's directory is refused (it would overwrite step-N.ckpt and append to
@@ -532,6 +536,22 @@ static void test_spec_audit(void **s) {
     free(t1); free(t2);
     assert_int_equal(sh_in_dir("timeout 60 %s -b runs/sw1/transcript.dm > out.txt 2> err.txt", dmsh), 0);
     assert_int_equal(sh_in_dir("timeout 60 %s -r runs/sw1 -e ':step 1' > out.txt 2> err.txt", dmsh), 0);
+    // a :run that fails halfway: the lines it ran are in the transcript (the :run as a comment),
+    // and the transcript replays to the same step; before, the whole :run was left out
+    write_file("tsub.dm", ":step 2\n:set d=abc\n:step 5\n");
+    write_file("tmid.dm", ":set lr=0.002\n:run tsub.dm\n");
+    snprintf(script, sizeof script, "%s:data %s\n:session trf\n:init\n:run tmid.dm\n", SMALL, corpus);
+    assert_int_not_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    assert_non_null(strstr(err_, "tmid.dm:2: tsub.dm:2: bad value 'abc' for d"));
+    char *tr = read_in_dir("runs/trf/transcript.dm");
+    assert_non_null(tr);
+    if (!strstr(tr, "# :run tmid.dm\n:set lr=0.002\n# :run tsub.dm\n:step 2\n")) print_error("%s\n", tr);
+    assert_non_null(strstr(tr, "# :run tmid.dm\n:set lr=0.002\n# :run tsub.dm\n:step 2\n"));
+    assert_null(strstr(tr, "d=abc"));
+    free(tr);
+    assert_int_equal(sh_in_dir("mkdir -p rp2 && cp runs/trf/transcript.dm rp2/t.dm && rm tsub.dm tmid.dm && "
+                               "timeout 60 %s -b rp2/t.dm > out.txt 2> err.txt && grep -q 'step 1 loss' out.txt && "
+                               "! grep -q 'step 2 loss' out.txt", dmsh), 0);
     // a second :init: metrics.tsv holds the new run's rows only
     snprintf(script, sizeof script, "%s:data %s\n:session ii\n:init\n:step 3\n:init seed=5\n:step 2\n", SMALL, corpus);
     assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);

@@ -327,10 +327,25 @@ static void test_rc_files(void **s) {
     hit = expect_out("\n  wd ", 20);
     assert_true(fabs(atof(hit + 5 + strspn(hit + 5, " ")) - 0.0456) < 1e-9);
     expect_out("dmsh> ", 20);
+    type(":session rcs\r");
+    expect_out("session runs/rcs", 20);
+    expect_out("dmsh> ", 20);
     type("\x04");
     int st = wait_exit(20);
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 0);
+    // what the start-up files set heads the session's transcript (a -b replay reads no rc file);
+    // the failed line is not there, and the lines after it in that file never ran
+    snprintf(p, sizeof p, "%s/runs/rcs/transcript.dm", dir);
+    const char *tr = slurp(p);
+    assert_non_null(tr);
+    if (!strstr(tr, ":set lr=0.00123\n") || !strstr(tr, ":set wd=0.0456\n")) print_error("%s\n", tr);
+    assert_non_null(strstr(tr, "# start-up file "));
+    assert_non_null(strstr(tr, ":set lr=0.00123\n"));
+    assert_non_null(strstr(tr, ":set wd=0.0456\n"));
+    assert_null(strstr(tr, ":bogus"));
+    assert_null(strstr(tr, "lr=0.5"));
+    assert_true(strstr(tr, ":set wd=0.0456") < strstr(tr, "# :session rcs"));
     // --norc: neither file runs (lr keeps the default, no error line)
     spawn(1, 0);
     command(":show config");
