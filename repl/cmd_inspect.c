@@ -58,12 +58,14 @@ int cmd_probe(Shell *sh, Words *w, dm_err *err) {
     int rc = 0;
     if (w->argc == 3) {
         char path[1400], title[200], msg[300];
-        const char *dir = e->session_dir[0] ? e->session_dir : ".";
+        char dir[1100], pdir[1200];
+        session_default_dir(e, dir, sizeof dir);
         char safe[64];
         snprintf(safe, sizeof safe, "%s", pi.name);
         for (char *p = safe; *p; p++) if (*p == '@' || *p == '/') *p = '_';
-        if (!e->session_dir[0]) mkdir("plots", 0755);
-        snprintf(path, sizeof path, "%s/plots/hist-%s-step%lld.png", dir, safe, (long long)e->step);
+        snprintf(pdir, sizeof pdir, "%splots", dir);
+        mkdir(pdir, 0755);  // (exists in a session; an error shows when the PNG is written)
+        snprintf(path, sizeof path, "%s/hist-%s-step%lld.png", pdir, safe, (long long)e->step);
         snprintf(title, sizeof title, "%s %s at step %lld", pi.name, shape, (long long)e->step);
         if (viz_hist_png(path, v, pi.n, 60, title, msg, sizeof msg)) rc = dm_fail(err, "%s", msg);
         else fprintf(sh->out, "wrote %s\n", path);
@@ -80,9 +82,14 @@ int cmd_gen(Shell *sh, Words *w, dm_err *err) {
     double temp = 0.8;
     for (int i = 1; i < w->argc; i++) {
         char *a = w->argv[i], *end;
-        const char *eq = strchr(a, '=');
+        const char *eq = sh_eq(w, i);
+        if (!eq) {  // the prompt (a quoted "n=5" is a prompt too)
+            if (prompt) return dm_fail(err, "usage: :gen \"prompt\" [n=256 temp=0.8 top_k=0 seed=N]");
+            prompt = a;
+            continue;
+        }
         for (int j = 1; j < i && eq && eq != a; j++)  // `n=5 ... n=50`: one of them would be dropped
-            if (!strncmp(w->argv[j], a, (size_t)(eq - a) + 1) && strspn(a, "abcdefghijklmnopqrstuvwxyz_") == (size_t)(eq - a))
+            if (!w->lit[j] && !strncmp(w->argv[j], a, (size_t)(eq - a) + 1) && strspn(a, "abcdefghijklmnopqrstuvwxyz_") == (size_t)(eq - a))
                 return dm_fail(err, ":gen: option '%.*s' given twice", (int)(eq - a), a);
         if (!strncmp(a, "n=", 2)) { n = strtoll(a + 2, &end, 10); if (*end || n < 1 || n > 1000000) return dm_fail(err, "bad n '%s': 1..1000000", a + 2); }
         else if (!strncmp(a, "temp=", 5)) { temp = strtod(a + 5, &end); if (*end || !(temp >= 0 && temp <= 100)) return dm_fail(err, "bad temp '%s': 0..100 (0 = greedy)", a + 5); }
@@ -99,12 +106,13 @@ int cmd_gen(Shell *sh, Words *w, dm_err *err) {
     }
     if (!e->live) return dm_fail(err, "no model: :init builds one");
     if (!prompt || !*prompt) prompt = "\n";
-    // escapes in the prompt, as a user types them: \n newline, \t tab, \xHH any byte but 0
+    // escapes in the prompt, as a user types them: \n newline, \t tab, \\ a backslash, \xHH any byte but 0
     char pbuf[4096];
     size_t pn = 0;
     for (const char *p = prompt; *p; p++) {
         if (pn + 1 >= sizeof pbuf) return dm_fail(err, ":gen: the prompt is longer than %zu bytes", sizeof pbuf - 1);
         if (p[0] == '\\' && (p[1] == 'n' || p[1] == 't')) { pbuf[pn++] = p[1] == 'n' ? '\n' : '\t'; p++; continue; }
+        if (p[0] == '\\' && p[1] == '\\') { pbuf[pn++] = '\\'; p++; continue; }
         if (p[0] == '\\' && p[1] == 'x') {
             int v = 0, k = 0;
             for (; k < 2 && isxdigit((unsigned char)p[2 + k]); k++) v = v * 16 + (isdigit((unsigned char)p[2 + k]) ? p[2 + k] - '0' : (tolower((unsigned char)p[2 + k]) - 'a' + 10));

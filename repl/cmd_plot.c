@@ -12,6 +12,7 @@
 #include "../engine/engine.h"
 #include "../viz/axes.h"
 #include "../viz/plot.h"
+#include "../sessions/session.h"
 #include "shell.h"
 
 int cmd_plot(Shell *sh, Words *w, dm_err *err);
@@ -440,7 +441,7 @@ static int mkdir_p(const char *dir) {
 int cmd_plot(Shell *sh, Words *w, dm_err *err) {
     const char *spec = NULL;
     for (int i = 1; i < w->argc; i++) {
-        const char *eq = strchr(w->argv[i], '=');
+        const char *eq = sh_eq(w, i);
         if (!eq) {
             if (spec) return dm_fail(err, ":plot: unexpected argument '%s' (several metrics are one word: loss,lr)", w->argv[i]);
             spec = w->argv[i];
@@ -514,8 +515,8 @@ int cmd_plot(Shell *sh, Words *w, dm_err *err) {
         if (out) snprintf(path, sizeof path, "%s", out);
         else {
             const Engine *e = sh->eng;
-            char dir[1100];
-            snprintf(dir, sizeof dir, "%s%splots", e->session_dir, e->session_dir[0] ? "/" : "");
+            char dir[1200], dd[1100];
+            snprintf(dir, sizeof dir, "%splots", session_default_dir(e, dd, sizeof dd));
             if (mkdir_p(dir)) rc = dm_fail(err, ":plot: cannot create %s: %s", dir, strerror(errno));
             int n = snprintf(path, sizeof path, "%s/", dir);
             for (int k = 0; k < np; k++) n += snprintf(path + n, sizeof path - n, "%s%s", k ? "-" : "", names[k]);

@@ -102,8 +102,8 @@ static int cmd_set(Shell *sh, Words *w, dm_err *err) {
     // all or nothing: validate every pair on a copy first
     Engine probe = *E_;
     for (int i = 1; i < w->argc; i++) {
-        char *eq = strchr(w->argv[i], '=');
-        if (!eq) return dm_fail(err, "expected key=value, got '%s'", w->argv[i]);
+        char *eq = (char *)sh_eq(w, i);  // a quoted "lr=0.5" is one word, not a key=value
+        if (!eq) return dm_fail(err, "expected key=value, got '%s'%s", w->argv[i], w->lit[i] ? " (quote only the value: key=\"...\")" : "");
         *eq = 0;
         int bad = engine_set(&probe, w->argv[i], eq + 1, err);
         *eq = '=';
@@ -397,7 +397,8 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
             if (e->session_dir[0]) {
                 if (session_save(e, path, sizeof path, note, sizeof note, err)) { rc = 1; break; }
             } else {
-                snprintf(path, sizeof path, "dmsh-step-%lld.ckpt", (long long)e->step);
+                char dd[1100];
+                snprintf(path, sizeof path, "%sdmsh-step-%lld.ckpt", session_default_dir(e, dd, sizeof dd), (long long)e->step);
                 if (engine_save(e, path, err)) { rc = 1; break; }
             }
             fprintf(OUT, "checkpoint %s\n", path);
@@ -455,7 +456,10 @@ static int cmd_save(Shell *sh, Words *w, dm_err *err) {
     const char *p = sh_positional(w, 0);
     if (p || !E_->session_dir[0]) {  // a path given is the user's to overwrite
         if (p) snprintf(path, sizeof path, "%s", p);
-        else snprintf(path, sizeof path, "dmsh-step-%lld.ckpt", (long long)E_->step);
+        else {  // the working directory (a --replay child: its own scratch, removed after)
+            char dd[1100];
+            snprintf(path, sizeof path, "%sdmsh-step-%lld.ckpt", session_default_dir(E_, dd, sizeof dd), (long long)E_->step);
+        }
         if (engine_save(E_, path, err)) return 1;
     } else if (session_save(E_, path, sizeof path, note, sizeof note, err)) {
         return 1;
@@ -547,7 +551,7 @@ const Command dm_commands[] = {
     {":bench", cmd_bench, NULL, ":bench [steps=N]", "Warm timing of the training step: median ms/step with step indices, tok/s, model GFLOP/s, MFU (GPU: of the measured bf16 peak; CPU: of a 1024^3 product timed in the same command), backend memory. Restores the state after."},
     {":plot", cmd_plot, complete_plot, ":plot METRIC[,METRIC...] [out=FILE.png] [x=step|tokens|time] [log=on|off] [size=WxH]", "Charts to PNG: bpb, loss, lr, gnorm, tok_s, depths (BPB against depth per eval), experts (each expert's share of the routed tokens over training). Several metrics stack as panels on one shared x axis. Without out= it writes SESSION/plots/METRIC.png (./plots/ without a session) and prints the path."},
     {":probe", cmd_probe, NULL, ":probe [NAME [hist]]", "Statistics of a named activation of the last forward (NAME@i per iteration) or a parameter: shape, mean, std, rms, min, max, absmax, non-finite fraction; hist writes a histogram PNG. Alone: list the names."},
-    {":gen", cmd_gen, NULL, ":gen \"prompt\" [n=256 temp=0.8 top_k=0 seed=N]", "Sample bytes with the recurrent form of the model (KDA state carried: O(1) memory per byte). In the prompt \\n, \\t and \\xHH are escapes; control bytes print as \\xHH."},
+    {":gen", cmd_gen, NULL, ":gen \"prompt\" [n=256 temp=0.8 top_k=0 seed=N]", "Sample bytes with the recurrent form of the model (KDA state carried: O(1) memory per byte). In the prompt \\n, \\t, \\\\ and \\xHH are escapes; control bytes print as \\xHH."},
     {":device", cmd_device, NULL, ":device cpu|cuda[:N]", "Choose the backend; a live model moves with its optimizer state and step. Without a usable GPU it says why and nothing changes."},
     {":session", cmd_session, NULL, ":session NAME", "Use runs/NAME as the session directory (metrics.tsv, ckpt/, plots/)."},
     {":sessions", cmd_sessions, NULL, ":sessions", "List the sessions under runs/ with their latest checkpoint."},

@@ -14,6 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include "../engine/engine.h"
@@ -72,12 +74,16 @@ static void forward_signal(int sig) {
 
 // Run `self -b script` with DMSH_DIGEST=digest; its stdout goes to /dev/null (the first run's
 // lines are the user's to read: it is shown), stderr stays.
-static int run_child(const char *self, const char *script, const char *digest, int quiet, int perturb) {
+// DMSH_REPLAY_DIR: where a :save without a path goes in the child (its session is not opened,
+// so it would otherwise write dmsh-step-N.ckpt into the working directory, twice).
+static int run_child(const char *self, const char *script, const char *digest, const char *savedir, int quiet,
+                     int perturb) {
     fflush(NULL);
     pid_t pid = fork();
     if (pid < 0) return -1;
     if (pid == 0) {
         setenv("DMSH_DIGEST", digest, 1);
+        setenv("DMSH_REPLAY_DIR", savedir, 1);
         if (!perturb) unsetenv("DMSH_REPLAY_PERTURB");
         if (quiet && !freopen("/dev/null", "w", stdout)) _exit(127);
         execl(self, self, "--norc", "-b", script, (char *)NULL);
@@ -111,23 +117,79 @@ static char *slurp(const char *path) {
     return s;
 }
 
+// a child's save directory and the files in it (it holds no subdirectories)
+static void remove_flat_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *de;
+        char p[4600];
+        while ((de = readdir(d)))
+            if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) {
+                snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+                unlink(p);
+            }
+        closedir(d);
+    }
+    rmdir(dir);
+}
+
+// A script that is not a regular file (a pipe, /dev/stdin, a process substitution) can be read
+// once: the first child would consume it and the second run an empty script, a false "NOT
+// bit-identical". It is copied into `copy` (created 0600) and both children run the copy.
+static int copy_script(const char *script, const char *tmp, char *copy, size_t n) {
+    snprintf(copy, n, "%s/dmsh-replay-XXXXXX.dm", tmp);
+    int fd = mkstemps(copy, 3);
+    if (fd < 0) return -1;
+    FILE *in = fopen(script, "r"), *out = fdopen(fd, "w");
+    if (!in || !out) {
+        if (in) fclose(in);
+        if (out) fclose(out); else close(fd);
+        unlink(copy);
+        return -1;
+    }
+    char buf[65536];
+    size_t got;
+    int bad = 0;
+    while ((got = fread(buf, 1, sizeof buf, in)) > 0)
+        if (fwrite(buf, 1, got, out) != got) bad = 1;
+    bad |= ferror(in);
+    fclose(in);
+    bad |= fclose(out) != 0;
+    if (bad) { unlink(copy); return -1; }
+    return 0;
+}
+
 int replay_main(const char *script) {
     char self[4096];
     ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
     if (sl <= 0) { fprintf(stderr, "dmsh: --replay: cannot find this binary (/proc/self/exe)\n"); return 2; }
     self[sl] = 0;
     if (access(script, R_OK)) { fprintf(stderr, "dmsh: --replay: cannot read %s: %s\n", script, strerror(errno)); return 2; }
-    const char *tmp = getenv("TMPDIR");
-    char d[2][4200];
+    const char *tmpenv = getenv("TMPDIR");
+    const char *tmp = tmpenv && tmpenv[0] ? tmpenv : "/tmp";
+    char d[2][4200], sd[2][4200], copy[4200] = "";
+    const char *run_script = script;
+    struct stat sst;
+    if (stat(script, &sst) == 0 && !S_ISREG(sst.st_mode)) {
+        if (S_ISDIR(sst.st_mode)) { fprintf(stderr, "dmsh: --replay: %s is a directory, not a script\n", script); return 2; }
+        if (copy_script(script, tmp, copy, sizeof copy)) {
+            fprintf(stderr, "dmsh: --replay: cannot copy %s into a temp file in %s: %s\n", script, tmp, strerror(errno));
+            return 2;
+        }
+        run_script = copy;
+        fprintf(stderr, "replay %s: not a regular file; both processes run a copy (%s)\n", script, copy);
+    }
     // created here (O_EXCL, mode 0600): a name guessed in advance, or a link planted there,
     // cannot redirect what the children write
     for (int k = 0; k < 2; k++) {
-        snprintf(d[k], sizeof d[k], "%s/dmsh-replay-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+        snprintf(d[k], sizeof d[k], "%s/dmsh-replay-XXXXXX", tmp);
+        snprintf(sd[k], sizeof sd[k], "%s/dmsh-replay-save-XXXXXX", tmp);
         int fd = mkstemp(d[k]);
-        if (fd < 0) {
-            fprintf(stderr, "dmsh: --replay: cannot create a digest file in %s: %s (set TMPDIR)\n", tmp && tmp[0] ? tmp : "/tmp",
-                    strerror(errno));
-            if (k) unlink(d[0]);
+        if (fd < 0 || !mkdtemp(sd[k])) {
+            fprintf(stderr, "dmsh: --replay: cannot create a digest file in %s: %s (set TMPDIR)\n", tmp, strerror(errno));
+            if (fd >= 0) { close(fd); unlink(d[k]); }
+            if (k) { unlink(d[0]); remove_flat_dir(sd[0]); }
+            if (copy[0]) unlink(copy);
             return 2;
         }
         close(fd);
@@ -142,7 +204,7 @@ int replay_main(const char *script) {
     int rc = 0;
     for (int k = 0; k < 2 && !rc; k++) {
         fprintf(stderr, "replay %s: process %d of 2\n", script, k + 1);
-        int st = run_child(self, script, d[k], k == 1, k == 1);
+        int st = run_child(self, run_script, d[k], sd[k], k == 1, k == 1);
         if (st != 0) {
             fprintf(stderr, "dmsh: --replay: process %d of 2 failed (exit %d): the script must run to its end\n", k + 1, st);
             rc = 1;
@@ -176,11 +238,16 @@ int replay_main(const char *script) {
                    line, ml > 80 ? 80 : ml, more);
             rc = 1;
         }
+        if (!rc && ntensor == 0) {  // an empty script (or a broken pipe upstream) compares nothing
+            printf("replay %s: nothing to compare: the script built no model (is it empty?)\n", script);
+            rc = 1;
+        }
         if (!rc)
             printf("replay %s: 2 processes bit-identical: %d train steps (losses, gnorms), every eval, %d tensors with "
                    "their optimizer moments\n",
                    script, ntrain, ntensor);
     }
-    for (int k = 0; k < 2; k++) { free(dig[k]); unlink(d[k]); }
+    for (int k = 0; k < 2; k++) { free(dig[k]); unlink(d[k]); remove_flat_dir(sd[k]); }
+    if (copy[0]) unlink(copy);
     return rc;
 }

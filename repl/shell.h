@@ -2,6 +2,7 @@
 // handler, completer, help), the line parser, prefix resolution, batch / -e / interactive
 // drivers. Handlers are thin: parse words, call the engine, print.
 #pragma once
+#include <string.h>
 #include <stdio.h>
 #include "../engine/err.h"
 
@@ -14,7 +15,10 @@ typedef struct {
     char *argv[SH_MAX_WORDS];   // argv[0] is the command word as typed (":eval-d")
     const char *text;           // the command as typed: text[0..textlen) of the line (transcript)
     size_t textlen;
+    unsigned char lit[SH_MAX_WORDS];  // 1: the word began with a quote ("n=5"): never a key=value
 } Words;
+// the '=' of a key=value word, NULL for a positional one (no '=', or a word that began quoted)
+static inline const char *sh_eq(const Words *w, int i) { return w->lit[i] ? NULL : strchr(w->argv[i], '='); }
 
 typedef struct Shell {
     struct Engine *eng;

@@ -91,6 +91,37 @@ int session_open(Engine *e, const char *dir, dm_err *err) {
         snprintf(line, sizeof line, "# continues session %s at step %lld: the model was built there (see its transcript)", prev,
                  (long long)e->step);
         session_transcript(e, line);
+    } else if (prev[0] && !session_same_dir(prev, dir)) {
+        // no model yet: the config (and corpus) set in the other session is this one's start,
+        // written out as lines, so a replay of this transcript alone builds the same model
+        char line[2200];
+        snprintf(line, sizeof line, "# continues session %s before any model: its config and corpus at the switch", prev);
+        session_transcript(e, line);
+        char *text = mallocCheck(16384), *buf = NULL;
+        size_t blen = 0;
+        engine_config_text(&e->cfg, text, 16384);
+        FILE *m = open_memstream(&buf, &blen);
+        if (m) {
+            fputs(text, m);
+            if (e->data_path[0]) {
+                fputs(":data ", m);
+                put_word(m, e->data_path);
+                if (e->eval_path[0]) {
+                    fputs(" eval=", m);
+                    put_word(m, e->eval_path);
+                }
+                fputc('\n', m);
+            }
+            fclose(m);
+            for (char *l = buf, *nl; l && *l; l = nl + 1) {  // one transcript line each
+                nl = strchr(l, '\n');
+                if (!nl) { session_transcript(e, l); break; }
+                *nl = 0;
+                session_transcript(e, l);
+            }
+            free(buf);
+        }
+        free(text);
     }
     if (session_write_config(e, err)) return 1;
     if (e->nrows && session_rewrite_metrics(e, err)) return 1;
@@ -265,6 +296,14 @@ static char lock_dir[1024], new_dir[1024];
 
 // the directory we hold, however it is spelled (runs/X, runs/X/, ./runs/X, a link to it):
 // compared as files, so our own lock is never taken for another dmsh's
+const char *session_default_dir(const Engine *e, char *buf, size_t n) {
+    const char *rd = getenv("DMSH_REPLAY_DIR");
+    const char *d = e && e->session_dir[0] ? e->session_dir : rd && rd[0] ? rd : "";
+    size_t dl = strlen(d);
+    snprintf(buf, n, "%s%s", d, dl && d[dl - 1] != '/' ? "/" : "");
+    return buf;
+}
+
 int session_same_dir(const char *a, const char *b) {
     if (!strcmp(a, b)) return 1;
     struct stat sa, sb;
@@ -342,7 +381,13 @@ static void remove_stale_tmp(const char *dir) {
     closedir(d);
 }
 
-int session_resume(Engine *e, const char *dir, dm_err *err) {
+int session_resume(Engine *e, const char *dir_in, dm_err *err) {
+    // runs/X/ and runs/X name one directory: without the trailing '/' the paths printed below
+    // (runs/X/ckpt/...) carry no "//"
+    char dirbuf[1024];
+    snprintf(dirbuf, sizeof dirbuf, "%s", dir_in);
+    for (size_t l = strlen(dirbuf); l > 1 && dirbuf[l - 1] == '/'; l--) dirbuf[l - 1] = 0;
+    const char *dir = dirbuf;
     struct stat st;
     if (stat(dir, &st) || !S_ISDIR(st.st_mode)) return dm_fail(err, "%s: not a session directory", dir);
     if (session_lock(dir, err)) return 1;

@@ -29,5 +29,9 @@ int session_save(Engine *e, char *path, size_t n, char *note, size_t nnote, dm_e
 int session_autosave(Engine *e, char *path, size_t n, dm_err *err);
 // 1 (and err naming the holder's pid) when another running dmsh has DIR open as its session
 int session_in_use(const char *dir, dm_err *err);
+// Where files a command writes by default go: the session directory, else (in a `dmsh --replay`
+// process, DMSH_REPLAY_DIR: a temp directory the parent removes) that, else "" (the working
+// directory). With a trailing '/' when not empty, so "%sNAME" is the path.
+const char *session_default_dir(const Engine *e, char *buf, size_t n);
 // 1 when a and b name the same directory (equal strings, or the same file: runs/X/, ./runs/X)
 int session_same_dir(const char *a, const char *b);

@@ -49,7 +49,7 @@ static void expect_error(const char *script, const char *needle) {
 }
 
 static void write_file(const char *name, const char *text) {
-    char p[400];
+    char p[1200];
     snprintf(p, sizeof p, "%s/%s", dir, name);
     FILE *f = fopen(p, "w");
     fputs(text, f);
@@ -536,6 +536,32 @@ static void test_spec_audit(void **s) {
     free(t1); free(t2);
     assert_int_equal(sh_in_dir("timeout 60 %s -b runs/sw1/transcript.dm > out.txt 2> err.txt", dmsh), 0);
     assert_int_equal(sh_in_dir("timeout 60 %s -r runs/sw1 -e ':step 1' > out.txt 2> err.txt", dmsh), 0);
+    // a line break in -e ends a command as ';' does, a '#' comment ends at its line's end; a
+    // line break inside quotes cannot be one transcript line: the command goes in as a comment
+    // that says so (it split the line: the replay failed on an unterminated quote, or ran the
+    // rest of a :run's name as a command), and a -b replay of the transcript names it
+    snprintf(script, sizeof script, ":preset nano # the smallest\n:set d=32 H=2 L=2 E=2 k=1 r=8 f=64 engram_rows=257 engram_dim=8 "
+             "seq=32 batch=4\n:data %s\n:session nlx\n:init\n:gen \"a\nb\" n=2 temp=0\n:step 1\n:run \"nope\n:step 5 #\"", corpus);
+    write_file("nl.txt", script);
+    assert_int_equal(sh_in_dir("timeout 60 %s -e \"$(cat nl.txt)\" > out.txt 2> err.txt", dmsh), 1);  // (the :run fails)
+    char *tn = read_in_dir("runs/nlx/transcript.dm");
+    assert_non_null(tn);
+    if (!strstr(tn, "\n# not replayable (a line break inside quotes): :gen \"a\\nb\" n=2 temp=0\n")) print_error("%s\n", tn);
+    assert_non_null(strstr(tn, "\n:preset nano\n"));
+    assert_non_null(strstr(tn, "\n# not replayable (a line break inside quotes): :gen \"a\\nb\" n=2 temp=0\n"));
+    assert_non_null(strstr(tn, "\n# not replayable (a line break inside quotes): :run \"nope\\n:step 5 #\"\n"));
+    assert_null(strstr(tn, "\n:step 5"));
+    free(tn);
+    assert_int_equal(sh_in_dir("cp runs/nlx/transcript.dm nlx.dm && timeout 60 %s -b nlx.dm > out2.txt 2> err.txt && "
+                               "grep -q 'nlx.dm:[0-9]*: note: this line is not run: not replayable' err.txt && "
+                               "grep -q '^step 0 loss' out2.txt && ! grep -q '^step 1 loss' out2.txt", dmsh), 0);  // (:step 5 never ran)
+    // a :session switch before any model: the config set in the first session heads the second's
+    // transcript, which alone replays to the same losses (it held :data, :init and :step only)
+    snprintf(cmd, sizeof cmd, "timeout 60 %%s -e ':preset nano; :set d=32 H=2 L=2 E=2 k=1 r=8 f=64 engram_rows=257 engram_dim=8 seq=32 batch=4; :session swa; :set lr=0.01; :session swb; :data %s; :init; :step 2' > out.txt 2> err.txt", corpus);
+    assert_int_equal(sh_in_dir(cmd, dmsh), 0);
+    assert_int_equal(sh_in_dir("grep '^step 1 loss' out.txt | cut -d' ' -f1-4 > a.txt && cp runs/swb/transcript.dm swb.dm && "
+                               "timeout 60 %s -b swb.dm > out2.txt 2> err.txt && grep '^step 1 loss' out2.txt | cut -d' ' -f1-4 > b.txt && "
+                               "test -s a.txt && cmp -s a.txt b.txt", dmsh), 0);
     // a :run that fails halfway: the lines it ran are in the transcript (the :run as a comment),
     // and the transcript replays to the same step; before, the whole :run was left out
     write_file("tsub.dm", ":step 2\n:set d=abc\n:step 5\n");
@@ -576,6 +602,25 @@ static void test_spec_audit(void **s) {
         }
         expect_error(":run a_rather_long_script_name_for_nesting_00.dm\n", "nesting_09.dm:1: bad value 'abc' for d");
     }
+    // a chain longer than the message's room loses its middle, never the cause at its end
+    {
+        char name[400], next[400], body[500], longdir[300];
+        memset(longdir, 'd', 200);
+        longdir[200] = 0;
+        char mk[600];
+        snprintf(mk, sizeof mk, "mkdir -p %s", longdir);
+        assert_int_equal(sh_in_dir(mk, dmsh), 0);
+        for (int i = 0; i < 12; i++) {
+            snprintf(name, sizeof name, "%s/m%02d.dm", longdir, i);
+            snprintf(next, sizeof next, "%s/m%02d.dm", longdir, i + 1);
+            if (i < 11) snprintf(body, sizeof body, ":run %s\n", next);
+            else snprintf(body, sizeof body, ":set d=abc\n");
+            write_file(name, body);
+        }
+        snprintf(body, sizeof body, ":run %s/m00.dm\n", longdir);
+        expect_error(body, "m11.dm:1: bad value 'abc' for d");
+        assert_non_null(strstr(err_, " ... "));
+    }
     write_file("self.dm", ":help\n:run self.dm\n");
     expect_error(":run self.dm\n", "self.dm is already running");
     // extra arguments and malformed lists
@@ -592,7 +637,17 @@ static void test_spec_audit(void **s) {
     assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
     assert_non_null(strstr(out, "\nA\nB\\x01C"));
     expect_error(":preset nano\n:init\n:gen \"a\\xZ1\"\n", "bad escape");
+    // \\ is a literal backslash (single quotes: the line splitter leaves it to :gen)
+    snprintf(script, sizeof script, "%s:init\n:gen 'A\\\\nB' n=1 temp=0\n", SMALL);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    if (!strstr(out, "\nA\\nB")) print_error("%s\n", out);
+    assert_non_null(strstr(out, "\nA\\nB"));
+    // a quoted word is never a key=value: "n=5" is the prompt, not n (and not a duplicate of n=1)
+    snprintf(script, sizeof script, "%s:init\n:gen \"n=5\" n=1 temp=0\n", SMALL);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    assert_non_null(strstr(out, "\nn=5"));
     expect_error(":preset nano\n:init\n:gen \"a\" n=5 temp=0 n=50\n", ":gen: option 'n' given twice");
+    expect_error(":set \"lr=0.5\"\n", "expected key=value, got 'lr=0.5' (quote only the value");
     // command-line mistakes: the flag is named, exit 2
     assert_int_equal(sh_in_dir("%s -b > out.txt 2> err.txt", dmsh), 2);
     slurp_to("err.txt", err_, sizeof err_);
@@ -622,6 +677,32 @@ static void test_spec_audit(void **s) {
     assert_int_equal(sh_in_dir("DMSH_REPLAY_PERTURB=1 timeout 120 %s --replay rp.dm > out.txt 2> err.txt", dmsh), 1);
     slurp_to("out.txt", out, sizeof out);
     assert_non_null(strstr(out, "NOT bit-identical"));
+    // a script from a pipe: both processes run a copy (the second read an empty pipe and the
+    // replay said NOT bit-identical); a :save without a path writes nothing into the working
+    // directory (it wrote dmsh-step-N.ckpt there, twice)
+    snprintf(script, sizeof script, "%s:data %s\n:session rq\n:init seed=9\n:step 3\n:save\n", SMALL, corpus);
+    write_file("rq.dm", script);
+    assert_int_equal(sh_in_dir("cat rq.dm | timeout 120 %s --replay /dev/stdin > out.txt 2> err.txt", dmsh), 0);
+    slurp_to("out.txt", out, sizeof out);
+    assert_non_null(strstr(out, "2 processes bit-identical: 3 train steps"));
+    assert_int_equal(file_size("dmsh-step-3.ckpt"), -1);
+    // nor do :train's checkpoints and :plot's PNGs without a session; an empty script compares
+    // nothing and says so (exit 1), instead of "bit-identical"
+    snprintf(script, sizeof script, "%s:data %s\n:init seed=9\n:train 4 ckpt_every=2 eval_every=0\n%s", SMALL, corpus,
+#ifdef DM_HAVE_PNG
+             ":plot loss\n"
+#else
+             ""
+#endif
+    );
+    write_file("rk.dm", script);
+    assert_int_equal(sh_in_dir("timeout 120 %s --replay rk.dm > out.txt 2> err.txt", dmsh), 0);
+    assert_int_equal(file_size("dmsh-step-2.ckpt"), -1);
+    assert_int_equal(file_size("dmsh-step-4.ckpt"), -1);
+    assert_int_equal(file_size("plots/loss.png"), -1);
+    assert_int_equal(sh_in_dir("timeout 60 %s --replay /dev/null > out.txt 2> err.txt", dmsh), 1);
+    slurp_to("out.txt", out, sizeof out);
+    assert_non_null(strstr(out, "nothing to compare"));
     // SIGTERM to the --replay parent alone reaches the child, which stops; nothing is left running
     snprintf(script, sizeof script, "%s:data %s\n:init\n:step 1000000\n", SMALL, corpus);
     write_file("long.dm", script);
