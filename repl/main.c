@@ -30,6 +30,35 @@ static void catch_unless_ignored(int sig, const struct sigaction *sa) {
     sigaction(sig, sa, NULL);
 }
 
+// The length of the first line of an -e text: up to a line break outside quotes and comments
+// (the line splitter's rules: "..." with \" and \\, '...', '#' to the end of the line).
+static size_t expr_line_len(const char *s) {
+    size_t i = 0;
+    char q = 0;
+    int comment = 0;
+    for (; s[i]; i++) {
+        char c = s[i];
+        if (comment) { if (c == '\n') break; continue; }
+        if (q) {
+            if (q == '"' && c == '\\' && (s[i + 1] == '"' || s[i + 1] == '\\')) i++;
+            else if (c == q) q = 0;
+            continue;
+        }
+        if (c == '\n') break;
+        if (c == '#') comment = 1;
+        else if (c == '"' || c == '\'') q = c;
+    }
+    return i;
+}
+static int expr_line_count(const char *s) {
+    int n = 0;
+    for (size_t at = 0, l = strlen(s); at < l; n++) {
+        size_t len = expr_line_len(s + at);
+        at += len + (s[at + len] == '\n');
+    }
+    return n ? n : 1;
+}
+
 // the command-line options dmsh knows (main's loop below)
 static int is_option(const char *s) {
     static const char *opts[] = {"-b", "-e", "-r", "--replay", "--norc", "--no-tui", "-h", "--help", "--commands-md"};
@@ -113,14 +142,31 @@ int main(int argc, char **argv) {
         if (note) printf("note: %s\n", note);
     }
     for (int k = 0; k < nexpr && !rc && !sh.quit; k++) {
-        sh.src = "-e";
-        sh.line = k + 1;
-        dm_err err = {0};
-        if (sh_exec_line(&sh, exprs[k], &err)) {
-            if (nexpr > 1) fprintf(stderr, "-e #%d: error: %s\n", k + 1, err.msg);
-            else fprintf(stderr, "-e: error: %s\n", err.msg);
-            rc = 1;
+        // a multi-line -e runs line by line, so an error names its line (-e:3:, -e #2:3:)
+        const char *x = exprs[k];
+        size_t xl = strlen(x);
+        char *ln = malloc(xl + 1);
+        int nlines = expr_line_count(x), li = 0;
+        for (size_t at = 0; at < xl && !rc && !sh.quit;) {
+            size_t len = expr_line_len(x + at);
+            memcpy(ln, x + at, len);
+            ln[len] = 0;
+            at += len + (x[at + len] == '\n');
+            li++;
+            sh.src = "-e";
+            sh.line = li;
+            dm_err err = {0};
+            if (sh_exec_line(&sh, ln, &err)) {
+                char where[48];
+                if (nexpr > 1 && nlines > 1) snprintf(where, sizeof where, "-e #%d:%d", k + 1, li);
+                else if (nexpr > 1) snprintf(where, sizeof where, "-e #%d", k + 1);
+                else if (nlines > 1) snprintf(where, sizeof where, "-e:%d", li);
+                else snprintf(where, sizeof where, "-e");
+                fprintf(stderr, "%s: error: %s\n", where, err.msg);
+                rc = 1;
+            }
         }
+        free(ln);
     }
     if (!rc && batch) rc = sh_run_file(&sh, batch);
     if (!nexpr && !batch) {

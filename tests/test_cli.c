@@ -555,6 +555,13 @@ static void test_spec_audit(void **s) {
     assert_int_equal(sh_in_dir("cp runs/nlx/transcript.dm nlx.dm && timeout 60 %s -b nlx.dm > out2.txt 2> err.txt && "
                                "grep -q 'nlx.dm:[0-9]*: note: this line is not run: not replayable' err.txt && "
                                "grep -q '^step 0 loss' out2.txt && ! grep -q '^step 1 loss' out2.txt", dmsh), 0);  // (:step 5 never ran)
+    // an error in a multi-line -e names its line (a quoted line break and a comment's quote do
+    // not count as lines)
+    write_file("ml.txt", ":help step # it's\n:gen \"a\nb\"\n:bogus\n:help");
+    assert_int_equal(sh_in_dir("timeout 60 %s -e \"$(cat ml.txt)\" > out.txt 2> err.txt", dmsh), 1);
+    slurp_to("err.txt", err_, sizeof err_);
+    if (!strstr(err_, "-e:2: error: no model")) print_error("%s\n", err_);
+    assert_non_null(strstr(err_, "-e:2: error: no model"));
     // a :session switch before any model: the config set in the first session heads the second's
     // transcript, which alone replays to the same losses (it held :data, :init and :step only)
     snprintf(cmd, sizeof cmd, "timeout 60 %%s -e ':preset nano; :set d=32 H=2 L=2 E=2 k=1 r=8 f=64 engram_rows=257 engram_dim=8 seq=32 batch=4; :session swa; :set lr=0.01; :session swb; :data %s; :init; :step 2' > out.txt 2> err.txt", corpus);
