@@ -23,14 +23,13 @@ static void put_word(FILE *f, const char *s) {
     fputc('"', f);
 }
 
-int session_write_config(const Engine *e, dm_err *err) {
-    if (!e->session_dir[0]) return 0;
-    char path[1200], *text = mallocCheck(16384);
-    snprintf(path, sizeof path, "%s/config.dm", e->session_dir);
+// The lines that rebuild the config and corpus: :set for every key, then :data (config.dm, and
+// the head of a session switched to before any model)
+static void put_config_lines(FILE *f, const Engine *e) {
+    char *text = mallocCheck(16384);
     engine_config_text(&e->cfg, text, 16384);
-    FILE *f = fopen(path, "w");
-    if (!f) { free(text); return dm_fail(err, "cannot write %s: %s", path, strerror(errno)); }
-    fprintf(f, "# resolved config of this session (dmsh writes it on :init and :session)\n%s", text);
+    fputs(text, f);
+    free(text);
     if (e->data_path[0]) {
         fputs(":data ", f);
         put_word(f, e->data_path);
@@ -40,8 +39,17 @@ int session_write_config(const Engine *e, dm_err *err) {
         }
         fputc('\n', f);
     }
+}
+
+int session_write_config(const Engine *e, dm_err *err) {
+    if (!e->session_dir[0]) return 0;
+    char path[1200];
+    snprintf(path, sizeof path, "%s/config.dm", e->session_dir);
+    FILE *f = fopen(path, "w");
+    if (!f) return dm_fail(err, "cannot write %s: %s", path, strerror(errno));
+    fputs("# resolved config of this session (dmsh writes it on :init and :session)\n", f);
+    put_config_lines(f, e);
     fclose(f);
-    free(text);
     return 0;
 }
 
@@ -97,21 +105,11 @@ int session_open(Engine *e, const char *dir, dm_err *err) {
         char line[2200];
         snprintf(line, sizeof line, "# continues session %s before any model: its config and corpus at the switch", prev);
         session_transcript(e, line);
-        char *text = mallocCheck(16384), *buf = NULL;
+        char *buf = NULL;
         size_t blen = 0;
-        engine_config_text(&e->cfg, text, 16384);
         FILE *m = open_memstream(&buf, &blen);
         if (m) {
-            fputs(text, m);
-            if (e->data_path[0]) {
-                fputs(":data ", m);
-                put_word(m, e->data_path);
-                if (e->eval_path[0]) {
-                    fputs(" eval=", m);
-                    put_word(m, e->eval_path);
-                }
-                fputc('\n', m);
-            }
+            put_config_lines(m, e);
             fclose(m);
             for (char *l = buf, *nl; l && *l; l = nl + 1) {  // one transcript line each
                 nl = strchr(l, '\n');
@@ -121,7 +119,6 @@ int session_open(Engine *e, const char *dir, dm_err *err) {
             }
             free(buf);
         }
-        free(text);
     }
     if (session_write_config(e, err)) return 1;
     if (e->nrows && session_rewrite_metrics(e, err)) return 1;

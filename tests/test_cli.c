@@ -555,6 +555,11 @@ static void test_spec_audit(void **s) {
     assert_int_equal(sh_in_dir("cp runs/nlx/transcript.dm nlx.dm && timeout 60 %s -b nlx.dm > out2.txt 2> err.txt && "
                                "grep -q 'nlx.dm:[0-9]*: note: this line is not run: not replayable' err.txt && "
                                "grep -q '^step 0 loss' out2.txt && ! grep -q '^step 1 loss' out2.txt", dmsh), 0);  // (:step 5 never ran)
+    // more than 1 MiB of lines before :session: the rest are counted in the transcript, not
+    // dropped without a word
+    assert_int_equal(sh_in_dir("yes ':set lr=0.001' | head -n 80000 > big.dm && printf ':session bigpre\\n:help\\n' >> big.dm && "
+                               "timeout 120 %s -b big.dm > out.txt 2> err.txt && "
+                               "grep -q '^# [0-9]* more lines ran before the session opened' runs/bigpre/transcript.dm", dmsh), 0);
     // an error in a multi-line -e names its line (a quoted line break and a comment's quote do
     // not count as lines)
     write_file("ml.txt", ":help step # it's\n:gen \"a\nb\"\n:bogus\n:help");
