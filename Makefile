@@ -42,7 +42,7 @@ ifeq ($(HEADLESS)$(wildcard /usr/include/stb/stb_image_write.h),/usr/include/stb
   CFLAGS += -DDM_HAVE_PNG=1 -I/usr/include/stb
 endif
 
-.PHONY: all lib test test-float test-double bench deps cuda-check clean demo dmsh headless print-blaslib spec-forward
+.PHONY: all lib test test-float test-double bench deps cuda-check clean demo dmsh headless print-blaslib spec-forward test-sgemm-avx2
 all: lib dmsh
 print-blaslib:  # the OpenBLAS link flag this machine takes (tests/gpu/run.sh links with it)
 	@echo $(BLASLIB)
@@ -134,6 +134,26 @@ test: deps
 test-float test-double: $(addprefix $(B)/tests/,$(TESTS)) $(B)/dmsh
 	@set -e; for t in $(TESTS); do echo "== $(DM_REAL) $$t"; $(TESTENV) ./$(B)/tests/$$t; done
 	@if [ "$(DM_REAL)" = double ]; then $(MAKE) --no-print-directory spec-forward DM_REAL=double; fi
+	@if [ "$(DM_REAL)" = float ]; then $(MAKE) --no-print-directory test-sgemm-avx2 DM_REAL=float; fi
+
+# Where the compiler targets AVX-512, sgemm.c runs its 6x32 tiles; machines without AVX-512 run
+# the 6x16 AVX2 tiles. Both must stay tested wherever the tests run: test_sgemm again, against
+# sgemm.c built with AVX-512 off (a plain program, nothing else of the library in it), and the
+# two builds against each other bit for bit (tests/sgemm_isa_same.c).
+HAVE_AVX512 := $(shell $(CC) $(CFLAGS) -dM -E -x c /dev/null 2>/dev/null | grep -c __AVX512F__)
+test-sgemm-avx2: $(B)/libdm.a
+ifneq ($(HAVE_AVX512),0)
+	@mkdir -p $(B)/tests
+	$(CC) $(CFLAGS) -mno-avx512f tests/test_sgemm.c kernels/cpu/sgemm.c -o $(B)/tests/test_sgemm_avx2 -lcmocka $(LDLIBS)
+	@echo "== $(DM_REAL) test_sgemm (AVX2 tiles)"; $(TESTENV) ./$(B)/tests/test_sgemm_avx2
+	$(CC) $(CFLAGS) -mno-avx512f -Ddm_sgemm=dm_sgemm_avx2 -Ddm_ssyrk_upper=dm_ssyrk_upper_avx2 \
+	  -Ddm_sgemm_bf16ops=dm_sgemm_bf16ops_avx2 -Ddm_emulate_bf16=dm_emulate_bf16_avx2 \
+	  -c kernels/cpu/sgemm.c -o $(B)/tests/sgemm_avx2.o
+	$(CC) $(CFLAGS) tests/sgemm_isa_same.c $(B)/tests/sgemm_avx2.o $(B)/kernels/cpu/sgemm.o -o $(B)/tests/sgemm_isa_same $(LDLIBS)
+	@echo "== $(DM_REAL) sgemm_isa_same"; $(TESTENV) ./$(B)/tests/sgemm_isa_same
+else
+	@echo "== test_sgemm (AVX2 tiles): the default build already runs them (no AVX-512 here)"
+endif
 
 # The forward pass against an independent pure-Python model written from SPEC.md §1-§3
 # (tests/spec_forward): 24 tiny configs and arm settings, losses and activations within 1e-10 in

@@ -1,5 +1,5 @@
 // test_sgemm.c — the CPU backend's own float GEMM (kernels/cpu/sgemm.c) against a plain
-// double-precision reference: every transpose combination, edge sizes around the 6x16 tile
+// double-precision reference: every transpose combination, edge sizes around the 6x16 (AVX2) and 6x32 (AVX-512) tiles
 // and the 256-deep K block, padded leading dimensions, alpha and beta (beta = 0 must not read
 // C: C starts as NaN there), and thread-count independence (bit-identical with 1 and 2 threads).
 // Float GEMM in both builds (the double build uses cblas_dgemm, but sgemm.c is compiled in too).
@@ -69,11 +69,11 @@ static double run_case(const Case *cs, Rng *r, int check_threads) {
     return worst;
 }
 
-// Every transpose pair over sizes that cross the tile (6 x 16) and K-block (256) edges.
+// Every transpose pair over sizes that cross the tile (6 x 16 or 6 x 32) and K-block (256) edges.
 static void test_sgemm_edges(void **s) {
     (void)s;
     Rng r = {2024};
-    const int Ms[] = {1, 5, 6, 7, 13, 37, 101}, Ns[] = {1, 15, 16, 17, 33}, Ks[] = {1, 3, 64, 255, 256, 300};
+    const int Ms[] = {1, 5, 6, 7, 13, 37, 101}, Ns[] = {1, 15, 16, 17, 31, 32, 33, 47, 65}, Ks[] = {1, 3, 64, 255, 256, 300};
     const float al[] = {1, -1, 0.5f}, be[] = {0, 1, 0.3f};
     double worst = 0;
     int n = 0;
@@ -114,7 +114,7 @@ static void test_sgemm_model_shapes(void **s) {
 static void test_ssyrk_upper(void **s) {
     (void)s;
     Rng r = {99};
-    const int ns[] = {1, 7, 16, 37, 128}, ks[] = {5, 128, 300};
+    const int ns[] = {1, 7, 16, 31, 33, 37, 128}, ks[] = {5, 128, 300};
     double worst = 0;
     for (int tr = 0; tr < 2; tr++)
         for (unsigned ni = 0; ni < sizeof ns / sizeof *ns; ni++)

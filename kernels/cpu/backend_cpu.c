@@ -80,8 +80,10 @@ static void cpu_describe(char *buf, size_t n) {
 #endif
     snprintf(buf, n, "cpu: %s, %d logical cores, OpenMP threads %d; matrix products: %s", model, cores, threads,
              sizeof(real) == 4 ?
-#if defined(__AVX2__) && defined(__FMA__)
-             "own AVX2/FMA sgemm (kernels/cpu/sgemm.c)"
+#if defined(__AVX512F__)
+             "own AVX-512 sgemm, 6x32 tiles (kernels/cpu/sgemm.c)"
+#elif defined(__AVX2__) && defined(__FMA__)
+             "own AVX2/FMA sgemm, 6x16 tiles (kernels/cpu/sgemm.c)"
 #else
              "OpenBLAS sgemm"
 #endif

@@ -10,7 +10,8 @@
 // Scheme (the Goto/BLIS loop nest, one level of cache blocking):
 //   for jc over N in NC columns:  for pc over K in KC:  pack B[pc, jc] into 16-wide panels
 //     for ic over M in 6 rows:    pack A[ic, pc] (6 x kc, k-major)
-//       for jr over the panels:   6x16 register tile += A panel x B panel (AVX2 FMA),
+//       for jr over the panels:   6x16 register tile += A panel x B panel (AVX2 FMA), or
+//                                 6x32 over two panels (AVX-512, when the compiler targets it),
 //                                 then C = alpha acc + beta C (first K block) or C += alpha acc.
 // The order of every sum is fixed by (M, N, K) alone: the result never depends on the thread
 // count (rows of C are split between threads, never K) — the determinism rule of the project.
@@ -56,6 +57,14 @@ void dm_sgemm_bf16ops(int tA, int tB, int M, int N, int K, float alpha, const fl
 #include <immintrin.h>
 
 enum { MR = 6, NR = 16, KC = 256, NC = 512, MC = 96, SMALL_M = 96 };
+// CW: the columns one register tile covers. With AVX-512 a tile is 6 x 32 (two 16-wide panels,
+// two zmm accumulators per row): twice the FMA width of the AVX2 6 x 16 tile. Each element of C
+// is still one FMA chain over k in order, so both tiles give the same bits.
+#ifdef __AVX512F__
+enum { CW = 2 * NR };
+#else
+enum { CW = NR };
+#endif
 
 // Thread-local packing buffers (slot 0: the A micro-panel, slot 1: the B block), grown on
 // demand and kept: no malloc per call (a 512 KiB malloc is an mmap + page faults every time).
@@ -157,6 +166,7 @@ static void pack_a(float *restrict Ap, const float *A, int lda, int tA, int ic, 
     }
 }
 
+#ifndef __AVX512F__
 // C[mr, nr] (row stride ldc) = alpha acc + beta C   (first: the first K block; beta = 0: C is
 // not read), or C += alpha acc for the later K blocks.
 static inline void store_row(float *c, __m256 lo, __m256 hi, int nr, float alpha, float beta, int first) {
@@ -269,6 +279,107 @@ static void tile_pb_packed(int kc, const float *a, const float *Bp, float *c, in
     tile(kc, A_PACKED, a, 0, Bp, NR, 0, z, z, c, ldc, mr, nr, alpha, beta, first);
 }
 
+#else  // __AVX512F__
+// AVX-512: C[mr, nr] (row stride ldc, nr <= 32) = alpha acc + beta C, or C += alpha acc for the
+// later K blocks; the same operations per element as the AVX2 store (a product by alpha, then one
+// fma with beta C), masked past nr. two = 0: only the first 16 columns exist (nr <= 16).
+static inline __attribute__((always_inline)) void
+store_row2(float *c, __m512 lo, __m512 hi, const int two, __mmask16 k0, __mmask16 k1, float alpha, float beta,
+           int first) {
+    __m512 va = _mm512_set1_ps(alpha);
+    lo = _mm512_mul_ps(lo, va);
+    if (two) hi = _mm512_mul_ps(hi, va);
+    if (first && beta == 0) {
+        _mm512_mask_storeu_ps(c, k0, lo);
+        if (two) _mm512_mask_storeu_ps(c + 16, k1, hi);
+    } else {
+        __m512 vb = _mm512_set1_ps(first ? beta : 1.0f);
+        _mm512_mask_storeu_ps(c, k0, _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(k0, c), lo));
+        if (two) _mm512_mask_storeu_ps(c + 16, k1, _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(k1, c + 16), hi));
+    }
+}
+
+// How a tile reads A (a compile-time constant at every call site, so each variant is its own
+// loop: one pointer with constant offsets, or six row pointers and one shared index):
+//   A_PACKED  a packed panel, a(r, k) = a[6 k + r]
+//   A_ROWS    rows of A in place, a(r, k) = a[r lda + k]
+//   A_COLS    rows of A^T in place, a(r, k) = a[k lda + r]
+enum { A_PACKED, A_ROWS, A_COLS };
+
+// 6x32 tile: acc[r][j] = sum_k a(r, k) b(k, j), 12 accumulators in zmm registers.
+//   Rows r >= mr re-read row 0 (always valid memory) and are not stored.
+//   b(k, j) = b[k bs + j] for j < 16 and b[b1 + k bs + j - 16] for the second half: two packed
+//   panels (bs = 16, b1 = kc 16) or a row of B in place (bs = ldb, b1 = 16). `masked` loads
+//   only the nr columns (an in-place edge never reads past its row); two = 0: 16 columns only.
+static inline __attribute__((always_inline)) void
+tile2(int kc, const int amode, const float *a, ptrdiff_t lda, const float *b, ptrdiff_t bs, ptrdiff_t b1,
+      const int two, const int masked, float *c, int ldc, int mr, int nr, float alpha, float beta, int first) {
+    __mmask16 k0 = nr >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nr) - 1);
+    __mmask16 k1 = nr >= 32 ? (__mmask16)0xFFFF : nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1) : 0;
+    __m512 c00 = _mm512_setzero_ps(), c01 = _mm512_setzero_ps();
+    __m512 c10 = _mm512_setzero_ps(), c11 = _mm512_setzero_ps();
+    __m512 c20 = _mm512_setzero_ps(), c21 = _mm512_setzero_ps();
+    __m512 c30 = _mm512_setzero_ps(), c31 = _mm512_setzero_ps();
+    __m512 c40 = _mm512_setzero_ps(), c41 = _mm512_setzero_ps();
+    __m512 c50 = _mm512_setzero_ps(), c51 = _mm512_setzero_ps();
+    ptrdiff_t rs = amode == A_ROWS ? lda : 1;
+    ptrdiff_t o1 = (mr > 1) * rs, o2 = (mr > 2) * 2 * rs, o3 = (mr > 3) * 3 * rs;
+    ptrdiff_t o4 = (mr > 4) * 4 * rs, o5 = (mr > 5) * 5 * rs;
+    ptrdiff_t ks = amode == A_PACKED ? MR : amode == A_ROWS ? 1 : lda;
+#define DM_FMA2(R, AP)                                                                              \
+    x = _mm512_set1_ps(*(AP));                                                                     \
+    c##R##0 = _mm512_fmadd_ps(x, b0, c##R##0);                                                     \
+    if (two) c##R##1 = _mm512_fmadd_ps(x, b1v, c##R##1);
+#define DM_TILE_STEP2(A0, A1, A2, A3, A4, A5)                                                         \
+    do {                                                                                           \
+        __m512 b0, b1v = _mm512_setzero_ps(), x;                                                   \
+        if (masked) { b0 = _mm512_maskz_loadu_ps(k0, b); if (two) b1v = _mm512_maskz_loadu_ps(k1, b + b1); } \
+        else        { b0 = _mm512_loadu_ps(b); if (two) b1v = _mm512_loadu_ps(b + b1); }             \
+        DM_FMA2(0, A0) DM_FMA2(1, A1) DM_FMA2(2, A2) DM_FMA2(3, A3) DM_FMA2(4, A4) DM_FMA2(5, A5)   \
+        b += bs;                                                                                   \
+    } while (0)
+    if (amode == A_ROWS) {
+        const float *r0 = a, *r1 = a + o1, *r2 = a + o2, *r3 = a + o3, *r4 = a + o4, *r5 = a + o5;
+#pragma GCC unroll 4
+        for (int k = 0; k < kc; k++) DM_TILE_STEP2(r0 + k, r1 + k, r2 + k, r3 + k, r4 + k, r5 + k);
+    } else {
+#pragma GCC unroll 4
+        for (int k = 0; k < kc; k++, a += ks) DM_TILE_STEP2(a, a + o1, a + o2, a + o3, a + o4, a + o5);
+    }
+#undef DM_TILE_STEP2
+#undef DM_FMA2
+    store_row2(c, c00, c01, two, k0, k1, alpha, beta, first);
+    if (mr > 1) store_row2(c + (size_t)ldc, c10, c11, two, k0, k1, alpha, beta, first);
+    if (mr > 2) store_row2(c + 2 * (size_t)ldc, c20, c21, two, k0, k1, alpha, beta, first);
+    if (mr > 3) store_row2(c + 3 * (size_t)ldc, c30, c31, two, k0, k1, alpha, beta, first);
+    if (mr > 4) store_row2(c + 4 * (size_t)ldc, c40, c41, two, k0, k1, alpha, beta, first);
+    if (mr > 5) store_row2(c + 5 * (size_t)ldc, c50, c51, two, k0, k1, alpha, beta, first);
+}
+
+// The tile variants the loops use (nr <= CW = 32 columns from the panel at Bp / column b on).
+#define DM_TILE_VARIANTS(MODE, SUF)                                                                 \
+    static void tile_pb_##SUF(int kc, const float *a, ptrdiff_t lda, const float *Bp, float *c,      \
+                              int ldc, int mr, int nr, float alpha, float beta, int first) {         \
+        if (nr > NR) tile2(kc, MODE, a, lda, Bp, NR, (ptrdiff_t)kc * NR, 1, 0, c, ldc, mr, nr, alpha, beta, first); \
+        else tile2(kc, MODE, a, lda, Bp, NR, 0, 0, 0, c, ldc, mr, nr, alpha, beta, first);        \
+    }                                                                                             \
+    static void tile_db_##SUF(int kc, const float *a, ptrdiff_t lda, const float *b, int ldb,        \
+                              float *c, int ldc, int mr, int nr, float alpha, float beta) {          \
+        if (nr == CW) tile2(kc, MODE, a, lda, b, ldb, NR, 1, 0, c, ldc, mr, nr, alpha, beta, 1);   \
+        else if (nr > NR) tile2(kc, MODE, a, lda, b, ldb, NR, 1, 1, c, ldc, mr, nr, alpha, beta, 1); \
+        else tile2(kc, MODE, a, lda, b, ldb, 0, 0, 1, c, ldc, mr, nr, alpha, beta, 1);            \
+    }
+DM_TILE_VARIANTS(A_ROWS, rows)
+DM_TILE_VARIANTS(A_COLS, cols)
+#undef DM_TILE_VARIANTS
+static void tile_pb_packed(int kc, const float *a, const float *Bp, float *c, int ldc, int mr, int nr,
+                           float alpha, float beta, int first) {
+    if (nr > NR) tile2(kc, A_PACKED, a, 0, Bp, NR, (ptrdiff_t)kc * NR, 1, 0, c, ldc, mr, nr, alpha, beta, first);
+    else tile2(kc, A_PACKED, a, 0, Bp, NR, 0, 0, 0, c, ldc, mr, nr, alpha, beta, first);
+}
+
+#endif
+
 // Rows [i0, i1) of C against one packed B block. A rows are read in place (they stream from
 // L1 once the first panel has touched them); A^T is packed MC rows at a time, because reading
 // six values per row of A^T at a power-of-two stride thrashes a few L1 sets.
@@ -281,8 +392,8 @@ static void rows_block(int i0, int i1, const float *A, int lda, int tA, const fl
         for (int ib = 0; ib * MR < mc; ib++) {
             int mr = mc - ib * MR < MR ? mc - ib * MR : MR;
             float *crow = C + (size_t)(ic0 + ib * MR) * ldc + jc;
-            for (int j0 = 0; j0 < nc; j0 += NR) {
-                int nr = nc - j0 < NR ? nc - j0 : NR;
+            for (int j0 = 0; j0 < nc; j0 += CW) {
+                int nr = nc - j0 < CW ? nc - j0 : CW;
                 const float *bp = Bp + (size_t)(j0 / NR) * kc * NR;
                 if (tA) tile_pb_packed(kc, Ap + (size_t)ib * kc * MR, bp, crow + j0, ldc, mr, nr, alpha, beta, first);
                 else tile_pb_rows(kc, A + (size_t)(ic0 + ib * MR) * lda + pc, lda, bp, crow + j0, ldc, mr, nr,
@@ -307,8 +418,8 @@ static void small_gemm(int tA, int tB, int M, int N, int K, float alpha, const f
         int mr = M - ic < MR ? M - ic : MR;
         const float *a = tA ? A + ic : A + (size_t)ic * lda;
         float *crow = C + (size_t)ic * ldc;
-        for (int j0 = 0; j0 < N; j0 += NR) {
-            int nr = N - j0 < NR ? N - j0 : NR;
+        for (int j0 = 0; j0 < N; j0 += CW) {
+            int nr = N - j0 < CW ? N - j0 : CW;
             const float *bp = tB ? Bp + (size_t)(j0 / NR) * K * NR : NULL;
             if (tB && tA) tile_pb_cols(K, a, lda, bp, crow + j0, ldc, mr, nr, alpha, beta, 1);
             else if (tB) tile_pb_rows(K, a, lda, bp, crow + j0, ldc, mr, nr, alpha, beta, 1);
@@ -341,7 +452,7 @@ void dm_sgemm(int tA, int tB, int M, int N, int K, float alpha, const float *A, 
     // Balanced blocks: K = 514 runs as 3 x 172 rather than 256 + 256 + 2 (a whole pass over C
     // for two k's); NC stays a multiple of the 16-wide panel.
     int nkb = (K + KC - 1) / KC, kb = (K + nkb - 1) / nkb;
-    int njb = (N + NC - 1) / NC, nb = ((N + njb - 1) / njb + NR - 1) / NR * NR;
+    int njb = (N + NC - 1) / NC, nb = ((N + njb - 1) / njb + CW - 1) / CW * CW;
     for (int jc = 0; jc < N; jc += nb) {
         int nc = N - jc < nb ? N - jc : nb;
         for (int pc = 0; pc < K; pc += kb) {
@@ -388,8 +499,8 @@ void dm_ssyrk_upper(int trans, int n, int k, float alpha, const float *A, int ld
         for (int ic = 0; ic < n; ic += MR) {
             int mr = n - ic < MR ? n - ic : MR;
             const float *a = trans ? A + (size_t)pc * lda + ic : A + (size_t)ic * lda + pc;
-            for (int j0 = ic / NR * NR; j0 < n; j0 += NR) {  // first panel holding column ic
-                int nr = n - j0 < NR ? n - j0 : NR;
+            for (int j0 = ic / CW * CW; j0 < n; j0 += CW) {  // first tile holding column ic
+                int nr = n - j0 < CW ? n - j0 : CW;
                 const float *bp = Bp + (size_t)(j0 / NR) * kc * NR;
                 if (trans) tile_pb_cols(kc, a, lda, bp, C + (size_t)ic * ldc + j0, ldc, mr, nr, alpha, beta, pc == 0);
                 else tile_pb_rows(kc, a, lda, bp, C + (size_t)ic * ldc + j0, ldc, mr, nr, alpha, beta, pc == 0);
