@@ -117,6 +117,11 @@ $(B)/tests/test_plot: tests/test_plot.c tests/testutil.h $(B)/repl/cmd_plot.o $(
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< $(B)/repl/cmd_plot.o -o $@ $(B)/libdm.a -lcmocka $(LDLIBS)
 
+# test_complete reads completed paths back with the command language's own parser
+$(B)/tests/test_complete: tests/test_complete.c tests/testutil.h $(B)/repl/parse.o $(B)/libdm.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< $(B)/repl/parse.o -o $@ $(B)/libdm.a -lcmocka $(LDLIBS)
+
 $(B)/bench_cpu: tests/bench_cpu.c $(B)/libdm.a
 	$(CC) $(CFLAGS) $< -o $@ $(B)/libdm.a $(LDLIBS)
 

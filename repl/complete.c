@@ -47,6 +47,35 @@ static char **finish(List *l) {
     return l->v;
 }
 
+char *dm_quote_path(const char *name, char q) {
+    size_t n = strlen(name);
+    char *r = malloc(5 * n + 2), *o = r;  // worst case: every char a ' in single quotes
+    if (!r) return NULL;
+    *o++ = q;
+    for (const char *p = name; *p; p++) {
+        if (q == '"' && (*p == '"' || *p == '\\')) *o++ = '\\';
+        if (q == '\'' && *p == '\'') {
+            memcpy(o, "'\"'\"'", 5);  // close, a double-quoted ', reopen
+            o += 5;
+            continue;
+        }
+        *o++ = *p;
+    }
+    *o = 0;
+    return r;
+}
+
+char *dm_unquote_word(const char *word, char q) {
+    char *r = strdup(word), *o = r;
+    if (!r) return NULL;
+    for (const char *p = word; *p; p++) {
+        if (q == '"' && *p == '\\' && (p[1] == '"' || p[1] == '\\')) p++;
+        *o++ = *p;
+    }
+    *o = 0;
+    return r;
+}
+
 void dm_complete_free(char **v) {
     for (int i = 0; v && v[i]; i++) free(v[i]);
     free(v);

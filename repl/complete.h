@@ -19,6 +19,15 @@
 char **dm_complete(const Command *table, const char *line, const char *word);
 void dm_complete_free(char **v);
 
+// A completed path as the command language reads it back (repl/parse.c), opened with the quote
+// q ('"' or '\''): inside double quotes '"' and '\' are escaped; inside single quotes a '\''
+// closes the quote, is written "'" and reopens it. The closing quote is not added (readline
+// appends it after a single match that is not a directory). malloc'd.
+char *dm_quote_path(const char *name, char q);
+// The inverse for the word readline hands over after an opening quote q: inside double quotes
+// \" and \\ are a '"' and a '\' (parse.c's rule); nothing changes after a single quote. malloc'd.
+char *dm_unquote_word(const char *word, char q);
+
 // The provider of :probe names from the live engine: a malloc'd NULL-terminated array of
 // malloc'd names (freed here). The prompt sets it (a plain pointer: a weak symbol in a static
 // library was never linked in, and completion offered names :probe refused); NULL in tests,

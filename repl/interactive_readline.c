@@ -62,16 +62,42 @@ static char *next_cand(const char *text, int state) {
     return g_cands && g_cands[g_ci] ? strdup(g_cands[g_ci++]) : NULL;
 }
 
+// Inserted paths are quoted the way parse.c reads them back (complete.c dm_quote_path); the
+// "key=" of a key=value word stays outside the quotes (a word that begins with a quote is never
+// key=value). g_keep: the length of that prefix, set per completion.
+static size_t g_keep;
+
+static char *quote_path(char *text, int match_type, char *qcp) {
+    (void)match_type;
+    char q = qcp && *qcp ? *qcp : '"';
+    size_t keep = g_keep <= strlen(text) ? g_keep : 0;
+    char *quoted = dm_quote_path(text + keep, q);
+    if (!quoted) return NULL;
+    char *r = malloc(keep + strlen(quoted) + 1);
+    if (!r) { free(quoted); return NULL; }
+    memcpy(r, text, keep);
+    strcpy(r + keep, quoted);
+    free(quoted);
+    if (qcp) *qcp = q;  // readline closes it after a single match that is not a directory
+    return r;
+}
+
 static char **attempt_completion(const char *text, int start, int end) {
     (void)start;
     rl_attempted_completion_over = 1;  // no fallback to readline's own filename completion
     char *before = strndup(rl_line_buffer, end);
-    g_cands = dm_complete(dm_commands, before, text);
+    // after an opening '"' the word is as typed there: \" and \\ stand for '"' and '\'
+    char *word = dm_unquote_word(text, (char)rl_completion_quote_character);
+    g_cands = dm_complete(dm_commands, before, word ? word : text);
+    // key=value typed without a quote: "eval=" stays in front of the quote
+    const char *eq = rl_completion_quote_character ? NULL : strchr(text, '=');
+    g_keep = eq && eq - text == (ptrdiff_t)strspn(text, "abcdefghijklmnopqrstuvwxyz_") ? (size_t)(eq - text + 1) : 0;
+    free(word);
     free(before);
     if (!g_cands) return NULL;
-    // a path with a blank, quote, ';' or '#': let readline quote it (filename mode)
+    // a path with a blank, a quote, a backslash, ';' or '#': let readline quote it (filename mode)
     for (int i = 0; g_cands[i]; i++)
-        if (g_cands[i][strcspn(g_cands[i], " \t\"';#")]) rl_filename_completion_desired = 1;
+        if (g_cands[i][strcspn(g_cands[i], " \t\"'\\;#")]) rl_filename_completion_desired = 1;
     // "lr=" and "dir/" are unfinished: the next keystroke continues them, so no space
     if (!g_cands[1]) {
         size_t n = strlen(g_cands[0]);
@@ -137,13 +163,15 @@ int repl_interactive(Shell *sh) {
     // printed heap bytes). The list is printed whole instead.
     rl_completion_query_items = 0;
     rl_variable_bind("page-completions", "off");
-    // A completed path with a blank, a quote, ';' or '#' is inserted quoted (the command
-    // language reads "a b.txt" as one word), and ~/ is expanded in the inserted text (the
-    // commands take the path as written: there is no shell to expand it)
+    // A completed path with a blank, a quote, a backslash, ';' or '#' is inserted quoted (the
+    // command language reads "a b.txt" as one word; quote_path escapes '"' and '\\' in it),
+    // and ~/ is expanded in the inserted text (the commands take the path as written: there is
+    // no shell to expand it)
     static char quotes[] = "\"'";
-    static char needs_quote[] = " \t\"';#";
+    static char needs_quote[] = " \t\"'\\;#";
     rl_completer_quote_characters = quotes;
     rl_filename_quote_characters = needs_quote;
+    rl_filename_quoting_function = quote_path;
     rl_variable_bind("expand-tilde", "on");
 
     char hist[1100] = "";

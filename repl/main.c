@@ -168,7 +168,11 @@ int main(int argc, char **argv) {
         }
         free(ln);
     }
-    if (!rc && batch) rc = sh_run_file(&sh, batch);
+    if (!rc && batch) {
+        // a --replay child of a piped script runs a temp copy; its messages name the script
+        const char *shown = getenv("DMSH_DIGEST") ? getenv("DMSH_REPLAY_NAME") : NULL;
+        rc = sh_run_file_as(&sh, batch, shown && shown[0] ? shown : batch);
+    }
     if (!nexpr && !batch) {
         if (isatty(0)) rc = repl_interactive(&sh);
         else {

@@ -289,29 +289,29 @@ int sh_exec_line(Shell *sh, const char *line, dm_err *err) {
 static struct { dev_t dev; ino_t ino; } run_stack[32];
 static int run_n;
 
-int sh_run_file_err(Shell *sh, const char *path, dm_err *err) {
+int sh_run_file_as_err(Shell *sh, const char *path, const char *name, dm_err *err) {
     FILE *f = fopen(path, "r");
-    if (!f) return dm_fail(err, "%s: cannot open script: %s", path, strerror(errno));
+    if (!f) return dm_fail(err, "%s: cannot open script: %s", name, strerror(errno));
     struct stat st;
     if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {  // fopen opens a directory; reading it fails
         fclose(f);
-        return dm_fail(err, "%s: cannot run a directory as a script", path);
+        return dm_fail(err, "%s: cannot run a directory as a script", name);
     }
     for (int i = 0; i < run_n; i++)
         if (run_stack[i].dev == st.st_dev && run_stack[i].ino == st.st_ino) {
             fclose(f);
-            return dm_fail(err, "%s is already running (a :run of a script from itself would never end)", path);
+            return dm_fail(err, "%s is already running (a :run of a script from itself would never end)", name);
         }
     if (run_n == (int)(sizeof run_stack / sizeof run_stack[0])) {
         fclose(f);
-        return dm_fail(err, "%s: scripts nested too deeply (at most %d)", path, run_n);
+        return dm_fail(err, "%s: scripts nested too deeply (at most %d)", name, run_n);
     }
     run_stack[run_n].dev = st.st_dev;
     run_stack[run_n].ino = st.st_ino;
     run_n++;
     const char *src0 = sh->src;
     int line0 = sh->line;
-    sh->src = path;
+    sh->src = name;
     sh->line = 0;
     char *line = NULL;
     size_t cap = 0;
@@ -321,19 +321,19 @@ int sh_run_file_err(Shell *sh, const char *path, dm_err *err) {
         sh->line++;
         dm_err e1 = {0};
         if ((size_t)got != strlen(line)) {  // a NUL would end the line there, silently
-            rc = dm_fail(err, "%s:%d: the line holds a NUL byte (is this a text file?)", path, sh->line);
+            rc = dm_fail(err, "%s:%d: the line holds a NUL byte (is this a text file?)", name, sh->line);
             break;
         }
         // a transcript's marks of what it cannot replay: said, not skipped in silence
         const char *lp = line + strspn(line, " \t");
         if (!strncmp(lp, NOT_REPLAYABLE, strlen(NOT_REPLAYABLE)) || !strncmp(lp, INTERRUPTED, strlen(INTERRUPTED)))
-            fprintf(stderr, "%s:%d: note: this line is not run: %.*s\n", path, sh->line, (int)strcspn(lp + 2, "\n"), lp + 2);
+            fprintf(stderr, "%s:%d: note: this line is not run: %.*s\n", name, sh->line, (int)strcspn(lp + 2, "\n"), lp + 2);
         if (sh_exec_line(sh, line, &e1)) {
             // FILE:LINE: then the message (a nested script's own FILE:LINE: comes with it): one
             // line that says where, however deep. Past the message's room the middle of the chain
             // goes, never its end (the cause)
             char big[2 * sizeof e1.msg + 64];
-            snprintf(big, sizeof big, "%s:%d: %s", path, sh->line, e1.msg);
+            snprintf(big, sizeof big, "%s:%d: %s", name, sh->line, e1.msg);
             size_t bl = strlen(big), room = sizeof err->msg - 1;
             if (bl > room) {
                 size_t head = room / 4, tail = room - head - 5;
@@ -352,12 +352,14 @@ int sh_run_file_err(Shell *sh, const char *path, dm_err *err) {
     return rc;
 }
 
-int sh_run_file(Shell *sh, const char *path) {
+int sh_run_file_err(Shell *sh, const char *path, dm_err *err) { return sh_run_file_as_err(sh, path, path, err); }
+
+int sh_run_file_as(Shell *sh, const char *path, const char *name) {
     dm_err err = {0};
-    if (!sh_run_file_err(sh, path, &err)) return 0;
+    if (!sh_run_file_as_err(sh, path, name, &err)) return 0;
     // "FILE:LINE: error: ..." (SPEC §0): the location sh_run_file_err put first, then "error:"
-    size_t pl = strlen(path), loc = 0;
-    if (!strncmp(err.msg, path, pl) && err.msg[pl] == ':') {
+    size_t pl = strlen(name), loc = 0;
+    if (!strncmp(err.msg, name, pl) && err.msg[pl] == ':') {
         loc = pl + 1;
         size_t dgt = loc;
         while (isdigit((unsigned char)err.msg[dgt])) dgt++;
@@ -367,3 +369,5 @@ int sh_run_file(Shell *sh, const char *path) {
     fprintf(stderr, "%.*serror: %s\n", (int)loc, err.msg, err.msg + loc);
     return 1;
 }
+
+int sh_run_file(Shell *sh, const char *path) { return sh_run_file_as(sh, path, path); }

@@ -76,14 +76,15 @@ static void forward_signal(int sig) {
 // lines are the user's to read: it is shown), stderr stays.
 // DMSH_REPLAY_DIR: where a :save without a path goes in the child (its session is not opened,
 // so it would otherwise write dmsh-step-N.ckpt into the working directory, twice).
-static int run_child(const char *self, const char *script, const char *digest, const char *savedir, int quiet,
-                     int perturb) {
+static int run_child(const char *self, const char *script, const char *shown, const char *digest,
+                     const char *savedir, int quiet, int perturb) {
     fflush(NULL);
     pid_t pid = fork();
     if (pid < 0) return -1;
     if (pid == 0) {
         setenv("DMSH_DIGEST", digest, 1);
         setenv("DMSH_REPLAY_DIR", savedir, 1);
+        setenv("DMSH_REPLAY_NAME", shown, 1);  // the name its messages give the script (a copy's original)
         if (!perturb) unsetenv("DMSH_REPLAY_PERTURB");
         if (quiet && !freopen("/dev/null", "w", stdout)) _exit(127);
         execl(self, self, "--norc", "-b", script, (char *)NULL);
@@ -204,7 +205,7 @@ int replay_main(const char *script) {
     int rc = 0;
     for (int k = 0; k < 2 && !rc; k++) {
         fprintf(stderr, "replay %s: process %d of 2\n", script, k + 1);
-        int st = run_child(self, run_script, d[k], sd[k], k == 1, k == 1);
+        int st = run_child(self, run_script, script, d[k], sd[k], k == 1, k == 1);
         if (st != 0) {
             fprintf(stderr, "dmsh: --replay: process %d of 2 failed (exit %d): the script must run to its end\n", k + 1, st);
             rc = 1;

@@ -75,5 +75,9 @@ int sh_check_keys(const Words *w, int max_positional, const char *const *keys, d
 // the idx-th word after the command that is not key=value, or NULL
 const char *sh_positional(const Words *w, int idx);
 int sh_run_file_err(Shell *sh, const char *path, dm_err *err);
+// The same, reading `path` but naming it `name` in every message (a --replay child runs a temp
+// copy of a piped script and says the name the user gave).
+int sh_run_file_as(Shell *sh, const char *path, const char *name);
+int sh_run_file_as_err(Shell *sh, const char *path, const char *name, dm_err *err);
 // Nearest commands to a mistyped word (edit distance), for the unknown-command message.
 void sh_suggest(const char *word, char *buf, size_t n);

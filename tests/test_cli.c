@@ -698,6 +698,16 @@ static void test_spec_audit(void **s) {
     slurp_to("out.txt", out, sizeof out);
     assert_non_null(strstr(out, "2 processes bit-identical: 3 train steps"));
     assert_int_equal(file_size("dmsh-step-3.ckpt"), -1);
+    // a piped script's error names the script, not the temp copy both processes run
+    snprintf(script, sizeof script, "%s:data %s\n:init seed=9\n:bogus\n", SMALL, corpus);
+    write_file("rbad.dm", script);
+    assert_int_equal(sh_in_dir("cat rbad.dm | timeout 120 %s --replay /dev/stdin > out.txt 2> err.txt", dmsh), 1);
+    slurp_to("err.txt", err_, sizeof err_);
+    const char *bogus = strstr(err_, ": error: unknown command ':bogus'");
+    assert_non_null(bogus);
+    while (bogus > err_ && bogus[-1] != '\n') bogus--;  // the start of its line
+    if (strncmp(bogus, "/dev/stdin:", 11)) print_message("%s", err_);
+    assert_int_equal(strncmp(bogus, "/dev/stdin:", 11), 0);
     // nor do :train's checkpoints and :plot's PNGs without a session; an empty script compares
     // nothing and says so (exit 1), instead of "bit-identical"
     snprintf(script, sizeof script, "%s:data %s\n:init seed=9\n:train 4 ckpt_every=2 eval_every=0\n%s", SMALL, corpus,

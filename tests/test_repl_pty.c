@@ -271,6 +271,14 @@ static void test_interrupts_and_completion(void **s) {
     expect_out("\"a b.txt\"", 10);
     type("\x03");
     for (double t1 = now_s(); now_s() - t1 < 0.6;) pump(50);
+    // a '"' in the name is escaped inside the quotes, a key= stays in front of them, and the
+    // completed line reads the file back (it once went in as "q"x y.txt": another word)
+    snprintf(ab, sizeof ab, "%s/q\"x y.txt", dir);
+    fab = fopen(ab, "w");
+    for (int i = 0; i < 400; i++) fputs("to be or not to be, ", fab);
+    fclose(fab);
+    type(":data q\t eval=q\t\r");
+    expect_out("corpus q\"x y.txt: 1 file, 8000 B (all train); eval q\"x y.txt: 1 file, 8000 B", 20);
     // Ctrl-C during :gen: it stops, the rest of the line is dropped, the next command runs
     command(":gen \"a\" n=1000000 temp=1; :step 2");
     double t0 = now_s();
