@@ -751,6 +751,7 @@ static void test_commands_md_current(void **s) {
     free(gen); free(doc);
 }
 
+#ifndef DM_DOUBLE  // (float only: the demo is a float run, and the double build is slow)
 // `make demo` (README) runs configs/runs/demo.dm: the file is in the checkout (it once was not:
 // a "runs/" ignore rule kept it out of every clone) and its commands run, shortened to 20 steps.
 static void test_demo_script(void **s) {
@@ -783,6 +784,7 @@ static void test_demo_script(void **s) {
     assert_true(file_size("runs/demo/plots/bpb.png") > 0);
 #endif
 }
+#endif
 
 static int setup(void **s) {
     (void)s;
