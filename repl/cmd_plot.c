@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include "../engine/engine.h"
 #include "../viz/axes.h"
@@ -370,6 +371,7 @@ static int panel_experts_history(Ctx *cx, Panel *p, dm_err *err) {
     snprintf(p->subtitle, sizeof p->subtitle, "%d experts, top-%d routing; share of each step's assignments, all iterations", E, e->cfg.k);
     snprintf(p->ylabel, sizeof p->ylabel, "assignments (%%)");
     snprintf(p->xlabel, sizeof p->xlabel, "%s", x_label(cx));
+    p->chart.logy = cx->log_set && cx->log_on;
     (void)err;
     return 0;
 }
@@ -451,6 +453,10 @@ int cmd_plot(Shell *sh, Words *w, dm_err *err) {
         if (!(kl == 3 && !strncmp(w->argv[i], "out", 3)) && !(kl == 1 && w->argv[i][0] == 'x') &&
             !(kl == 3 && !strncmp(w->argv[i], "log", 3)) && !(kl == 4 && !strncmp(w->argv[i], "size", 4)))
             return dm_fail(err, ":plot: unknown option '%.*s' (options: out= x= log= size=)", (int)kl, w->argv[i]);
+        // a key given twice: one of them would be dropped without a word
+        for (int j = 1; j < i; j++)
+            if (!w->lit[j] && !strncmp(w->argv[j], w->argv[i], kl + 1))
+                return dm_fail(err, ":plot: option '%.*s' given twice", (int)kl, w->argv[i]);
     }
     if (!spec) return dm_fail(err, "usage: :plot METRIC[,METRIC...] [out=FILE.png] [x=step|tokens|time] [log=on|off] [size=WxH]; metrics: " METRIC_LIST);
     Ctx cx = {.e = sh->eng, .xq = X_STEP};
@@ -474,6 +480,8 @@ int cmd_plot(Shell *sh, Words *w, dm_err *err) {
         W = (int)a; H = (int)b;
     }
     if (out && !*out) return dm_fail(err, ":plot: out= needs a file name");
+    if (out && (strlen(out) < 5 || strcasecmp(out + strlen(out) - 4, ".png")))
+        return dm_fail(err, ":plot: out=%s: the chart is a PNG: give a name ending in .png", out);
     // the metric list: names checked before any drawing
     char names[MAX_PANELS][16];
     int np = 0;
@@ -490,6 +498,10 @@ int cmd_plot(Shell *sh, Words *w, dm_err *err) {
         p += len + (c != NULL);
     }
     if (!np) return dm_fail(err, ":plot: no metric given; valid: " METRIC_LIST);
+    // depths has depth on its x axis: x= applies to the time series only, never silently to none
+    int timeseries = 0;
+    for (int k = 0; k < np; k++) timeseries += strcmp(names[k], "depths") != 0;
+    if (xs && !timeseries) return dm_fail(err, ":plot depths: x=%s does not apply (its x axis is the loop depth)", xs);
     if (!viz_png_available()) return dm_fail(err, "this dmsh was built without PNG support (libstb-dev missing)");
 
     build_timeline(&cx);
