@@ -185,6 +185,23 @@ static int fsync_dir_of(const char *path) {
 static int ckpt_write_impl(const char *path, const CkptSection *sec, int nsec, int do_rename, dm_err *err) {
     if (!host_is_le()) return dm_fail(err, "%s: cannot save checkpoint: big-endian hosts are not supported", path);
     if (check_sections(path, sec, nsec, err)) return 1;
+    // the path itself first: its errors would otherwise surface as a failed create or rename of
+    // PATH.tmp, naming a file the user never asked for
+    if (!path[0]) return dm_fail(err, "cannot save checkpoint: the path is empty");
+    struct stat ps;
+    if (path[strlen(path) - 1] == '/' || (stat(path, &ps) == 0 && S_ISDIR(ps.st_mode)))
+        return dm_fail(err, "%s: cannot save checkpoint: a directory; give a file name (e.g. %s%smodel.ckpt)", path, path,
+                       path[strlen(path) - 1] == '/' ? "" : "/");
+    {
+        char dir[PATH_MAX];
+        const char *slash = strrchr(path, '/');
+        if (slash && slash != path && (size_t)(slash - path) < sizeof dir) {
+            memcpy(dir, path, (size_t)(slash - path));
+            dir[slash - path] = 0;
+            if (stat(dir, &ps) != 0 || !S_ISDIR(ps.st_mode))
+                return dm_fail(err, "%s: cannot save checkpoint: directory %s does not exist", path, dir);
+        }
+    }
     char tmp[PATH_MAX + 8];
     if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
         return dm_fail(err, "%s: cannot save checkpoint: path too long", path);
@@ -201,8 +218,22 @@ static int ckpt_write_impl(const char *path, const CkptSection *sec, int nsec, i
                 return dm_fail(err, "%s: exists and is not a dmsh checkpoint: not replaced (choose another path)", path);
         }
     }
-    // PATH.tmp is this writer's name: a stale one (a crash) or a link is removed, never written
-    // through (O_EXCL | O_NOFOLLOW: a symlink there cannot redirect the write)
+    // PATH.tmp is this writer's name: a stale one (a crash cut a write short) or a link is
+    // removed, never written through (O_EXCL | O_NOFOLLOW: a symlink there cannot redirect the
+    // write). A regular file there that is not a checkpoint's beginning is someone else's
+    // (notes.tmp beside `:save notes`): refused, never deleted.
+    struct stat tst;
+    if (lstat(tmp, &tst) == 0 && S_ISREG(tst.st_mode) && tst.st_size > 0) {
+        char magic[8] = {0};
+        int tf = open(tmp, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        ssize_t got = tf >= 0 ? read(tf, magic, 8) : -1;
+        if (tf >= 0) close(tf);
+        if (got <= 0 || memcmp(magic, CK_MAGIC, (size_t)got) != 0)
+            return dm_fail(err, "%s: cannot save checkpoint: %s exists and is not a dmsh temp file: not removed (move it away)",
+                           path, tmp);
+    } else if (lstat(tmp, &tst) == 0 && S_ISDIR(tst.st_mode)) {
+        return dm_fail(err, "%s: cannot save checkpoint: %s is a directory", path, tmp);
+    }
     if (unlink(tmp) < 0 && errno != ENOENT)
         return dm_fail(err, "%s: cannot save checkpoint: remove stale %s: %s", path, tmp, strerror(errno));
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);

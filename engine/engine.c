@@ -40,14 +40,27 @@ void engine_note(Engine *e, const char *fmt, ...) {
     e->note_new = 1;
 }
 
+uint64_t engine_settings_hash(const Engine *e) {
+    static char text[16384];  // (one engine per process; not reentrant, never called from threads)
+    engine_config_text(&e->cfg, text, sizeof text);
+    uint64_t h = 1469598103934665603ull;
+    for (const char *p = text; *p; p++) h = (h ^ (uint8_t)*p) * 1099511628211ull;
+    for (int a = 0; e->live && a < ARM_COUNT; a++) h = (h ^ (uint64_t)(e->model.arms.on[a] + 1)) * 1099511628211ull;
+    return h;
+}
+
+// unsaved: steps, metric rows, or settings (:set, :arm: a checkpoint keeps them, and -r resumes
+// with what it keeps) the last save or load does not hold
 int engine_unsaved(const Engine *e) {
-    return e->live && (e->synced_step != e->step || e->synced_nrows != e->nrows);
+    return e->live && (e->synced_step != e->step || e->synced_nrows != e->nrows ||
+                       e->synced_settings != engine_settings_hash(e));
 }
 
 // after a save or load: this state (step, rows) is the one in PATH
 static void mark_synced(Engine *e, const char *path) {
     e->synced_step = e->step;
     e->synced_nrows = e->nrows;
+    e->synced_settings = engine_settings_hash(e);
     char abs[PATH_MAX];
     const char *p = realpath(path, abs) ? abs : path;
     snprintf(e->synced_path, sizeof e->synced_path, "%s", p);
@@ -103,6 +116,7 @@ int engine_set_device(Engine *e, const Backend *be, const char *name, dm_err *er
     snapshot_take(&s, e);
     int64_t sst = e->synced_step;  // the same state, moved: still in the same file
     int snr = e->synced_nrows;
+    uint64_t sset = e->synced_settings;
     char spath[sizeof e->synced_path];
     memcpy(spath, e->synced_path, sizeof spath);
     const Backend *old = e->be;
@@ -120,6 +134,7 @@ int engine_set_device(Engine *e, const Backend *be, const char *name, dm_err *er
     snapshot_free(&s);
     e->synced_step = sst;
     e->synced_nrows = snr;
+    e->synced_settings = sset;
     memcpy(e->synced_path, spath, sizeof spath);
     snprintf(e->device, sizeof e->device, "%s", name);
     return 0;
@@ -251,6 +266,7 @@ static void sync_model_cfg(Engine *e) {
 
 int engine_set(Engine *e, const char *key, const char *value, dm_err *err) {
     if (engine_report(e, NULL, err)) return 1;  // pending steps ran with the old values: report them first
+    if (!strcmp(key, "steps")) e->steps_auto = 0;  // the user's horizon from now on
     const ConfigKey *k = config_find_key(key);
     if (k && k->arch && e->live) {
         char cur[128];

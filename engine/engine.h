@@ -57,6 +57,9 @@ typedef struct Engine {
     int64_t synced_step;        // the step of the state last saved or loaded (-1: none)
     int synced_nrows;           // the metric rows it held (rows added since are in no file yet)
     char synced_path[4096];     // the file it was saved to / loaded from (realpath when known)
+    uint64_t synced_settings;   // engine_settings_hash of that state (a :set or :arm since is unsaved)
+    int steps_auto;             // cfg.steps was set by the first :train, not by the user: a new
+                                // model (:init) starts without it, as a fresh process would
     char note[800];             // a pending message for the user (engine_notice), e.g. a resume
     int note_new;               // that left no corpus open
     int64_t tsv_failed;         // metric rows metrics.tsv could not take (they stay in memory)
@@ -99,6 +102,8 @@ const char *engine_notice(Engine *e);
 void engine_note(Engine *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 // 1 when the current state (step and metric rows) is in no checkpoint file yet
 int engine_unsaved(const Engine *e);
+// A hash of what a checkpoint keeps besides the weights and rows: the config text and the arms.
+uint64_t engine_settings_hash(const Engine *e);
 // Eval on the fixed window: depth k (1..L) or all depths (depth = 0).
 int engine_eval(Engine *e, int depth, EvalResult *r, dm_err *err);
 int engine_anchors(Engine *e, dm_err *err);

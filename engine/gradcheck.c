@@ -35,8 +35,9 @@ int engine_check_grad(Engine *e, const int *arms_on, FILE *out, int *ok, dm_err 
     double worst = 0;
     *ok = 1;
     fprintf(out, "gradient check (%s, one random direction per tensor, 6th-order central differences, rel = |a-n|/max(|a|,|n|,1e-5)), arms off:", REAL_NAME);
-    for (int a = 0; a < ARM_COUNT; a++) if (!arms_on[a]) fprintf(out, " %s", dm_arm_names[a]);
-    fprintf(out, "\n");
+    int noff = 0;
+    for (int a = 0; a < ARM_COUNT; a++) if (!arms_on[a]) { fprintf(out, " %s", dm_arm_names[a]); noff++; }
+    fprintf(out, "%s\n", noff ? "" : " none");
     for (int i = 0; i < P_COUNT; i++) {
         ParamTensor *t = &m.t[i];
         real *p = m.params + t->offset;

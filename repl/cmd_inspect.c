@@ -207,6 +207,8 @@ int cmd_sessions(Shell *sh, Words *w, dm_err *err) {
         if (de->d_name[0] == '.') continue;
         char p[600], path[1200];
         snprintf(p, sizeof p, "runs/%s", de->d_name);
+        struct stat dst;
+        if (stat(p, &dst) != 0 || !S_ISDIR(dst.st_mode)) continue;  // a session is a directory
         long long step;
         if (!session_latest_ckpt(p, path, sizeof path, &step)) {  // the one dmsh -r resumes from
             struct stat st;

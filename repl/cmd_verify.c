@@ -23,7 +23,11 @@ static int check_parity(Shell *sh, Words *w, dm_err *err) {
     if (!strncmp(e->device, "cuda:", 5)) dev = atoi(e->device + 5);
     char why[300];
     const Backend *cu = backend_cuda(dev, why, sizeof why);
-    if (!cu) return dm_fail(err, ":check parity compares the CPU with CUDA: %s", why);
+    if (!cu) {  // (the backend's reason ends in advice for :device, which parity cannot take)
+        char *adv = strstr(why, ": use :device cpu");
+        if (adv) *adv = 0;
+        return dm_fail(err, ":check parity compares the CPU with CUDA, which is not available: %s", why);
+    }
     long long B = 0, T = 0;
     if (sh_kv(w, "batch") && sh_parse_int(sh_kv(w, "batch"), 1, 4096, "batch", &B, err)) return 1;
     if (sh_kv(w, "seq") && sh_parse_int(sh_kv(w, "seq"), 1, 1 << 20, "seq", &T, err)) return 1;
@@ -69,6 +73,12 @@ int cmd_check(Shell *sh, Words *w, dm_err *err) {
         return ok ? 0 : dm_fail(err, "determinism check failed: %s", msg);
     }
     if (!strcmp(what, "grad")) {
+        // it runs its own tiny config: only off= applies, the rest would be ignored silently
+        static const char *const not_grad[] = {"steps", "batch", "seq", "precision"};
+        for (int i = 0; i < 4; i++)
+            if (sh_kv(w, not_grad[i]))
+                return dm_fail(err, ":check grad takes off=ARM,... only (%s= does not apply: it checks a tiny model of its own in double precision)",
+                               not_grad[i]);
         // off=NAME,... : every name an arm (a typo would check the arm with it on, silently)
         const char *offs = sh_kv(w, "off");
         for (const char *q = offs; q && *q;) {
@@ -111,7 +121,14 @@ int cmd_check(Shell *sh, Words *w, dm_err *err) {
         return ok ? 0 : dm_fail(err, "gradient check failed (see the table above)");
 #endif
     }
-    if (!strcmp(what, "parity")) return check_parity(sh, w, err);
+    if (!strcmp(what, "parity")) {
+        static const char *const not_parity[] = {"steps", "off"};
+        for (int i = 0; i < 2; i++)
+            if (sh_kv(w, not_parity[i]))
+                return dm_fail(err, ":check parity takes batch= seq= precision= (%s= does not apply: it runs one step of the live model's arms)",
+                               not_parity[i]);
+        return check_parity(sh, w, err);
+    }
     return dm_fail(err, "unknown check '%s' (determinism, grad, parity)", what);
 }
 

@@ -3,13 +3,13 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include "../engine/engine.h"
 #include "../engine/parity.h"
 #include "../engine/snapshot.h"
 #include "../sessions/session.h"
-#include <sys/stat.h>
 #include "panel.h"
 #include "shell.h"
 
@@ -262,7 +262,18 @@ static int cmd_init(Shell *sh, Words *w, dm_err *err) {
     const char *s = sh_kv(w, "seed");
     if (s && config_set(&tmp, "seed", s, err)) return 1;
     uint64_t seed = tmp.seed;
-    if (engine_build(E_, seed, err)) return 1;
+    // in a session, the model :init replaces keeps its state: saved first if it is in no file
+    // (its rows leave metrics.tsv below; its checkpoint keeps them, as a :session switch does)
+    if (E_->session_dir[0] && E_->live) {
+        char saved[1300];
+        if (session_autosave(E_, saved, sizeof saved, err)) return 1;
+        if (saved[0]) fprintf(OUT, "saved %s (the model :init replaces)\n", saved);
+    }
+    // a horizon the first :train chose belongs to that model's run
+    int64_t steps0 = E_->cfg.steps;
+    int auto0 = E_->steps_auto;
+    if (E_->steps_auto) { E_->cfg.steps = 0; E_->steps_auto = 0; }
+    if (engine_build(E_, seed, err)) { E_->cfg.steps = steps0; E_->steps_auto = auto0; return 1; }
     if (session_write_config(E_, err)) return 1;
     // a new model starts a new run: metrics.tsv holds its rows only (the last model's are in its
     // checkpoints), as after a :load
@@ -321,6 +332,7 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
     if (!e->live || !e->has_data) return dm_fail(err, !e->live ? "no model: :init builds one" : "no data: :data PATH opens a corpus");
     if (e->cfg.steps == 0) {
         e->cfg.steps = e->step + n;
+        e->steps_auto = 1;
         e->model.cfg.steps = e->cfg.steps;
         if (e->cfg.lr_cosine && e->cfg.steps <= e->cfg.warmup)
             fprintf(OUT, "schedule: steps=%lld ends inside the %d-step warmup: the lr ramps to %.2gx by then, and runs at the floor %.2gx past it (:set warmup=N or steps=N to change)\n",
@@ -396,10 +408,9 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
             char path[1200], note[1600] = "";  // where :save puts it: the session's ckpt/, else the working directory
             if (e->session_dir[0]) {
                 if (session_save(e, path, sizeof path, note, sizeof note, err)) { rc = 1; break; }
-            } else {
-                char dd[1100];
-                snprintf(path, sizeof path, "%sdmsh-step-%lld.ckpt", session_default_dir(e, dd, sizeof dd), (long long)e->step);
-                if (engine_save(e, path, err)) { rc = 1; break; }
+            } else if (session_save_default(e, path, sizeof path, note, sizeof note, err)) {
+                rc = 1;
+                break;
             }
             fprintf(OUT, "checkpoint %s\n", path);
             if (note[0]) fprintf(OUT, "note: %s\n", note);
@@ -454,13 +465,18 @@ static int cmd_save(Shell *sh, Words *w, dm_err *err) {
     if (sh_check_keys(w, 1, NULL, err)) return 1;
     char path[1200], note[1600] = "";
     const char *p = sh_positional(w, 0);
-    if (p || !E_->session_dir[0]) {  // a path given is the user's to overwrite
-        if (p) snprintf(path, sizeof path, "%s", p);
-        else {  // the working directory (a --replay child: its own scratch, removed after)
-            char dd[1100];
-            snprintf(path, sizeof path, "%sdmsh-step-%lld.ckpt", session_default_dir(E_, dd, sizeof dd), (long long)E_->step);
-        }
+    if (p) {  // a path given is the user's to overwrite (said when it held a checkpoint)
+        char owner[1100];
+        if (session_foreign_ckpt_dir(E_, p, owner, sizeof owner))
+            return dm_fail(err, "%s: inside the checkpoints of session %s (its resume reads them): not written; "
+                           "choose another path", p, owner);
+        struct stat st;
+        int existed = stat(p, &st) == 0;
+        snprintf(path, sizeof path, "%s", p);
         if (engine_save(E_, path, err)) return 1;
+        if (existed) snprintf(note, sizeof note, "replaced the checkpoint that was at %s", p);
+    } else if (!E_->session_dir[0]) {  // the working directory (a --replay child: its own scratch)
+        if (session_save_default(E_, path, sizeof path, note, sizeof note, err)) return 1;
     } else if (session_save(E_, path, sizeof path, note, sizeof note, err)) {
         return 1;
     }
@@ -481,6 +497,7 @@ static int cmd_load(Shell *sh, Words *w, dm_err *err) {
 
 static int cmd_session(Shell *sh, Words *w, dm_err *err) {
     if (w->argc != 2) return dm_fail(err, "usage: :session NAME (creates runs/NAME)");
+    if (!w->argv[1][0]) return dm_fail(err, "usage: :session NAME: the name is empty (it becomes runs/NAME)");
     if (strchr(w->argv[1], '/') || w->argv[1][0] == '.') return dm_fail(err, "session name '%s': use a plain name (it becomes runs/NAME)", w->argv[1]);
     if (getenv("DMSH_DIGEST")) {  // a `dmsh --replay` process: its twin would meet it in runs/NAME
         fprintf(OUT, "session runs/%s not opened: a --replay run leaves sessions alone\n", w->argv[1]);

@@ -1,7 +1,9 @@
 // interactive_plain.c — the prompt without readline (headless builds): a plain line reader.
 // Errors print and the session goes on.
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include "../engine/engine.h"
 #include "shell.h"
 
 int repl_interactive(Shell *sh) {
@@ -12,11 +14,19 @@ int repl_interactive(Shell *sh) {
     for (;;) {
         fputs("dmsh> ", stdout);
         fflush(stdout);
-        if (getline(&line, &cap, stdin) < 0) { fputc('\n', stdout); break; }
+        errno = 0;
+        if (dm_leave_signal || getline(&line, &cap, stdin) < 0) {
+            // a Ctrl-C at the prompt (the read was interrupted) drops the line; SIGTERM and
+            // end-of-file leave
+            if (errno == EINTR && !dm_leave_signal && !feof(stdin)) { clearerr(stdin); fputc('\n', stdout); continue; }
+            fputc('\n', stdout);
+            break;
+        }
         sh->line++;
         dm_err err = {0};
+        if (sh->eng->interrupt) *sh->eng->interrupt = 0;  // a Ctrl-C at the prompt must not stop this command
         if (sh_exec_line(sh, line, &err)) fprintf(stderr, "error: %s\n", err.msg);
-        if (sh->quit) break;
+        if (sh->quit || dm_leave_signal) break;
     }
     free(line);
     return 0;

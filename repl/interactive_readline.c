@@ -39,6 +39,7 @@ static void on_sigint(int sig) {
 }
 
 static int on_signal_event(void) {
+    if (dm_leave_signal) rl_done = 1;  // SIGTERM at the prompt: readline returns, the loop leaves
     if (g_prompt_sigint) {
         g_prompt_sigint = 0;
         rl_replace_line("", 0);
@@ -193,9 +194,9 @@ int repl_interactive(Shell *sh) {
     for (;;) {
         g_prompt_sigint = 0;
         g_at_prompt = 1;
-        char *line = readline("dmsh> ");
+        char *line = dm_leave_signal ? NULL : readline("dmsh> ");
         g_at_prompt = 0;
-        if (!line) { fputc('\n', stdout); break; }  // Ctrl-D
+        if (!line || dm_leave_signal) { free(line); fputc('\n', stdout); break; }  // Ctrl-D, SIGTERM
         sh->line++;
         if (!line[strspn(line, " \t")]) { free(line); continue; }
         HIST_ENTRY *prev = history_length ? history_get(history_base + history_length - 1) : NULL;
@@ -209,7 +210,7 @@ int repl_interactive(Shell *sh) {
         if (g_run_interrupt) *g_run_interrupt = 0;  // nor one that a command without step boundaries ignored
         fflush(stdout);
         free(line);
-        if (sh->quit) break;
+        if (sh->quit || dm_leave_signal) break;  // (SIGTERM stopped the command at a step boundary)
     }
     if (hist[0]) history_truncate_file(hist, HISTORY_MAX);
     return 0;

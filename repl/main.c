@@ -11,7 +11,12 @@
 
 static volatile sig_atomic_t g_interrupt = 0, g_signal = 0;
 int dm_norc;  // --norc: interactive_readline.c skips ~/.dmshrc and ./.dmshrc
-static void on_sigint(int sig) { g_interrupt = 1; g_signal = sig; }
+volatile sig_atomic_t dm_leave_signal;  // SIGTERM: the prompt leaves as after :quit (shell.h)
+static void on_sigint(int sig) {
+    g_interrupt = 1;
+    g_signal = sig;
+    if (sig == SIGTERM) dm_leave_signal = sig;
+}
 
 static void usage(void) {
     fprintf(stderr,
@@ -124,10 +129,11 @@ int main(int argc, char **argv) {
         }
         else { fprintf(stderr, "dmsh: unknown argument '%s'\n", argv[i]); usage(); free(exprs); return 2; }
     }
-    // A scheduler stops a job with SIGTERM: outside the prompt it stops the script at the next
-    // step boundary like Ctrl-C, the session is saved on the way out, and the exit status says
-    // so (128 + 15). (At the prompt SIGTERM keeps its default: the user can type :quit.)
-    if (!(!nexpr && !batch && isatty(0))) sigaction(SIGTERM, &sa, NULL);
+    // A scheduler (or a shutdown) stops a job with SIGTERM: the running command stops at the
+    // next step boundary like Ctrl-C, a script ends there and the prompt leaves as after :quit,
+    // the session is saved on the way out, and the exit status says so (128 + 15). (It once
+    // kept its default at the prompt: a kill during an interactive :train lost the run.)
+    sigaction(SIGTERM, &sa, NULL);
     // A closed terminal (SIGHUP) leaves like Ctrl-D: the running command stops at a step
     // boundary, the prompt reads end-of-file, and the session is saved on the way out. (Not
     // under `nohup`, which ignores it on purpose: the job must outlive the terminal.)

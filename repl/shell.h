@@ -2,6 +2,7 @@
 // handler, completer, help), the line parser, prefix resolution, batch / -e / interactive
 // drivers. Handlers are thin: parse words, call the engine, print.
 #pragma once
+#include <signal.h>
 #include <string.h>
 #include <stdio.h>
 #include "../engine/err.h"
@@ -67,6 +68,8 @@ int sh_exec_line(Shell *sh, const char *line, dm_err *err);
 // Run a script; its first failure ends it, said as "FILE:LINE: message" (on stderr by
 // sh_run_file, in err by sh_run_file_err: a :run passes it up, so a nested failure is one line).
 int sh_run_file(Shell *sh, const char *path);
+// Set (to the signal) by SIGTERM: the interactive prompt leaves as after :quit (main.c).
+extern volatile sig_atomic_t dm_leave_signal;
 // Argument parsing shared by the handlers: one-line errors naming the value and its range.
 int sh_parse_int(const char *s, long long lo, long long hi, const char *what, long long *v, dm_err *err);
 int sh_parse_real(const char *s, double lo, double hi, const char *what, double *v, dm_err *err);

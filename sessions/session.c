@@ -427,39 +427,74 @@ int session_resume(Engine *e, const char *dir_in, dm_err *err) {
     return session_rewrite_metrics(e, err);
 }
 
-// Where a checkpoint of the current state goes in the session: step-N.ckpt, unless that file
-// holds another state of step N (then step-N-bK.ckpt, and *branch = 1).
-static void session_ckpt_path(const Engine *e, char *path, size_t n, int *branch) {
+// 1 when a and b are the same existing file
+static int same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    return a[0] && b[0] && stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+// Where a checkpoint of the current state goes: PREFIX<N>.ckpt, unless that file holds another
+// state of step N (then PREFIX<N>-bK.ckpt, and *branch = 1). A file this state was saved to (or
+// loaded from) already is the same file again.
+static void free_ckpt_path(const Engine *e, const char *prefix, char *path, size_t n, int *branch) {
     *branch = 0;
-    // this state was saved (or loaded) in this session's ckpt/ already: the same file again
-    char ck[1100], abs[PATH_MAX];
-    snprintf(ck, sizeof ck, "%s/ckpt", e->session_dir);
-    const char *base = strrchr(e->synced_path, '/');
-    if (e->synced_step == e->step && base && realpath(ck, abs) && strlen(abs) == (size_t)(base - e->synced_path) &&
-        !strncmp(abs, e->synced_path, strlen(abs)) && ckpt_name_step(base + 1) == e->step) {
-        snprintf(path, n, "%s/%s", ck, base + 1);
-        return;
-    }
-    snprintf(path, n, "%s/ckpt/step-%lld.ckpt", e->session_dir, (long long)e->step);
+    int same = e->synced_step == e->step && e->synced_settings == engine_settings_hash(e);
+    snprintf(path, n, "%s%lld.ckpt", prefix, (long long)e->step);
     struct stat st;
-    if (stat(path, &st) != 0) return;
+    if (stat(path, &st) != 0 || (same && same_file(path, e->synced_path))) return;
     *branch = 1;
     for (int k = 1; k < 100000; k++) {
-        snprintf(path, n, "%s/ckpt/step-%lld-b%d.ckpt", e->session_dir, (long long)e->step, k);
+        snprintf(path, n, "%s%lld-b%d.ckpt", prefix, (long long)e->step, k);
         if (stat(path, &st) != 0) return;
+        if (same && same_file(path, e->synced_path)) { *branch = 0; return; }
     }
+}
+
+static void branch_note(const Engine *e, const char *prefix, const char *path, char *note, size_t nnote) {
+    snprintf(note, nnote, "%s%lld.ckpt holds another state of step %lld (kept); this one is %s", prefix,
+             (long long)e->step, (long long)e->step, path);
+}
+
+int session_save_default(Engine *e, char *path, size_t n, char *note, size_t nnote, dm_err *err) {
+    note[0] = 0;
+    char dd[1100], prefix[1200];
+    snprintf(prefix, sizeof prefix, "%sdmsh-step-", session_default_dir(e, dd, sizeof dd));
+    int branch;
+    free_ckpt_path(e, prefix, path, n, &branch);
+    if (engine_save(e, path, err)) return 1;
+    if (branch) branch_note(e, prefix, path, note, nnote);
+    return 0;
 }
 
 int session_save(Engine *e, char *path, size_t n, char *note, size_t nnote, dm_err *err) {
     note[0] = 0;
+    char prefix[1200];
+    snprintf(prefix, sizeof prefix, "%s/ckpt/step-", e->session_dir);
     int branch;
-    session_ckpt_path(e, path, n, &branch);
+    free_ckpt_path(e, prefix, path, n, &branch);
     if (engine_save(e, path, err)) return 1;
     write_latest(e, path);
-    if (branch)
-        snprintf(note, nnote, "%s/ckpt/step-%lld.ckpt holds another state of step %lld (kept); this one is %s", e->session_dir,
-                 (long long)e->step, (long long)e->step, path);
+    if (branch) branch_note(e, prefix, path, note, nnote);
     return 0;
+}
+
+int session_foreign_ckpt_dir(const Engine *e, const char *path, char *owner, size_t n) {
+    char dir[PATH_MAX];
+    const char *slash = strrchr(path, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    char abs[PATH_MAX];
+    if (!realpath(dir, abs)) return 0;
+    size_t al = strlen(abs);
+    if (al < 5 || strcmp(abs + al - 5, "/ckpt")) return 0;
+    abs[al - 5] = 0;  // the directory holding ckpt/: a session's when it has its files
+    char f1[PATH_MAX + 32], f2[PATH_MAX + 32];
+    snprintf(f1, sizeof f1, "%s/transcript.dm", abs);
+    snprintf(f2, sizeof f2, "%s/config.dm", abs);
+    if (access(f1, F_OK) != 0 && access(f2, F_OK) != 0) return 0;
+    if (e->session_dir[0] && session_same_dir(e->session_dir, abs)) return 0;
+    snprintf(owner, n, "%s", abs);
+    return 1;
 }
 
 int session_autosave(Engine *e, char *path, size_t n, dm_err *err) {

@@ -24,6 +24,13 @@ int session_resume(Engine *e, const char *dir, dm_err *err);
 // Save the current state in the session: DIR/ckpt/step-N.ckpt, or step-N-bK.ckpt when that file
 // holds another state of step N (note then says so); ckpt/LATEST names it afterwards.
 int session_save(Engine *e, char *path, size_t n, char *note, size_t nnote, dm_err *err);
+// Without a session: DIR/dmsh-step-N.ckpt in session_default_dir (the working directory), or
+// dmsh-step-N-bK.ckpt when that file holds another state of step N (note then says so): a
+// checkpoint already there is never replaced.
+int session_save_default(Engine *e, char *path, size_t n, char *note, size_t nnote, dm_err *err);
+// 1 when path would go into the ckpt/ of a session directory other than ours (owner: its
+// directory): another run's checkpoints, which its resume reads.
+int session_foreign_ckpt_dir(const Engine *e, const char *path, char *owner, size_t n);
 // When leaving a session with a state (or metric rows) in no file yet: session_save. path is
 // empty when nothing needed saving.
 int session_autosave(Engine *e, char *path, size_t n, dm_err *err);

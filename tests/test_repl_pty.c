@@ -316,6 +316,38 @@ static void test_interrupts_and_completion(void **s) {
     assert_non_null(slurp(p));  // (slurp's buffer is static)
 }
 
+// SIGTERM (a scheduler, a shutdown) during an interactive :train: the command stops at a step
+// boundary, the prompt leaves as after :quit, the session is saved, exit 128 + 15. (It once had
+// its default action at the prompt: the process died and the run had no checkpoint.) And at an
+// idle prompt the same.
+static void test_sigterm_saves(void **s) {
+    (void)s;
+    for (int during = 1; during >= 0; during--) {
+        spawn(1, 0);
+        small_model(1);
+        command(during ? ":session term1" : ":session term0");
+        if (during) {
+            command(":train 100000 log_every=1");
+            expect_out("\nstep ", 60);
+        } else {
+            expect_out("dmsh> ", 20);
+        }
+        kill(child, SIGTERM);
+        int st = -1;
+        double t0 = now_s();
+        while (now_s() - t0 < 30 && waitpid(child, &st, WNOHANG) != child) pump(20);
+        child = -1;
+        assert_true(WIFEXITED(st));
+        assert_int_equal(WEXITSTATUS(st), 128 + SIGTERM);
+        char p[600];
+        snprintf(p, sizeof p, "%s/runs/term%d/ckpt/LATEST", dir, during);
+        assert_non_null(slurp(p));
+        if (during) assert_non_null(strstr(tty, "interrupted at step "));
+        close(mfd);
+        mfd = -1;
+    }
+}
+
 static void test_rc_files(void **s) {
     (void)s;
     char p[400];
@@ -418,6 +450,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_panel, teardown_one),
         cmocka_unit_test_teardown(test_rc_files, teardown_one),
         cmocka_unit_test_teardown(test_interrupts_and_completion, teardown_one),
+        cmocka_unit_test_teardown(test_sigterm_saves, teardown_one),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
