@@ -336,7 +336,11 @@ int engine_eval(Engine *e, int depth, EvalResult *r, dm_err *err) {
         hs = eval_set_add(hs, x, (int64_t)valid * T);
         if (s0 + valid == nseq) hs = eval_set_add(hs, y + (size_t)(valid - 1) * T + T - 1, 1);
         model_forward(m, x, y, B, T, depth ? depth : c->L, depth ? FWD_LAST : FWD_ALL_DEPTHS);
-        if (m->last_on[ARM_ENGRAM]) r->engram_rows += (int64_t)B * T * c->n_orders;
+        r->pad_seqs += B - valid;
+        if (m->last_on[ARM_ENGRAM]) {
+            r->engram_rows += (int64_t)valid * T * c->n_orders;
+            r->engram_pad_rows += (int64_t)(B - valid) * T * c->n_orders;
+        }
         e->fwd_kind = 2;
         e->fwd_step = e->step;
         e->fwd_undone = 0;

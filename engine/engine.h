@@ -34,7 +34,9 @@ typedef struct {
     int64_t nseq, T, window;    // the window: nseq x T bytes
     uint32_t eval_set;          // the identity of its bytes (eval_set_end)
     int64_t arm_fwd[ARM_COUNT]; // arm forward executions during this eval
-    int64_t engram_rows;        // Engram table rows it read (tokens x orders per forward, padding included)
+    int64_t engram_rows;        // Engram table rows the window's tokens read (tokens x orders)
+    int64_t pad_seqs;           // copies that filled a short last batch (the forward ran them too)
+    int64_t engram_pad_rows;    // ... and the table rows they read
 } EvalResult;
 
 typedef struct Engine {

@@ -396,7 +396,8 @@ double model_orth_error(const Model *m) {
         if (!t->orthonormal) continue;
         for (int e = 0; e < t->n_mats; e++) {
             double err = m->be->orth_error(m->params + t->offset + (size_t)e * t->rows * t->cols, t->rows, t->cols);
-            if (err > worst) worst = err;
+            if (isnan(err) || isnan(worst)) worst = NAN;  // non-finite factors: said, never skipped
+            else if (err > worst) worst = err;
         }
     }
     return worst;

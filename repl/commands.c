@@ -53,9 +53,14 @@ static void print_eval(Shell *sh, const EvalResult *r) {
                     b < e->anchors.kn5_bpb ? "beaten" : "not beaten");
         fprintf(OUT, "\n");
     }
-    fprintf(OUT, "  ran%s: kda=%lld moe=%lld forward iterations, engram=%lld table rows | %s\n",
+    // a short last batch is filled with copies (same shapes): they ran, and are said apart
+    char pad[128] = "";
+    if (r->pad_seqs)
+        snprintf(pad, sizeof pad, " (+%lld for %lld padding cop%s of the last batch, not scored)", (long long)r->engram_pad_rows,
+                 (long long)r->pad_seqs, r->pad_seqs == 1 ? "y" : "ies");
+    fprintf(OUT, "  ran%s: kda=%lld moe=%lld forward iterations, engram=%lld table rows%s | %s\n",
             r->depth_hi > r->depth_lo ? " (one forward for every depth above)" : "", (long long)r->arm_fwd[ARM_KDA],
-            (long long)r->arm_fwd[ARM_MOE], (long long)r->engram_rows, counters);
+            (long long)r->arm_fwd[ARM_MOE], (long long)r->engram_rows, pad, counters);
 }
 
 // ---- handlers -----------------------------------------------------------------------------
@@ -134,7 +139,9 @@ static void show_params(Shell *sh) {
         if (t->ndim == 1) snprintf(shape, sizeof shape, "[%d]", t->shape[0]);
         else if (t->ndim == 2) snprintf(shape, sizeof shape, "[%d, %d]", t->shape[0], t->shape[1]);
         else snprintf(shape, sizeof shape, "[%d, %d, %d]", t->shape[0], t->shape[1], t->shape[2]);
-        fprintf(OUT, "  %-16s %-18s %10zu  %s%s\n", t->name, shape, t->numel, gname[t->group], t->orthonormal ? " (orthonormal)" : "");
+        // the optimizer that really steps it (engine/optim.c): opt=adamw puts the Muon group on AdamW
+        int g = t->group == GROUP_MUON && (m->cfg.opt_adamw || t->n_mats == 0) ? GROUP_ADAMW : (int)t->group;
+        fprintf(OUT, "  %-16s %-18s %10zu  %s%s\n", t->name, shape, t->numel, gname[g], t->orthonormal ? " (orthonormal)" : "");
     }
     fprintf(OUT, "params: %zu compute + %zu memory-table = %zu total (%.2fM + %.2fM)%s\n", comp, tab, comp + tab,
             comp / 1e6, tab / 1e6, tab > comp ? " — mostly table rows: a lookup table with a model attached" : "");
@@ -254,6 +261,19 @@ static int cmd_data(Shell *sh, Words *w, dm_err *err) {
     return 0;
 }
 
+// Arms a :load or :init switched (the checkpoint's own, or all on for a new model): said, since
+// a user's `:arm X off` before it no longer holds.
+static void say_arm_changes(Shell *sh, const int *before, int had, const char *why) {
+    if (!had || !E_->live) return;
+    char buf[256] = "";
+    size_t used = 0;
+    for (int a = 0; a < ARM_COUNT; a++)
+        if (before[a] != E_->model.arms.on[a])
+            used += snprintf(buf + used, sizeof buf - used, "%s%s %s -> %s", used ? ", " : "", dm_arm_names[a],
+                             before[a] ? "on" : "off", E_->model.arms.on[a] ? "on" : "off");
+    if (used) fprintf(OUT, "note: arms switched by %s: %s\n", why, buf);
+}
+
 static int cmd_init(Shell *sh, Words *w, dm_err *err) {
     static const char *const keys[] = {"seed", NULL};
     if (sh_check_keys(w, 0, keys, err)) return 1;
@@ -273,6 +293,8 @@ static int cmd_init(Shell *sh, Words *w, dm_err *err) {
     int64_t steps0 = E_->cfg.steps;
     int auto0 = E_->steps_auto;
     if (E_->steps_auto) { E_->cfg.steps = 0; E_->steps_auto = 0; }
+    int arms0[ARM_COUNT], had = E_->live;
+    for (int a = 0; had && a < ARM_COUNT; a++) arms0[a] = E_->model.arms.on[a];
     if (engine_build(E_, seed, err)) { E_->cfg.steps = steps0; E_->steps_auto = auto0; return 1; }
     if (session_write_config(E_, err)) return 1;
     // a new model starts a new run: metrics.tsv holds its rows only (the last model's are in its
@@ -282,6 +304,7 @@ static int cmd_init(Shell *sh, Words *w, dm_err *err) {
     model_param_counts(&E_->model, &comp, &tab);
     fprintf(OUT, "init seed %llu: %zu compute params + %zu memory-table (%.2fM + %.2fM), device %s (%s)\n",
             (unsigned long long)seed, comp, tab, comp / 1e6, tab / 1e6, E_->device[0] ? E_->device : "cpu", REAL_NAME);
+    say_arm_changes(sh, arms0, had, ":init (a new model starts with every arm on)");
     return 0;
 }
 
@@ -487,8 +510,11 @@ static int cmd_save(Shell *sh, Words *w, dm_err *err) {
 
 static int cmd_load(Shell *sh, Words *w, dm_err *err) {
     if (w->argc != 2) return dm_fail(err, "usage: :load PATH");
+    int arms0[ARM_COUNT], had = E_->live;
+    for (int a = 0; had && a < ARM_COUNT; a++) arms0[a] = E_->model.arms.on[a];
     if (engine_load(E_, w->argv[1], err)) return 1;
     fprintf(OUT, "loaded %s: step %lld, %lld tokens\n", w->argv[1], (long long)E_->step, (long long)E_->tokens);
+    say_arm_changes(sh, arms0, had, "the checkpoint (it keeps its own)");
     // in a session, metrics.tsv follows the loaded rows (the rows after them belong to the state
     // left behind, which its own checkpoints keep)
     if (E_->session_dir[0] && session_rewrite_metrics(E_, err)) return 1;

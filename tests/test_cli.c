@@ -472,6 +472,21 @@ static void test_reports_are_true(void **s) {
     snprintf(script, sizeof script, "%s:data %s\n:init seed=3\n:step 2\n:probe h@2\n:bench steps=2\n:probe h@2\n", SMALL, corpus);
     expect_error(script, "s.dm:8: error: the activations in memory belong to steps that were undone");
     assert_non_null(strstr(out, "(forward of step 1)"));
+    // an eval window that does not fill the last batch: the table rows of the window, and the
+    // padding copies said apart (they were counted as window rows); seq 32, batch 5, 2048 B =
+    // 64 sequences: the last batch holds 4 and 1 copy; nano's 3 orders: 64 x 32 x 3 rows
+    snprintf(script, sizeof script, "%s:set batch=5 eval_bytes=2049\n:data %s\n:init seed=3\n:eval\n", SMALL, corpus);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    if (!strstr(out, "(+96 for 1 padding copy of the last batch, not scored)")) print_message("%s", out);
+    assert_non_null(strstr(out, "engram=6144 table rows (+96 for 1 padding copy of the last batch, not scored)"));
+    // :load and :init switch arms (the checkpoint's own; all on): said; :show params names the
+    // optimizer that steps each tensor (opt=adamw: no Muon)
+    snprintf(script, sizeof script, "%s:data %s\n:init seed=3\n:save arms.ckpt\n:arm moe off\n:load arms.ckpt\n:arm kda off\n:init\n"
+             ":set opt=adamw\n:show params\n", SMALL, corpus);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    assert_non_null(strstr(out, "note: arms switched by the checkpoint (it keeps its own): moe off -> on"));
+    assert_non_null(strstr(out, "note: arms switched by :init (a new model starts with every arm on): kda off -> on"));
+    assert_null(strstr(out, "  muon"));
     snprintf(script, sizeof script, "%s:data %s\n:session st\n:init seed=3\n:stress lr_mult=10 steps=3\n", SMALL, corpus);
     assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
     char p[600];

@@ -337,7 +337,9 @@ void opt_retract(real *X, int n_mats, int rows, int r, int iters, real *scratch,
         real *Xe = X + (size_t)e * rows * r;
         retract(Xe, rows, r, iters, scratch);
         double err = orth_error(Xe, rows, r);
-        if (err > st->orth_err) st->orth_err = err;
+        // a NaN (non-finite entries) is the worst error there is: it must reach the report
+        if (isnan(err) || isnan(st->orth_err)) st->orth_err = NAN;
+        else if (err > st->orth_err) st->orth_err = err;
     }
 }
 

@@ -454,9 +454,12 @@ __global__ void __launch_bounds__(1024) orth_fold_kernel(OptStatus *st, const do
         for (size_t i = threadIdx.x; i < rr; i += 1024) s += err[(size_t)e * rr + i];
         double tot = block_sum_d(s, sh);
         double v = sqrt(tot) / r;
-        worst = v > worst ? v : worst;
+        worst = isnan(v) || isnan(worst) ? v + worst : v > worst ? v : worst;  // NaN sticks (as on the CPU)
     }
-    if (threadIdx.x == 0 && st->retract && worst > st->orth_err) st->orth_err = worst;
+    if (threadIdx.x == 0 && st->retract) {
+        if (isnan(worst) || isnan(st->orth_err)) st->orth_err = worst + st->orth_err;
+        else if (worst > st->orth_err) st->orth_err = worst;
+    }
 }
 
 void cuda_opt_retract(real *X, int n_mats, int rows, int r, int iters, real *scratch, OptStatus *st) {
