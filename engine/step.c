@@ -282,6 +282,10 @@ int engine_report(Engine *e, MetricRow *last, dm_err *err) {
         row.ms = (double)(rec->t1_ns - rec->t0_ns) / 1e6;
         row.tok_s = (double)rec->hp.ntok / (row.ms / 1e3);
         row.skipped = info.skipped;
+        // a NaN is a NaN: printf writes "-nan" for one with its sign bit set, and lines mixed
+        // "loss nan ... gnorm -nan" (the sign of a NaN means nothing)
+        if (isnan(row.loss)) row.loss = fabs(row.loss);
+        if (isnan(row.gnorm)) row.gnorm = fabs(row.gnorm);
         // the routing history behind `:plot experts`: share of this step's assignments per expert
         if (m->cfg.E <= STEP_REC_E) {
             double tot = 0;
