@@ -74,6 +74,19 @@ int cmd_probe(Shell *sh, Words *w, dm_err *err) {
     return rc;
 }
 
+// One numeric :gen option KEY=VAL into *out, within lo..hi (integer: whole numbers only). VAL
+// must start with a digit (temp: or '.'): strtod/strtoll read "" as 0 (temp= ran greedy,
+// top_k= sampled every byte) and skip blanks and signs.
+static int gen_num(const char *key, const char *val, double lo, double hi, int integer, const char *range, double *out, dm_err *err) {
+    if (!*val) return dm_fail(err, ":gen: %s= needs a value: %s", key, range);
+    char *end;
+    int num = isdigit((unsigned char)val[0]) || (!integer && val[0] == '.' && isdigit((unsigned char)val[1]));
+    double x = integer ? (double)strtoll(val, &end, 10) : strtod(val, &end);
+    if (!num || *end || !(x >= lo && x <= hi)) return dm_fail(err, "bad %s '%s': %s", key, val, range);
+    *out = x;
+    return 0;
+}
+
 int cmd_gen(Shell *sh, Words *w, dm_err *err) {
     Engine *e = sh->eng;
     const char *prompt = NULL;
@@ -81,7 +94,7 @@ int cmd_gen(Shell *sh, Words *w, dm_err *err) {
     uint64_t seed = e->cfg.seed;
     double temp = 0.8;
     for (int i = 1; i < w->argc; i++) {
-        char *a = w->argv[i], *end;
+        char *a = w->argv[i];
         const char *eq = sh_eq(w, i);
         if (!eq) {  // the prompt (a quoted "n=5" is a prompt too)
             if (prompt) return dm_fail(err, "usage: :gen \"prompt\" [n=256 temp=0.8 top_k=0 seed=N]");
@@ -91,9 +104,10 @@ int cmd_gen(Shell *sh, Words *w, dm_err *err) {
         for (int j = 1; j < i && eq && eq != a; j++)  // `n=5 ... n=50`: one of them would be dropped
             if (!w->lit[j] && !strncmp(w->argv[j], a, (size_t)(eq - a) + 1) && strspn(a, "abcdefghijklmnopqrstuvwxyz_") == (size_t)(eq - a))
                 return dm_fail(err, ":gen: option '%.*s' given twice", (int)(eq - a), a);
-        if (!strncmp(a, "n=", 2)) { n = strtoll(a + 2, &end, 10); if (*end || n < 1 || n > 1000000) return dm_fail(err, "bad n '%s': 1..1000000", a + 2); }
-        else if (!strncmp(a, "temp=", 5)) { temp = strtod(a + 5, &end); if (*end || !(temp >= 0 && temp <= 100)) return dm_fail(err, "bad temp '%s': 0..100 (0 = greedy)", a + 5); }
-        else if (!strncmp(a, "top_k=", 6)) { top_k = strtoll(a + 6, &end, 10); if (*end || top_k < 0 || top_k > 256) return dm_fail(err, "bad top_k '%s': 0..256", a + 6); }
+        double x;
+        if (!strncmp(a, "n=", 2)) { if (gen_num("n", a + 2, 1, 1000000, 1, "1..1000000", &x, err)) return 1; n = (long long)x; }
+        else if (!strncmp(a, "temp=", 5)) { if (gen_num("temp", a + 5, 0, 100, 0, "0..100 (0 = greedy)", &temp, err)) return 1; }
+        else if (!strncmp(a, "top_k=", 6)) { if (gen_num("top_k", a + 6, 0, 256, 1, "0..256 (0 = all bytes)", &x, err)) return 1; top_k = (long long)x; }
         else if (!strncmp(a, "seed=", 5)) {  // the values :set seed takes
             Config tmp = e->cfg;
             if (config_set(&tmp, "seed", a + 5, err)) return 1;
