@@ -1,5 +1,6 @@
 // test_inspect.c — :probe and :gen (repl/cmd_inspect.c) as dmsh runs them, on a tiny model and a
-// generated corpus (seconds each): empty option values.
+// generated corpus (seconds each): empty option values; the iteration suffix of a probe name,
+// unknown names before a forward.
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -71,6 +72,27 @@ static void test_gen_empty_values(void **s) {
     expect_ok(":gen \"ab\" n=5 temp=.5 top_k=3\n");
 }
 
+// Defect 2: the iteration suffix was read with atoi (h@1x, h@01 accepted; h@abc "iteration 0";
+// 20 digits "iteration -1"), and an unknown name before any forward read "no forward yet".
+static void test_probe_names(void **s) {
+    (void)s;
+    expect_error(":step\n:probe h@1x\n", "bad iteration '1x' in h@1x: expected 1..2");
+    expect_error(":step\n:probe h@01\n", "bad iteration '01' in h@01: expected 1..2");
+    expect_error(":step\n:probe h@abc\n", "bad iteration 'abc' in h@abc: expected 1..2");
+    expect_error(":step\n:probe h@\n", "bad iteration '' in h@: expected 1..2");
+    expect_error(":step\n:probe h@99999999999999999999\n", "iteration 99999999999999999999 out of range 1..2");
+    expect_error(":step\n:probe h@3\n", "iteration 3 out of range 1..2");
+    expect_ok(":step\n:probe h@2\n");
+    assert_non_null(strstr(out, "h@2 [4, 64, 64]"));
+    // unknown is unknown, forward or not; a known activation before a forward is not unknown
+    expect_error(":probe bogus\n", "unknown probe 'bogus'");
+    expect_error(":step\n:probe bogus\n", "unknown probe 'bogus'");
+    expect_error(":probe kda.qq@1\n", "unknown probe 'kda.qq@1'; near: ");
+    expect_error(":probe h@abc\n", "bad iteration 'abc' in h@abc");
+    expect_error(":probe h@1\n", "no forward yet for activation 'h@1'");
+    expect_error(":probe h\n", "'h' is per iteration: name one, e.g. h@1");
+}
+
 static int setup(void **s) {
     (void)s;
     snprintf(dir, sizeof dir, "/tmp/dmsh_inspect_XXXXXX");
@@ -98,6 +120,7 @@ static int teardown(void **s) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gen_empty_values),
+        cmocka_unit_test(test_probe_names),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
