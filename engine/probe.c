@@ -228,3 +228,11 @@ void probe_stats(const double *v, size_t n, ProbeStats *s) {
     s->rms = sqrt(sq / k);
     s->absmax = fmax(fabs(s->min), fabs(s->max));
 }
+
+void probe_source(const Engine *e, const ProbeInfo *pi, char *desc, size_t ndesc, char *tag, size_t ntag) {
+    long long s = pi->activation ? (long long)e->fwd_step : (long long)e->step;
+    if (!pi->activation) { snprintf(desc, ndesc, "step %lld", s); snprintf(tag, ntag, "step%lld", s); }
+    else if (e->fwd_kind == 1) { snprintf(desc, ndesc, "forward of step %lld", s); snprintf(tag, ntag, "fwd%lld", s); }
+    else if (e->fwd_kind == 2) { snprintf(desc, ndesc, "eval forward at step %lld", s); snprintf(tag, ntag, "eval%lld", s); }
+    else { snprintf(desc, ndesc, "last forward"); snprintf(tag, ntag, "fwd"); }
+}

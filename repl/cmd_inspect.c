@@ -45,13 +45,10 @@ int cmd_probe(Shell *sh, Words *w, dm_err *err) {
         strncat(shape, t, sizeof shape - strlen(shape) - 1);
     }
     strncat(shape, "]", sizeof shape - strlen(shape) - 1);
-    // where the values come from: a parameter is the state now (after `step` steps); an
-    // activation is the last forward's (the forward of training step N, or an eval at step N)
-    char from[64];
-    if (!pi.activation) snprintf(from, sizeof from, "step %lld", (long long)e->step);
-    else if (e->fwd_kind == 1) snprintf(from, sizeof from, "forward of step %lld", (long long)e->fwd_step);
-    else if (e->fwd_kind == 2) snprintf(from, sizeof from, "eval forward at step %lld", (long long)e->fwd_step);
-    else snprintf(from, sizeof from, "last forward");
+    // where the values come from (probe.h): the stats line, the PNG's title and its file name
+    // all name the same state
+    char from[64], tag[32];
+    probe_source(e, &pi, from, sizeof from, tag, sizeof tag);
     fprintf(sh->out, "%s %s n=%zu mean %.6g std %.6g rms %.6g min %.6g max %.6g absmax %.6g nonfinite %.4g%% (%s)\n",
             pi.name, shape, pi.n, st.mean, st.std, st.rms, st.min, st.max, st.absmax,
             pi.n ? 100.0 * st.nonfinite / pi.n : 0.0, from);
@@ -65,8 +62,10 @@ int cmd_probe(Shell *sh, Words *w, dm_err *err) {
         for (char *p = safe; *p; p++) if (*p == '@' || *p == '/') *p = '_';
         snprintf(pdir, sizeof pdir, "%splots", dir);
         mkdir(pdir, 0755);  // (exists in a session; an error shows when the PNG is written)
-        snprintf(path, sizeof path, "%s/hist-%s-step%lld.png", pdir, safe, (long long)e->step);
-        snprintf(title, sizeof title, "%s %s at step %lld", pi.name, shape, (long long)e->step);
+        // the tag, not e->step: after :step 1 an activation is the forward of step 0, and an
+        // :eval at step 1 would otherwise overwrite it under the same name (hist-h_1-step1)
+        snprintf(path, sizeof path, "%s/hist-%s-%s.png", pdir, safe, tag);
+        snprintf(title, sizeof title, "%s %s (%s)", pi.name, shape, from);
         if (viz_hist_png(path, v, pi.n, 60, title, msg, sizeof msg)) rc = dm_fail(err, "%s", msg);
         else fprintf(sh->out, "wrote %s\n", path);
     }

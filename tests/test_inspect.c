@@ -1,11 +1,14 @@
 // test_inspect.c — :probe and :gen (repl/cmd_inspect.c) as dmsh runs them, on a tiny model and a
 // generated corpus (seconds each): empty option values; the iteration suffix of a probe name,
-// unknown names before a forward.
+// unknown names before a forward; the histogram's labels and file name.
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include "testutil.h"
+#include "../engine/engine.h"
+#include "../engine/probe.h"
+#include "../viz/hist.h"
 
 static char dir[256], dmsh[512];
 static char out[1 << 20], err_[1 << 16];
@@ -93,6 +96,53 @@ static void test_probe_names(void **s) {
     expect_error(":probe h\n", "'h' is per iteration: name one, e.g. h@1");
 }
 
+static long file_size(const char *name) {
+    char p[400];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    struct stat st;
+    return stat(p, &st) ? -1 : (long)st.st_size;
+}
+
+// Defect 3: a constant tensor's subtitle printed the padded axis range (min 0.99 max 1.01); the
+// PNG of an activation after :step 1 was titled and named "step 1" while its values are the
+// forward of step 0 (the stats line said so).
+static void test_hist_labels(void **s) {
+    (void)s;
+    double ones[32], mixed[4] = {-2, 0.5, NAN, 3};
+    for (int i = 0; i < 32; i++) ones[i] = 1;
+    char sub[300];
+    assert_int_equal((int)viz_hist_subtitle(sub, sizeof sub, ones, 32, 11), 32);
+    if (!strstr(sub, "min 1   max 1   ")) print_error("%s\n", sub);
+    assert_non_null(strstr(sub, "n = 32   mean 1   std 0   min 1   max 1   11 bins"));
+    assert_int_equal((int)viz_hist_subtitle(sub, sizeof sub, mixed, 4, 10), 3);
+    assert_non_null(strstr(sub, "min -2   max 3"));
+    assert_non_null(strstr(sub, "(1 non-finite skipped)"));
+    // the description the stats line, the PNG title and the file name share
+    static Engine e;
+    engine_init(&e);
+    ProbeInfo pi = {.activation = 1};
+    char desc[64], tag[32];
+    e.step = 1; e.fwd_kind = 1; e.fwd_step = 0;
+    probe_source(&e, &pi, desc, sizeof desc, tag, sizeof tag);
+    assert_string_equal(desc, "forward of step 0"); assert_string_equal(tag, "fwd0");
+    e.fwd_kind = 2; e.fwd_step = 1;
+    probe_source(&e, &pi, desc, sizeof desc, tag, sizeof tag);
+    assert_string_equal(desc, "eval forward at step 1"); assert_string_equal(tag, "eval1");
+    pi.activation = 0;
+    probe_source(&e, &pi, desc, sizeof desc, tag, sizeof tag);
+    assert_string_equal(desc, "step 1"); assert_string_equal(tag, "step1");
+    engine_free(&e);
+#ifdef DM_HAVE_PNG
+    expect_ok(":step\n:probe h@1 hist\n:eval\n:probe h@1 hist\n:probe kda.w_on hist\n");
+    assert_non_null(strstr(out, "(forward of step 0)\nwrote plots/hist-h_1-fwd0.png\n"));
+    assert_non_null(strstr(out, "(eval forward at step 1)\nwrote plots/hist-h_1-eval1.png\n"));
+    assert_non_null(strstr(out, "min 1 max 1 absmax 1 nonfinite 0% (step 1)\nwrote plots/hist-kda.w_on-step1.png\n"));
+    assert_true(file_size("plots/hist-h_1-fwd0.png") > 0);
+    assert_true(file_size("plots/hist-h_1-eval1.png") > 0);  // not one file overwritten
+    assert_true(file_size("plots/hist-kda.w_on-step1.png") > 0);
+#endif
+}
+
 static int setup(void **s) {
     (void)s;
     snprintf(dir, sizeof dir, "/tmp/dmsh_inspect_XXXXXX");
@@ -121,6 +171,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gen_empty_values),
         cmocka_unit_test(test_probe_names),
+        cmocka_unit_test(test_hist_labels),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
