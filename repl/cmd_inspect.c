@@ -152,10 +152,10 @@ int cmd_gen(Shell *sh, Words *w, dm_err *err) {
         return dm_fail(err, ":gen: the model's logits are not finite after the prompt (its parameters hold NaN or inf: :probe NAME shows nonfinite %%)");
     }
     Rng r = {seed};
-    // bytes as the samples below: control bytes shown as \xHH (never sent to the terminal raw)
+    char shown[5];  // the prompt's bytes as the samples below (sample_byte_text says how)
     for (const unsigned char *p = (const unsigned char *)prompt; *p; p++) {
-        if (*p == '\n' || *p == '\t' || (*p >= 32 && *p < 127) || *p >= 128) fputc(*p, sh->out);
-        else fprintf(sh->out, "\\x%02x", *p);
+        sample_byte_text(*p, shown);
+        fputs(shown, sh->out);
     }
     for (long long i = 0; i < n; i++) {
         for (int j = 0; j < 256; j++) bad |= !isfinite((double)lg[j]);
@@ -170,8 +170,8 @@ int cmd_gen(Shell *sh, Words *w, dm_err *err) {
             break;
         }
         int b = sample_byte(lg, temp, (int)top_k, &r);
-        if (b == '\n' || b == '\t' || (b >= 32 && b < 127) || b >= 128) fputc(b, sh->out);
-        else fprintf(sh->out, "\\x%02x", b);
+        sample_byte_text(b, shown);
+        fputs(shown, sh->out);
         decoder_step(&d, b, lg);
     }
     fputc('\n', sh->out);

@@ -1,6 +1,6 @@
-// test_inspect.c — :probe and :gen (repl/cmd_inspect.c) as dmsh runs them, on a tiny model and a
-// generated corpus (seconds each): empty option values; the iteration suffix of a probe name,
-// unknown names before a forward; the histogram's labels and file name.
+// test_inspect.c — :probe and :gen (repl/cmd_inspect.c) as dmsh runs them: empty option values,
+// the iteration suffix of a probe name, unknown names before a forward, the histogram's labels
+// and file name, and how :gen shows control bytes. A tiny model on a generated corpus: seconds.
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -8,6 +8,7 @@
 #include "testutil.h"
 #include "../engine/engine.h"
 #include "../engine/probe.h"
+#include "../engine/sample.h"
 #include "../viz/hist.h"
 
 static char dir[256], dmsh[512];
@@ -143,6 +144,26 @@ static void test_hist_labels(void **s) {
 #endif
 }
 
+// Defect 4: \n and \t print raw, other C0 controls and DEL as \xHH, bytes >= 0x80 raw.
+static void test_gen_byte_display(void **s) {
+    (void)s;
+    char t[5];
+    struct { int b; const char *want; } cases[] = {
+        {'\n', "\n"}, {'\t', "\t"}, {'a', "a"}, {' ', " "}, {'~', "~"}, {0, "\\x00"}, {1, "\\x01"},
+        {'\r', "\\x0d"}, {0x1b, "\\x1b"}, {0x1f, "\\x1f"}, {0x7f, "\\x7f"}, {0x80, "\x80"}, {0xc3, "\xc3"}, {0xff, "\xff"},
+    };
+    for (unsigned i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t n = sample_byte_text(cases[i].b, t);
+        assert_string_equal(t, cases[i].want);
+        assert_int_equal((int)n, (int)strlen(cases[i].want));
+    }
+    // the prompt is shown the same way: escapes typed in the script, UTF-8 typed raw
+    expect_ok(":gen \"\\x01a\\tb\\x7f\\x1b\xc3\xa9\\nz\" n=3 temp=0\n");
+    const char *want = "\\x01a\tb\\x7f\\x1b\xc3\xa9\nz";
+    if (!strstr(out, want)) print_error("stdout: %s\n", out);
+    assert_non_null(strstr(out, want));
+}
+
 static int setup(void **s) {
     (void)s;
     snprintf(dir, sizeof dir, "/tmp/dmsh_inspect_XXXXXX");
@@ -172,6 +193,7 @@ int main(void) {
         cmocka_unit_test(test_gen_empty_values),
         cmocka_unit_test(test_probe_names),
         cmocka_unit_test(test_hist_labels),
+        cmocka_unit_test(test_gen_byte_display),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
