@@ -5,6 +5,7 @@
 // recomputed from the kept q, k, v, beta, g with the recurrent step (the chunked kernel keeps
 // only chunk-boundary states).
 #include "probe.h"
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 #include "../kernels/cpu/kda.h"
@@ -66,6 +67,23 @@ static real *host_copy(const Backend *be, const real *p, size_t n) {
     return h;
 }
 
+// "unknown probe" with the names sharing its first letters. Before any forward the activations
+// are not listed by probe_names, so their names (NAME@i per iteration) are offered as well.
+static int unknown_probe(const Engine *e, const char *name, size_t base, dm_err *err) {
+    char **names = probe_names(e), hint[300] = "", buf[64];
+    size_t used = 0, pre = base > 3 ? 3 : base;
+    int shown = 0, nact = have_forward(e) ? 0 : NG + NI;
+    for (int i = 0; shown < 6 && used < sizeof hint; i++) {
+        const char *cand;
+        if (i < nact && i < NG) cand = global_acts[i];
+        else if (i < nact) { snprintf(buf, sizeof buf, "%s@i", iter_acts[i - NG]); cand = buf; }
+        else if (!(cand = names[i - nact])) break;
+        if (!strncmp(cand, name, pre)) used += snprintf(hint + used, sizeof hint - used, "%s%s", shown++ ? ", " : "", cand);
+    }
+    probe_names_free(names);
+    return dm_fail(err, "unknown probe '%s'%s%s (:probe lists every name)", name, shown ? "; near: " : "", hint);
+}
+
 int probe_get(Engine *e, const char *name, double **vals, ProbeInfo *info, dm_err *err) {
     if (!e->live) return dm_fail(err, "no model: :init builds one");
     Model *m = &e->model;
@@ -86,6 +104,30 @@ int probe_get(Engine *e, const char *name, double **vals, ProbeInfo *info, dm_er
         return 0;
     }
     info->activation = 1;
+    // the name first, the forward second: an unknown name is unknown whether or not a forward
+    // has run, and a bad iteration suffix is reported as such (not as a missing forward)
+    int global = -1, which = -1;
+    for (int i = 0; i < NG; i++)
+        if (!strcmp(name, global_acts[i])) global = i;
+    const char *at = strrchr(name, '@');
+    size_t base = at ? (size_t)(at - name) : strlen(name);
+    if (global < 0)
+        for (int i = 0; i < NI; i++)
+            if (strlen(iter_acts[i]) == base && !strncmp(name, iter_acts[i], base)) which = i;
+    if (global < 0 && which < 0) return unknown_probe(e, name, base, err);
+    // the depth a suffix may name: the last forward's, else the one the next forward runs
+    int L = have_forward(e) ? m->last_depth : c->L;
+    if (which >= 0 && !at) return dm_fail(err, "'%s' is per iteration: name one, e.g. %s@1 (1..%d)", name, iter_acts[which], L);
+    int it = 0;
+    if (which >= 0) {
+        // a plain positive decimal: atoi would read h@1x and h@01 as h@1, h@abc as 0 and
+        // wrap 20 digits to -1
+        const char *s = at + 1;
+        size_t len = strlen(s);
+        if (!len || s[0] < '1' || s[0] > '9' || strspn(s, "0123456789") != len)
+            return dm_fail(err, "bad iteration '%s' in %s: expected 1..%d (a decimal number, no leading zeros)", s, name, L);
+        it = len > 9 ? INT_MAX : atoi(s);  // more than 9 digits: out of any range below
+    }
     if (!have_forward(e)) {
         if (e->fwd_undone)  // a :bench (or another restore) undid the steps they came from
             return dm_fail(err, "the activations in memory belong to steps that were undone (:bench restores the state): :step or :eval first for '%s'", name);
@@ -95,35 +137,15 @@ int probe_get(Engine *e, const char *name, double **vals, ProbeInfo *info, dm_er
     int B = a->B, T = a->T, N = B * T, d = c->d, H = c->H, dh = d / H, E = c->E;
     int OD = c->n_orders * c->engram_dim;
     const real *src = NULL;
-    for (int i = 0; i < NG; i++)
-        if (!strcmp(name, global_acts[i])) {
-            if (i > 0 && !m->last_on[ARM_ENGRAM]) return dm_fail(err, "'%s' did not run in the last forward: the engram arm was off", name);
-            src = i == 0 ? a->h0 : i == 1 ? a->m : i == 2 ? a->key : a->val;
-            set_shape(info, 3, B, T, i == 1 ? OD : d);
-            *vals = copy_real(m->be, src, info->n);
-            return 0;
-        }
-    const char *at = strrchr(name, '@');
-    int it = at ? atoi(at + 1) : 0;
-    size_t base = at ? (size_t)(at - name) : strlen(name);
-    int which = -1;
-    for (int i = 0; i < NI; i++)
-        if (strlen(iter_acts[i]) == base && !strncmp(name, iter_acts[i], base)) which = i;
-    if (which < 0 || !at) {
-        // nearest names: same prefix
-        char **names = probe_names(e), hint[300] = "";
-        size_t used = 0;
-        int shown = 0;
-        for (int i = 0; names[i] && shown < 6; i++)
-            if (!strncmp(names[i], name, base > 3 ? 3 : base)) {
-                used += snprintf(hint + used, sizeof hint - used, "%s%s", shown ? ", " : "", names[i]);
-                shown++;
-            }
-        probe_names_free(names);
-        if (which >= 0) return dm_fail(err, "'%s' is per iteration: name one, e.g. %s@1 (1..%d)", name, iter_acts[which], m->last_depth);
-        return dm_fail(err, "unknown probe '%s'%s%s (:probe lists every name)", name, shown ? "; near: " : "", hint);
+    if (global >= 0) {
+        if (global > 0 && !m->last_on[ARM_ENGRAM]) return dm_fail(err, "'%s' did not run in the last forward: the engram arm was off", name);
+        src = global == 0 ? a->h0 : global == 1 ? a->m : global == 2 ? a->key : a->val;
+        set_shape(info, 3, B, T, global == 1 ? OD : d);
+        *vals = copy_real(m->be, src, info->n);
+        return 0;
     }
-    if (it < 1 || it > m->last_depth) return dm_fail(err, "'%s': iteration %d out of range 1..%d (the last forward ran %d)", name, it, m->last_depth, m->last_depth);
+    if (it > m->last_depth)
+        return dm_fail(err, "'%s': iteration %s out of range 1..%d (the last forward ran %d)", name, at + 1, m->last_depth, m->last_depth);
     IterActs *t = &a->it[it - 1];
     const char *nm = iter_acts[which];
     int kda = !strncmp(nm, "kda.", 4), mem = !strncmp(nm, "mem.", 4), moe = !strncmp(nm, "moe.", 4);
@@ -205,4 +227,12 @@ void probe_stats(const double *v, size_t n, ProbeStats *s) {
     s->std = sqrt(var / k);
     s->rms = sqrt(sq / k);
     s->absmax = fmax(fabs(s->min), fabs(s->max));
+}
+
+void probe_source(const Engine *e, const ProbeInfo *pi, char *desc, size_t ndesc, char *tag, size_t ntag) {
+    long long s = pi->activation ? (long long)e->fwd_step : (long long)e->step;
+    if (!pi->activation) { snprintf(desc, ndesc, "step %lld", s); snprintf(tag, ntag, "step%lld", s); }
+    else if (e->fwd_kind == 1) { snprintf(desc, ndesc, "forward of step %lld", s); snprintf(tag, ntag, "fwd%lld", s); }
+    else if (e->fwd_kind == 2) { snprintf(desc, ndesc, "eval forward at step %lld", s); snprintf(tag, ntag, "eval%lld", s); }
+    else { snprintf(desc, ndesc, "last forward"); snprintf(tag, ntag, "fwd"); }
 }

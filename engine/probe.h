@@ -24,3 +24,9 @@ void probe_names_free(char **names);
 // (with the nearest names).
 int probe_get(Engine *e, const char *name, double **vals, ProbeInfo *info, dm_err *err);
 void probe_stats(const double *v, size_t n, ProbeStats *s);
+// Which state a probe's values describe, for its stats line, histogram title and file name. A
+// parameter is the state now: desc "step 1", tag "step1". An activation is the last forward's:
+// training step N's forward ran on the parameters before step N's update, so after `:step 1`
+// it is "forward of step 0" (tag "fwd0"), not step 1; an eval at step N is "eval forward at
+// step N" ("eval1"). Distinct tags keep the files of different states apart.
+void probe_source(const Engine *e, const ProbeInfo *pi, char *desc, size_t ndesc, char *tag, size_t ntag);

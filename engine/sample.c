@@ -2,6 +2,7 @@
 // recurrence stepped instead of chunked.
 #include "sample.h"
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #define PT(m, i) ((m)->params + (m)->t[i].offset)
@@ -164,4 +165,13 @@ int sample_byte(const real *logits, double temp, int top_k, Rng *r) {
     double u = rng_uniform(r) * s;
     for (int i = 0; i < K; i++) { u -= p[i]; if (u <= 0) return idx[i]; }
     return idx[K - 1];
+}
+
+size_t sample_byte_text(int b, char out[5]) {
+    b &= 0xff;
+    // \n and \t raw (sampled text keeps its lines); other C0 controls and DEL escaped, so no byte
+    // drives the terminal (ESC sequences, \r over-printing, BEL); >= 0x80 raw: UTF-8 survives
+    if (b == '\n' || b == '\t' || (b >= 0x20 && b < 0x7f) || b >= 0x80) { out[0] = (char)b; out[1] = 0; return 1; }
+    snprintf(out, 5, "\\x%02x", b);
+    return 4;
 }

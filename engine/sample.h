@@ -28,3 +28,7 @@ void decoder_reset(Decoder *d);
 void decoder_step(Decoder *d, int byte, real *logits);
 // Sample from logits with temperature (0 = greedy) and top_k (0 = all).
 int sample_byte(const real *logits, double temp, int top_k, Rng *r);
+// How :gen shows a byte: \n and \t as they are, other C0 controls (0x00..0x1f) and DEL (0x7f)
+// as the four characters \xHH, bytes >= 0x80 as they are (UTF-8 text prints as text). Writes a
+// NUL-terminated string to out and returns its length (1 or 4).
+size_t sample_byte_text(int b, char out[5]);

@@ -45,13 +45,10 @@ int cmd_probe(Shell *sh, Words *w, dm_err *err) {
         strncat(shape, t, sizeof shape - strlen(shape) - 1);
     }
     strncat(shape, "]", sizeof shape - strlen(shape) - 1);
-    // where the values come from: a parameter is the state now (after `step` steps); an
-    // activation is the last forward's (the forward of training step N, or an eval at step N)
-    char from[64];
-    if (!pi.activation) snprintf(from, sizeof from, "step %lld", (long long)e->step);
-    else if (e->fwd_kind == 1) snprintf(from, sizeof from, "forward of step %lld", (long long)e->fwd_step);
-    else if (e->fwd_kind == 2) snprintf(from, sizeof from, "eval forward at step %lld", (long long)e->fwd_step);
-    else snprintf(from, sizeof from, "last forward");
+    // where the values come from (probe.h): the stats line, the PNG's title and its file name
+    // all name the same state
+    char from[64], tag[32];
+    probe_source(e, &pi, from, sizeof from, tag, sizeof tag);
     fprintf(sh->out, "%s %s n=%zu mean %.6g std %.6g rms %.6g min %.6g max %.6g absmax %.6g nonfinite %.4g%% (%s)\n",
             pi.name, shape, pi.n, st.mean, st.std, st.rms, st.min, st.max, st.absmax,
             pi.n ? 100.0 * st.nonfinite / pi.n : 0.0, from);
@@ -65,13 +62,28 @@ int cmd_probe(Shell *sh, Words *w, dm_err *err) {
         for (char *p = safe; *p; p++) if (*p == '@' || *p == '/') *p = '_';
         snprintf(pdir, sizeof pdir, "%splots", dir);
         mkdir(pdir, 0755);  // (exists in a session; an error shows when the PNG is written)
-        snprintf(path, sizeof path, "%s/hist-%s-step%lld.png", pdir, safe, (long long)e->step);
-        snprintf(title, sizeof title, "%s %s at step %lld", pi.name, shape, (long long)e->step);
+        // the tag, not e->step: after :step 1 an activation is the forward of step 0, and an
+        // :eval at step 1 would otherwise overwrite it under the same name (hist-h_1-step1)
+        snprintf(path, sizeof path, "%s/hist-%s-%s.png", pdir, safe, tag);
+        snprintf(title, sizeof title, "%s %s (%s)", pi.name, shape, from);
         if (viz_hist_png(path, v, pi.n, 60, title, msg, sizeof msg)) rc = dm_fail(err, "%s", msg);
         else fprintf(sh->out, "wrote %s\n", path);
     }
     free(v);
     return rc;
+}
+
+// One numeric :gen option KEY=VAL into *out, within lo..hi (integer: whole numbers only). VAL
+// must start with a digit (temp: or '.'): strtod/strtoll read "" as 0 (temp= ran greedy,
+// top_k= sampled every byte) and skip blanks and signs.
+static int gen_num(const char *key, const char *val, double lo, double hi, int integer, const char *range, double *out, dm_err *err) {
+    if (!*val) return dm_fail(err, ":gen: %s= needs a value: %s", key, range);
+    char *end;
+    int num = isdigit((unsigned char)val[0]) || (!integer && val[0] == '.' && isdigit((unsigned char)val[1]));
+    double x = integer ? (double)strtoll(val, &end, 10) : strtod(val, &end);
+    if (!num || *end || !(x >= lo && x <= hi)) return dm_fail(err, "bad %s '%s': %s", key, val, range);
+    *out = x;
+    return 0;
 }
 
 int cmd_gen(Shell *sh, Words *w, dm_err *err) {
@@ -81,7 +93,7 @@ int cmd_gen(Shell *sh, Words *w, dm_err *err) {
     uint64_t seed = e->cfg.seed;
     double temp = 0.8;
     for (int i = 1; i < w->argc; i++) {
-        char *a = w->argv[i], *end;
+        char *a = w->argv[i];
         const char *eq = sh_eq(w, i);
         if (!eq) {  // the prompt (a quoted "n=5" is a prompt too)
             if (prompt) return dm_fail(err, "usage: :gen \"prompt\" [n=256 temp=0.8 top_k=0 seed=N]");
@@ -91,9 +103,10 @@ int cmd_gen(Shell *sh, Words *w, dm_err *err) {
         for (int j = 1; j < i && eq && eq != a; j++)  // `n=5 ... n=50`: one of them would be dropped
             if (!w->lit[j] && !strncmp(w->argv[j], a, (size_t)(eq - a) + 1) && strspn(a, "abcdefghijklmnopqrstuvwxyz_") == (size_t)(eq - a))
                 return dm_fail(err, ":gen: option '%.*s' given twice", (int)(eq - a), a);
-        if (!strncmp(a, "n=", 2)) { n = strtoll(a + 2, &end, 10); if (*end || n < 1 || n > 1000000) return dm_fail(err, "bad n '%s': 1..1000000", a + 2); }
-        else if (!strncmp(a, "temp=", 5)) { temp = strtod(a + 5, &end); if (*end || !(temp >= 0 && temp <= 100)) return dm_fail(err, "bad temp '%s': 0..100 (0 = greedy)", a + 5); }
-        else if (!strncmp(a, "top_k=", 6)) { top_k = strtoll(a + 6, &end, 10); if (*end || top_k < 0 || top_k > 256) return dm_fail(err, "bad top_k '%s': 0..256", a + 6); }
+        double x;
+        if (!strncmp(a, "n=", 2)) { if (gen_num("n", a + 2, 1, 1000000, 1, "1..1000000", &x, err)) return 1; n = (long long)x; }
+        else if (!strncmp(a, "temp=", 5)) { if (gen_num("temp", a + 5, 0, 100, 0, "0..100 (0 = greedy)", &temp, err)) return 1; }
+        else if (!strncmp(a, "top_k=", 6)) { if (gen_num("top_k", a + 6, 0, 256, 1, "0..256 (0 = all bytes)", &x, err)) return 1; top_k = (long long)x; }
         else if (!strncmp(a, "seed=", 5)) {  // the values :set seed takes
             Config tmp = e->cfg;
             if (config_set(&tmp, "seed", a + 5, err)) return 1;
@@ -139,10 +152,10 @@ int cmd_gen(Shell *sh, Words *w, dm_err *err) {
         return dm_fail(err, ":gen: the model's logits are not finite after the prompt (its parameters hold NaN or inf: :probe NAME shows nonfinite %%)");
     }
     Rng r = {seed};
-    // bytes as the samples below: control bytes shown as \xHH (never sent to the terminal raw)
+    char shown[5];  // the prompt's bytes as the samples below (sample_byte_text says how)
     for (const unsigned char *p = (const unsigned char *)prompt; *p; p++) {
-        if (*p == '\n' || *p == '\t' || (*p >= 32 && *p < 127) || *p >= 128) fputc(*p, sh->out);
-        else fprintf(sh->out, "\\x%02x", *p);
+        sample_byte_text(*p, shown);
+        fputs(shown, sh->out);
     }
     for (long long i = 0; i < n; i++) {
         for (int j = 0; j < 256; j++) bad |= !isfinite((double)lg[j]);
@@ -157,8 +170,8 @@ int cmd_gen(Shell *sh, Words *w, dm_err *err) {
             break;
         }
         int b = sample_byte(lg, temp, (int)top_k, &r);
-        if (b == '\n' || b == '\t' || (b >= 32 && b < 127) || b >= 128) fputc(b, sh->out);
-        else fprintf(sh->out, "\\x%02x", b);
+        sample_byte_text(b, shown);
+        fputs(shown, sh->out);
         decoder_step(&d, b, lg);
     }
     fputc('\n', sh->out);

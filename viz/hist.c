@@ -8,11 +8,29 @@
 #include "axes.h"
 #include "plot.h"
 #include "font.h"
+#include "hist.h"
 #include "png.h"
+
+size_t viz_hist_subtitle(char *buf, size_t nbuf, const double *v, size_t n, int bins) {
+    double lo = INFINITY, hi = -INFINITY, sum = 0, sum2 = 0;
+    size_t good = 0;
+    for (size_t i = 0; i < n; i++)
+        if (isfinite(v[i])) { lo = fmin(lo, v[i]); hi = fmax(hi, v[i]); sum += v[i]; good++; }
+    if (!good || !nbuf) return 0;
+    double mean = sum / good;
+    for (size_t i = 0; i < n; i++)
+        if (isfinite(v[i])) sum2 += (v[i] - mean) * (v[i] - mean);
+    char mn[24], sd_[24], a[24], z[24];
+    snprintf(mn, sizeof mn, "%.4g", mean); snprintf(sd_, sizeof sd_, "%.4g", sqrt(sum2 / good));
+    snprintf(a, sizeof a, "%.4g", lo); snprintf(z, sizeof z, "%.4g", hi);
+    int k = snprintf(buf, nbuf, "n = %zu   mean %s   std %s   min %s   max %s   %d bins", good, mn, sd_, a, z, bins);
+    if (good < n && k > 0 && (size_t)k < nbuf) snprintf(buf + k, nbuf - k, "   (%zu non-finite skipped)", n - good);
+    return good;
+}
 
 int viz_hist_png(const char *path, const double *v, size_t n, int bins, const char *title, char *err, size_t nerr) {
     if (viz_png_check(err, nerr)) return 1;
-    double lo = INFINITY, hi = -INFINITY, sum = 0, sum2 = 0;
+    double lo = INFINITY, hi = -INFINITY, sum = 0;
     size_t good = 0;
     for (size_t i = 0; i < n; i++)
         if (isfinite(v[i])) { lo = fmin(lo, v[i]); hi = fmax(hi, v[i]); sum += v[i]; good++; }
@@ -20,12 +38,11 @@ int viz_hist_png(const char *path, const double *v, size_t n, int bins, const ch
         if (err && nerr) snprintf(err, nerr, "nothing to plot in '%s': %zu values, none finite", title ? title : "histogram", n);
         return 1;
     }
-    double mean = sum / good;
-    for (size_t i = 0; i < n; i++)
-        if (isfinite(v[i])) sum2 += (v[i] - mean) * (v[i] - mean);
-    double sd = sqrt(sum2 / good);
+    double mean = sum / good;  // (the dashed line; the subtitle computes its own numbers)
     if (bins <= 0) bins = (int)fmin(100, fmax(10, round(2 * cbrt((double)good))));   // Rice rule
     if (bins > 1000) bins = 1000;
+    // a constant tensor is drawn on a padded range; the subtitle below is made from the data
+    // itself, so it still prints the true min and max
     if (hi == lo) { double d = lo != 0 ? fabs(lo) * 0.01 : 0.5; lo -= d; hi += d; bins = bins < 11 ? bins : 11; }
     long *cnt = calloc(bins, sizeof(long));
     if (!cnt) { if (err && nerr) snprintf(err, nerr, "out of memory for %d bins", bins); return 1; }
@@ -39,11 +56,7 @@ int viz_hist_png(const char *path, const double *v, size_t n, int bins, const ch
     for (int b = 0; b < bins; b++) cmax = cnt[b] > cmax ? cnt[b] : cmax;
 
     char sub[300];
-    char mn[24], sd_[24], a[24], z[24];
-    snprintf(mn, sizeof mn, "%.4g", mean); snprintf(sd_, sizeof sd_, "%.4g", sd);
-    snprintf(a, sizeof a, "%.4g", lo); snprintf(z, sizeof z, "%.4g", hi);
-    int k = snprintf(sub, sizeof sub, "n = %zu   mean %s   std %s   min %s   max %s   %d bins", good, mn, sd_, a, z, bins);
-    if (good < n && k > 0 && (size_t)k < sizeof sub) snprintf(sub + k, sizeof sub - k, "   (%zu non-finite skipped)", n - good);
+    viz_hist_subtitle(sub, sizeof sub, v, n, bins);
 
     const int W = 960, H = 540;
     VizCanvas cv;

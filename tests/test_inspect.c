@@ -1,0 +1,199 @@
+// test_inspect.c — :probe and :gen (repl/cmd_inspect.c) as dmsh runs them: empty option values,
+// the iteration suffix of a probe name, unknown names before a forward, the histogram's labels
+// and file name, and how :gen shows control bytes. A tiny model on a generated corpus: seconds.
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "testutil.h"
+#include "../engine/engine.h"
+#include "../engine/probe.h"
+#include "../engine/sample.h"
+#include "../viz/hist.h"
+
+static char dir[256], dmsh[512];
+static char out[1 << 20], err_[1 << 16];
+
+static const char *TINY =
+    ":set d=64 H=2 L=2 E=2 k=1 r=16 f=128 seq=64 batch=4\n:data corpus.txt\n:init\n";
+
+// Run SCRIPT (after TINY) with dmsh -b in the test directory; stdout and stderr into out, err_.
+static int run(const char *script) {
+    char p[400], cmd[1200];
+    snprintf(p, sizeof p, "%s/s.dm", dir);
+    FILE *f = fopen(p, "w");
+    assert_non_null(f);
+    fprintf(f, "%s%s", TINY, script);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "cd %s && OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 %s -b s.dm > out.txt 2> err.txt", dir, dmsh);
+    int st = system(cmd);
+    const char *names[2] = {"out.txt", "err.txt"};
+    char *bufs[2] = {out, err_};
+    size_t sizes[2] = {sizeof out, sizeof err_};
+    for (int i = 0; i < 2; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+        FILE *g = fopen(p, "r");
+        assert_non_null(g);
+        bufs[i][fread(bufs[i], 1, sizes[i] - 1, g)] = 0;
+        fclose(g);
+    }
+    return WEXITSTATUS(st);
+}
+
+static int count_lines(const char *s) {
+    int n = 0;
+    for (; *s; s++) n += *s == '\n';
+    return n;
+}
+
+// SCRIPT fails with one line on stderr that holds NEEDLE.
+static void expect_error(const char *script, const char *needle) {
+    int rc = run(script);
+    if (rc == 0 || !strstr(err_, needle) || count_lines(err_) != 1)
+        print_error("script:\n%s\nrc=%d stderr: %s\nwanted: %s\n", script, rc, err_, needle);
+    assert_int_not_equal(rc, 0);
+    assert_non_null(strstr(err_, needle));
+    assert_int_equal(count_lines(err_), 1);
+}
+
+static void expect_ok(const char *script) {
+    int rc = run(script);
+    if (rc != 0) print_error("script:\n%s\nrc=%d stderr: %s\n", script, rc, err_);
+    assert_int_equal(rc, 0);
+}
+
+// Defect 1: `temp=` ran greedy (strtod read "" as 0) and `top_k=` as top_k=0.
+static void test_gen_empty_values(void **s) {
+    (void)s;
+    expect_error(":gen \"QZ\" n=5 temp=\n", "s.dm:4: error: :gen: temp= needs a value");
+    assert_null(strstr(out, "QZ"));  // nothing was sampled
+    expect_error(":gen \"ab\" n=5 top_k=\n", "s.dm:4: error: :gen: top_k= needs a value");
+    expect_error(":gen \"ab\" n=\n", "s.dm:4: error: :gen: n= needs a value");
+    expect_error(":gen \"ab\" seed=\n", "for seed");
+    // blanks and signs strtod/strtoll would skip are not numbers either
+    expect_error(":gen \"ab\" temp=\" 0.5\"\n", "bad temp ' 0.5'");
+    expect_error(":gen \"ab\" top_k=+3\n", "bad top_k '+3'");
+    expect_ok(":gen \"ab\" n=5 temp=.5 top_k=3\n");
+}
+
+// Defect 2: the iteration suffix was read with atoi (h@1x, h@01 accepted; h@abc "iteration 0";
+// 20 digits "iteration -1"), and an unknown name before any forward read "no forward yet".
+static void test_probe_names(void **s) {
+    (void)s;
+    expect_error(":step\n:probe h@1x\n", "bad iteration '1x' in h@1x: expected 1..2");
+    expect_error(":step\n:probe h@01\n", "bad iteration '01' in h@01: expected 1..2");
+    expect_error(":step\n:probe h@abc\n", "bad iteration 'abc' in h@abc: expected 1..2");
+    expect_error(":step\n:probe h@\n", "bad iteration '' in h@: expected 1..2");
+    expect_error(":step\n:probe h@99999999999999999999\n", "iteration 99999999999999999999 out of range 1..2");
+    expect_error(":step\n:probe h@3\n", "iteration 3 out of range 1..2");
+    expect_ok(":step\n:probe h@2\n");
+    assert_non_null(strstr(out, "h@2 [4, 64, 64]"));
+    // unknown is unknown, forward or not; a known activation before a forward is not unknown
+    expect_error(":probe bogus\n", "unknown probe 'bogus'");
+    expect_error(":step\n:probe bogus\n", "unknown probe 'bogus'");
+    expect_error(":probe kda.qq@1\n", "unknown probe 'kda.qq@1'; near: ");
+    expect_error(":probe h@abc\n", "bad iteration 'abc' in h@abc");
+    expect_error(":probe h@1\n", "no forward yet for activation 'h@1'");
+    expect_error(":probe h\n", "'h' is per iteration: name one, e.g. h@1");
+}
+
+static long file_size(const char *name) {
+    char p[400];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    struct stat st;
+    return stat(p, &st) ? -1 : (long)st.st_size;
+}
+
+// Defect 3: a constant tensor's subtitle printed the padded axis range (min 0.99 max 1.01); the
+// PNG of an activation after :step 1 was titled and named "step 1" while its values are the
+// forward of step 0 (the stats line said so).
+static void test_hist_labels(void **s) {
+    (void)s;
+    double ones[32], mixed[4] = {-2, 0.5, NAN, 3};
+    for (int i = 0; i < 32; i++) ones[i] = 1;
+    char sub[300];
+    assert_int_equal((int)viz_hist_subtitle(sub, sizeof sub, ones, 32, 11), 32);
+    if (!strstr(sub, "min 1   max 1   ")) print_error("%s\n", sub);
+    assert_non_null(strstr(sub, "n = 32   mean 1   std 0   min 1   max 1   11 bins"));
+    assert_int_equal((int)viz_hist_subtitle(sub, sizeof sub, mixed, 4, 10), 3);
+    assert_non_null(strstr(sub, "min -2   max 3"));
+    assert_non_null(strstr(sub, "(1 non-finite skipped)"));
+    // the description the stats line, the PNG title and the file name share
+    static Engine e;
+    engine_init(&e);
+    ProbeInfo pi = {.activation = 1};
+    char desc[64], tag[32];
+    e.step = 1; e.fwd_kind = 1; e.fwd_step = 0;
+    probe_source(&e, &pi, desc, sizeof desc, tag, sizeof tag);
+    assert_string_equal(desc, "forward of step 0"); assert_string_equal(tag, "fwd0");
+    e.fwd_kind = 2; e.fwd_step = 1;
+    probe_source(&e, &pi, desc, sizeof desc, tag, sizeof tag);
+    assert_string_equal(desc, "eval forward at step 1"); assert_string_equal(tag, "eval1");
+    pi.activation = 0;
+    probe_source(&e, &pi, desc, sizeof desc, tag, sizeof tag);
+    assert_string_equal(desc, "step 1"); assert_string_equal(tag, "step1");
+    engine_free(&e);
+#ifdef DM_HAVE_PNG
+    expect_ok(":step\n:probe h@1 hist\n:eval\n:probe h@1 hist\n:probe kda.w_on hist\n");
+    assert_non_null(strstr(out, "(forward of step 0)\nwrote plots/hist-h_1-fwd0.png\n"));
+    assert_non_null(strstr(out, "(eval forward at step 1)\nwrote plots/hist-h_1-eval1.png\n"));
+    assert_non_null(strstr(out, "min 1 max 1 absmax 1 nonfinite 0% (step 1)\nwrote plots/hist-kda.w_on-step1.png\n"));
+    assert_true(file_size("plots/hist-h_1-fwd0.png") > 0);
+    assert_true(file_size("plots/hist-h_1-eval1.png") > 0);  // not one file overwritten
+    assert_true(file_size("plots/hist-kda.w_on-step1.png") > 0);
+#endif
+}
+
+// Defect 4: \n and \t print raw, other C0 controls and DEL as \xHH, bytes >= 0x80 raw.
+static void test_gen_byte_display(void **s) {
+    (void)s;
+    char t[5];
+    struct { int b; const char *want; } cases[] = {
+        {'\n', "\n"}, {'\t', "\t"}, {'a', "a"}, {' ', " "}, {'~', "~"}, {0, "\\x00"}, {1, "\\x01"},
+        {'\r', "\\x0d"}, {0x1b, "\\x1b"}, {0x1f, "\\x1f"}, {0x7f, "\\x7f"}, {0x80, "\x80"}, {0xc3, "\xc3"}, {0xff, "\xff"},
+    };
+    for (unsigned i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t n = sample_byte_text(cases[i].b, t);
+        assert_string_equal(t, cases[i].want);
+        assert_int_equal((int)n, (int)strlen(cases[i].want));
+    }
+    // the prompt is shown the same way: escapes typed in the script, UTF-8 typed raw
+    expect_ok(":gen \"\\x01a\\tb\\x7f\\x1b\xc3\xa9\\nz\" n=3 temp=0\n");
+    const char *want = "\\x01a\tb\\x7f\\x1b\xc3\xa9\nz";
+    if (!strstr(out, want)) print_error("stdout: %s\n", out);
+    assert_non_null(strstr(out, want));
+}
+
+static int setup(void **s) {
+    (void)s;
+    snprintf(dir, sizeof dir, "/tmp/dmsh_inspect_XXXXXX");
+    if (!mkdtemp(dir)) return 1;
+    char cwd[300], p[400];
+    if (!getcwd(cwd, sizeof cwd)) return 1;
+    snprintf(dmsh, sizeof dmsh, "%s/build/" REAL_NAME "/dmsh", cwd);
+    // 20 kB of plain English: enough for a train/held-out split at seq=64
+    snprintf(p, sizeof p, "%s/corpus.txt", dir);
+    FILE *f = fopen(p, "w");
+    if (!f) return 1;
+    const char *line = "The quick brown fox jumps over the lazy dog, and the dog sleeps on in the sun.\n";
+    for (size_t n = 0; n < 20000; n += strlen(line)) fputs(line, f);
+    fclose(f);
+    return 0;
+}
+
+static int teardown(void **s) {
+    (void)s;
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    return system(cmd);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gen_empty_values),
+        cmocka_unit_test(test_probe_names),
+        cmocka_unit_test(test_hist_labels),
+        cmocka_unit_test(test_gen_byte_display),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
