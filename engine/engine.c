@@ -344,6 +344,7 @@ int engine_eval(Engine *e, int depth, EvalResult *r, dm_err *err) {
         e->fwd_kind = 2;
         e->fwd_step = e->step;
         e->fwd_undone = 0;
+        e->fwd_pad = B - valid;
         // the CE of the valid rows of each depth, summed on the backend (padding rows excluded),
         // then one download of the per-depth sums
         double *ls = m->acts.loss_sum;  // [L] backend doubles, free again after the forward

@@ -233,6 +233,11 @@ void probe_source(const Engine *e, const ProbeInfo *pi, char *desc, size_t ndesc
     long long s = pi->activation ? (long long)e->fwd_step : (long long)e->step;
     if (!pi->activation) { snprintf(desc, ndesc, "step %lld", s); snprintf(tag, ntag, "step%lld", s); }
     else if (e->fwd_kind == 1) { snprintf(desc, ndesc, "forward of step %lld", s); snprintf(tag, ntag, "fwd%lld", s); }
-    else if (e->fwd_kind == 2) { snprintf(desc, ndesc, "eval forward at step %lld", s); snprintf(tag, ntag, "eval%lld", s); }
+    else if (e->fwd_kind == 2 && e->fwd_pad > 0) {
+        // the eval's last batch, filled up with copies: its statistics include them
+        snprintf(desc, ndesc, "eval forward at step %lld: its last batch, with %d padding cop%s at its end", s, e->fwd_pad,
+                 e->fwd_pad == 1 ? "y" : "ies");
+        snprintf(tag, ntag, "eval%lld", s);
+    } else if (e->fwd_kind == 2) { snprintf(desc, ndesc, "eval forward at step %lld", s); snprintf(tag, ntag, "eval%lld", s); }
     else { snprintf(desc, ndesc, "last forward"); snprintf(tag, ntag, "fwd"); }
 }

@@ -253,6 +253,7 @@ int engine_step_enqueue(Engine *e, dm_err *err) {
     arms_counters(&m->arms, r->arms_after[r->pending]);
     r->pending++;
     e->fwd_kind = 1;  // the activations in memory are this step's forward
+    e->fwd_pad = 0;
     e->fwd_step = e->step;
     e->fwd_undone = 0;
     e->step++;

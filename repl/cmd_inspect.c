@@ -47,14 +47,14 @@ int cmd_probe(Shell *sh, Words *w, dm_err *err) {
     strncat(shape, "]", sizeof shape - strlen(shape) - 1);
     // where the values come from (probe.h): the stats line, the PNG's title and its file name
     // all name the same state
-    char from[64], tag[32];
+    char from[160], tag[32];
     probe_source(e, &pi, from, sizeof from, tag, sizeof tag);
     fprintf(sh->out, "%s %s n=%zu mean %.6g std %.6g rms %.6g min %.6g max %.6g absmax %.6g nonfinite %.4g%% (%s)\n",
             pi.name, shape, pi.n, st.mean, st.std, st.rms, st.min, st.max, st.absmax,
             pi.n ? 100.0 * st.nonfinite / pi.n : 0.0, from);
     int rc = 0;
     if (w->argc == 3) {
-        char path[1400], title[200], msg[300];
+        char path[1400], title[300], msg[300];
         char dir[1100], pdir[1200];
         session_default_dir(e, dir, sizeof dir);
         char safe[64];

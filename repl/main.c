@@ -14,7 +14,9 @@ int dm_norc;  // --norc: interactive_readline.c skips ~/.dmshrc and ./.dmshrc
 volatile sig_atomic_t dm_leave_signal;  // SIGTERM: the prompt leaves as after :quit (shell.h)
 static void on_sigint(int sig) {
     g_interrupt = 1;
-    g_signal = sig;
+    // the exit status names the signal that ends the process: a Ctrl-C after a SIGTERM or
+    // SIGHUP does not turn a terminated run (143, 129) into an interrupted one (1)
+    if (g_signal != SIGTERM && g_signal != SIGHUP) g_signal = sig;
     if (sig == SIGTERM) dm_leave_signal = sig;
 }
 

@@ -475,8 +475,9 @@ static void test_reports_are_true(void **s) {
     // an eval window that does not fill the last batch: the table rows of the window, and the
     // padding copies said apart (they were counted as window rows); seq 32, batch 5, 2048 B =
     // 64 sequences: the last batch holds 4 and 1 copy; nano's 3 orders: 64 x 32 x 3 rows
-    snprintf(script, sizeof script, "%s:set batch=5 eval_bytes=2049\n:data %s\n:init seed=3\n:eval\n", SMALL, corpus);
+    snprintf(script, sizeof script, "%s:set batch=5 eval_bytes=2049\n:data %s\n:init seed=3\n:eval\n:probe loss@2\n", SMALL, corpus);
     assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    assert_non_null(strstr(out, "(eval forward at step 0: its last batch, with 1 padding copy at its end)"));
     if (!strstr(out, "(+96 for 1 padding copy of the last batch, not scored)")) print_message("%s", out);
     assert_non_null(strstr(out, "engram=6144 table rows (+96 for 1 padding copy of the last batch, not scored)"));
     // :load and :init switch arms (the checkpoint's own; all on): said; :show params names the
