@@ -122,13 +122,18 @@ static void test_hist_labels(void **s) {
     static Engine e;
     engine_init(&e);
     ProbeInfo pi = {.activation = 1};
-    char desc[64], tag[32];
+    char desc[160], tag[32];
     e.step = 1; e.fwd_kind = 1; e.fwd_step = 0;
     probe_source(&e, &pi, desc, sizeof desc, tag, sizeof tag);
     assert_string_equal(desc, "forward of step 0"); assert_string_equal(tag, "fwd0");
     e.fwd_kind = 2; e.fwd_step = 1;
     probe_source(&e, &pi, desc, sizeof desc, tag, sizeof tag);
     assert_string_equal(desc, "eval forward at step 1"); assert_string_equal(tag, "eval1");
+    e.fwd_pad = 3;  // an eval's last batch filled up with copies
+    probe_source(&e, &pi, desc, sizeof desc, tag, sizeof tag);
+    assert_string_equal(desc, "eval forward at step 1: its last batch, with 3 padding copies at its end");
+    assert_string_equal(tag, "eval1");
+    e.fwd_pad = 0;
     pi.activation = 0;
     probe_source(&e, &pi, desc, sizeof desc, tag, sizeof tag);
     assert_string_equal(desc, "step 1"); assert_string_equal(tag, "step1");
@@ -136,7 +141,9 @@ static void test_hist_labels(void **s) {
 #ifdef DM_HAVE_PNG
     expect_ok(":step\n:probe h@1 hist\n:eval\n:probe h@1 hist\n:probe kda.w_on hist\n");
     assert_non_null(strstr(out, "(forward of step 0)\nwrote plots/hist-h_1-fwd0.png\n"));
-    assert_non_null(strstr(out, "(eval forward at step 1)\nwrote plots/hist-h_1-eval1.png\n"));
+    // (this eval's window does not fill its last batch: the description says so after the step)
+    assert_non_null(strstr(out, "(eval forward at step 1"));
+    assert_non_null(strstr(out, "wrote plots/hist-h_1-eval1.png\n"));
     assert_non_null(strstr(out, "min 1 max 1 absmax 1 nonfinite 0% (step 1)\nwrote plots/hist-kda.w_on-step1.png\n"));
     assert_true(file_size("plots/hist-h_1-fwd0.png") > 0);
     assert_true(file_size("plots/hist-h_1-eval1.png") > 0);  // not one file overwritten
