@@ -18,7 +18,7 @@ const ConfigKey dm_config_keys[] = {
     {"k", KEY_INT, OFF(k), 1, 1024, NULL, 1, "experts per token (<= E)"},
     {"r", KEY_INT, OFF(r), 1, 65536, NULL, 1, "expert rank (<= min(d, f))"},
     {"f", KEY_INT, OFF(f), 1, 1 << 20, NULL, 1, "expert hidden width"},
-    {"engram_rows", KEY_I64, OFF(engram_rows), 1, 1e10, NULL, 1, "rows per Engram order table"},
+    {"engram_rows", KEY_I64, OFF(engram_rows), 1, 2147483647, NULL, 1, "rows per Engram order table"},
     {"engram_dim", KEY_INT, OFF(engram_dim), 1, 4096, NULL, 1, "width of an Engram row"},
     {"engram_orders", KEY_ORDERS, OFF(engram_orders), 1, 16, NULL, 1, "n-gram orders, comma-separated (each 1..16)"},
     {"seq", KEY_INT, OFF(seq), 1, 1 << 20, NULL, 1, "sequence length T in bytes"},
@@ -236,6 +236,12 @@ int config_apply_text(Config *c, const char *text, const char *origin, dm_err *e
 // generated from configs/*.dm by the Makefile (build/presets_gen.c)
 extern const char *dm_preset_texts[];
 extern const char *dm_preset_names[];
+
+const char *config_preset_text(const char *name) {
+    for (int i = 0; dm_preset_names[i]; i++)
+        if (strcmp(dm_preset_names[i], name) == 0) return dm_preset_texts[i];
+    return NULL;
+}
 
 int config_preset(Config *c, const char *name, dm_err *err) {
     for (int i = 0; dm_preset_names[i]; i++)

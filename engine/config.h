@@ -68,6 +68,8 @@ void config_get(const Config *c, const ConfigKey *k, char *buf, size_t n);
 int config_apply_text(Config *c, const char *text, const char *origin, dm_err *err);
 // presets: nano, mini, small, base, large (embedded copies of configs/*.dm)
 int config_preset(Config *c, const char *name, dm_err *err);
+// The text of preset NAME (configs/NAME.dm: `:set key=value` lines), NULL when there is none.
+const char *config_preset_text(const char *name);
 extern const char *dm_preset_names[];
 // architecture keys that differ between two configs, comma-separated into buf; returns count
 int config_arch_diff(const Config *a, const Config *b, char *buf, size_t n);

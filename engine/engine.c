@@ -264,29 +264,39 @@ static void sync_model_cfg(Engine *e) {
     memcpy(e->model.cfg.engram_orders, arch.engram_orders, sizeof arch.engram_orders);
 }
 
-int engine_set(Engine *e, const char *key, const char *value, dm_err *err) {
+int engine_set_many(Engine *e, int n, const char *const *keys, const char *const *values, dm_err *err) {
     if (engine_report(e, NULL, err)) return 1;  // pending steps ran with the old values: report them first
-    if (!strcmp(key, "steps")) e->steps_auto = 0;  // the user's horizon from now on
-    const ConfigKey *k = config_find_key(key);
-    if (k && k->arch && e->live) {
-        char cur[128];
-        config_get(&e->cfg, k, cur, sizeof cur);
-        Config t = e->cfg;
-        if (config_set(&t, key, value, err)) return 1;
-        char nv[128];
-        config_get(&t, k, nv, sizeof nv);
-        if (strcmp(cur, nv) != 0)
-            return dm_fail(err, "'%s' is an architecture key and the model is live (%s=%s): :init rebuilds the model with it", key, key, cur);
-        return 0;
-    }
+    // all or nothing, and the rules between keys (d divisible by H, k <= E, r <= min(d, f)) are
+    // checked once on the final values: `:set d=3 H=3 r=3` is valid whatever the order
     Config t = e->cfg;
-    if (config_set(&t, key, value, err)) return 1;
+    int user_steps = 0;
+    for (int i = 0; i < n; i++) {
+        const ConfigKey *k = config_find_key(keys[i]);
+        if (k && k->arch && e->live) {  // a live model's shape: only its own value again
+            char cur[128], nv[128];
+            config_get(&e->cfg, k, cur, sizeof cur);
+            Config u = e->cfg;
+            if (config_set(&u, keys[i], values[i], err)) return 1;
+            config_get(&u, k, nv, sizeof nv);
+            if (strcmp(cur, nv) != 0)
+                return dm_fail(err, "'%s' is an architecture key and the model is live (%s=%s): :init rebuilds the model with it",
+                               keys[i], keys[i], cur);
+            continue;
+        }
+        if (config_set(&t, keys[i], values[i], err)) return 1;
+        user_steps |= !strcmp(keys[i], "steps");
+    }
     if (config_validate(&t, err)) return 1;
     if (e->has_data && t.seq != e->cfg.seq && data_fits(&e->data, t.seq, err)) return 1;
     e->cfg = t;
+    if (user_steps) e->steps_auto = 0;  // the user's horizon from now on
     sync_model_cfg(e);
     if (e->be && e->be->set_precision) e->be->set_precision(e->cfg.precision_fp32);  // live: next product
     return 0;
+}
+
+int engine_set(Engine *e, const char *key, const char *value, dm_err *err) {
+    return engine_set_many(e, 1, &key, &value, err);
 }
 
 // Ctrl-C (SIGINT, SIGTERM in scripts): long commands check it between their units of work

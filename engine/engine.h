@@ -112,8 +112,10 @@ int engine_eval(Engine *e, int depth, EvalResult *r, dm_err *err);
 int engine_anchors(Engine *e, dm_err *err);
 int engine_save(Engine *e, const char *path, dm_err *err);
 int engine_load(Engine *e, const char *path, dm_err *err);
-// Set a key; on a live model architecture keys are refused.
+// Set a key; on a live model architecture keys are refused (their own value again is a no-op).
 int engine_set(Engine *e, const char *key, const char *value, dm_err *err);
+// Set n keys at once, all or nothing; the rules between keys are checked on the final values.
+int engine_set_many(Engine *e, int n, const char *const *keys, const char *const *values, dm_err *err);
 // After eval_frac changed (from old_frac) with a corpus open and no eval file: reopen the corpus
 // with the new split (the split is made when it opens). On failure eval_frac goes back.
 int engine_resplit(Engine *e, double old_frac, dm_err *err);

@@ -185,6 +185,10 @@ int cmd_device(Shell *sh, Words *w, dm_err *err) {
     Engine *e = sh->eng;
     int was_live = e->live;
     if (!strcmp(a, "cpu")) {
+        if (e->be == backend_cpu() || (!e->be && (!e->device[0] || !strcmp(e->device, "cpu")))) {
+            fprintf(sh->out, "device cpu (already: nothing moved)\n");
+            return 0;
+        }
         if (engine_set_device(e, backend_cpu(), "cpu", err)) return 1;
         fprintf(sh->out, "device cpu%s\n", was_live ? " (the live model moved here; training continues from its step)" : "");
         return 0;

@@ -87,36 +87,60 @@ static int cmd_help(Shell *sh, Words *w, dm_err *err) {
     return 0;
 }
 
+// :preset NAME runs configs/NAME.dm's `:set` lines as one :set: its keys (the shape, seq, batch,
+// the Engram tables) and nothing else, through the same checks (all or nothing; on a live
+// model only its own shape; seq against the open corpus). Keys it does not name keep their
+// values: a preset once reset every other key to its default, and on a live model the
+// optimizer kept running on the values :show config no longer showed.
 static int cmd_preset(Shell *sh, Words *w, dm_err *err) {
     if (w->argc != 2) return dm_fail(err, "usage: :preset NAME (nano, mini, small, base, large)");
-    Config c;
-    if (config_preset(&c, w->argv[1], err)) return 1;
-    if (E_->live) {
-        char diff[512];
-        if (config_arch_diff(&E_->model.cfg, &c, diff, sizeof diff))
-            return dm_fail(err, "the model is live and preset %s changes its architecture: %s (:init rebuilds after :preset on a fresh session)", w->argv[1], diff);
+    Config probe;
+    if (config_preset(&probe, w->argv[1], err)) return 1;  // the name, and the file as a whole
+    const char *text = config_preset_text(w->argv[1]);
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", text ? text : "");
+    const char *keys[64], *vals[64];
+    int n = 0;
+    char *line_save = NULL;
+    for (char *ln = strtok_r(buf, "\n", &line_save); ln; ln = strtok_r(NULL, "\n", &line_save)) {
+        char *hash = strchr(ln, '#');
+        if (hash) *hash = 0;
+        char *save = NULL;
+        for (char *t = strtok_r(ln, " \t\r", &save); t; t = strtok_r(NULL, " \t\r", &save)) {
+            char *eq = strchr(t, '=');
+            if (!eq || n == 64) continue;  // ":set" (config_preset checked the rest)
+            *eq = 0;
+            keys[n] = t;
+            vals[n++] = eq + 1;
+        }
     }
-    c.seed = E_->cfg.seed;
-    E_->cfg = c;
-    fprintf(OUT, "preset %s: d=%d H=%d L=%d E=%d k=%d r=%d f=%d seq=%d batch=%d\n", w->argv[1], c.d, c.H, c.L, c.E, c.k, c.r, c.f, c.seq, c.batch);
+    if (engine_set_many(E_, n, keys, vals, err)) {
+        char msg[sizeof err->msg];
+        snprintf(msg, sizeof msg, "%s", err->msg);
+        return dm_fail(err, "preset %s not applied (nothing changed): %s", w->argv[1], msg);
+    }
+    const Config *c = &E_->cfg;
+    fprintf(OUT, "preset %s: d=%d H=%d L=%d E=%d k=%d r=%d f=%d seq=%d batch=%d\n", w->argv[1], c->d, c->H, c->L, c->E, c->k, c->r,
+            c->f, c->seq, c->batch);
     return 0;
 }
 
 static int cmd_set(Shell *sh, Words *w, dm_err *err) {
     if (w->argc < 2) return dm_fail(err, "usage: :set key=value ...");
-    // all or nothing: validate every pair on a copy first
-    Engine probe = *E_;
+    // all or nothing (engine_set_many): every pair, then the rules between keys on the result
+    const char *keys[SH_MAX_WORDS] = {0}, *vals[SH_MAX_WORDS] = {0};
+    int n = 0;
     for (int i = 1; i < w->argc; i++) {
         char *eq = (char *)sh_eq(w, i);  // a quoted "lr=0.5" is one word, not a key=value
         if (!eq) return dm_fail(err, "expected key=value, got '%s'%s", w->argv[i], w->lit[i] ? " (quote only the value: key=\"...\")" : "");
-        *eq = 0;
-        int bad = engine_set(&probe, w->argv[i], eq + 1, err);
-        *eq = '=';
-        if (bad) return 1;
+        *eq = 0;  // (the words are this command's own buffer)
+        keys[n] = w->argv[i];
+        vals[n++] = eq + 1;
     }
     Config old = E_->cfg, old_model = E_->model.cfg;
-    E_->cfg = probe.cfg;
-    E_->model.cfg = probe.model.cfg;
+    int rc = engine_set_many(E_, n, keys, vals, err);
+    for (int i = 0; i < n; i++) ((char *)vals[i])[-1] = '=';  // the words as typed again (transcript)
+    if (rc) return 1;
     if (E_->cfg.eval_frac != old.eval_frac && E_->has_data && !E_->eval_path[0]) {
         if (engine_resplit(E_, old.eval_frac, err)) {  // all or nothing: the other keys go back too
             E_->cfg = old;
@@ -576,7 +600,7 @@ static int cmd_quit(Shell *sh, Words *w, dm_err *err) {
 
 const Command dm_commands[] = {
     {":help", cmd_help, NULL, ":help [cmd]", "List the commands, or explain one."},
-    {":preset", cmd_preset, NULL, ":preset NAME", "Load a preset config: nano, mini, small, base, large (configs/NAME.dm)."},
+    {":preset", cmd_preset, NULL, ":preset NAME", "Apply a preset: nano, mini, small, base, large — the :set lines of configs/NAME.dm (shape, Engram tables, seq, batch) as one :set; other keys keep their values."},
     {":set", cmd_set, NULL, ":set key=value ...", "Set config keys. On a live model only live keys (lr, batch, clip, ...) change; architecture keys are refused."},
     {":show", cmd_show, NULL, ":show [config|model|params|arms|data|device|metrics]", "Inspect the config, the model's tensors and parameter counts, the arms and their counters, the data."},
     {":data", cmd_data, NULL, ":data PATH [eval=PATH2]", "Open a corpus: a file or a directory (regular files, recursive, sorted), memory-mapped. Without eval=, the last eval_frac is held out."},

@@ -785,6 +785,12 @@ static int same_bytes(const char *a, const char *b) {
     return same;
 }
 
+static void expect_ok_quiet(const char *script) {
+    int rc = run(script, out, sizeof out, err_, sizeof err_);
+    if (rc) print_error("script:\n%s\nstderr: %s\n", script, err_);
+    assert_int_equal(rc, 0);
+}
+
 static void test_saves_keep_what_was_there(void **s) {
     (void)s;
     char script[3000], cmd[600];
@@ -838,6 +844,19 @@ static void test_saves_keep_what_was_there(void **s) {
     assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
     assert_non_null(strstr(out, "saved runs/II/ckpt/step-6.ckpt (the model :init replaces)"));
     assert_non_null(strstr(out, "at step 9 (steps=9;"));
+    // :preset is its file's :set lines: other keys keep their values, and on a live model the
+    // values :show config shows are the ones the steps use; :set checks the rules between keys
+    // on the final values (d=3 H=3 failed in either order)
+    snprintf(script, sizeof script, "%s:data %s\n:init\n:set lr=0.0123 warmup=0\n:step 1\n:preset nano\n:step 1\n:show config\n"
+             ":set d=3 H=3 r=3\n", ":preset nano\n:set eval_bytes=4096\n", corpus);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 1);  // d= on the live model
+    assert_non_null(strstr(out, "step 1 loss"));
+    assert_non_null(strstr(out, "lr 1.230e-02"));
+    assert_null(strstr(out, "lr 3.000e-05"));
+    assert_non_null(strstr(out, "  lr               0.0123"));
+    assert_non_null(strstr(err_, "'d' is an architecture key and the model is live"));
+    expect_ok_quiet(":set d=3 H=3 r=3\n:set engram_rows=100\n");
+    expect_error(":set engram_rows=10000000000\n", "expected an integer in [1, 2147483647]");
     // :check grad refuses options that do not apply to it (they were ignored)
     expect_error(":check grad steps=abc\n", ":check grad takes off=ARM,... only");
 }
