@@ -1,0 +1,143 @@
+// test_cli_saves.c — dmsh as a process: nothing already saved is lost or silently replaced
+// (checkpoint names, :save paths, settings and models kept across exit, :init and -r), and
+// `make demo`'s script runs. Found by a QA pass on training and persistence.
+#include "cli_harness.h"
+
+// Found by a QA pass on training and persistence: nothing already saved is lost or silently
+// replaced, and what -r resumes is what the user left.
+static int same_bytes(const char *a, const char *b) {
+    char pa[400], pb[400];
+    snprintf(pa, sizeof pa, "%s/%s", dir, a);
+    snprintf(pb, sizeof pb, "%s/%s", dir, b);
+    FILE *fa = fopen(pa, "rb"), *fb = fopen(pb, "rb");
+    int same = fa && fb;
+    while (same) {
+        int x = fgetc(fa), y = fgetc(fb);
+        if (x != y) same = 0;
+        if (x == EOF || y == EOF) break;
+    }
+    if (fa) fclose(fa);
+    if (fb) fclose(fb);
+    return same;
+}
+
+static void expect_ok_quiet(const char *script) {
+    int rc = run(script, out, sizeof out, err_, sizeof err_);
+    if (rc) print_error("script:\n%s\nstderr: %s\n", script, err_);
+    assert_int_equal(rc, 0);
+}
+
+static void test_saves_keep_what_was_there(void **s) {
+    (void)s;
+    char script[3000], cmd[600];
+    // a user's P.tmp beside :save P is not deleted; empty and directory paths say so
+    write_file("notes.tmp", "important\n");
+    snprintf(script, sizeof script, "%s:data %s\n:init\n:save notes\n", SMALL, corpus);
+    expect_error(script, "notes.tmp exists and is not a dmsh temp file");
+    slurp_to("notes.tmp", out, sizeof out);
+    assert_string_equal(out, "important\n");
+    snprintf(script, sizeof script, "%s:data %s\n:init\n:save \"\"\n", SMALL, corpus);
+    expect_error(script, "the path is empty");
+    snprintf(script, sizeof script, "%s:data %s\n:init\n:save nodir/x.ckpt\n", SMALL, corpus);
+    expect_error(script, "directory nodir does not exist");
+    // without a session, a second run's checkpoints never replace the first one's
+    snprintf(script, sizeof script, "%s:data %s\n:init seed=5\n:train 4 ckpt_every=2 eval_every=0\n", SMALL, corpus);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    assert_int_equal(sh_in_dir("cp dmsh-step-2.ckpt first2.ckpt", ""), 0);
+    snprintf(script, sizeof script, "%s:data %s\n:init seed=6\n:train 4 ckpt_every=2 eval_every=0\n:save\n", SMALL, corpus);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    assert_true(same_bytes("dmsh-step-2.ckpt", "first2.ckpt"));
+    assert_non_null(strstr(out, "checkpoint dmsh-step-2-b1.ckpt"));
+    assert_non_null(strstr(out, "note: dmsh-step-2.ckpt holds another state of step 2 (kept)"));
+    assert_non_null(strstr(out, "saved dmsh-step-4-b1.ckpt (step 4)"));  // :save at the same state: the same file
+    // :save PATH over a checkpoint says so; into another session's ckpt/ it is refused
+    snprintf(script, sizeof script, "%s:data %s\n:init\n:save a.ckpt\n:save a.ckpt\n", SMALL, corpus);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    assert_non_null(strstr(out, "note: replaced the checkpoint that was at a.ckpt"));
+    snprintf(script, sizeof script, ":session K\n%s:data %s\n:init seed=1\n:step 2\n", SMALL, corpus);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    snprintf(script, sizeof script, "%s:data %s\n:init seed=77\n:save runs/K/ckpt/step-2.ckpt\n", SMALL, corpus);
+    expect_error(script, "inside the checkpoints of session");
+    // an empty session name is refused; :sessions lists directories only
+    expect_error(":session \"\"\n", "the name is empty");
+    write_file("runs/README", "notes\n");
+    assert_int_equal(run(":sessions\n", out, sizeof out, err_, sizeof err_), 0);
+    assert_null(strstr(out, "runs/README"));
+    assert_non_null(strstr(out, "runs/K"));
+    // :set and :arm after the last checkpoint are saved on the way out and resumed
+    snprintf(script, sizeof script, ":session AR\n%s:data %s\n:init\n:train 2 ckpt_every=2 eval_every=0\n:set lr=0.0123\n:arm moe off\n",
+             SMALL, corpus);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    assert_non_null(strstr(err_, "saved runs/AR/ckpt/step-2-b1.ckpt"));
+    snprintf(cmd, sizeof cmd, "%%s --norc -r runs/AR -e ':show arms; :show config' > out.txt 2> err.txt");
+    assert_int_equal(sh_in_dir(cmd, dmsh), 0);
+    slurp_to("out.txt", out, sizeof out);
+    assert_non_null(strstr(out, "moe      off"));
+    assert_non_null(strstr(out, "0.0123"));
+    // a second :init in a session keeps the first model (saved first), and its own horizon
+    snprintf(script, sizeof script, ":session II\n%s:data %s\n:init seed=1\n:train 6 eval_every=0\n:init seed=2\n:train 9 eval_every=0\n",
+             SMALL, corpus);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    assert_non_null(strstr(out, "saved runs/II/ckpt/step-6.ckpt (the model :init replaces)"));
+    assert_non_null(strstr(out, "at step 9 (steps=9;"));
+    // :preset is its file's :set lines: other keys keep their values, and on a live model the
+    // values :show config shows are the ones the steps use; :set checks the rules between keys
+    // on the final values (d=3 H=3 failed in either order)
+    snprintf(script, sizeof script, "%s:data %s\n:init\n:set lr=0.0123 warmup=0\n:step 1\n:preset nano\n:step 1\n:show config\n"
+             ":set d=3 H=3 r=3\n", ":preset nano\n:set eval_bytes=4096\n", corpus);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 1);  // d= on the live model
+    assert_non_null(strstr(out, "step 1 loss"));
+    assert_non_null(strstr(out, "lr 1.230e-02"));
+    assert_null(strstr(out, "lr 3.000e-05"));
+    assert_non_null(strstr(out, "  lr               0.0123"));
+    assert_non_null(strstr(err_, "'d' is an architecture key and the model is live"));
+    expect_ok_quiet(":set d=3 H=3 r=3\n:set engram_rows=100\n");
+    expect_error(":set engram_rows=10000000000\n", "expected an integer in [1, 2147483647]");
+    // :check grad refuses options that do not apply to it (they were ignored)
+    expect_error(":check grad steps=abc\n", ":check grad takes off=ARM,... only");
+}
+
+#ifndef DM_DOUBLE  // (float only: the demo is a float run, and the double build is slow)
+// `make demo` (README) runs configs/runs/demo.dm: the file is in the checkout (it once was not:
+// a "runs/" ignore rule kept it out of every clone) and its commands run, shortened to 20 steps.
+static void test_demo_script(void **s) {
+    (void)s;
+    char *demo = slurp("configs/runs/demo.dm");
+    if (!demo) print_error("configs/runs/demo.dm is missing: make demo has nothing to run\n");
+    assert_non_null(demo);
+    char script[4000] = "", *line = demo;
+    int trained = 0;
+    while (*line) {
+        size_t n = strcspn(line, "\n");
+        if (!strncmp(line, ":train ", 7)) {
+            strcat(script, ":train 20 log_every=10 eval_every=10 ckpt_every=10\n");
+            trained = 1;
+        } else {
+            strncat(script, line, n);
+            strcat(script, "\n");
+        }
+        line += n + (line[n] == '\n');
+    }
+    free(demo);
+    assert_true(trained);
+    int rc = run(script, out, sizeof out, err_, sizeof err_);
+    if (rc) print_error("%s\n%s\n", script, err_);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "eval step 20 depth 1 bpb "));
+    assert_non_null(strstr(out, "anchors over "));
+    assert_non_null(strstr(err_, "saved runs/demo/ckpt/step-20.ckpt"));
+#ifdef DM_HAVE_PNG
+    assert_true(file_size("runs/demo/plots/bpb.png") > 0);
+#endif
+}
+#endif
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_saves_keep_what_was_there),
+#ifndef DM_DOUBLE
+        cmocka_unit_test(test_demo_script),
+#endif
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
