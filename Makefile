@@ -134,6 +134,7 @@ test: deps
 	$(MAKE) --no-print-directory test-float DM_REAL=float
 	$(MAKE) --no-print-directory test-double DM_REAL=double
 	$(MAKE) --no-print-directory cuda-check
+	$(MAKE) --no-print-directory cuemu-check
 	@echo "make test: all test programs passed"
 
 test-float test-double: $(addprefix $(B)/tests/,$(TESTS)) $(B)/dmsh
@@ -195,6 +196,60 @@ else
 	@echo "cuda-check: nvcc not found; CUDA sources not compiled"
 endif
 
+# --- cuemu: the CUDA backend's OWN sources run on the CPU (tests/cuemu/; no GPU, no nvcc) ----
+# kernels/cuda/*.cu and tests/gpu/parity*.cu are rewritten to C++ (tests/cuemu/cu2cpp.sh: the
+# launch syntax, dynamic shared memory) and built against cuemu's stand-ins for the CUDA runtime,
+# cuBLAS, cub and wmma; every block's threads run as fibers with real barriers. The GPU test
+# programs then run unchanged: parity of every op (threads in forward and in reverse order: a
+# race between threads changes the result), :check parity per preset (quick) and the step
+# graph's replay against the eager step. This proves the CUDA code's logic, indices, barriers and
+# graph semantics; it says nothing about GPU speed or the real hardware's rounding.
+EMU      := build/cuemu
+EMU_LIB  := build/float/libdm.a
+EMU_K    := $(patsubst kernels/cuda/%.cu,$(EMU)/k/%.o,$(wildcard kernels/cuda/*.cu)) $(EMU)/cuemu.o
+EMU_T    := $(patsubst tests/gpu/%.cu,$(EMU)/t/%.o,$(wildcard tests/gpu/parity*.cu))
+EMU_HDR  := $(wildcard tests/cuemu/include/*.h tests/cuemu/include/cub/*.cuh kernels/cuda/*.cuh kernels/cuda/*.h \
+              kernels/*.h kernels/cpu/*.h tests/gpu/*.cuh)
+EMUCXX   := $(CXX) -std=c++17 -O2 -g -Itests/cuemu/include -Ikernels/cuda -Wno-unknown-pragmas
+EMUENV   := OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 CUEMU_STATS=1
+.PHONY: cuemu cuemu-check
+$(EMU)/k/%.cpp: kernels/cuda/%.cu tests/cuemu/cu2cpp.sh
+	@mkdir -p $(dir $@)
+	sh tests/cuemu/cu2cpp.sh $< $@
+$(EMU)/t/%.cpp: tests/gpu/%.cu tests/cuemu/cu2cpp.sh
+	@mkdir -p $(dir $@)
+	sh tests/cuemu/cu2cpp.sh $< $@
+.SECONDARY: $(EMU_K:.o=.cpp) $(EMU_T:.o=.cpp)
+$(EMU)/k/%.o: $(EMU)/k/%.cpp $(EMU_HDR)
+	$(EMUCXX) -c $< -o $@
+$(EMU)/t/%.o: $(EMU)/t/%.cpp $(EMU_HDR)
+	$(EMUCXX) -Itests/gpu -c $< -o $@
+$(EMU)/cuemu.o: tests/cuemu/cuemu.cpp $(EMU_HDR)
+	@mkdir -p $(dir $@)
+	$(EMUCXX) -Wall -c $< -o $@
+$(EMU)/parity: $(EMU_T) $(EMU_K) $(EMU_LIB)
+	$(CXX) $(EMU_T) $(EMU_K) -o $@ $(EMU_LIB) $(LDLIBS)
+$(EMU)/%: tests/gpu/%.c $(EMU_K) $(EMU_LIB) engine/engine.h
+	$(CC) $(CFLAGS) $< $(EMU_K) -o $@ $(EMU_LIB) $(LDLIBS) -lstdc++
+# dmsh itself on the emulated device (:device cuda runs the CUDA backend's code on the CPU)
+$(EMU)/dmsh: $(REPLOBJ) $(EMU_K) $(EMU_LIB)
+	$(CXX) $(REPLOBJ) $(EMU_K) -o $@ $(EMU_LIB) $(LDLIBS) $(REPLLIBS)
+cuemu:
+	$(MAKE) --no-print-directory DM_REAL=float $(EMU_LIB) $(EMU)/parity $(EMU)/parity_model $(EMU)/graph_step $(EMU)/dmsh
+cuemu-check: cuemu
+	@echo "== cuemu parity: every op, CPU vs the CUDA backend's code on cuemu, threads in forward order"
+	@$(EMUENV) CUEMU_ORDER=fwd ./$(EMU)/parity > $(EMU)/parity-fwd.log 2>&1 || { grep -w FAIL $(EMU)/parity-fwd.log; tail -n 5 $(EMU)/parity-fwd.log; exit 1; }
+	@tail -n 2 $(EMU)/parity-fwd.log
+	@echo "== cuemu parity, threads and blocks in reverse order (a race shows as a difference)"
+	@$(EMUENV) CUEMU_ORDER=rev ./$(EMU)/parity > $(EMU)/parity-rev.log 2>&1 || { grep -w FAIL $(EMU)/parity-rev.log; tail -n 5 $(EMU)/parity-rev.log; exit 1; }
+	@grep -v '^cuemu:' $(EMU)/parity-fwd.log > $(EMU)/parity-fwd.txt; grep -v '^cuemu:' $(EMU)/parity-rev.log > $(EMU)/parity-rev.txt
+	@cmp -s $(EMU)/parity-fwd.txt $(EMU)/parity-rev.txt || { echo "cuemu: the two thread orders give different results:"; diff $(EMU)/parity-fwd.txt $(EMU)/parity-rev.txt | head -n 20; exit 1; }
+	@echo "   both orders: the same $$(grep -c -w PASS $(EMU)/parity-fwd.txt) rows, digit for digit"
+	@echo "== cuemu parity_model quick (:check parity, nano and mini x precision, engram_ram)"
+	@$(EMUENV) ./$(EMU)/parity_model quick
+	@echo "== cuemu graph_step quick (the step graph's replay = the eager step; two processes)"
+	@$(EMUENV) ./$(EMU)/graph_step quick
+
 # The CUDA checks on a machine with a GPU (prints a pass/fail table; see tests/gpu/run.sh)
 .PHONY: gpu-check gpu-bench
 gpu-check:
@@ -212,6 +267,7 @@ deps:
 	[ -f /usr/include/ncurses.h ] || missing="$$missing libncurses-dev"; \
 	[ -f /usr/include/stb/stb_image_write.h ] || missing="$$missing libstb-dev"; \
 	command -v python3 >/dev/null || missing="$$missing python3"; \
+	command -v g++ >/dev/null || missing="$$missing g++"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \

@@ -1,0 +1,641 @@
+// cuemu.cpp — the runtime behind include/cuemu.h: fibers and barriers, grids, streams and
+// capture, memory with kind checks, events, graphs, cuBLAS through OpenBLAS, cub's sort.
+// See include/cuemu.h for what it is for and what it checks.
+#include "include/cuemu.h"
+#include "include/cublas_v2.h"
+#include "include/cub/cub.cuh"
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+dim3 emu_threadIdx, emu_blockIdx, emu_blockDim, emu_gridDim;
+#define EMU_SMEM_DEFAULT 49152    // dynamic shared memory without the opt-in attribute
+#define EMU_SMEM_OPTIN 232448     // an H100 / H200's opt-in maximum per block
+alignas(256) unsigned char emu_dyn_smem[EMU_SMEM_OPTIN];
+
+static void emu_die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+static void emu_die(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("cuemu: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(3);
+}
+static int order_rev = -1;  // CUEMU_ORDER=rev: threads of a phase and blocks of a grid in reverse
+static int rev_order(void) {
+    if (order_rev < 0) {
+        const char *o = getenv("CUEMU_ORDER");
+        if (o && strcmp(o, "rev") && strcmp(o, "fwd")) emu_die("CUEMU_ORDER=%s: use fwd or rev", o);
+        order_rev = o && !strcmp(o, "rev");
+    }
+    return order_rev;
+}
+static struct { long launches, blocks, barriers, after_exit; } stats;
+static void print_stats(void) {
+    if (getenv("CUEMU_STATS"))
+        fprintf(stderr, "cuemu: %ld launches, %ld blocks, %ld barriers (%ld with some threads of the block already exited), order %s\n",
+                stats.launches, stats.blocks, stats.barriers, stats.after_exit, rev_order() ? "rev" : "fwd");
+}
+
+// ================================================================================================
+// fibers: one per thread of the running block
+// ================================================================================================
+extern "C" void emu_ctx_switch(void **save_sp, void *to_sp);
+#if defined(__x86_64__)
+// callee-saved registers on the old stack, stack pointer swapped, the same registers popped from
+// the new one (System V: rbx, rbp, r12-r15; the MXCSR and x87 control words are never changed)
+asm(".text\n.globl emu_ctx_switch\n.type emu_ctx_switch,@function\nemu_ctx_switch:\n"
+    "pushq %rbp\npushq %rbx\npushq %r12\npushq %r13\npushq %r14\npushq %r15\n"
+    "movq %rsp, (%rdi)\nmovq %rsi, %rsp\n"
+    "popq %r15\npopq %r14\npopq %r13\npopq %r12\npopq %rbx\npopq %rbp\nret\n"
+    ".size emu_ctx_switch,.-emu_ctx_switch\n");
+#else
+#error "cuemu: the fiber switch is written for x86-64"
+#endif
+
+enum { F_NEW, F_READY, F_BAR, F_DONE };
+struct Fiber {
+    void *sp;
+    int state, kind, pred, result, line, stack;
+    const char *file;
+    dim3 idx;
+};
+#define EMU_MAXT 1024
+#define EMU_STACK (256 * 1024)
+static Fiber fib[EMU_MAXT];
+static unsigned char *stacks;        // (EMU_MAXT + 1) x (guard page + EMU_STACK)
+static int free_stacks[EMU_MAXT + 1], nfree;
+static size_t page;
+static void *sched_sp;
+static int cur = -1;                 // the running thread, -1 outside a kernel
+static const std::function<void()> *cur_body;
+
+static void fiber_entry(void) {
+    (*cur_body)();
+    fib[cur].state = F_DONE;
+    emu_ctx_switch(&fib[cur].sp, sched_sp);
+    abort();  // a finished fiber is never resumed
+}
+// Thread t starts on a free stack. A thread that ends without waiting at a barrier gives its stack
+// straight back, so a kernel without barriers runs every thread on one (cache-warm) stack; only
+// threads suspended at a barrier hold a stack of their own.
+static void fiber_start(int t) {
+    if (!stacks) {
+        page = (size_t)sysconf(_SC_PAGESIZE);
+        size_t per = page + EMU_STACK;
+        stacks = (unsigned char *)mmap(NULL, per * (EMU_MAXT + 1), PROT_READ | PROT_WRITE,
+                                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (stacks == MAP_FAILED) emu_die("cannot map %d fiber stacks", EMU_MAXT + 1);
+        for (int i = 0; i <= EMU_MAXT; i++) mprotect(stacks + i * per, page, PROT_NONE);  // overflow faults
+        for (int i = EMU_MAXT; i >= 0; i--) free_stacks[nfree++] = i;
+        atexit(print_stats);
+    }
+    int k = free_stacks[--nfree];
+    unsigned char *top = stacks + (size_t)(k + 1) * (page + EMU_STACK);
+    void **sp = (void **)((uintptr_t)(top - 64) & ~(uintptr_t)15);
+    for (int i = 0; i < 6; i++) sp[i] = 0;  // r15 .. rbp
+    sp[6] = (void *)fiber_entry;            // `ret` enters here with rsp = 8 mod 16, as after a call
+    sp[7] = 0;
+    fib[t].sp = sp;
+    fib[t].stack = k;
+}
+
+int emu_barrier(const char *file, int line, int kind, int pred) {
+    if (cur < 0) emu_die("__syncthreads() outside a kernel (%s:%d)", file, line);
+    Fiber *f = &fib[cur];
+    f->state = F_BAR;
+    f->file = file;
+    f->line = line;
+    f->kind = kind;
+    f->pred = pred;
+    emu_ctx_switch(&f->sp, sched_sp);
+    return fib[cur].result;
+}
+
+static void run_block(int nt, const std::function<void()> &body) {
+    cur_body = &body;
+    const int rev = rev_order();
+    dim3 idx(0, 0, 0);
+    for (int t = 0; t < nt; t++) {  // x fastest, then y, then z: CUDA's linear thread order
+        fib[t].state = F_NEW;
+        fib[t].idx = idx;
+        if (++idx.x == emu_blockDim.x) { idx.x = 0; if (++idx.y == emu_blockDim.y) { idx.y = 0; idx.z++; } }
+    }
+    for (;;) {
+        for (int i = 0; i < nt; i++) {
+            int t = rev ? nt - 1 - i : i;
+            Fiber *f = &fib[t];
+            if (f->state == F_NEW) fiber_start(t);
+            else if (f->state != F_READY) continue;
+            emu_threadIdx = f->idx;
+            cur = t;
+            emu_ctx_switch(&sched_sp, f->sp);
+            if (f->state == F_DONE) free_stacks[nfree++] = f->stack;
+        }
+        cur = -1;
+        int waiting = 0, done = 0, first = -1, sum = 0, all = 1;
+        for (int t = 0; t < nt; t++) {
+            if (fib[t].state == F_DONE) { done++; continue; }
+            if (first < 0) first = t;
+            Fiber *a = &fib[first], *b = &fib[t];
+            if (b->line != a->line || (b->file != a->file && strcmp(b->file, a->file)) || b->kind != a->kind)
+                emu_die("divergent __syncthreads() in block (%u,%u,%u): thread %d waits at %s:%d, thread %d at %s:%d",
+                        emu_blockIdx.x, emu_blockIdx.y, emu_blockIdx.z, first, a->file, a->line, t, b->file, b->line);
+            waiting++;
+            sum += b->pred;
+            all &= b->pred;
+        }
+        if (!waiting) break;
+        stats.barriers++;
+        if (done) stats.after_exit++;  // exited threads count as arrived (what the hardware does)
+        int kind = fib[first].kind;
+        int res = kind == 1 ? sum : kind == 2 ? sum > 0 : kind == 3 ? all : 0;
+        for (int t = 0; t < nt; t++)
+            if (fib[t].state == F_BAR) { fib[t].result = res; fib[t].state = F_READY; }
+    }
+}
+
+// ================================================================================================
+// errors, devices
+// ================================================================================================
+static cudaError_t last_err = cudaSuccess;
+static cudaError_t set_err(cudaError_t e) { if (e != cudaSuccess) last_err = e; return e; }
+const char *cudaGetErrorName(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+    case cudaErrorNotReady: return "cudaErrorNotReady";
+    case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
+    case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
+    case cudaErrorStreamCaptureImplicit: return "cudaErrorStreamCaptureImplicit";
+    case cudaErrorIllegalState: return "cudaErrorIllegalState";
+    case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    case cudaErrorNoDevice: return "cudaErrorNoDevice";
+    }
+    return "cudaErrorUnknown";
+}
+const char *cudaGetErrorString(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureImplicit: return "operation would make the legacy stream depend on a capturing blocking stream";
+    default: return cudaGetErrorName(e);
+    }
+}
+cudaError_t cudaGetLastError(void) { cudaError_t e = last_err; last_err = cudaSuccess; return e; }
+cudaError_t cudaPeekAtLastError(void) { return last_err; }
+cudaError_t cudaGetDeviceCount(int *n) { *n = 1; return cudaSuccess; }
+static int cur_dev = 0;
+cudaError_t cudaSetDevice(int d) { if (d != 0) return set_err(cudaErrorInvalidDevice); cur_dev = d; return cudaSuccess; }
+cudaError_t cudaGetDevice(int *d) { *d = cur_dev; return cudaSuccess; }
+static size_t mem_limit(void) {
+    static size_t lim = 0;
+    if (!lim) {
+        const char *m = getenv("CUEMU_MEM_MB");
+        lim = (size_t)(m ? atol(m) : 2048) << 20;
+    }
+    return lim;
+}
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d) {
+    if (d != 0) return set_err(cudaErrorInvalidDevice);
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "cuemu (CPU emulation of a compute capability 9.0 device)");
+    p->totalGlobalMem = mem_limit();
+    p->sharedMemPerBlock = EMU_SMEM_DEFAULT;
+    p->sharedMemPerBlockOptin = EMU_SMEM_OPTIN;
+    p->major = 9; p->minor = 0; p->multiProcessorCount = 132; p->maxThreadsPerBlock = 1024; p->warpSize = 32;
+    return cudaSuccess;
+}
+cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int d) {
+    if (d != 0) return set_err(cudaErrorInvalidDevice);
+    switch (a) {
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *v = EMU_SMEM_OPTIN; break;
+    case cudaDevAttrMultiProcessorCount: *v = 132; break;
+    case cudaDevAttrComputeCapabilityMajor: *v = 9; break;
+    case cudaDevAttrComputeCapabilityMinor: *v = 0; break;
+    default: return set_err(cudaErrorInvalidValue);
+    }
+    return cudaSuccess;
+}
+
+// ================================================================================================
+// streams, capture, graphs
+// ================================================================================================
+struct EmuGraph { std::vector<std::function<void()>> ops; };
+struct EmuGraphExec { std::vector<std::function<void()>> ops; };
+struct EmuStream { int id; };
+struct EmuEvent { unsigned flags; int recorded, in_capture; double ms; };
+static EmuStream *cap_stream;        // the stream being captured (one capture at a time)
+static EmuGraph *cap_graph;
+static cudaError_t cap_invalid;      // the first forbidden call of the open capture
+static char cap_why[256];
+
+int emu_is_capturing(void) { return cap_stream != NULL; }
+void emu_fail_capture(cudaError_t e, const char *what) {
+    if (cap_stream && cap_invalid == cudaSuccess) {
+        cap_invalid = e;
+        snprintf(cap_why, sizeof cap_why, "%s", what);
+        if (getenv("CUEMU_STATS")) fprintf(stderr, "cuemu: capture invalidated by %s (%s)\n", what, cudaGetErrorName(e));
+    }
+}
+// a call a global-mode capture forbids: it fails, and so does the capture
+static cudaError_t forbid_in_capture(const char *what) {
+    if (!cap_stream) return cudaSuccess;
+    emu_fail_capture(cudaErrorStreamCaptureUnsupported, what);
+    return set_err(cudaErrorStreamCaptureUnsupported);
+}
+cudaError_t emu_enqueue(cudaStream_t s, std::function<void()> op, const char *what) {
+    if (cap_stream) {
+        if (s == cap_stream) {
+            if (cap_invalid == cudaSuccess) cap_graph->ops.push_back(std::move(op));
+            return cap_invalid == cudaSuccess ? cudaSuccess : set_err(cudaErrorStreamCaptureInvalidated);
+        }
+        if (s == NULL) {  // the legacy stream would wait for the capturing one
+            emu_fail_capture(cudaErrorStreamCaptureImplicit, what);
+            return set_err(cudaErrorStreamCaptureImplicit);
+        }
+    }
+    op();
+    return cudaSuccess;
+}
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+int64_t emu_globaltimer(void) { return (int64_t)(now_ms() * 1e6); }
+
+cudaError_t cudaStreamCreate(cudaStream_t *s) { static int ids; *s = new EmuStream{++ids}; return cudaSuccess; }
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned) { return cudaStreamCreate(s); }
+cudaError_t cudaStreamDestroy(cudaStream_t s) { delete s; return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    if (cap_stream && (s == cap_stream || s == NULL)) return forbid_in_capture("cudaStreamSynchronize");
+    return cudaSuccess;
+}
+cudaError_t cudaDeviceSynchronize(void) { return forbid_in_capture("cudaDeviceSynchronize"); }
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
+cudaError_t cudaEventCreate(cudaEvent_t *e) { *e = new EmuEvent{0, 0, 0, 0}; return cudaSuccess; }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned f) { *e = new EmuEvent{f, 0, 0, 0}; return cudaSuccess; }
+cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
+cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t s, unsigned f) {
+    if (cap_stream && s == cap_stream) {
+        e->in_capture = 1;
+        if (!(f & cudaEventRecordExternal)) return cudaSuccess;  // a dependency inside the graph, no node
+        return emu_enqueue(s, [e] { e->recorded = 1; e->in_capture = 0; e->ms = now_ms(); }, "cudaEventRecordWithFlags");
+    }
+    if (f & cudaEventRecordExternal) return set_err(cudaErrorInvalidValue);  // only inside a capture
+    e->in_capture = 0;
+    return emu_enqueue(s, [e] { e->recorded = 1; e->ms = now_ms(); }, "cudaEventRecord");
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) { return cudaEventRecordWithFlags(e, s, 0); }
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    if (cap_stream && e->in_capture) return forbid_in_capture("cudaEventSynchronize on an event of the capture");
+    return cudaSuccess;
+}
+cudaError_t cudaEventQuery(cudaEvent_t e) {
+    if (cap_stream && e->in_capture) return forbid_in_capture("cudaEventQuery on an event of the capture");
+    return cudaSuccess;
+}
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
+    if ((a->flags | b->flags) & cudaEventDisableTiming) return set_err(cudaErrorInvalidResourceHandle);
+    if (!a->recorded || !b->recorded) return set_err(cudaErrorInvalidResourceHandle);
+    *ms = (float)(b->ms - a->ms);
+    return cudaSuccess;
+}
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode) {
+    if (s == NULL) return set_err(cudaErrorStreamCaptureUnsupported);  // the legacy stream cannot be captured
+    if (cap_stream) return set_err(cudaErrorIllegalState);
+    cap_stream = s;
+    cap_graph = new EmuGraph;
+    cap_invalid = cudaSuccess;
+    cap_why[0] = 0;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g) {
+    if (s != cap_stream) return set_err(cudaErrorIllegalState);
+    cap_stream = NULL;
+    if (cap_invalid != cudaSuccess) {
+        delete cap_graph;
+        cap_graph = NULL;
+        *g = NULL;
+        return set_err(cudaErrorStreamCaptureInvalidated);
+    }
+    *g = cap_graph;
+    cap_graph = NULL;
+    return cudaSuccess;
+}
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *x, cudaGraph_t g, unsigned long long) {
+    if (!g) return set_err(cudaErrorInvalidValue);
+    *x = new EmuGraphExec{g->ops};
+    return cudaSuccess;
+}
+cudaError_t cudaGraphUpload(cudaGraphExec_t x, cudaStream_t) { return x ? cudaSuccess : set_err(cudaErrorInvalidValue); }
+cudaError_t cudaGraphLaunch(cudaGraphExec_t x, cudaStream_t s) {
+    if (!x) return set_err(cudaErrorInvalidValue);
+    return emu_enqueue(s, [x] { for (auto &op : x->ops) op(); }, "cudaGraphLaunch");
+}
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t x) { delete x; return cudaSuccess; }
+cudaError_t cudaGraphDestroy(cudaGraph_t g) { delete g; return cudaSuccess; }
+
+// ================================================================================================
+// memory
+// ================================================================================================
+struct Alloc { size_t n; int kind; };
+static std::map<uintptr_t, Alloc> allocs;  // base -> size, kind (0 device, 1 pinned host)
+static size_t dev_used;
+int emu_mem_kind(const void *p, size_t n) {
+    uintptr_t a = (uintptr_t)p;
+    auto it = allocs.upper_bound(a);
+    if (it == allocs.begin()) return 2;
+    --it;
+    if (a >= it->first + it->second.n) return 2;
+    if (a + n > it->first + it->second.n) return -1;  // starts inside an allocation, runs past its end
+    return it->second.kind;
+}
+static void *emu_alloc(size_t n, int kind) {
+    void *p = aligned_alloc(256, (n + 255) / 256 * 256);
+    if (!p) return NULL;
+    memset(p, 0xff, n);  // NaN bytes: a read before the first write shows up
+    allocs[(uintptr_t)p] = Alloc{n, kind};
+    return p;
+}
+cudaError_t cudaMalloc(void **p, size_t n) {
+    *p = NULL;
+    if (cudaError_t e = forbid_in_capture("cudaMalloc")) return e;
+    if (n == 0) return cudaSuccess;
+    if (dev_used + n > mem_limit()) return set_err(cudaErrorMemoryAllocation);
+    if (!(*p = emu_alloc(n, 0))) return set_err(cudaErrorMemoryAllocation);
+    dev_used += n;
+    return cudaSuccess;
+}
+static cudaError_t emu_free(void *p, int kind, const char *what) {
+    if (!p) return cudaSuccess;
+    if (cudaError_t e = forbid_in_capture(what)) return e;
+    auto it = allocs.find((uintptr_t)p);
+    if (it == allocs.end() || it->second.kind != kind) {
+        fprintf(stderr, "cuemu: %s(%p): not the start of a %s allocation\n", what, p, kind ? "pinned host" : "device");
+        return set_err(cudaErrorInvalidValue);
+    }
+    if (kind == 0) dev_used -= it->second.n;
+    allocs.erase(it);
+    free(p);
+    return cudaSuccess;
+}
+cudaError_t cudaFree(void *p) { return emu_free(p, 0, "cudaFree"); }
+cudaError_t cudaHostAlloc(void **p, size_t n, unsigned) {
+    *p = NULL;
+    if (cudaError_t e = forbid_in_capture("cudaHostAlloc")) return e;
+    if (!(*p = emu_alloc(n ? n : 1, 1))) return set_err(cudaErrorMemoryAllocation);
+    return cudaSuccess;
+}
+cudaError_t cudaMallocHost(void **p, size_t n) { return cudaHostAlloc(p, n, 0); }
+cudaError_t cudaFreeHost(void *p) { return emu_free(p, 1, "cudaFreeHost"); }
+cudaError_t cudaMemGetInfo(size_t *fr, size_t *tot) {
+    *tot = mem_limit();
+    *fr = mem_limit() - dev_used;
+    return cudaSuccess;
+}
+static const char *kind_name(int k) { return k == 0 ? "device" : k == 1 ? "pinned host" : k == 2 ? "host" : "out-of-range"; }
+// the copy's pointers against its kind; in a capture, host memory must be pinned
+static cudaError_t check_copy(void *d, const void *s, size_t n, cudaMemcpyKind k, const char *what) {
+    int kd = emu_mem_kind(d, n), ks = emu_mem_kind(s, n);
+    int want_d = k == cudaMemcpyHostToDevice || k == cudaMemcpyDeviceToDevice;
+    int want_s = k == cudaMemcpyDeviceToHost || k == cudaMemcpyDeviceToDevice;
+    int bad = kd < 0 || ks < 0;
+    if (k != cudaMemcpyDefault) bad |= (kd == 0) != want_d || (ks == 0) != want_s;
+    if (bad) {
+        fprintf(stderr, "cuemu: %s of %zu bytes, kind %d: destination is %s memory, source %s memory\n", what, n,
+                (int)k, kind_name(kd), kind_name(ks));
+        return set_err(cudaErrorInvalidValue);
+    }
+    if (cap_stream && (kd == 2 || ks == 2)) {
+        emu_fail_capture(cudaErrorStreamCaptureUnsupported, "a copy through pageable host memory");
+        return set_err(cudaErrorStreamCaptureUnsupported);
+    }
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind k, cudaStream_t st) {
+    if (n == 0) return cudaSuccess;
+    if (cudaError_t e = check_copy(d, s, n, k, "cudaMemcpyAsync")) return e;
+    return set_err(emu_enqueue(st, [d, s, n] { memmove(d, s, n); }, "cudaMemcpyAsync"));
+}
+cudaError_t cudaMemcpy(void *d, const void *s, size_t n, cudaMemcpyKind k) {
+    if (cudaError_t e = forbid_in_capture("cudaMemcpy")) return e;
+    return cudaMemcpyAsync(d, s, n, k, NULL);
+}
+cudaError_t cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t st) {
+    if (n == 0) return cudaSuccess;
+    if (emu_mem_kind(d, n) != 0) {
+        fprintf(stderr, "cuemu: cudaMemsetAsync of %zu bytes on %s memory\n", n, kind_name(emu_mem_kind(d, n)));
+        return set_err(cudaErrorInvalidValue);
+    }
+    return set_err(emu_enqueue(st, [d, v, n] { memset(d, v, n); }, "cudaMemsetAsync"));
+}
+cudaError_t cudaMemcpy2DAsync(void *d, size_t dpitch, const void *s, size_t spitch, size_t width, size_t height,
+                              cudaMemcpyKind k, cudaStream_t st) {
+    if (width == 0 || height == 0) return cudaSuccess;
+    if (width > dpitch || width > spitch) return set_err(cudaErrorInvalidValue);
+    // the whole strided span of each side must be one allocation of the right kind
+    if (cudaError_t e = check_copy(d, s, 0, k, "cudaMemcpy2DAsync")) return e;
+    size_t dn = dpitch * (height - 1) + width, sn = spitch * (height - 1) + width;
+    int kd = emu_mem_kind(d, dn), ks = emu_mem_kind(s, sn);
+    if (kd < 0 || ks < 0 || (k != cudaMemcpyDefault && ((kd == 0) != (k == cudaMemcpyHostToDevice || k == cudaMemcpyDeviceToDevice) ||
+                                                       (ks == 0) != (k == cudaMemcpyDeviceToHost || k == cudaMemcpyDeviceToDevice)))) {
+        fprintf(stderr, "cuemu: cudaMemcpy2DAsync %zu x %zu bytes: destination is %s memory, source %s memory\n", height, width,
+                kind_name(kd), kind_name(ks));
+        return set_err(cudaErrorInvalidValue);
+    }
+    return set_err(emu_enqueue(st, [=] {
+        for (size_t r = 0; r < height; r++) memmove((char *)d + r * dpitch, (const char *)s + r * spitch, width);
+    }, "cudaMemcpy2DAsync"));
+}
+cudaError_t cudaMemset(void *d, int v, size_t n) {
+    if (cudaError_t e = forbid_in_capture("cudaMemset")) return e;
+    return cudaMemsetAsync(d, v, n, NULL);
+}
+
+// ================================================================================================
+// kernels
+// ================================================================================================
+static std::map<std::string, int> smem_attr;  // kernel name -> its MaxDynamicSharedMemorySize
+cudaError_t emu_func_set_attribute(const char *f, cudaFuncAttribute a, int v) {
+    if (a != cudaFuncAttributeMaxDynamicSharedMemorySize || v < 0 || v > EMU_SMEM_OPTIN) return set_err(cudaErrorInvalidValue);
+    smem_attr[f] = v;
+    return cudaSuccess;
+}
+cudaError_t emu_launch_grid(const char *k, dim3 g, dim3 b, size_t smem, cudaStream_t st, std::function<void()> body) {
+    unsigned long long nt = (unsigned long long)b.x * b.y * b.z;
+    if (nt == 0 || nt > 1024 || b.z > 64 || g.x == 0 || g.y == 0 || g.z == 0 || g.x > 2147483647u || g.y > 65535 ||
+        g.z > 65535)
+        return set_err(cudaErrorInvalidConfiguration);
+    if (smem > EMU_SMEM_DEFAULT) {
+        auto it = smem_attr.find(k);
+        if (it == smem_attr.end() || (size_t)it->second < smem) return set_err(cudaErrorInvalidValue);
+    }
+    stats.launches++;
+    return set_err(emu_enqueue(st, [g, b, smem, body] {
+        const int rev = rev_order();
+        emu_gridDim = g;
+        emu_blockDim = b;
+        size_t nb = (size_t)g.x * g.y * g.z;
+        for (size_t i = 0; i < nb; i++) {
+            size_t j = rev ? nb - 1 - i : i;
+            emu_blockIdx = dim3((unsigned)(j % g.x), (unsigned)(j / g.x % g.y), (unsigned)(j / ((size_t)g.x * g.y)));
+            if (smem) memset(emu_dyn_smem, 0xff, smem);  // uninitialised shared memory reads as NaN
+            run_block((int)(b.x * b.y * b.z), body);
+            stats.blocks++;
+        }
+    }, "kernel launch"));
+}
+
+// ================================================================================================
+// cuBLAS (column-major, as the real one), through OpenBLAS
+// ================================================================================================
+extern "C" void cblas_sgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda,
+                            const float *B, int ldb, float beta, float *C, int ldc);
+struct EmuCublas { cudaStream_t s; cublasMath_t math; };
+cublasStatus_t cublasCreate(cublasHandle_t *h) { *h = new EmuCublas{NULL, CUBLAS_DEFAULT_MATH}; return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasDestroy(cublasHandle_t h) { delete h; return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s) { h->s = s; return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasSetWorkspace(cublasHandle_t, void *ws, size_t n) {
+    return ws && emu_mem_kind(ws, n) == 0 ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
+}
+cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t m) { h->math = m; return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasGetMathMode(cublasHandle_t h, cublasMath_t *m) { *m = h->math; return CUBLAS_STATUS_SUCCESS; }
+const char *cublasGetStatusString(cublasStatus_t s) {
+    switch (s) {
+    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    default: return "CUBLAS_STATUS_EXECUTION_FAILED";
+    }
+}
+// an operand of r x c (column-major, leading dimension ld) must lie in one device allocation
+static int operand_ok(const void *p, int r, int c, int ld, size_t esz, const char *what, const char *fn) {
+    if (r <= 0 || c <= 0) return 1;
+    size_t n = ((size_t)(c - 1) * ld + r) * esz;
+    if (ld < r || emu_mem_kind(p, n) != 0) {
+        fprintf(stderr, "cuemu: %s: operand %s (%d x %d, ld %d) is not inside device memory (%s)\n", fn, what, r, c,
+                ld, kind_name(emu_mem_kind(p, n)));
+        return 0;
+    }
+    return 1;
+}
+static float bf16f(uint16_t b) { uint32_t u = (uint32_t)b << 16; float f; memcpy(&f, &u, 4); return f; }
+// one product, any of the supported operand types; runs when the stream gets to it
+static cublasStatus_t gemm_one(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                               float alpha, const void *A, cudaDataType at, int lda, long long sA, const void *B,
+                               cudaDataType bt, int ldb, long long sB, float beta, float *C, int ldc, long long sC,
+                               int batch, const char *fn) {
+    if (m < 0 || n < 0 || k < 0 || batch < 0 || ta > 1 || tb > 1) return CUBLAS_STATUS_INVALID_VALUE;
+    if ((at != CUDA_R_32F && at != CUDA_R_16BF) || bt != at) return CUBLAS_STATUS_NOT_SUPPORTED;
+    size_t esz = at == CUDA_R_32F ? 4 : 2;
+    int ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
+    for (int i = 0; i < batch; i++)
+        if (!operand_ok((const char *)A + i * sA * esz, ar, ac, lda, esz, "A", fn) ||
+            !operand_ok((const char *)B + i * sB * esz, br, bc, ldb, esz, "B", fn) ||
+            !operand_ok(C + i * sC, m, n, ldc, 4, "C", fn))
+            return CUBLAS_STATUS_INVALID_VALUE;
+    if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
+    cudaError_t e = emu_enqueue(h->s, [=] {
+        std::vector<float> fa, fb;
+        for (int i = 0; i < batch; i++) {
+            const float *a = (const float *)A + i * sA, *b = (const float *)B + i * sB;
+            if (at == CUDA_R_16BF) {  // bf16 -> fp32 is exact; the product accumulates in fp32
+                const uint16_t *a16 = (const uint16_t *)A + i * sA, *b16 = (const uint16_t *)B + i * sB;
+                size_t na = (size_t)(ac - 1) * lda + ar, nb = (size_t)(bc - 1) * ldb + br;
+                fa.resize(na);
+                fb.resize(nb);
+                for (size_t j = 0; j < na; j++) fa[j] = bf16f(a16[j]);
+                for (size_t j = 0; j < nb; j++) fb[j] = bf16f(b16[j]);
+                a = fa.data();
+                b = fb.data();
+            }
+            float *c = C + i * sC;
+            if (k == 0) {  // BLAS: C = beta C (and exactly 0 when beta is 0)
+                for (int col = 0; col < n; col++)
+                    for (int r = 0; r < m; r++) c[(size_t)col * ldc + r] = beta == 0 ? 0 : beta * c[(size_t)col * ldc + r];
+                continue;
+            }
+            cblas_sgemm(102, ta ? 112 : 111, tb ? 112 : 111, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        }
+    }, fn);
+    return e == cudaSuccess ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
+}
+cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                           const float *alpha, const float *A, int lda, const float *B, int ldb, const float *beta,
+                           float *C, int ldc) {
+    return gemm_one(h, ta, tb, m, n, k, *alpha, A, CUDA_R_32F, lda, 0, B, CUDA_R_32F, ldb, 0, *beta, C, ldc, 0, 1,
+                    "cublasSgemm");
+}
+cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                                         int k, const float *alpha, const float *A, int lda, long long sA,
+                                         const float *B, int ldb, long long sB, const float *beta, float *C, int ldc,
+                                         long long sC, int batch) {
+    return gemm_one(h, ta, tb, m, n, k, *alpha, A, CUDA_R_32F, lda, sA, B, CUDA_R_32F, ldb, sB, *beta, C, ldc, sC,
+                    batch, "cublasSgemmStridedBatched");
+}
+cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                            const void *alpha, const void *A, cudaDataType at, int lda, const void *B, cudaDataType bt,
+                            int ldb, const void *beta, void *C, cudaDataType ct, int ldc, cublasComputeType_t,
+                            cublasGemmAlgo_t) {
+    if (ct != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+    return gemm_one(h, ta, tb, m, n, k, *(const float *)alpha, A, at, lda, 0, B, bt, ldb, 0, *(const float *)beta,
+                    (float *)C, ldc, 0, 1, "cublasGemmEx");
+}
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                                          int k, const void *alpha, const void *A, cudaDataType at, int lda,
+                                          long long sA, const void *B, cudaDataType bt, int ldb, long long sB,
+                                          const void *beta, void *C, cudaDataType ct, int ldc, long long sC,
+                                          int batch, cublasComputeType_t, cublasGemmAlgo_t) {
+    if (ct != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+    return gemm_one(h, ta, tb, m, n, k, *(const float *)alpha, A, at, lda, sA, B, bt, ldb, sB, *(const float *)beta,
+                    (float *)C, ldc, sC, batch, "cublasGemmStridedBatchedEx");
+}
+
+// ================================================================================================
+// cub::DeviceRadixSort::SortPairs
+// ================================================================================================
+cudaError_t cub::emu_sort_pairs_u64(void *tmp, size_t &tmp_bytes, const uint64_t *kin, uint64_t *kout,
+                                    const int *vin, int *vout, int n, int begin_bit, int end_bit, cudaStream_t s) {
+    size_t need = 256 + (size_t)(n > 0 ? n : 0) * 16;
+    if (!tmp) { tmp_bytes = need; return cudaSuccess; }
+    if (tmp_bytes < need || emu_mem_kind(tmp, need) != 0 || begin_bit < 0 || end_bit > 64 || begin_bit >= end_bit)
+        return set_err(cudaErrorInvalidValue);
+    if (n <= 0) return cudaSuccess;
+    if (emu_mem_kind(kin, 8 * (size_t)n) != 0 || emu_mem_kind(kout, 8 * (size_t)n) != 0 ||
+        emu_mem_kind(vin, 4 * (size_t)n) != 0 || emu_mem_kind(vout, 4 * (size_t)n) != 0) {
+        fprintf(stderr, "cuemu: cub SortPairs: keys or values not in device memory\n");
+        return set_err(cudaErrorInvalidValue);
+    }
+    return set_err(emu_enqueue(s, [=] {
+        uint64_t mask = end_bit - begin_bit == 64 ? ~0ull : ((1ull << (end_bit - begin_bit)) - 1);
+        std::vector<int> ix(n);
+        for (int i = 0; i < n; i++) ix[i] = i;
+        std::stable_sort(ix.begin(), ix.end(), [&](int a, int b) {
+            return ((kin[a] >> begin_bit) & mask) < ((kin[b] >> begin_bit) & mask);
+        });
+        std::vector<uint64_t> ko(n);
+        std::vector<int> vo(n);
+        for (int i = 0; i < n; i++) { ko[i] = kin[ix[i]]; vo[i] = vin[ix[i]]; }
+        memcpy(kout, ko.data(), 8 * (size_t)n);
+        memcpy(vout, vo.data(), 4 * (size_t)n);
+    }, "cub::DeviceRadixSort::SortPairs"));
+}
