@@ -219,7 +219,7 @@ $(EMU)/k/%.cpp: kernels/cuda/%.cu tests/cuemu/cu2cpp.sh
 $(EMU)/t/%.cpp: tests/gpu/%.cu tests/cuemu/cu2cpp.sh
 	@mkdir -p $(dir $@)
 	sh tests/cuemu/cu2cpp.sh $< $@
-.SECONDARY: $(EMU_K:.o=.cpp) $(EMU_T:.o=.cpp)
+.SECONDARY: $(EMU_K:.o=.cpp) $(EMU_T:.o=.cpp) $(EMU)/t/selftest.cpp
 $(EMU)/k/%.o: $(EMU)/k/%.cpp $(EMU_HDR)
 	$(EMUCXX) -c $< -o $@
 $(EMU)/t/%.o: $(EMU)/t/%.cpp $(EMU_HDR)
@@ -227,6 +227,11 @@ $(EMU)/t/%.o: $(EMU)/t/%.cpp $(EMU_HDR)
 $(EMU)/cuemu.o: tests/cuemu/cuemu.cpp $(EMU_HDR)
 	@mkdir -p $(dir $@)
 	$(EMUCXX) -Wall -c $< -o $@
+$(EMU)/t/selftest.cpp: tests/cuemu/selftest.cu tests/cuemu/cu2cpp.sh
+	@mkdir -p $(dir $@)
+	sh tests/cuemu/cu2cpp.sh $< $@
+$(EMU)/selftest: $(EMU)/t/selftest.o $(EMU)/cuemu.o
+	$(CXX) $^ -o $@ $(LDLIBS)
 $(EMU)/parity: $(EMU_T) $(EMU_K) $(EMU_LIB)
 	$(CXX) $(EMU_T) $(EMU_K) -o $@ $(EMU_LIB) $(LDLIBS)
 $(EMU)/%: tests/gpu/%.c $(EMU_K) $(EMU_LIB) engine/engine.h
@@ -235,8 +240,19 @@ $(EMU)/%: tests/gpu/%.c $(EMU_K) $(EMU_LIB) engine/engine.h
 $(EMU)/dmsh: $(REPLOBJ) $(EMU_K) $(EMU_LIB)
 	$(CXX) $(REPLOBJ) $(EMU_K) -o $@ $(EMU_LIB) $(LDLIBS) $(REPLLIBS)
 cuemu:
-	$(MAKE) --no-print-directory DM_REAL=float $(EMU_LIB) $(EMU)/parity $(EMU)/parity_model $(EMU)/graph_step $(EMU)/dmsh
+	$(MAKE) --no-print-directory DM_REAL=float $(EMU_LIB) $(EMU)/selftest $(EMU)/parity $(EMU)/parity_model $(EMU)/graph_step $(EMU)/dmsh
 cuemu-check: cuemu
+	@echo "== cuemu selftest: what the emulator claims to catch is caught (both thread orders)"
+	@$(EMUENV) CUEMU_ORDER=fwd ./$(EMU)/selftest > $(EMU)/selftest-fwd.log 2>&1 || { cat $(EMU)/selftest-fwd.log; exit 1; }
+	@$(EMUENV) CUEMU_ORDER=rev ./$(EMU)/selftest > $(EMU)/selftest-rev.log 2>&1 || { cat $(EMU)/selftest-rev.log; exit 1; }
+	@grep -v '^cuemu:' $(EMU)/selftest-fwd.log
+	@a=$$(grep 'racy sum' $(EMU)/selftest-fwd.log); b=$$(grep 'racy sum' $(EMU)/selftest-rev.log); \
+	  if [ "$$a" = "$$b" ]; then echo "  a race between threads of one phase changes the result: FAIL ($$a in both orders)"; exit 1; fi; \
+	  echo "  a race between threads of one phase changes the result (fwd:$${a#*:}; rev:$${b#*:})    PASS"
+	@if $(EMUENV) ./$(EMU)/selftest divergent > $(EMU)/selftest-div.log 2>&1 || [ $$? -ne 3 ]; then \
+	  echo "  a divergent __syncthreads() ends the run: FAIL"; cat $(EMU)/selftest-div.log; exit 1; fi; \
+	  grep -q 'divergent __syncthreads() in block (0,0,0): thread 0 waits at tests/cuemu/selftest.cu:' $(EMU)/selftest-div.log || { echo "  divergent barrier message: FAIL"; cat $(EMU)/selftest-div.log; exit 1; }; \
+	  echo "  a divergent __syncthreads() ends the run, naming both barriers                 PASS"
 	@echo "== cuemu parity: every op, CPU vs the CUDA backend's code on cuemu, threads in forward order"
 	@$(EMUENV) CUEMU_ORDER=fwd ./$(EMU)/parity > $(EMU)/parity-fwd.log 2>&1 || { grep -w FAIL $(EMU)/parity-fwd.log; tail -n 5 $(EMU)/parity-fwd.log; exit 1; }
 	@tail -n 2 $(EMU)/parity-fwd.log
