@@ -31,8 +31,8 @@ static inline void gemm_rm(int transA, int transB, int M, int N, int K, real alp
 #endif
 }
 
-// The products the CUDA backend's bf16 mode runs with bf16 operands (the model's dense products
-// and the MoE's grouped ones; not the KDA core, the retraction or the optimizer). On the CPU they
+// The products the CUDA backend's bf16 mode runs with bf16 operands (the model's dense products,
+// the MoE's grouped ones and Muon's Newton-Schulz products; not the KDA core or the retraction). On the CPU they
 // are plain products unless `dm_emulate_bf16` is on: then both operands are rounded to bf16
 // (round to nearest even, as the device's to_bf16_kernel) and accumulated in fp32, so a parity
 // check compares the device with the same arithmetic instead of with fp32 (sgemm.c).

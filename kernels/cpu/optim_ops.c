@@ -258,18 +258,26 @@ void opt_muon_orthogonalize(real *G, int rows, int cols, real *scratch) {
     real *A = scratch, *Bm = scratch + (size_t)s * s;
     // the iterate ping-pongs between G and Y (no copy per iteration); an odd count ends in Y
     real *X = G, *Y = Bm + (size_t)s * s;
+    // A parity check of a bf16 device (blas.h dm_emulate_bf16): the device runs these three
+    // products with bf16 operands, so the reference does too — as full gemm_lp products (syrk
+    // has no rounded form; the result is the same symmetric matrix). Never on in training.
+#ifndef DM_DOUBLE
+    const int lp = dm_emulate_bf16;
+#else
+    const int lp = 0;
+#endif
     for (int it = 0; it < 5; it++) {
         // A = X^T X [cols, cols] (tall) or X X^T [rows, rows]
-        syrk_rm(tall, s, tall ? rows : cols, 1, X, cols, 0, A, s);
-        mirror_upper(A, s);
+        if (lp) gemm_lp(tall, !tall, s, s, tall ? rows : cols, 1, X, cols, X, cols, 0, A, s);
+        else { syrk_rm(tall, s, tall ? rows : cols, 1, X, cols, 0, A, s); mirror_upper(A, s); }
         // Bm = b A + c A A  (A symmetric: A A = A A^T)
         for (size_t i = 0; i < (size_t)s * s; i++) Bm[i] = b * A[i];
-        syrk_rm(0, s, s, c, A, s, 1, Bm, s);
-        mirror_upper(Bm, s);
+        if (lp) gemm_lp(0, 0, s, s, s, c, A, s, A, s, 1, Bm, s);
+        else { syrk_rm(0, s, s, c, A, s, 1, Bm, s); mirror_upper(Bm, s); }
         // Y = a X + (Bm X | X Bm)
         for (size_t i = 0; i < n; i++) Y[i] = a * X[i];
-        if (tall) gemm_rm(0, 0, rows, cols, cols, 1, X, cols, Bm, s, 1, Y, cols);
-        else      gemm_rm(0, 0, rows, cols, rows, 1, Bm, s, X, cols, 1, Y, cols);
+        if (tall) gemm_lp(0, 0, rows, cols, cols, 1, X, cols, Bm, s, 1, Y, cols);
+        else      gemm_lp(0, 0, rows, cols, rows, 1, Bm, s, X, cols, 1, Y, cols);
         real *tmp = X; X = Y; Y = tmp;
     }
     if (X != G) memcpy(G, X, sizeof(real) * n);

@@ -85,7 +85,11 @@ void t_optim() {
     // Muon: wide and tall, plain and colrow, 2 and 3 matrices per tensor (orthogonalised together
     // on the GPU). Compared: the UPDATE p_after - p_before (the p's themselves are O(1) and the
     // update O(1e-2): a wrong Newton-Schulz would hide inside a tolerance on p), normwise, fp32
-    // products 2e-3 (NS amplifies rounding), bf16 5e-2; and the momentum buffer.
+    // products 2e-3 (NS amplifies rounding), bf16 1e-1; and the momentum buffer. Why 1e-1: five
+    // quintic iterations multiply a small singular direction's noise by up to a^5 ~ 485, so two
+    // bf16 runs that differ only in fp32 summation order (the same operands rounded the same way:
+    // the reference emulates bf16 here) still differ by up to 4.9e-2 on these random shapes
+    // (tests/cuemu, session 15); the old 5e-2 bar had no margin. One iteration fewer gives 0.25-0.35.
     int shapes[2][2] = {{48, 80}, {96, 40}};
     for (int lowp = 0; lowp < 2; lowp++) {
         cuda_set_precision(!lowp);
@@ -97,14 +101,17 @@ void t_optim() {
             Dev *dmp = up(mp), *dmg = up(mg), *dmb = up(mb);
             std::vector<float> scr(C_->opt_muon_scratch_size(nm, rr, cc));
             Dev dscr(sizeof(float) * G_->opt_muon_scratch_size(nm, rr, cc));
+            // at bf16 the reference rounds the same Newton-Schulz operands (Backend.emulate_bf16)
+            C_->emulate_bf16(lowp);
             C_->opt_muon(mp.data(), mg.data(), mb.data(), nm, rr, cc, k >= 2, scr.data(), &hh, &sc);
+            C_->emulate_bf16(0);
             G_->opt_muon(dmp->f(), dmg->f(), dmb->f(), nm, rr, cc, k >= 2, dscr.f(), ghp, (OptStatus *)dst.p);
             std::vector<float> gp = down<float>(dmp, mn), uc(mn), ug(mn);
             for (size_t i = 0; i < mn; i++) { uc[i] = mp[i] - p0[i]; ug[i] = gp[i] - p0[i]; }
             char nmm[80];
             snprintf(nmm, sizeof nmm, "opt_muon %dx%dx%d%s%s update", nm, rr, cc, k >= 2 ? " colrow" : "",
                      lowp ? " bf16" : "");
-            report(nmm, relerr(uc.data(), ug.data(), mn), lowp ? 5e-2 : 2e-3);
+            report(nmm, relerr(uc.data(), ug.data(), mn), lowp ? 1e-1 : 2e-3);
             if (lowp && k == 0) {  // the bf16 row must not pass by running fp32: the same step on
                 // fresh copies of the inputs, once in fp32 and once in bf16, on the GPU
                 std::vector<float> zero(mn, 0.0f);
