@@ -234,13 +234,13 @@ $(EMU)/selftest: $(EMU)/t/selftest.o $(EMU)/cuemu.o
 	$(CXX) $^ -o $@ $(LDLIBS)
 $(EMU)/parity: $(EMU_T) $(EMU_K) $(EMU_LIB)
 	$(CXX) $(EMU_T) $(EMU_K) -o $@ $(EMU_LIB) $(LDLIBS)
-$(EMU)/%: tests/gpu/%.c $(EMU_K) $(EMU_LIB) engine/engine.h
-	$(CC) $(CFLAGS) $< $(EMU_K) -o $@ $(EMU_LIB) $(LDLIBS) -lstdc++
+$(EMU)/%: tests/gpu/%.c $(EMU_K) $(EMU_LIB) engine/engine.h tests/cuemu/include/cuda_runtime_api.h
+	$(CC) $(CFLAGS) -Itests/cuemu/include $< $(EMU_K) -o $@ $(EMU_LIB) $(LDLIBS) -lstdc++
 # dmsh itself on the emulated device (:device cuda runs the CUDA backend's code on the CPU)
 $(EMU)/dmsh: $(REPLOBJ) $(EMU_K) $(EMU_LIB)
 	$(CXX) $(REPLOBJ) $(EMU_K) -o $@ $(EMU_LIB) $(LDLIBS) $(REPLLIBS)
 cuemu:
-	$(MAKE) --no-print-directory DM_REAL=float $(EMU_LIB) $(EMU)/selftest $(EMU)/parity $(EMU)/parity_model $(EMU)/graph_step $(EMU)/dmsh
+	$(MAKE) --no-print-directory DM_REAL=float $(EMU_LIB) $(EMU)/selftest $(EMU)/parity $(EMU)/parity_model $(EMU)/graph_step $(EMU)/bench_gpu $(EMU)/dmsh
 cuemu-check: cuemu
 	@echo "== cuemu selftest: what the emulator claims to catch is caught (both thread orders)"
 	@$(EMUENV) CUEMU_ORDER=fwd ./$(EMU)/selftest > $(EMU)/selftest-fwd.log 2>&1 || { cat $(EMU)/selftest-fwd.log; exit 1; }
@@ -265,6 +265,8 @@ cuemu-check: cuemu
 	@$(EMUENV) ./$(EMU)/parity_model quick
 	@echo "== cuemu graph_step quick (the step graph's replay = the eager step; two processes)"
 	@$(EMUENV) ./$(EMU)/graph_step quick
+	@echo "== cuemu bench_gpu 2 nano:2:64 (the benchmark program runs end to end; its times are the emulator's)"
+	@$(EMUENV) ./$(EMU)/bench_gpu 2 nano:2:64
 
 # The CUDA checks on a machine with a GPU (prints a pass/fail table; see tests/gpu/run.sh)
 .PHONY: gpu-check gpu-bench

@@ -209,7 +209,7 @@ static size_t mem_limit(void) {
     static size_t lim = 0;
     if (!lim) {
         const char *m = getenv("CUEMU_MEM_MB");
-        lim = (size_t)(m ? atol(m) : 2048) << 20;
+        lim = (size_t)(m ? atol(m) : 1024) << 20;  // small: device_cuda.cu sizes its peak product by it
     }
     return lim;
 }

@@ -13,6 +13,7 @@
 //               activity intervals); "n/a" with the reason when CUPTI is not there or refuses
 //   memory      peak bytes held by the backend allocator, and the device's used memory at peak
 // Data: shared-data/tinyshakespeare.txt if present (run.sh copies it), else generated text.
+// Usage: bench_gpu [K [PRESET:B:T ...]] (K = 20 and the three cases above by default).
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +49,7 @@ typedef struct { const char *preset; int B, T; } Case;
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);  // a log that ends in a hang or crash still names its last row
     int K = argc > 1 ? atoi(argv[1]) : 20, warm = 5;
+    if (K < 1) { fprintf(stderr, "bench_gpu: K must be a positive number of steps, not '%s'\n", argv[1]); return 2; }
     char why[300];
     const Backend *cu = backend_cuda(0, why, sizeof why);
     if (!cu) { fprintf(stderr, "bench_gpu: %s\n", why); return 2; }
@@ -56,11 +58,28 @@ int main(int argc, char **argv) {
     double peak = cu->peak_tflops();
     printf("%s\n", desc);
     const char *data = corpus();
-    Case cases[] = {{"small", 8, 512}, {"small", 32, 512}, {"base", 16, 1024}};
+    // the cases, or the ones named after K as PRESET:B:T (e.g. the emulator's smoke run,
+    // `bench_gpu 2 nano:2:64`)
+    Case cases[8] = {{"small", 8, 512}, {"small", 32, 512}, {"base", 16, 1024}};
+    unsigned ncases = 3;
+    static char names[8][32];
+    if (argc > 2) {
+        if (argc - 2 > 8) { fprintf(stderr, "bench_gpu: at most 8 cases\n"); return 2; }
+        ncases = 0;
+        for (int a = 2; a < argc; a++) {
+            int B, T, n = 0;
+            if (sscanf(argv[a], "%31[a-z]:%d:%d%n", names[ncases], &B, &T, &n) != 3 || argv[a][n] || B < 1 || T < 1) {
+                fprintf(stderr, "bench_gpu: '%s' is not PRESET:B:T (e.g. small:32:512)\n", argv[a]);
+                return 2;
+            }
+            cases[ncases] = (Case){names[ncases], B, T};
+            ncases++;
+        }
+    }
     printf("\n%-6s %3s %5s  %-9s %9s %8s %8s %10s %8s %6s %6s %10s %10s\n", "preset", "B", "T", "steps", "ms/step",
            "sync ms", "dev ms", "tok/s", "TFLOP/s", "MFU", "busy", "held MiB", "used MiB");
     int rc = 0;
-    for (unsigned c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    for (unsigned c = 0; c < ncases; c++) {
         Engine e;
         dm_err err = {0};
         engine_init(&e);

@@ -120,6 +120,8 @@ struct cudaDeviceProp {
         memoryBusWidth, l2CacheSize;
 };
 
+// the runtime API: C linkage, as the real one (plain C programs such as tests/gpu/bench_gpu.c call it)
+extern "C" {
 const char *cudaGetErrorString(cudaError_t e);
 const char *cudaGetErrorName(cudaError_t e);
 cudaError_t cudaGetLastError(void);
@@ -131,10 +133,8 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d);
 cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int d);
 cudaError_t cudaDeviceSynchronize(void);
 cudaError_t cudaMalloc(void **p, size_t n);
-template <typename T> inline cudaError_t cudaMalloc(T **p, size_t n) { return cudaMalloc((void **)p, n); }
 cudaError_t cudaFree(void *p);
 cudaError_t cudaHostAlloc(void **p, size_t n, unsigned flags);
-template <typename T> inline cudaError_t cudaHostAlloc(T **p, size_t n, unsigned f) { return cudaHostAlloc((void **)p, n, f); }
 cudaError_t cudaMallocHost(void **p, size_t n);
 cudaError_t cudaFreeHost(void *p);
 cudaError_t cudaMemGetInfo(size_t *fr, size_t *tot);
@@ -164,6 +164,9 @@ cudaError_t cudaGraphUpload(cudaGraphExec_t x, cudaStream_t s);
 cudaError_t cudaGraphLaunch(cudaGraphExec_t x, cudaStream_t s);
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t x);
 cudaError_t cudaGraphDestroy(cudaGraph_t g);
+}  // extern "C"
+template <typename T> inline cudaError_t cudaMalloc(T **p, size_t n) { return cudaMalloc((void **)p, n); }
+template <typename T> inline cudaError_t cudaHostAlloc(T **p, size_t n, unsigned f) { return cudaHostAlloc((void **)p, n, f); }
 cudaError_t emu_func_set_attribute(const char *kernel, cudaFuncAttribute a, int v);
 #define cudaFuncSetAttribute(f, a, v) emu_func_set_attribute(#f, a, v)  // by the kernel's name
 
