@@ -205,12 +205,13 @@ endif
 # graph's replay against the eager step. This proves the CUDA code's logic, indices, barriers and
 # graph semantics; it says nothing about GPU speed or the real hardware's rounding.
 EMU      := build/cuemu
+EMUSAN   :=             # -fsanitize=address for the cuemu-asan build (make sets it, with EMU=build/cuemu-asan)
 EMU_LIB  := build/float/libdm.a
 EMU_K    := $(patsubst kernels/cuda/%.cu,$(EMU)/k/%.o,$(wildcard kernels/cuda/*.cu)) $(EMU)/cuemu.o
 EMU_T    := $(patsubst tests/gpu/%.cu,$(EMU)/t/%.o,$(wildcard tests/gpu/parity*.cu))
 EMU_HDR  := $(wildcard tests/cuemu/include/*.h tests/cuemu/include/cub/*.cuh kernels/cuda/*.cuh kernels/cuda/*.h \
               kernels/*.h kernels/cpu/*.h tests/gpu/*.cuh)
-EMUCXX   := $(CXX) -std=c++17 -O2 -g -Itests/cuemu/include -Ikernels/cuda -Wno-unknown-pragmas
+EMUCXX   := $(CXX) -std=c++17 -O2 -g $(EMUSAN) -Itests/cuemu/include -Ikernels/cuda -Wno-unknown-pragmas
 EMUENV   := OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 CUEMU_STATS=1
 .PHONY: cuemu cuemu-check
 $(EMU)/k/%.cpp: kernels/cuda/%.cu tests/cuemu/cu2cpp.sh
@@ -233,7 +234,7 @@ $(EMU)/t/selftest.cpp: tests/cuemu/selftest.cu tests/cuemu/cu2cpp.sh
 $(EMU)/selftest: $(EMU)/t/selftest.o $(EMU)/cuemu.o
 	$(CXX) $^ -o $@ $(LDLIBS)
 $(EMU)/parity: $(EMU_T) $(EMU_K) $(EMU_LIB)
-	$(CXX) $(EMU_T) $(EMU_K) -o $@ $(EMU_LIB) $(LDLIBS)
+	$(CXX) $(EMUSAN) $(EMU_T) $(EMU_K) -o $@ $(EMU_LIB) $(LDLIBS)
 $(EMU)/%: tests/gpu/%.c $(EMU_K) $(EMU_LIB) engine/engine.h tests/cuemu/include/cuda_runtime_api.h
 	$(CC) $(CFLAGS) -Itests/cuemu/include $< $(EMU_K) -o $@ $(EMU_LIB) $(LDLIBS) -lstdc++
 # dmsh itself on the emulated device (:device cuda runs the CUDA backend's code on the CPU)
@@ -261,6 +262,10 @@ cuemu-check: cuemu
 	@grep -v '^cuemu:' $(EMU)/parity-fwd.log > $(EMU)/parity-fwd.txt; grep -v '^cuemu:' $(EMU)/parity-rev.log > $(EMU)/parity-rev.txt
 	@cmp -s $(EMU)/parity-fwd.txt $(EMU)/parity-rev.txt || { echo "cuemu: the two thread orders give different results:"; diff $(EMU)/parity-fwd.txt $(EMU)/parity-rev.txt | head -n 20; exit 1; }
 	@echo "   both orders: the same $$(grep -c -w PASS $(EMU)/parity-fwd.txt) rows, digit for digit"
+	@echo "== cuemu parity under AddressSanitizer (a kernel reading or writing outside its buffers stops it)"
+	@$(MAKE) --no-print-directory -s EMU=build/cuemu-asan EMUSAN=-fsanitize=address build/cuemu-asan/parity
+	@$(EMUENV) ./build/cuemu-asan/parity > build/cuemu-asan/parity.log 2>&1 || { grep -w FAIL build/cuemu-asan/parity.log; grep -A 30 'ERROR: AddressSanitizer' build/cuemu-asan/parity.log | head -n 40; tail -n 3 build/cuemu-asan/parity.log; exit 1; }
+	@grep '^parity:' build/cuemu-asan/parity.log
 	@echo "== cuemu parity_model quick (:check parity, nano and mini x precision, engram_ram)"
 	@$(EMUENV) ./$(EMU)/parity_model quick
 	@echo "== cuemu graph_step quick (the step graph's replay = the eager step; two processes)"
