@@ -197,7 +197,7 @@ else
 endif
 
 # --- cuemu: the CUDA backend's OWN sources run on the CPU (tests/cuemu/; no GPU, no nvcc) ----
-# kernels/cuda/*.cu and tests/gpu/parity*.cu are rewritten to C++ (tests/cuemu/cu2cpp.sh: the
+# kernels/cuda/*.cu and tests/gpu/parity*.cu are rewritten to C++ (tests/cuemu/cu2cpp.py: the
 # launch syntax, dynamic shared memory) and built against cuemu's stand-ins for the CUDA runtime,
 # cuBLAS, cub and wmma; every block's threads run as fibers with real barriers. The GPU test
 # programs then run unchanged: parity of every op (threads in forward and in reverse order: a
@@ -214,12 +214,12 @@ EMU_HDR  := $(wildcard tests/cuemu/include/*.h tests/cuemu/include/cub/*.cuh ker
 EMUCXX   := $(CXX) -std=c++17 -O2 -g $(EMUSAN) -Itests/cuemu/include -Ikernels/cuda -Wno-unknown-pragmas
 EMUENV   := OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 CUEMU_STATS=1
 .PHONY: cuemu cuemu-check
-$(EMU)/k/%.cpp: kernels/cuda/%.cu tests/cuemu/cu2cpp.sh
+$(EMU)/k/%.cpp: kernels/cuda/%.cu tests/cuemu/cu2cpp.py
 	@mkdir -p $(dir $@)
-	sh tests/cuemu/cu2cpp.sh $< $@
-$(EMU)/t/%.cpp: tests/gpu/%.cu tests/cuemu/cu2cpp.sh
+	python3 tests/cuemu/cu2cpp.py $< $@
+$(EMU)/t/%.cpp: tests/gpu/%.cu tests/cuemu/cu2cpp.py
 	@mkdir -p $(dir $@)
-	sh tests/cuemu/cu2cpp.sh $< $@
+	python3 tests/cuemu/cu2cpp.py $< $@
 .SECONDARY: $(EMU_K:.o=.cpp) $(EMU_T:.o=.cpp) $(EMU)/t/selftest.cpp
 $(EMU)/k/%.o: $(EMU)/k/%.cpp $(EMU_HDR)
 	$(EMUCXX) -c $< -o $@
@@ -228,9 +228,9 @@ $(EMU)/t/%.o: $(EMU)/t/%.cpp $(EMU_HDR)
 $(EMU)/cuemu.o: tests/cuemu/cuemu.cpp $(EMU_HDR)
 	@mkdir -p $(dir $@)
 	$(EMUCXX) -Wall -c $< -o $@
-$(EMU)/t/selftest.cpp: tests/cuemu/selftest.cu tests/cuemu/cu2cpp.sh
+$(EMU)/t/selftest.cpp: tests/cuemu/selftest.cu tests/cuemu/cu2cpp.py
 	@mkdir -p $(dir $@)
-	sh tests/cuemu/cu2cpp.sh $< $@
+	python3 tests/cuemu/cu2cpp.py $< $@
 $(EMU)/selftest: $(EMU)/t/selftest.o $(EMU)/cuemu.o
 	$(CXX) $^ -o $@ $(LDLIBS)
 $(EMU)/parity: $(EMU_T) $(EMU_K) $(EMU_LIB)

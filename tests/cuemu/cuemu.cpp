@@ -109,6 +109,26 @@ static void fiber_start(int t) {
     fib[t].stack = k;
 }
 
+// static __shared__ arrays are one copy per kernel (blocks run one at a time): each block's first
+// thread to pass a declaration fills it with NaN bytes, as a GPU block starts with garbage
+static long block_gen;               // counts blocks
+static struct { void *p; long gen; } shared_seen[32];
+void emu_shared_poison(void *p, size_t n) {
+    int free_slot = -1;
+    for (int i = 0; i < 32; i++) {
+        if (shared_seen[i].p == p) {
+            if (shared_seen[i].gen == block_gen) return;
+            free_slot = i;
+            break;
+        }
+        if (free_slot < 0 && shared_seen[i].gen != block_gen) free_slot = i;
+    }
+    if (free_slot < 0) emu_die("more than 32 __shared__ arrays in one block");
+    shared_seen[free_slot].p = p;
+    shared_seen[free_slot].gen = block_gen;
+    memset(p, 0xff, n);
+}
+
 int emu_barrier(const char *file, int line, int kind, int pred) {
     if (cur < 0) emu_die("__syncthreads() outside a kernel (%s:%d)", file, line);
     Fiber *f = &fib[cur];
@@ -123,6 +143,7 @@ int emu_barrier(const char *file, int line, int kind, int pred) {
 
 static void run_block(int nt, const std::function<void()> &body) {
     cur_body = &body;
+    block_gen++;
     const int rev = rev_order();
     dim3 idx(0, 0, 0);
     for (int t = 0; t < nt; t++) {  // x fastest, then y, then z: CUDA's linear thread order

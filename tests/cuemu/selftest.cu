@@ -1,6 +1,6 @@
 // selftest.cu — cuemu's own checks (make cuemu-check runs it first): each thing the emulator
 // claims to catch is provoked here and must be caught, and each CUDA behaviour the backend relies
-// on must be reproduced. Built like the backend (tests/cuemu/cu2cpp.sh, then C++ against
+// on must be reproduced. Built like the backend (tests/cuemu/cu2cpp.py, then C++ against
 // tests/cuemu/include); `selftest divergent` runs a kernel with a divergent barrier, which must
 // end the process with cuemu's message (the harness checks its exit status and text).
 #include <cuda_runtime.h>
@@ -61,6 +61,12 @@ __global__ void idx_kernel(int *out) {  // every thread of a 3-D grid of 3-D blo
 __global__ void dyn_kernel(float *out) {
     extern __shared__ float dyn[];
     out[threadIdx.x] = dyn[threadIdx.x];  // never written: must read NaN bytes
+}
+__global__ void shared_unwritten(float *out) {  // block 0 writes all of sh, block 1 only sh[1]
+    __shared__ float sh[8];
+    if (blockIdx.x == 0 || threadIdx.x == 1) sh[threadIdx.x] = 1.0f;
+    __syncthreads();
+    out[blockIdx.x * 8 + threadIdx.x] = sh[threadIdx.x];
 }
 __global__ void add_scalar(float *x, float a, const float *hp) { x[threadIdx.x] += a + *hp; }
 __global__ void wmma_kernel(float *c, const __nv_bfloat16 *a, const __nv_bfloat16 *b) {
@@ -125,6 +131,10 @@ int main(int argc, char **argv) {
     float hd[32];
     cudaMemcpy(hd, dout, sizeof hd, cudaMemcpyDeviceToHost);
     check("... and runs with it; unwritten shared memory reads as NaN", cudaGetLastError() == cudaSuccess && isnan(hd[0]) && isnan(hd[31]));
+    shared_unwritten<<<2, 8>>>(dout);
+    cudaMemcpy(hd, dout, 16 * sizeof(float), cudaMemcpyDeviceToHost);
+    check("a block's unwritten static shared memory reads as NaN (not the last block's values)",
+          hd[0] == 1.0f && hd[7] == 1.0f && isnan(hd[8]) && hd[9] == 1.0f && isnan(hd[15]));
     float *fresh;
     cudaMalloc(&fresh, 16);
     cudaMemcpy(hd, fresh, 16, cudaMemcpyDeviceToHost);

@@ -14,8 +14,8 @@
 // the kind the copy says (a host pointer passed as device memory, a pageable host buffer inside a
 // capture), the operations a global-mode capture forbids (allocation, synchronisation), and the
 // graph semantics themselves (a replay runs the kernels with the arguments captured, reads pinned
-// host buffers when it runs). Fresh device allocations and dynamic shared memory are filled with
-// NaN bytes, so a read before a write shows. CUEMU_ORDER=rev runs the threads of every phase and
+// host buffers when it runs). Fresh device allocations and shared memory (dynamic, and static at
+// each block's start) are filled with NaN bytes, so a read before a write shows. CUEMU_ORDER=rev runs the threads of every phase and
 // the blocks of every grid in reverse order: a race between threads of one phase, or between
 // blocks, changes the result between the two orders.
 //
@@ -62,6 +62,9 @@ int emu_barrier(const char *file, int line, int kind, int pred);
 #define __syncwarp(...) ((void)0)
 #define __threadfence() ((void)0)
 extern unsigned char emu_dyn_smem[];  // dynamic shared memory (extern __shared__ arrays point here)
+// a static __shared__ array: NaN bytes at the first pass of each block (cu2cpp.py adds the call)
+void emu_shared_poison(void *p, size_t n);
+#define EMU_SHARED_POISON(a) emu_shared_poison((void *)(a), sizeof(a))
 int64_t emu_globaltimer(void);
 
 template <typename T> inline T atomicAdd(T *p, T v) { T o = *p; *p = o + v; return o; }
