@@ -10,6 +10,11 @@
 // max |a - b| / max |b|. A non-finite entry on either side that the other side does not match
 // exactly (NaN never matches) is an infinite error: fmax would silently skip a NaN, and a
 // tensor of NaNs would then compare as equal.
+static int all_zero(const real *a, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (a[i] != 0) return 0;
+    return 1;
+}
 static double rel_err(const real *a, const real *b, size_t n) {
     double mx = 0, diff = 0;
     for (size_t i = 0; i < n; i++) {
@@ -88,6 +93,8 @@ int engine_check_parity(Engine *e, const Backend *ref, const Backend *dev, int B
         ParityRow *row = &rep->rows[rep->nrows++];
         snprintf(row->name, sizeof row->name, "%s", t->name);
         row->rel = rel_err(gd + t->offset, gr + t->offset, t->numel);
+        row->zero = all_zero(gd + t->offset, t->numel) && all_zero(gr + t->offset, t->numel);
+        rep->nzero += row->zero;
         if (row->rel > rep->worst) {
             rep->worst = row->rel;
             snprintf(rep->worst_name, sizeof rep->worst_name, "%s", t->name);

@@ -6,12 +6,14 @@
 typedef struct {
     char name[32];       // tensor name (model.h table)
     double rel;          // max |a - b| / max |b| over the tensor (b: the reference backend)
+    int zero;            // the gradient is exactly 0 on both backends: the row compares nothing
 } ParityRow;
 
 typedef struct {
     double loss_ref, loss_dev, loss_rel;
     ParityRow rows[P_COUNT];
     int nrows;
+    int nzero;           // rows with zero on both sides (e.g. every arm's tensors while ReZero's alpha is 0)
     double worst;        // max over the loss and every tensor
     char worst_name[32];
     double bar;          // the tolerance the caller passed

@@ -46,8 +46,15 @@ static int check_parity(Shell *sh, Words *w, dm_err *err) {
             fp32 ? "fp32" : "bf16 (the CPU reference rounds the same product operands to bf16)", rep.bar, rep.loss_ref,
             rep.loss_dev, rep.loss_rel);
     for (int i = 0; i < rep.nrows; i++)
-        fprintf(OUT, "  %-16s %.2e %s\n", rep.rows[i].name, rep.rows[i].rel, rep.rows[i].rel <= rep.bar ? "ok" : "FAIL");
+        fprintf(OUT, "  %-16s %.2e %s%s\n", rep.rows[i].name, rep.rows[i].rel, rep.rows[i].rel <= rep.bar ? "ok" : "FAIL",
+                rep.rows[i].zero ? " (zero on both: compares nothing)" : "");
     fprintf(OUT, "parity: %s — worst %.2e (%s)\n", rep.ok ? "PASS" : "FAIL", rep.worst, rep.worst_name);
+    // a row of zeros passes without checking anything; say so (right after :init ReZero's alpha
+    // is 0, and no arm's parameter has a gradient yet)
+    if (rep.nzero)
+        fprintf(OUT, "note: %d of %d tensors have a zero gradient on both backends and were not compared%s\n", rep.nzero,
+                rep.nrows, e->model.arms.on[ARM_REZERO] && e->step == 0
+                               ? " (ReZero's alpha is 0 until the first step: :step 1 first, or :arm rezero off)" : "");
     return rep.ok ? 0 : dm_fail(err, "parity check failed: %s differs by %.2e (bar %.0e)", rep.worst_name, rep.worst, rep.bar);
 }
 

@@ -112,13 +112,21 @@ static void test_parity(void **s) {
     small_engine(&e, corpus);
     assert_int_equal(engine_build(&e, 5, &err), 0);
     MetricRow r;
-    for (int i = 0; i < 3; i++) assert_int_equal(engine_step(&e, &r, &err), 0);  // trained weights
     ParityReport rep;
+    // at the initialisation ReZero's alpha is 0: the arms' tensors have zero gradients on both
+    // sides, and the report counts them (a row of zeros compares nothing); alpha's own does not
+    assert_int_equal(engine_check_parity(&e, backend_cpu(), fenced_backend(), 0, 0, 1e-4, 0, &rep, &err), 0);
+    print_message("parity at init: %d of %d tensors zero on both sides\n", rep.nzero, rep.nrows);
+    assert_true(rep.nzero > 10);
+    for (int i = 0; i < rep.nrows; i++)
+        if (!strcmp(rep.rows[i].name, "alpha")) assert_false(rep.rows[i].zero);
+    for (int i = 0; i < 3; i++) assert_int_equal(engine_step(&e, &r, &err), 0);  // trained weights
     assert_int_equal(engine_check_parity(&e, backend_cpu(), fenced_backend(), 0, 0, 1e-4, 0, &rep, &err), 0);
     print_message("parity cpu vs fenced: worst %.2e (%s), %d tensors\n", rep.worst, rep.worst_name, rep.nrows);
     assert_true(rep.ok);
     assert_true(rep.worst == 0);  // two exact backends: identical
     assert_true(rep.nrows > 20);
+    assert_int_equal(rep.nzero, 0);  // trained: every tensor has a gradient to compare
     // a bf16 device's reference: the CPU rounds the operands of the products the device rounds
     // (the fenced "device" here computes in fp32 after it, so the two must now differ, by bf16's
     // rounding and no more); a double build has no bf16 emulation and says so
