@@ -22,7 +22,7 @@ const ConfigKey dm_config_keys[] = {
     {"engram_dim", KEY_INT, OFF(engram_dim), 1, 4096, NULL, 1, "width of an Engram row"},
     {"engram_orders", KEY_ORDERS, OFF(engram_orders), 1, 16, NULL, 1, "n-gram orders, comma-separated (each 1..16)"},
     {"seq", KEY_INT, OFF(seq), 1, 1 << 20, NULL, 1, "sequence length T in bytes"},
-    {"kda_chunk", KEY_INT, OFF(kda_chunk), 1, 1024, NULL, 0, "chunk length of the chunked KDA"},
+    {"kda_chunk", KEY_INT, OFF(kda_chunk), 1, 1024, NULL, 0, "chunk length of the chunked KDA on the CPU (the CUDA kernels run chunks of 16)"},
     {"loss", KEY_ENUM, OFF(loss_final), 0, 1, "rec|final", 0, "rec: mean CE over iterations; final: last only"},
     {"lam_max", KEY_REAL, OFF(lam_max), 0, 1, NULL, 0, "cap of the memory gate"},
     {"g_min", KEY_REAL, OFF(g_min), -8, 0, NULL, 1, "KDA log-decay floor (>= -8: the chunked KDA's fp32 accuracy limit)"},

@@ -90,6 +90,7 @@ int engine_build(Engine *e, uint64_t seed, dm_err *err) {
     e->synced_nrows = -1;
     e->synced_path[0] = 0;
     e->fwd_undone = 0;
+    e->fwd_moved = 0;
     if (config_validate(&e->cfg, err)) return 1;
     if (!e->be) e->be = backend_cpu();
     free_model(e);
@@ -120,6 +121,7 @@ int engine_set_device(Engine *e, const Backend *be, const char *name, dm_err *er
     char spath[sizeof e->synced_path];
     memcpy(spath, e->synced_path, sizeof spath);
     const Backend *old = e->be;
+    int had_forward = e->model.acts.buf && e->model.last_depth > 0;  // activations are not moved
     char oldname[16];
     snprintf(oldname, sizeof oldname, "%s", e->device);
     e->be = be;
@@ -137,6 +139,7 @@ int engine_set_device(Engine *e, const Backend *be, const char *name, dm_err *er
     e->synced_settings = sset;
     memcpy(e->synced_path, spath, sizeof spath);
     snprintf(e->device, sizeof e->device, "%s", name);
+    e->fwd_moved = had_forward;  // :probe says why the activations are gone
     return 0;
 }
 
@@ -353,7 +356,7 @@ int engine_eval(Engine *e, int depth, EvalResult *r, dm_err *err) {
         }
         e->fwd_kind = 2;
         e->fwd_step = e->step;
-        e->fwd_undone = 0;
+        e->fwd_undone = e->fwd_moved = 0;
         e->fwd_pad = B - valid;
         // the CE of the valid rows of each depth, summed on the backend (padding rows excluded),
         // then one download of the per-depth sums

@@ -222,7 +222,7 @@ static void acts_free(Model *m) {
     if (a->buf) m->be->free(a->buf);
     free(a->it);  // x, tgt, rows live in the arena
     memset(a, 0, sizeof *a);
-    m->acts_B = m->acts_T = 0;
+    m->acts_B = m->acts_T = m->acts_chunk = 0;
 }
 
 void model_free(Model *m) {
@@ -314,7 +314,9 @@ static size_t carve(Model *m, real *base) {
 }
 
 int model_reserve_try(Model *m, int B, int T, dm_err *err) {
-    if (m->acts_B == B && m->acts_T == T && m->acts.buf) return 0;
+    // kda_chunk can change on a live model (:set), and the KDA workspace's size depends on it
+    // (a smaller chunk needs more: the CPU's chunked KDA once wrote past it and crashed)
+    if (m->acts_B == B && m->acts_T == T && m->acts_chunk == m->cfg.kda_chunk && m->acts.buf) return 0;
     acts_free(m);
     Acts *a = &m->acts;
     a->B = B; a->T = T;
@@ -332,7 +334,7 @@ int model_reserve_try(Model *m, int B, int T, dm_err *err) {
         acts_free(m);
         return dm_fail(err, "cannot allocate the Engram row staging for %d tokens: lower batch or seq", B * T);
     }
-    m->acts_B = B; m->acts_T = T;
+    m->acts_B = B; m->acts_T = T; m->acts_chunk = m->cfg.kda_chunk;
     return 0;
 }
 

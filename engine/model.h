@@ -126,7 +126,7 @@ typedef struct {
     int stage_n;            // tokens stage_m / host_rows / dirty_rows hold
     Arms arms;
     Acts acts;
-    int acts_B, acts_T;
+    int acts_B, acts_T, acts_chunk;  // the activations' shape; acts_chunk: the kda_chunk the KDA workspace was sized for
     // results of the last forward
     double last_loss;       // mean CE (nats) over the scored iterations
     double last_aux;        // mean aux over iterations (unweighted)

@@ -411,8 +411,9 @@ int optim_report(Optim *o, const Model *m, const OptStatus *st, const StepHyper 
                     return dm_fail(err, "step %lld: nan_limit (%d) consecutive non-finite steps; the parameters are non-finite (first: %s): an earlier update broke them — :load a checkpoint and lower lr / lr_muon",
                                    (long long)hp->step, hp->nan_limit, m->t[bad].name);
             }
-            return dm_fail(err, "step %lld: nan_limit (%d) consecutive non-finite steps; first non-finite tensor: %s (hint: lower lr or raise clip)",
-                           (long long)hp->step, hp->nan_limit, info->first_bad);
+            return dm_fail(err, "step %lld: nan_limit (%d) consecutive non-finite steps; first non-finite tensor: %s (hint: lower lr or %s)",
+                           (long long)hp->step, hp->nan_limit, info->first_bad,
+                           hp->clip > 0 ? "lower clip" : "turn clipping on, e.g. clip=1 (it is off)");
         }
         return 0;
     }

@@ -129,6 +129,8 @@ int probe_get(Engine *e, const char *name, double **vals, ProbeInfo *info, dm_er
         it = len > 9 ? INT_MAX : atoi(s);  // more than 9 digits: out of any range below
     }
     if (!have_forward(e)) {
+        if (e->fwd_moved)  // activations are not copied by a :device move (the weights are)
+            return dm_fail(err, "the last forward's activations did not move with the model (:device): :step or :eval first for '%s'", name);
         if (e->fwd_undone)  // a :bench (or another restore) undid the steps they came from
             return dm_fail(err, "the activations in memory belong to steps that were undone (:bench restores the state): :step or :eval first for '%s'", name);
         return dm_fail(err, "no forward yet for activation '%s': :step or :eval first (parameters are probeable now)", name);

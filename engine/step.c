@@ -255,7 +255,7 @@ int engine_step_enqueue(Engine *e, dm_err *err) {
     e->fwd_kind = 1;  // the activations in memory are this step's forward
     e->fwd_pad = 0;
     e->fwd_step = e->step;
-    e->fwd_undone = 0;
+    e->fwd_undone = e->fwd_moved = 0;
     e->step++;
     e->tokens += N;
     return 0;

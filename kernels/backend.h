@@ -40,6 +40,8 @@ typedef struct Backend {
     void (*engram_gather)(real *m, const real *tables, const int32_t *rows, int N, int O, int64_t R, int D);
     void (*engram_scatter)(real *dtables, const real *dm, const int32_t *rows, int N, int O, int64_t R, int D);
 
+    int kda_fixed_chunk;  // > 0: this backend's chunked KDA always runs chunks of this length (the
+                          // config's kda_chunk does not apply: CUDA, 16); 0: it runs kda_chunk
     size_t (*kda_ws_size)(int B, int T, int H, int D, int C);
     void (*kda_forward)(real *o, real *ws, const real *q, const real *k, const real *v,
                         const real *beta, const real *g, int B, int T, int H, int D, int C);

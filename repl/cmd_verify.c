@@ -62,7 +62,7 @@ int cmd_check(Shell *sh, Words *w, dm_err *err) {
     static const char *const keys[] = {"steps", "off", "batch", "seq", "precision", NULL};
     if (sh_check_keys(w, 1, keys, err)) return 1;
     const char *what = sh_positional(w, 0);
-    if (!what) return dm_fail(err, "usage: :check determinism|grad|parity [steps=N] [off=ARM,...]");
+    if (!what) return dm_fail(err, "usage: :check determinism [steps=N] | grad [off=ARM,...] | parity [batch=N seq=N precision=fp32|bf16]");
     if (!strcmp(what, "determinism")) {
         // it runs the live model at its own batch, seq, precision and arms: options that would
         // change them are refused, not silently ignored
@@ -272,10 +272,14 @@ int cmd_bench(Shell *sh, Words *w, dm_err *err) {
     if (!rc) {
         fprintf(OUT, "bench %s (%s): %.2f ms/step (median of steps %lld..%lld, %d warm), %.0f tok/s, %.2f GFLOP/s model",
                 e->device, REAL_NAME, med, first, first + n - 1, warm, e->cfg.batch * e->cfg.seq / (med / 1e3), flops / 1e9);
-        if (be->peak_tflops) fprintf(OUT, ", MFU %.1f%% of the measured bf16 peak", 100 * flops / (be->peak_tflops() * 1e12));
-        else {  // the CPU: the backend's own product on 1024^3 now, as make bench (SPEC §8's MFU)
+        // MFU as a percentage on both backends, with its denominator named
+        if (be->peak_tflops) {
+            double pk = be->peak_tflops();
+            fprintf(OUT, ", MFU %.1f%% of the measured bf16 peak (%.3g TFLOP/s%s)", 100 * flops / (pk * 1e12), pk,
+                    e->cfg.precision_fp32 ? "; this run is precision=fp32" : "");
+        } else {  // the CPU: the backend's own product on 1024^3 now, as make bench (SPEC §8's MFU)
             double g = gemm_rate_1024(be);
-            if (g > 0) fprintf(OUT, ", MFU %.2f of the %.1f GFLOP/s a 1024^3 product reached just now", flops / g, g / 1e9);
+            if (g > 0) fprintf(OUT, ", MFU %.1f%% of the %.1f GFLOP/s a 1024^3 product reached just now", 100 * flops / g, g / 1e9);
         }
         fprintf(OUT, "; backend memory %.1f MB now, %.1f MB peak\n", cur / 1e6, peak / 1e6);
     }

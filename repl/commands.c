@@ -45,6 +45,7 @@ static void print_eval(Shell *sh, const EvalResult *r) {
     engine_counters(e, counters, sizeof counters);
     for (int d = r->depth_lo; d <= r->depth_hi; d++) {
         double b = r->bpb[d - 1];
+        if (isnan(b)) b = fabs(b);  // a NaN prints as "nan", never "-nan" (its sign means nothing)
         fprintf(OUT, "eval step %lld depth %d bpb %.4f over %lld B (%lld x %lld)", (long long)e->step, d, b,
                 (long long)r->window, (long long)r->nseq, (long long)r->T);
         if (e->has_anchors && e->anchors.window_bytes == r->window && e->anchors.eval_set == r->eval_set)
@@ -204,7 +205,10 @@ static int cmd_show(Shell *sh, Words *w, dm_err *err) {
         char detail[12][96] = {{0}};
         snprintf(detail[0], 96, "[256, %d]", c->d);
         snprintf(detail[1], 96, "gates w_attn, w_mem, w_ffn; router over E=%d", c->E);
-        snprintf(detail[4], 96, "H=%d heads of %d, chunk %d", c->H, c->d / c->H, c->kda_chunk);
+        if (e->be && e->be->kda_fixed_chunk)  // the device's kernels fix it: say which one runs
+            snprintf(detail[4], 96, "H=%d heads of %d, chunk %d (%s's; kda_chunk=%d is the CPU's)", c->H, c->d / c->H,
+                     e->be->kda_fixed_chunk, e->be->name, c->kda_chunk);
+        else snprintf(detail[4], 96, "H=%d heads of %d, chunk %d", c->H, c->d / c->H, c->kda_chunk);
         snprintf(detail[5], 96, "gate on RMSNorm(n).RMSNorm(key), lam_max=%g", c->lam_max);
         snprintf(detail[6], 96, "E=%d top-%d, rank %d, hidden %d", c->E, c->k, c->r, c->f);
         snprintf(detail[7], 96, "%d x [%d, %d]", c->L, c->d, c->d);
@@ -613,7 +617,7 @@ const Command dm_commands[] = {
     {":arm", cmd_arm, NULL, ":arm NAME on|off", "Switch a mechanism live: kda, engram, moe, rezero, retract, aux."},
     {":save", cmd_save, NULL, ":save [PATH]", "Write a checkpoint (atomic: temp file, fsync, rename)."},
     {":load", cmd_load, NULL, ":load PATH", "Load a checkpoint; refuses one whose architecture differs from the live model."},
-    {":check", cmd_check, NULL, ":check determinism|grad|parity [steps=N] [off=ARM,...] [batch=N seq=N precision=fp32|bf16]", "Built-in verifications: the same steps twice bit for bit; finite-difference gradients of every parameter group on a tiny model in double precision (with the live arms, or off=kda,moe,...); parity: one step from identical weights on the CPU and CUDA, loss and every gradient (bar 1e-4 fp32, 3e-2 bf16)."},
+    {":check", cmd_check, NULL, ":check determinism [steps=N] | grad [off=ARM,...] | parity [batch=N seq=N precision=fp32|bf16]", "Built-in verifications: the same steps twice bit for bit; finite-difference gradients of every parameter group on a tiny model in double precision (with the live arms, or off=kda,moe,...); parity: one step from identical weights on the CPU and CUDA, loss and every gradient (bar 1e-4 fp32, 3e-2 bf16)."},
     {":stress", cmd_stress, NULL, ":stress lr_mult=X steps=N", "Stability protocol: constant LR at X times the base for N steps; counts loss spikes, gnorm p99.9, arm maxima. Trains the live model."},
     {":bench", cmd_bench, NULL, ":bench [steps=N]", "Warm timing of the training step: median ms/step with step indices, tok/s, model GFLOP/s, MFU (GPU: of the measured bf16 peak; CPU: of a 1024^3 product timed in the same command), backend memory. Restores the state after."},
     {":plot", cmd_plot, complete_plot, ":plot METRIC[,METRIC...] [out=FILE.png] [x=step|tokens|time] [log=on|off] [size=WxH]", "Charts to PNG: bpb, loss, lr, gnorm, tok_s, depths (BPB against depth per eval), experts (each expert's share of the routed tokens over training). Several metrics stack as panels on one shared x axis. Without out= it writes SESSION/plots/METRIC.png (./plots/ without a session) and prints the path."},

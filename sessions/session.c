@@ -416,6 +416,25 @@ int session_resume(Engine *e, const char *dir_in, dm_err *err) {
         if (!done) return dm_fail(err, "%s (and no other checkpoint in %s/ckpt loads)", first, dir);
     }
     if (engine_session(e, dir, err)) return 1;
+    // A checkpoint holds no device (it loads anywhere): -r starts on the CPU. When the session's
+    // transcript last moved to another device, say so rather than continue there silently.
+    char last_dev[64] = "";
+    snprintf(path, sizeof path, "%s/transcript.dm", dir);
+    FILE *tf = fopen(path, "r");
+    if (tf) {
+        char tl[4096];
+        while (fgets(tl, sizeof tl, tf)) {
+            const char *q = tl + strspn(tl, " \t");
+            if (strncmp(q, ":device", 7) || (q[7] != ' ' && q[7] != '\t')) continue;
+            q += 7 + strspn(q + 7, " \t");
+            size_t w = strcspn(q, " \t\r\n;#");
+            if (w > 0 && w < sizeof last_dev) { memcpy(last_dev, q, w); last_dev[w] = 0; }
+        }
+        fclose(tf);
+    }
+    if (last_dev[0] && strcmp(last_dev, "cpu") && strcmp(last_dev, e->device))
+        engine_note(e, "this session last ran on %s (its transcript's last :device); resumed on %s: `:device %s` to go back",
+                    last_dev, e->device[0] ? e->device : "cpu", last_dev);
     // the transcript says where the lines after this one start from (a run killed mid-command
     // left its last command out: the lines above need not rebuild this state)
     // (and from which directory: a -r run elsewhere types paths relative to there)

@@ -97,6 +97,27 @@ static void test_saves_keep_what_was_there(void **s) {
     expect_error(":check grad steps=abc\n", ":check grad takes off=ARM,... only");
 }
 
+// A checkpoint holds no device, so `dmsh -r` starts on the CPU; a session whose transcript last
+// moved to a GPU says so at the resume (it once resumed there silently: only :show device told).
+static void test_resume_names_the_device(void **s) {
+    (void)s;
+    char script[2000], cmd[2000], path[600];
+    snprintf(script, sizeof script, ":session gpurun\n%s:data %s\n:init seed=1\n:step 2\n:save\n", SMALL, corpus);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    // as if the run had gone to the GPU (a CPU build cannot: :device cuda fails here)
+    snprintf(path, sizeof path, "%s/runs/gpurun/transcript.dm", dir);
+    FILE *f = fopen(path, "a");
+    assert_non_null(f);
+    fputs(":device cuda:0\n:step 1\n", f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "cd %s && OPENBLAS_NUM_THREADS=1 %s -r runs/gpurun -e ':show device' > out.txt 2> err.txt", dir, dmsh);
+    assert_int_equal(WEXITSTATUS(system(cmd)), 0);
+    slurp_to("out.txt", out, sizeof out);
+    if (!strstr(out, "note: this session last ran on cuda:0")) print_error("%s\n", out);
+    assert_non_null(strstr(out, "note: this session last ran on cuda:0"));
+    assert_non_null(strstr(out, "`:device cuda:0` to go back"));
+}
+
 #ifndef DM_DOUBLE  // (float only: the demo is a float run, and the double build is slow)
 // `make demo` (README) runs configs/runs/demo.dm: the file is in the checkout (it once was not:
 // a "runs/" ignore rule kept it out of every clone) and its commands run, shortened to 20 steps.
@@ -135,6 +156,7 @@ static void test_demo_script(void **s) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_saves_keep_what_was_there),
+        cmocka_unit_test(test_resume_names_the_device),
 #ifndef DM_DOUBLE
         cmocka_unit_test(test_demo_script),
 #endif

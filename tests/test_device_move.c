@@ -9,6 +9,7 @@
 #include "fenced_backend.h"
 #include "../engine/engine.h"
 #include "../engine/parity.h"
+#include "../engine/probe.h"
 #include "../kernels/cpu/blas.h"
 
 // A small structured corpus in a temp file (tests must not need ../shared)
@@ -52,7 +53,16 @@ static void test_move_live_model(void **s) {
     for (int i = 0; i < 6; i++) { assert_int_equal(engine_step(&a, &ra, &err), 0); la[i] = ra.loss; }
     for (int i = 0; i < 6; i++) {
         if (i == 2) assert_int_equal(engine_set_device(&b, fenced_backend(), "fenced", &err), 0);
-        if (i == 5) assert_int_equal(engine_set_device(&b, backend_cpu(), "cpu", &err), 0);
+        if (i == 5) {
+            assert_int_equal(engine_set_device(&b, backend_cpu(), "cpu", &err), 0);
+            // the weights moved, the last forward's activations did not: a probe says so
+            double *v = NULL;
+            ProbeInfo info;
+            assert_int_equal(probe_get(&b, "h@1", &v, &info, &err), 1);
+            assert_non_null(strstr(err.msg, "did not move with the model"));
+            assert_int_equal(probe_get(&b, "emb", &v, &info, &err), 0);  // parameters did
+            free(v);
+        }
         assert_int_equal(engine_step(&b, &rb, &err), 0);
         lb[i] = rb.loss;
         if (i == 2) assert_string_equal(b.model.be->name, "cpu-fenced");

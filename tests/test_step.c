@@ -440,6 +440,52 @@ static void test_seq_against_split(void **s) {
     engine_free(&e);
 }
 
+// kda_chunk is not an architecture key: :set on a live model takes effect at the next forward.
+// The KDA workspace's size depends on it, so a smaller chunk must re-size it: a model built with
+// chunk 64 and set to 16 trains exactly as one built with 16 (before: the chunked KDA wrote past
+// its workspace into the next activations — wrong gradients; at chunk 1 a segfault).
+static void test_live_kda_chunk(void **s) {
+    (void)s;
+    Config c;
+    dm_err err = {0};
+    if (config_preset(&c, "nano", &err)) fail_msg("%s", err.msg);  // head dim 64: the states dominate the workspace
+    c.batch = 2; c.seq = 64; c.eval_bytes = 256; c.warmup = 2;
+    Engine a, b;
+    MetricRow row;
+    EvalResult ev;
+    // a: built with chunk 64; its first forward (an eval) sizes the activations for 64; then 16
+    c.kda_chunk = 64;
+    make_engine(&a, backend_cpu(), c);
+    assert_int_equal(engine_eval(&a, 0, &ev, &err), 0);
+    assert_int_equal(engine_set(&a, "kda_chunk", "16", &err), 0);
+    // b: built with chunk 16 and its first forward at 16 (the larger workspace), the same eval
+    // as a's at 64, then 16
+    c.kda_chunk = 16;
+    make_engine(&b, backend_cpu(), c);
+    assert_int_equal(engine_eval(&b, 0, &ev, &err), 0);
+    assert_int_equal(engine_set(&b, "kda_chunk", "64", &err), 0);
+    assert_int_equal(engine_eval(&b, 0, &ev, &err), 0);
+    assert_int_equal(engine_set(&b, "kda_chunk", "16", &err), 0);
+    double la[4], lb[4];
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(engine_step(&a, &row, &err), 0);
+        la[i] = row.loss;
+        assert_int_equal(engine_step(&b, &row, &err), 0);
+        lb[i] = row.loss;
+    }
+    print_message("live kda_chunk 64 -> 16: step 3 loss %.6f, built with 16: %.6f\n", la[3], lb[3]);
+    assert_memory_equal(la, lb, sizeof la);
+    size_t P = a.model.n_params;
+    real *pa = malloc(sizeof(real) * P), *pb = malloc(sizeof(real) * P);
+    model_params_get(&a.model, pa);
+    model_params_get(&b.model, pb);
+    assert_same_bits(pa, pb, sizeof(real) * P, "parameters after 4 steps");
+    free(pa);
+    free(pb);
+    engine_free(&a);
+    engine_free(&b);
+}
+
 // A run opened with an eval file resumes on it: the checkpoint names both files (the training
 // corpus is then all train; without the eval file a resume split it 90/10 and every batch moved).
 static void test_resume_with_eval_file(void **s) {
@@ -531,6 +577,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_arm_off_freezes),
         cmocka_unit_test(test_seq_against_split),
+        cmocka_unit_test(test_live_kda_chunk),
         cmocka_unit_test(test_resume_with_eval_file),
         cmocka_unit_test(test_tsv_failure_is_loud),
         cmocka_unit_test(test_split_fenced_matches_plain),

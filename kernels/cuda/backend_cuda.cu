@@ -754,6 +754,7 @@ extern "C" const Backend *backend_cuda(int device, char *why, size_t n) {
     b->embedding_forward = cu_embedding_forward; b->embedding_backward = cu_embedding_backward;
     b->softmax_ce_forward = cu_softmax_ce_forward; b->softmax_ce_backward = cu_softmax_ce_backward;
     b->engram_rows = cu_engram_rows; b->engram_gather = cu_engram_gather; b->engram_scatter = cu_engram_scatter;
+    b->kda_fixed_chunk = 16;  // kda_chunk_core.h's KDA_GC (kda_chunk_cuda.cu: the config's chunk is the CPU's)
     b->kda_ws_size = cuda_kda_ws_size; b->kda_forward = cuda_kda_forward;
     b->kda_backward = cuda_kda_backward; b->kda_step = cuda_kda_step;
     b->moe_ws_size = cuda_moe_ws_size; b->moe_forward = cuda_moe_forward; b->moe_backward = cuda_moe_backward;

@@ -99,7 +99,7 @@ void cuda_describe(char *buf, size_t n) {
     extern int dm_fp32;
     snprintf(buf, n,
              "cuda:%d: %s, compute capability %d.%d, %d SMs, %.1f GiB (%.1f GiB free); measured peaks: "
-             "bf16 GEMM %.0f TFLOP/s, device copy %.0f GB/s; matrix products %s",
+             "bf16 GEMM %.3g TFLOP/s, device copy %.3g GB/s; matrix products %s",
              dev, p.name, p.major, p.minor, p.multiProcessorCount, tot / 1073741824.0, fr / 1073741824.0,
              peak_bf16_tflops, peak_copy_gbs, dm_fp32 ? "fp32 (pedantic)" : "bf16 operands, fp32 accumulate");
 }

@@ -20,6 +20,7 @@
 #define DM_HDS __host__ __device__
 #define DM_SYNC() __syncthreads()
 #include "kda_chunk_core.h"
+static_assert(KDA_GC == 16, "backend_cuda.cu sets Backend.kda_fixed_chunk = 16: keep the two together");
 
 #define KDA_THREADS 256
 
