@@ -79,6 +79,12 @@ int engine_check_parity(Engine *e, const Backend *ref, const Backend *dev, int B
     if (ref_bf16) ref->emulate_bf16(0);
     model_forward(&md, x, y, B, T, c.L, FWD_TRAIN);
     model_backward(&md);
+    // the routing: model_forward left each side's per-iteration expert loads on the host
+    if (mr.expert_load && md.expert_load) {
+        long moved = 0;
+        for (int i = 0; i < c.L * c.E; i++) moved += labs((long)mr.expert_load[i] - (long)md.expert_load[i]);
+        rep->route_moved = moved / 2;
+    }
     model_grads_get(&mr, gr);
     model_grads_get(&md, gd);
     rep->loss_ref = model_objective(&mr);

@@ -14,6 +14,9 @@ typedef struct {
     ParityRow rows[P_COUNT];
     int nrows;
     int nzero;           // rows with zero on both sides (e.g. every arm's tensors while ReZero's alpha is 0)
+    long route_moved;    // at least this many token-to-expert assignments differ between the two
+                         // forwards (half the L1 distance of the per-iteration expert loads): a
+                         // router tie broken differently; past it the two compute different things
     double worst;        // max over the loss and every tensor
     char worst_name[32];
     double bar;          // the tolerance the caller passed

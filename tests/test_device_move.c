@@ -137,6 +137,7 @@ static void test_parity(void **s) {
     assert_true(rep.worst == 0);  // two exact backends: identical
     assert_true(rep.nrows > 20);
     assert_int_equal(rep.nzero, 0);  // trained: every tensor has a gradient to compare
+    assert_int_equal(rep.route_moved, 0);  // identical arithmetic: identical routing
     // a bf16 device's reference: the CPU rounds the operands of the products the device rounds
     // (the fenced "device" here computes in fp32 after it, so the two must now differ, by bf16's
     // rounding and no more); a double build has no bf16 emulation and says so
