@@ -198,14 +198,15 @@ endif
 
 # --- cuemu: the CUDA backend's OWN sources run on the CPU (tests/cuemu/; no GPU, no nvcc) ----
 # kernels/cuda/*.cu and tests/gpu/parity*.cu are rewritten to C++ (tests/cuemu/cu2cpp.py: the
-# launch syntax, dynamic shared memory) and built against cuemu's stand-ins for the CUDA runtime,
+# launch syntax, shared memory) and built against cuemu's stand-ins for the CUDA runtime,
 # cuBLAS, cub and wmma; every block's threads run as fibers with real barriers. The GPU test
 # programs then run unchanged: parity of every op (threads in forward and in reverse order: a
 # race between threads changes the result), :check parity per preset (quick) and the step
 # graph's replay against the eager step. This proves the CUDA code's logic, indices, barriers and
 # graph semantics; it says nothing about GPU speed or the real hardware's rounding.
 EMU      := build/cuemu
-EMUSAN   :=             # -fsanitize=address for the cuemu-asan build (make sets it, with EMU=build/cuemu-asan)
+# EMUSAN: -fsanitize=address for the cuemu-asan build (cuemu-check sets it, with EMU=build/cuemu-asan)
+EMUSAN   :=
 EMU_LIB  := build/float/libdm.a
 EMU_K    := $(patsubst kernels/cuda/%.cu,$(EMU)/k/%.o,$(wildcard kernels/cuda/*.cu)) $(EMU)/cuemu.o
 EMU_T    := $(patsubst tests/gpu/%.cu,$(EMU)/t/%.o,$(wildcard tests/gpu/parity*.cu))

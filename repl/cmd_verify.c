@@ -49,11 +49,11 @@ static int check_parity(Shell *sh, Words *w, dm_err *err) {
         fprintf(OUT, "  %-16s %.2e %s%s\n", rep.rows[i].name, rep.rows[i].rel, rep.rows[i].rel <= rep.bar ? "ok" : "FAIL",
                 rep.rows[i].zero ? " (zero on both: compares nothing)" : "");
     fprintf(OUT, "parity: %s — worst %.2e (%s)\n", rep.ok ? "PASS" : "FAIL", rep.worst, rep.worst_name);
-    // a row of zeros passes without checking anything; say so (right after :init ReZero's alpha
-    // is 0, and no arm's parameter has a gradient yet)
     if (rep.route_moved)  // a tie broken differently: not a kernel error, but the tensors after it differ
         fprintf(OUT, "note: the two backends routed at least %ld token-expert assignments differently (a router tie "
                 "within rounding); the gradients downstream of them compare different computations\n", rep.route_moved);
+    // a row of zeros passes without checking anything; say so (right after :init ReZero's alpha
+    // is 0, and no arm's parameter has a gradient yet)
     if (rep.nzero)
         fprintf(OUT, "note: %d of %d tensors have a zero gradient on both backends and were not compared%s\n", rep.nzero,
                 rep.nrows, e->model.arms.on[ARM_REZERO] && e->step == 0

@@ -101,7 +101,7 @@ static void test_saves_keep_what_was_there(void **s) {
 // moved to a GPU says so at the resume (it once resumed there silently: only :show device told).
 static void test_resume_names_the_device(void **s) {
     (void)s;
-    char script[2000], cmd[2000], path[600];
+    char script[2000], path[600];
     snprintf(script, sizeof script, ":session gpurun\n%s:data %s\n:init seed=1\n:step 2\n:save\n", SMALL, corpus);
     assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
     // as if the run had gone to the GPU (a CPU build cannot: :device cuda fails here)
@@ -110,8 +110,7 @@ static void test_resume_names_the_device(void **s) {
     assert_non_null(f);
     fputs(":device cuda:0\n:step 1\n", f);
     fclose(f);
-    snprintf(cmd, sizeof cmd, "cd %s && OPENBLAS_NUM_THREADS=1 %s -r runs/gpurun -e ':show device' > out.txt 2> err.txt", dir, dmsh);
-    assert_int_equal(WEXITSTATUS(system(cmd)), 0);
+    assert_int_equal(sh_in_dir("%s --norc -r runs/gpurun -e ':show device' > out.txt 2> err.txt", dmsh), 0);
     slurp_to("out.txt", out, sizeof out);
     if (!strstr(out, "note: this session last ran on cuda:0")) print_error("%s\n", out);
     assert_non_null(strstr(out, "note: this session last ran on cuda:0"));
