@@ -117,7 +117,11 @@ static int forward_body(Model *m, int has_tgt, int B, int T, int depth, FwdMode 
             MoEParams mp = {PT(m, P_U1), PT(m, P_S1), PT(m, P_V1), PT(m, P_U2), PT(m, P_S2), PT(m, P_V2)};
             // aux and the routed counts stay on the backend (no host round trip inside the
             // forward); model_read_moe brings them to the host when they are reported
-            be->moe_forward(t->gout, m->moe_aux + i, m->moe_load + (size_t)i * E, t->moe_ws, t->n, t->z, mp, ms);
+            if (m->route_force)  // parity reference: another backend's routing (model.h)
+                be->moe_forward_routed(t->gout, m->moe_aux + i, m->moe_load + (size_t)i * E, t->moe_ws, t->n, t->z,
+                                       mp, ms, m->route_force + (size_t)i * N * c->k, &m->route_diff);
+            else
+                be->moe_forward(t->gout, m->moe_aux + i, m->moe_load + (size_t)i * E, t->moe_ws, t->n, t->z, mp, ms);
             arms->fwd[ARM_MOE]++;
         }
         // body = w_attn a + min(w_mem, lam) e + w_ffn gout (in that order); h = h_{i-1} + alpha body

@@ -139,6 +139,12 @@ typedef struct {
     // forward never waits for them; model_read_moe downloads them, a captured step reads them there
     real *moe_aux;          // [L] aux loss of iteration i (backend memory)
     int *moe_load;          // [L, E] routed assignments per iteration and expert (backend memory)
+    // The parity reference only (engine/parity.c): when set, iteration i's MoE follows the
+    // routing route_force + i*N*k (host [L, N, k], another backend's choice) through
+    // be->moe_forward_routed, and route_diff counts where its own top-k would differ. NULL always
+    // in training.
+    const int *route_force;
+    MoERouteDiff route_diff;
 } Model;
 
 // Build the tensor table for cfg, allocate, and initialise per SPEC §4 "Defaults".

@@ -30,8 +30,20 @@ static double rel_err(const real *a, const real *b, size_t n) {
     return diff / mx;
 }
 
+// The device's choices [N, k] against the reference's [N, k]: assignments of dev not in ref's row.
+static long route_diff_count(const int *dev, const int *ref, int N, int k) {
+    long moved = 0;
+    for (int t = 0; t < N; t++)
+        for (int j = 0; j < k; j++) {
+            int own = 0;
+            for (int l = 0; l < k; l++) own |= ref[(size_t)t * k + l] == dev[(size_t)t * k + j];
+            moved += !own;
+        }
+    return moved;
+}
+
 int engine_check_parity(Engine *e, const Backend *ref, const Backend *dev, int B, int T, double bar, int ref_bf16,
-                        ParityReport *rep, dm_err *err) {
+                        int own_route, ParityReport *rep, dm_err *err) {
     memset(rep, 0, sizeof *rep);
     rep->bar = bar;
     if (ref_bf16 && !ref->emulate_bf16)
@@ -69,6 +81,34 @@ int engine_check_parity(Engine *e, const Backend *ref, const Backend *dev, int B
         Rng r = {c.seed ^ 0x9a17ull};
         for (int i = 0; i < B * T; i++) { x[i] = (int)(rng_next(&r) & 255); y[i] = (int)(rng_next(&r) & 255); }
     }
+    // the device first: the reference may follow its routing
+    model_forward(&md, x, y, B, T, c.L, FWD_TRAIN);
+    model_backward(&md);
+    int moe = md.arms.on[ARM_MOE], depth = md.last_depth, N = B * T;
+    MoEShape ms = {N, c.d, c.E, c.k, c.r, c.f};
+    size_t per = (size_t)N * c.k;  // assignments per iteration
+    int *route = NULL, *own = NULL;
+    if (moe) {
+        if (!dev->moe_route_read || !ref->moe_route_read || (!own_route && !ref->moe_forward_routed)) {
+            free(w); free(gr); free(gd); free(x); free(y);
+            model_free(&mr); model_free(&md);
+            return dm_fail(err, "check parity: the %s backend cannot %s", !dev->moe_route_read ? dev->name : ref->name,
+                           own_route || ref->moe_forward_routed ? "report its MoE routing" : "follow another's MoE routing");
+        }
+        route = malloc(sizeof(int) * per * depth);
+        own = malloc(sizeof(int) * per * depth);
+        if (!route || !own) {
+            free(route); free(own); free(w); free(gr); free(gd); free(x); free(y);
+            model_free(&mr); model_free(&md);
+            return dm_fail(err, "check parity: out of host memory for the routing");
+        }
+        for (int i = 0; i < depth; i++) dev->moe_route_read(route + per * i, md.acts.it[i].moe_ws, ms);
+        rep->route_total = (long)(per * depth);
+        rep->route_bad = !moe_route_valid(route, N * depth, c.E, c.k);
+        // a routing that is not one would index out of range: the reference then routes itself
+        rep->route_followed = !own_route && !rep->route_bad;
+        if (rep->route_followed) mr.route_force = route;
+    }
     // a bf16 device against the same arithmetic: bf16-rounded operands in the products the
     // device rounds, fp32 everywhere else. Against fp32 instead, a router logit within bf16's
     // rounding of a tie picks the other expert, and KDA carries that token's change to every later
@@ -77,14 +117,16 @@ int engine_check_parity(Engine *e, const Backend *ref, const Backend *dev, int B
     model_forward(&mr, x, y, B, T, c.L, FWD_TRAIN);
     model_backward(&mr);
     if (ref_bf16) ref->emulate_bf16(0);
-    model_forward(&md, x, y, B, T, c.L, FWD_TRAIN);
-    model_backward(&md);
-    // the routing: model_forward left each side's per-iteration expert loads on the host
-    if (mr.expert_load && md.expert_load) {
-        long moved = 0;
-        for (int i = 0; i < c.L * c.E; i++) moved += labs((long)mr.expert_load[i] - (long)md.expert_load[i]);
-        rep->route_moved = moved / 2;
+    mr.route_force = NULL;
+    if (rep->route_followed) {
+        rep->route_moved = mr.route_diff.moved;
+        rep->route_gap = mr.route_diff.gap;
+    } else if (moe && !rep->route_bad) {
+        for (int i = 0; i < depth; i++) ref->moe_route_read(own + per * i, mr.acts.it[i].moe_ws, ms);
+        rep->route_moved = route_diff_count(route, own, N * depth, c.k);
     }
+    free(route);
+    free(own);
     model_grads_get(&mr, gr);
     model_grads_get(&md, gd);
     rep->loss_ref = model_objective(&mr);
@@ -106,7 +148,7 @@ int engine_check_parity(Engine *e, const Backend *ref, const Backend *dev, int B
             snprintf(rep->worst_name, sizeof rep->worst_name, "%s", t->name);
         }
     }
-    rep->ok = rep->worst <= bar;
+    rep->ok = rep->worst <= bar && rep->route_gap <= bar && !rep->route_bad;
     free(w); free(gr); free(gd); free(x); free(y);
     model_free(&mr);
     model_free(&md);

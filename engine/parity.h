@@ -14,13 +14,23 @@ typedef struct {
     ParityRow rows[P_COUNT];
     int nrows;
     int nzero;           // rows with zero on both sides (e.g. every arm's tensors while ReZero's alpha is 0)
-    long route_moved;    // at least this many token-to-expert assignments differ between the two
-                         // forwards (half the L1 distance of the per-iteration expert loads): a
-                         // router tie broken differently; past it the two compute different things
+    // The routing (MoE arm on). Where a router logit sits within rounding of a tie, the two sides'
+    // top-k can pick different experts, and from there they compute different functions: no
+    // tolerance separates that from a defect. So by default the reference FOLLOWS the device's
+    // routing (Backend.moe_forward_routed), and what is checked about the routing itself is that
+    // every device choice the reference would not have made was a near tie in the reference's own
+    // softmax (route_gap <= bar); a router that picks a clearly worse expert fails there.
+    int route_followed;  // 1: the reference ran the device's routing; 0: each side its own
+    long route_total;    // token-expert assignments over the iterations run (N * k * depth)
+    long route_moved;    // of them, the device's that the reference's own top-k does not contain
+    double route_gap;    // route_followed: max over the moved of (p_k - p_e) / p_k in the
+                         // reference's softmax (p_k: its own k-th pick); 0 when none moved
+    int route_bad;       // the device's routing was not a routing (an expert out of range or
+                         // twice for one token): a defect, the report fails
     double worst;        // max over the loss and every tensor
     char worst_name[32];
     double bar;          // the tolerance the caller passed
-    int ok;              // worst <= bar
+    int ok;              // worst <= bar, route_gap <= bar, and !route_bad
 } ParityReport;
 
 // Builds two models of e->cfg (batch B, sequence T: 0 = the config's) on `ref` and `dev`,
@@ -30,5 +40,8 @@ typedef struct {
 // is not touched. ref_bf16: the device runs its products on bf16 operands, and the reference
 // computes with the same rounding (Backend.emulate_bf16): the comparison is then of the same
 // arithmetic, so it checks the device's kernels rather than bf16's distance from fp32.
+// own_route: each side routes by its own top-k (route_moved then counts the differences, and
+// the gradients past a moved assignment compare different computations); 0, the default of
+// :check parity: the reference follows the device's routing (see route_followed above).
 int engine_check_parity(Engine *e, const Backend *ref, const Backend *dev, int B, int T, double bar, int ref_bf16,
-                        ParityReport *rep, dm_err *err);
+                        int own_route, ParityReport *rep, dm_err *err);

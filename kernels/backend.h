@@ -59,6 +59,12 @@ typedef struct Backend {
                         MoEParams p, MoEShape s);
     void (*moe_backward)(real *dn, real *dz, MoEGrads g, const real *dout, real daux, real *ws,
                          const real *n, const real *z, MoEParams p, MoEShape s);
+    // the routing the last moe_forward on ws chose: idx [N, k], HOST memory (a synchronous read)
+    void (*moe_route_read)(int *idx, const real *ws, MoEShape s);
+    // moe_forward following a given routing (kernels/cpu/moe.h): route [N, k] and diff are HOST
+    // memory. Only a parity reference needs it: NULL on a backend that is never one (CUDA)
+    void (*moe_forward_routed)(real *out, real *aux, int *load, real *ws, const real *n, const real *z,
+                               MoEParams p, MoEShape s, const int *route, MoERouteDiff *diff);
 
     // ---- fused element-wise ops of the looped block (kernels/cpu/fused.h has the full contracts;
     // kernels/cuda/fused_cuda.cu the device versions). Each is one pass of the engine's forward /

@@ -21,13 +21,6 @@ static int check_parity(Shell *sh, Words *w, dm_err *err) {
     Engine *e = E_;
     int dev = 0;
     if (!strncmp(e->device, "cuda:", 5)) dev = atoi(e->device + 5);
-    char why[300];
-    const Backend *cu = backend_cuda(dev, why, sizeof why);
-    if (!cu) {  // (the backend's reason ends in advice for :device, which parity cannot take)
-        char *adv = strstr(why, ": use :device cpu");
-        if (adv) *adv = 0;
-        return dm_fail(err, ":check parity compares the CPU with CUDA, which is not available: %s", why);
-    }
     long long B = 0, T = 0;
     if (sh_kv(w, "batch") && sh_parse_int(sh_kv(w, "batch"), 1, 4096, "batch", &B, err)) return 1;
     if (sh_kv(w, "seq") && sh_parse_int(sh_kv(w, "seq"), 1, 1 << 20, "seq", &T, err)) return 1;
@@ -37,9 +30,23 @@ static int check_parity(Shell *sh, Words *w, dm_err *err) {
         if (strcmp(p, "fp32") && strcmp(p, "bf16")) return dm_fail(err, "precision=%s: fp32 or bf16", p);
         fp32 = !strcmp(p, "fp32");
     }
+    int own_route = 0;
+    if (sh_kv(w, "route")) {
+        const char *r = sh_kv(w, "route");
+        if (strcmp(r, "device") && strcmp(r, "own")) return dm_fail(err, "route=%s: device (the CPU follows CUDA's top-k) or own", r);
+        own_route = !strcmp(r, "own");
+    }
+    // (the options first: a malformed one gets its own error on any machine)
+    char why[300];
+    const Backend *cu = backend_cuda(dev, why, sizeof why);
+    if (!cu) {  // (the backend's reason ends in advice for :device, which parity cannot take)
+        char *adv = strstr(why, ": use :device cpu");
+        if (adv) *adv = 0;
+        return dm_fail(err, ":check parity compares the CPU with CUDA, which is not available: %s", why);
+    }
     if (cu->set_precision) cu->set_precision(fp32);
     ParityReport rep;
-    int rc = engine_check_parity(e, backend_cpu(), cu, (int)B, (int)T, fp32 ? 1e-4 : 3e-2, !fp32, &rep, err);
+    int rc = engine_check_parity(e, backend_cpu(), cu, (int)B, (int)T, fp32 ? 1e-4 : 3e-2, !fp32, own_route, &rep, err);
     if (cu->set_precision) cu->set_precision(e->cfg.precision_fp32);  // the session's setting again
     if (rc) return 1;
     fprintf(OUT, "parity cpu vs cuda:%d at %s (bar %.0e): loss %.6f vs %.6f (rel %.1e)\n", dev,
@@ -49,28 +56,39 @@ static int check_parity(Shell *sh, Words *w, dm_err *err) {
         fprintf(OUT, "  %-16s %.2e %s%s\n", rep.rows[i].name, rep.rows[i].rel, rep.rows[i].rel <= rep.bar ? "ok" : "FAIL",
                 rep.rows[i].zero ? " (zero on both: compares nothing)" : "");
     fprintf(OUT, "parity: %s — worst %.2e (%s)\n", rep.ok ? "PASS" : "FAIL", rep.worst, rep.worst_name);
-    if (rep.route_moved)  // a tie broken differently: not a kernel error, but the tensors after it differ
-        fprintf(OUT, "note: the two backends routed at least %ld token-expert assignments differently (a router tie "
-                "within rounding); the gradients downstream of them compare different computations\n", rep.route_moved);
+    if (rep.route_bad)
+        fprintf(OUT, "FAIL: CUDA's MoE routing is not a routing (an expert out of range, or one twice for a token): "
+                "the reference routed itself\n");
+    else if (rep.route_followed)  // the routing's own check: every choice the CPU would not make was a tie
+        fprintf(OUT, "routing: the CPU followed CUDA's top-k; %ld of %ld assignments differ from the CPU's own, worst "
+                "gap %.2e in its softmax (bar %.0e): %s\n", rep.route_moved, rep.route_total, rep.route_gap, rep.bar,
+                rep.route_gap <= rep.bar ? "ties within rounding" : "FAIL");
+    else if (rep.route_total)
+        fprintf(OUT, "routing: each side its own top-k (route=own); %ld of %ld assignments differ%s\n", rep.route_moved,
+                rep.route_total, rep.route_moved ? ": the gradients downstream of them compare different computations" : "");
     // a row of zeros passes without checking anything; say so (right after :init ReZero's alpha
     // is 0, and no arm's parameter has a gradient yet)
     if (rep.nzero)
         fprintf(OUT, "note: %d of %d tensors have a zero gradient on both backends and were not compared%s\n", rep.nzero,
                 rep.nrows, e->model.arms.on[ARM_REZERO] && e->step == 0
                                ? " (ReZero's alpha is 0 until the first step: :step 1 first, or :arm rezero off)" : "");
-    return rep.ok ? 0 : dm_fail(err, "parity check failed: %s differs by %.2e (bar %.0e)", rep.worst_name, rep.worst, rep.bar);
+    if (rep.ok) return 0;
+    if (rep.worst <= rep.bar)  // what failed is the routing
+        return dm_fail(err, "parity check failed: CUDA's MoE routing %s", rep.route_bad ? "is not a routing"
+                            : "picked an expert the CPU's softmax does not put within the bar of its top-k");
+    return dm_fail(err, "parity check failed: %s differs by %.2e (bar %.0e)", rep.worst_name, rep.worst, rep.bar);
 }
 
 int cmd_check(Shell *sh, Words *w, dm_err *err) {
-    static const char *const keys[] = {"steps", "off", "batch", "seq", "precision", NULL};
+    static const char *const keys[] = {"steps", "off", "batch", "seq", "precision", "route", NULL};
     if (sh_check_keys(w, 1, keys, err)) return 1;
     const char *what = sh_positional(w, 0);
-    if (!what) return dm_fail(err, "usage: :check determinism [steps=N] | grad [off=ARM,...] | parity [batch=N seq=N precision=fp32|bf16]");
+    if (!what) return dm_fail(err, "usage: :check determinism [steps=N] | grad [off=ARM,...] | parity [batch=N seq=N precision=fp32|bf16 route=device|own]");
     if (!strcmp(what, "determinism")) {
         // it runs the live model at its own batch, seq, precision and arms: options that would
         // change them are refused, not silently ignored
-        static const char *const only_steps[] = {"off", "batch", "seq", "precision"};
-        for (int i = 0; i < 4; i++)
+        static const char *const only_steps[] = {"off", "batch", "seq", "precision", "route"};
+        for (int i = 0; i < 5; i++)
             if (sh_kv(w, only_steps[i]))
                 return dm_fail(err, ":check determinism takes steps=N only (it runs the live model as it is: %s= does not apply; :set / :arm change the model)",
                                only_steps[i]);
@@ -84,8 +102,8 @@ int cmd_check(Shell *sh, Words *w, dm_err *err) {
     }
     if (!strcmp(what, "grad")) {
         // it runs its own tiny config: only off= applies, the rest would be ignored silently
-        static const char *const not_grad[] = {"steps", "batch", "seq", "precision"};
-        for (int i = 0; i < 4; i++)
+        static const char *const not_grad[] = {"steps", "batch", "seq", "precision", "route"};
+        for (int i = 0; i < 5; i++)
             if (sh_kv(w, not_grad[i]))
                 return dm_fail(err, ":check grad takes off=ARM,... only (%s= does not apply: it checks a tiny model of its own in double precision)",
                                not_grad[i]);
@@ -135,7 +153,7 @@ int cmd_check(Shell *sh, Words *w, dm_err *err) {
         static const char *const not_parity[] = {"steps", "off"};
         for (int i = 0; i < 2; i++)
             if (sh_kv(w, not_parity[i]))
-                return dm_fail(err, ":check parity takes batch= seq= precision= (%s= does not apply: it runs one step of the live model's arms)",
+                return dm_fail(err, ":check parity takes batch= seq= precision= route= (%s= does not apply: it runs one step of the live model's arms)",
                                not_parity[i]);
         return check_parity(sh, w, err);
     }

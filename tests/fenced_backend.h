@@ -22,7 +22,7 @@
 
 // FENCE_HOOKS: a file that defines it before including this one supplies fence_inner,
 // fence_open() and fence_close() itself and gets only the wrappers (fw_*) and FENCE_OPS — e.g.
-// tests/gpu/bench_gpu.c times every op on the device through them.
+// a test that wraps another backend.
 static long fb_nallocs;    // fb_alloc calls (Backend.allocs; stays 0 under FENCE_HOOKS)
 #ifndef FENCE_HOOKS
 typedef struct { void *base; size_t len; } FenceRegion;
@@ -176,6 +176,13 @@ static void fw_moe_forward(real *out, real *aux, int *load, real *ws, const real
 static void fw_moe_backward(real *dn, real *dz, MoEGrads g, const real *dout, real daux, real *ws, const
     real *n, const real *z, MoEParams p, MoEShape s) {
     fence_open(); fence_inner->moe_backward(dn, dz, g, dout, daux, ws, n, z, p, s); fence_close();
+}
+static void fw_moe_route_read(int *idx, const real *ws, MoEShape s) {
+    fence_open(); fence_inner->moe_route_read(idx, ws, s); fence_close();
+}
+static void fw_moe_forward_routed(real *out, real *aux, int *load, real *ws, const real *n, const real *z,
+    MoEParams p, MoEShape s, const int *route, MoERouteDiff *diff) {
+    fence_open(); fence_inner->moe_forward_routed(out, aux, load, ws, n, z, p, s, route, diff); fence_close();
 }
 static void fw_add_row_forward(real *out, const real *inp, const real *row, int N, int C) {
     fence_open(); fence_inner->add_row_forward(out, inp, row, N, C); fence_close();
@@ -337,7 +344,7 @@ static long fw_allocs(void) { return fb_nallocs + fence_inner->allocs(); }
     X(l2norm_forward) X(l2norm_backward) X(silu_forward) X(silu_backward) X(sigmoid_forward) \
     X(sigmoid_backward) X(embedding_forward) X(embedding_backward) X(softmax_ce_forward) X(softmax_ce_backward) \
     X(engram_rows) X(engram_gather) X(engram_scatter) X(kda_ws_size) X(kda_forward) \
-    X(kda_backward) X(kda_step) X(moe_ws_size) X(moe_forward) X(moe_backward) \
+    X(kda_backward) X(kda_step) X(moe_ws_size) X(moe_forward) X(moe_backward) X(moe_route_read) X(moe_forward_routed) \
     X(add_row_forward) X(silu_rows_forward) X(sigmoid_split_forward) X(decay_gate_forward) X(gate_mul_forward) \
     X(mem_gate_forward) X(mix_forward) X(running_mean_forward) X(sum_forward) X(ce_logits_backward) \
     X(running_mean_backward) X(rezero_backward) X(mix_arm_backward) X(gate_mul_backward) X(decay_gate_backward) \

@@ -95,6 +95,9 @@ static void test_saves_keep_what_was_there(void **s) {
     expect_error(":set engram_rows=10000000000\n", "expected an integer in [1, 2147483647]");
     // :check grad refuses options that do not apply to it (they were ignored)
     expect_error(":check grad steps=abc\n", ":check grad takes off=ARM,... only");
+    expect_error(":check determinism route=own\n", ":check determinism takes steps=N only");
+    // :check parity's options are checked before it looks for CUDA (any machine gets the error)
+    expect_error(":check parity route=sideways\n", "route=sideways: device (the CPU follows CUDA's top-k) or own");
 }
 
 // A checkpoint holds no device, so `dmsh -r` starts on the CPU; a session whose transcript last

@@ -1,7 +1,9 @@
 // test_device_move.c — `:device` and `:check parity` through the engine, on the CPU: the fenced
 // CPU backend (tests/fenced_backend.h) stands in for a second device. A live model moved between
 // backends mid-run must train on exactly as if it had stayed (bit for bit), and the parity check
-// must report 0 between two exact backends and catch a backend with one wrong op.
+// must report 0 between two exact backends and catch a backend with one wrong op, and its
+// reference must follow the device's MoE routing where that is a tie broken the other way, and
+// only there.
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -125,13 +127,13 @@ static void test_parity(void **s) {
     ParityReport rep;
     // at the initialisation ReZero's alpha is 0: the arms' tensors have zero gradients on both
     // sides, and the report counts them (a row of zeros compares nothing); alpha's own does not
-    assert_int_equal(engine_check_parity(&e, backend_cpu(), fenced_backend(), 0, 0, 1e-4, 0, &rep, &err), 0);
+    assert_int_equal(engine_check_parity(&e, backend_cpu(), fenced_backend(), 0, 0, 1e-4, 0, 0, &rep, &err), 0);
     print_message("parity at init: %d of %d tensors zero on both sides\n", rep.nzero, rep.nrows);
     assert_true(rep.nzero > 10);
     for (int i = 0; i < rep.nrows; i++)
         if (!strcmp(rep.rows[i].name, "alpha")) assert_false(rep.rows[i].zero);
     for (int i = 0; i < 3; i++) assert_int_equal(engine_step(&e, &r, &err), 0);  // trained weights
-    assert_int_equal(engine_check_parity(&e, backend_cpu(), fenced_backend(), 0, 0, 1e-4, 0, &rep, &err), 0);
+    assert_int_equal(engine_check_parity(&e, backend_cpu(), fenced_backend(), 0, 0, 1e-4, 0, 0, &rep, &err), 0);
     print_message("parity cpu vs fenced: worst %.2e (%s), %d tensors\n", rep.worst, rep.worst_name, rep.nrows);
     assert_true(rep.ok);
     assert_true(rep.worst == 0);  // two exact backends: identical
@@ -141,7 +143,7 @@ static void test_parity(void **s) {
     // a bf16 device's reference: the CPU rounds the operands of the products the device rounds
     // (the fenced "device" here computes in fp32 after it, so the two must now differ, by bf16's
     // rounding and no more); a double build has no bf16 emulation and says so
-    int rc16 = engine_check_parity(&e, backend_cpu(), fenced_backend(), 0, 0, 3e-2, 1, &rep, &err);
+    int rc16 = engine_check_parity(&e, backend_cpu(), fenced_backend(), 0, 0, 3e-2, 1, 0, &rep, &err);
 #ifdef DM_DOUBLE
     assert_int_equal(rc16, 1);
     assert_non_null(strstr(err.msg, "precision=fp32"));
@@ -154,16 +156,125 @@ static void test_parity(void **s) {
 #endif
     broken = *backend_cpu();
     broken.silu_rows_forward = bad_silu_rows;
-    assert_int_equal(engine_check_parity(&e, backend_cpu(), &broken, 2, 16, 1e-4, 0, &rep, &err), 0);
+    assert_int_equal(engine_check_parity(&e, backend_cpu(), &broken, 2, 16, 1e-4, 0, 0, &rep, &err), 0);
     print_message("parity cpu vs broken silu: worst %.2e (%s)\n", rep.worst, rep.worst_name);
     assert_false(rep.ok);
     assert_true(rep.worst > 1e-4);
     broken = *backend_cpu();
     broken.rmsnorm_backward = nan_gain_rmsnorm_backward;
-    assert_int_equal(engine_check_parity(&e, backend_cpu(), &broken, 2, 16, 1e-4, 0, &rep, &err), 0);
+    assert_int_equal(engine_check_parity(&e, backend_cpu(), &broken, 2, 16, 1e-4, 0, 0, &rep, &err), 0);
     print_message("parity cpu vs a NaN in a gain gradient: worst %.2e (%s)\n", rep.worst, rep.worst_name);
     assert_false(rep.ok);
     assert_true(isinf(rep.worst));
+    engine_free(&e);
+    unlink(corpus);
+}
+
+// ---- the routing ----
+// "Devices" that are the CPU except for the top-k: one breaks exact ties to the HIGHER index (a
+// legitimate choice: the device's order of a tie is not the reference's business), one gives
+// token 0 its least likely expert (a router defect), one reports a routing with an expert out of
+// range (a defect in what it hands back).
+static int route_mode;  // 0: ties to the higher index, 1: token 0's worst expert
+static int route_taken(const int *it, int k, int e) {
+    for (int l = 0; l < k; l++)
+        if (it[l] == e) return 1;
+    return 0;
+}
+static void routed_moe_forward(real *out, real *aux, int *load, real *ws, const real *n, const real *z, MoEParams p,
+                               MoEShape s) {
+    int N = s.N, E = s.E, k = s.k;
+    int *idx = malloc(sizeof(int) * N * k);
+    real *w = malloc(sizeof(real) * N * k), *pp = malloc(sizeof(real) * N * E);
+    moe_route(idx, w, pp, z, N, E, k);
+    for (int t = 0; t < N; t++) {
+        int *it = idx + (size_t)t * k;      // [k]
+        const real *pt = pp + (size_t)t * E;  // [E]
+        if (route_mode == 0)  // each pick: the highest-index untaken expert tied with it
+            for (int j = 0; j < k; j++)
+                for (int e = E - 1; e > it[j]; e--)
+                    if (!route_taken(it, k, e) && pt[e] == pt[it[j]]) { it[j] = e; break; }
+        if (route_mode == 1 && t == 0) {  // the last pick: the least likely untaken expert
+            int worst = -1;
+            for (int e = 0; e < E; e++)
+                if (!route_taken(it, k, e) && (worst < 0 || pt[e] < pt[worst])) worst = e;
+            if (worst >= 0) it[k - 1] = worst;
+        }
+    }
+    backend_cpu()->moe_forward_routed(out, aux, load, ws, n, z, p, s, idx, NULL);
+    free(idx); free(w); free(pp);
+}
+static void bad_route_read(int *idx, const real *ws, MoEShape s) {
+    backend_cpu()->moe_route_read(idx, ws, s);
+    idx[s.N * s.k - 1] = s.E;  // the last token's last expert: out of range
+}
+
+static void test_parity_routing(void **s) {
+    (void)s;
+    char corpus[128];
+    make_corpus(corpus, sizeof corpus);
+    dm_err err = {0};
+    Engine e;
+    small_engine(&e, corpus);
+    e.cfg.E = 4;  // top-2 of 4: a tie at the second pick moves one of a token's two
+    e.cfg.k = 2;
+    assert_int_equal(engine_build(&e, 5, &err), 0);
+    MetricRow r;
+    for (int i = 0; i < 2; i++) assert_int_equal(engine_step(&e, &r, &err), 0);
+    // experts 1 and 2 get the same router row: their logits tie exactly for every token
+    ProjLayout pl = proj_layout(&e.model.cfg);
+    real *W = e.model.params + e.model.t[P_WQ].offset;  // [P, d] (host memory: the CPU backend)
+    int d = e.model.cfg.d;
+    memcpy(W + (size_t)(pl.z + 2) * d, W + (size_t)(pl.z + 1) * d, sizeof(real) * d);
+    broken = *backend_cpu();
+    broken.moe_forward = routed_moe_forward;
+    ParityReport rep;
+
+    // ties to the higher index: the reference follows, computes exactly what the device did
+    route_mode = 0;
+    assert_int_equal(engine_check_parity(&e, backend_cpu(), &broken, 0, 0, 1e-4, 0, 0, &rep, &err), 0);
+    print_message("ties broken high, followed: %ld of %ld moved, gap %.2e, worst %.2e (%s)\n", rep.route_moved,
+                  rep.route_total, rep.route_gap, rep.worst, rep.worst_name);
+    assert_true(rep.route_followed);
+    assert_int_equal(rep.route_total, (long)e.cfg.batch * e.cfg.seq * 2 * e.cfg.L);
+    assert_true(rep.route_moved > 0);
+    assert_true(rep.route_gap == 0);  // exact ties
+    assert_true(rep.worst == 0);      // the same function on both sides, the same arithmetic
+    assert_true(rep.ok);
+    long moved = rep.route_moved;
+    // ... each side its own: the same count of moved assignments, and the gradients part
+    assert_int_equal(engine_check_parity(&e, backend_cpu(), &broken, 0, 0, 1e-4, 0, 1, &rep, &err), 0);
+    print_message("ties broken high, own routing: %ld moved, worst %.2e (%s)\n", rep.route_moved, rep.worst,
+                  rep.worst_name);
+    assert_false(rep.route_followed);
+    assert_int_equal(rep.route_moved, moved);
+    assert_true(rep.worst > 1e-4);
+    assert_false(rep.ok);
+
+    // a router defect: token 0 gets its least likely expert; the gradients match (followed),
+    // the routing check does not
+    route_mode = 1;
+    assert_int_equal(engine_check_parity(&e, backend_cpu(), &broken, 0, 0, 1e-4, 0, 0, &rep, &err), 0);
+    print_message("token 0 misrouted: %ld moved, gap %.2e, worst %.2e\n", rep.route_moved, rep.route_gap, rep.worst);
+    assert_true(rep.route_moved >= 1);
+    assert_true(rep.route_gap > 1e-4);
+    assert_true(rep.worst <= 1e-4);
+    assert_false(rep.ok);
+
+    // a routing that is not one: reported, not followed (it would index out of range), fails
+    route_mode = 0;
+    broken.moe_route_read = bad_route_read;
+    assert_int_equal(engine_check_parity(&e, backend_cpu(), &broken, 0, 0, 1e-4, 0, 0, &rep, &err), 0);
+    assert_true(rep.route_bad);
+    assert_false(rep.route_followed);
+    assert_false(rep.ok);
+
+    // the MoE arm off: no routing to compare
+    broken = *backend_cpu();
+    e.model.arms.on[ARM_MOE] = 0;
+    assert_int_equal(engine_check_parity(&e, backend_cpu(), &broken, 0, 0, 1e-4, 0, 0, &rep, &err), 0);
+    assert_int_equal(rep.route_total, 0);
+    assert_true(rep.ok);
     engine_free(&e);
     unlink(corpus);
 }
@@ -173,6 +284,7 @@ int main(void) {
         cmocka_unit_test(test_move_live_model),
         cmocka_unit_test(test_device_before_init),
         cmocka_unit_test(test_parity),
+        cmocka_unit_test(test_parity_routing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

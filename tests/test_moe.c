@@ -339,6 +339,66 @@ static void test_deterministic(void **state) {
     inst_free(&m);
 }
 
+// moe_forward_routed (the parity reference's): its own routing given back is moe_forward bit
+// for bit; another routing is followed (load, route_read) and measured against the own top-k
+static void test_forward_routed(void **state) {
+    (void)state;
+    MoEShape s = {.N = 37, .d = 12, .E = 5, .k = 2, .r = 4, .f = 16};
+    Inst m = inst_new(s, 700);
+    size_t Nd = (size_t)s.N * s.d, Nk = (size_t)s.N * s.k;
+    real *o1 = malloc(sizeof(real) * Nd), *o2 = malloc(sizeof(real) * Nd);
+    real *w = malloc(sizeof(real) * Nk), *p = malloc(sizeof(real) * s.N * s.E);
+    int *own = malloc(sizeof(int) * Nk), *given = malloc(sizeof(int) * Nk), *back = malloc(sizeof(int) * Nk);
+    int l1[8], l2[8];
+    real a1, a2;
+    moe_forward(o1, &a1, l1, m.ws, m.n, m.z, inst_params(&m), s);
+    moe_route_read(own, m.ws, s);
+    moe_route(given, w, p, m.z, s.N, s.E, s.k);
+    assert_memory_equal(own, given, sizeof(int) * Nk);  // route_read gives the forward's choice
+    MoERouteDiff diff = {0, 0};
+    moe_forward_routed(o2, &a2, l2, m.ws, m.n, m.z, inst_params(&m), s, own, &diff);
+    assert_memory_equal(o1, o2, sizeof(real) * Nd);
+    assert_memory_equal(l1, l2, sizeof(int) * s.E);
+    assert_true(a1 == a2);
+    assert_int_equal(diff.moved, 0);
+    assert_true(diff.gap == 0);
+    // token t's second pick replaced by the next expert up that it did not pick (every third token)
+    memcpy(given, own, sizeof(int) * Nk);
+    long want = 0;
+    double want_gap = 0;
+    for (int t = 0; t < s.N; t += 3) {
+        int *gt = given + (size_t)t * s.k;
+        int e = gt[1];
+        do e = (e + 1) % s.E; while (e == gt[0] || e == gt[1]);
+        const real *pt = p + (size_t)t * s.E;
+        double gap = ((double)pt[gt[1]] - (double)pt[e]) / (double)pt[gt[1]];
+        want_gap = gap > want_gap ? gap : want_gap;
+        gt[1] = e;
+        want++;
+    }
+    assert_true(moe_route_valid(given, s.N, s.E, s.k));
+    diff = (MoERouteDiff){0, 0};
+    moe_forward_routed(o2, &a2, l2, m.ws, m.n, m.z, inst_params(&m), s, given, &diff);
+    print_message("given routing: %ld moved (want %ld), gap %.4f (want %.4f)\n", diff.moved, want, diff.gap, want_gap);
+    assert_int_equal(diff.moved, want);
+    assert_true(fabs(diff.gap - want_gap) < 1e-6 && diff.gap > 0);
+    moe_route_read(back, m.ws, s);
+    assert_memory_equal(back, given, sizeof(int) * Nk);
+    int cnt[8] = {0};
+    for (size_t a = 0; a < Nk; a++) cnt[given[a]]++;
+    assert_memory_equal(cnt, l2, sizeof(int) * s.E);  // the load is the given routing's
+    assert_true(memcmp(o1, o2, sizeof(real) * Nd) != 0);
+    // what is not a routing
+    given[0] = s.E;
+    assert_false(moe_route_valid(given, s.N, s.E, s.k));
+    given[0] = given[1];
+    assert_false(moe_route_valid(given, s.N, s.E, s.k));
+    given[0] = -1;
+    assert_false(moe_route_valid(given, s.N, s.E, s.k));
+    free(o1); free(o2); free(w); free(p); free(own); free(given); free(back);
+    inst_free(&m);
+}
+
 #ifdef DM_DOUBLE
 // ---- finite differences (double build only) ----
 typedef struct {
@@ -347,18 +407,21 @@ typedef struct {
     real c;         // aux coefficient
     real *out;      // [N, d] scratch
     int *idx0;      // [N, k] the routing at the unperturbed point
+    const int *route;  // [N, k] a given routing (moe_forward_routed), or NULL: the own top-k
 } FdCtx;
 
 // loss = sum(out * R) + c * aux; also asserts the routing did not move
 static double fd_loss(FdCtx *x) {
     const MoEShape s = x->m->s;
     real aux;
-    moe_forward(x->out, &aux, NULL, x->m->ws, x->m->n, x->m->z, inst_params(x->m), s);
+    moe_forward_routed(x->out, &aux, NULL, x->m->ws, x->m->n, x->m->z, inst_params(x->m), s, x->route, NULL);
+    if (x->route) goto sum;  // the routing is given: it cannot move
     int *now = malloc(sizeof(int) * s.N * s.k);
     real *w = malloc(sizeof(real) * s.N * s.k), *p = malloc(sizeof(real) * s.N * s.E);
     moe_route(now, w, p, x->m->z, s.N, s.E, s.k);
     assert_memory_equal(now, x->idx0, sizeof(int) * s.N * s.k);
     free(now); free(w); free(p);
+sum:;
     double L = 0;
     for (size_t i = 0; i < (size_t)s.N * s.d; i++) L += (double)x->out[i] * x->R[i];
     return L + (double)x->c * aux;
@@ -392,11 +455,23 @@ static double fd_group(FdCtx *x, real *param, const real *grad, size_t cnt, cons
     return worst;
 }
 
-static void fd_check(int k) {
+// routed: the forward follows a given routing, each token's k LEAST likely experts (what no
+// top-k would pick): the gradients through the weights, experts and aux are then those of that
+// fixed assignment (the parity reference's case, where it follows a device's choice)
+static void fd_check(int k, int routed) {
     MoEShape s = {.N = 10, .d = 5, .E = 4, .k = k, .r = 3, .f = 7};
     Inst m = inst_new(s, 500 + k);
     Rng g = {600 + k};
     fill_z_gapped(m.z, s.N, s.E, 0.4, &g);
+    int *route = NULL;
+    if (routed) {
+        route = malloc(sizeof(int) * s.N * k);
+        real *zneg = malloc(sizeof(real) * s.N * s.E), *w = malloc(sizeof(real) * s.N * k);
+        real *p = malloc(sizeof(real) * s.N * s.E);
+        for (int i = 0; i < s.N * s.E; i++) zneg[i] = -m.z[i];
+        moe_route(route, w, p, zneg, s.N, s.E, k);  // the top-k of -z: the bottom-k of z
+        free(zneg); free(w); free(p);
+    }
     real *R = malloc(sizeof(real) * s.N * s.d);
     fill_gauss(R, (size_t)s.N * s.d, 1, &g);
     const real c = (real)0.7;  // a big aux weight, so its gradient is not lost in the task's
@@ -410,7 +485,7 @@ static void fd_check(int k) {
     real *out = malloc(sizeof(real) * s.N * s.d);
     real aux;
     int load[64];
-    moe_forward(out, &aux, load, m.ws, m.n, m.z, inst_params(&m), s);
+    moe_forward_routed(out, &aux, load, m.ws, m.n, m.z, inst_params(&m), s, route, NULL);
     for (int e = 0; e < s.E; e++) print_message("  k=%d load[%d] = %d\n", k, e, load[e]);
     MoEGrads gr = {gU1, gs1, gV1, gU2, gs2, gV2};
     moe_backward(dn, dz, gr, R, c, m.ws, m.n, m.z, inst_params(&m), s);
@@ -419,7 +494,7 @@ static void fd_check(int k) {
     int *idx0 = malloc(sizeof(int) * s.N * s.k);
     real *w0 = malloc(sizeof(real) * s.N * s.k), *p0 = malloc(sizeof(real) * s.N * s.E);
     moe_route(idx0, w0, p0, m.z, s.N, s.E, s.k);
-    FdCtx x = {&m, R, c, out, idx0};
+    FdCtx x = {&m, R, c, out, idx0, route};
     double worst = 0;
     worst = err_max(worst, fd_group(&x, m.n, dn, (size_t)s.N * s.d, "dn"));
     worst = err_max(worst, fd_group(&x, m.z, dz, (size_t)s.N * s.E, "dz"));
@@ -429,25 +504,26 @@ static void fd_check(int k) {
     worst = err_max(worst, fd_group(&x, m.U2, gU2, E * s.d * s.r, "U2"));
     worst = err_max(worst, fd_group(&x, m.s2, gs2, E * s.r, "s2"));
     worst = err_max(worst, fd_group(&x, m.V2, gV2, E * s.f * s.r, "V2"));
-    print_message("  k=%d: worst %.3e\n", k, worst);
+    print_message("  k=%d%s: worst %.3e\n", k, routed ? " (given routing)" : "", worst);
     assert_true(worst <= 1e-6);
 
     // the aux part of dz alone: with R = 0 the router gradient is c * d aux / d z only
     memset(dz, 0, sizeof(real) * s.N * s.E);
     real *Rz = calloc((size_t)s.N * s.d, sizeof(real));
-    moe_forward(out, &aux, NULL, m.ws, m.n, m.z, inst_params(&m), s);
+    moe_forward_routed(out, &aux, NULL, m.ws, m.n, m.z, inst_params(&m), s, route, NULL);
     moe_backward(dn, dz, gr, Rz, c, m.ws, m.n, m.z, inst_params(&m), s);
     x.R = Rz;
     double wz = fd_group(&x, m.z, dz, (size_t)s.N * s.E, "dz~");
     assert_true(wz <= 1e-6);
 
     free(Rz); free(R); free(gU1); free(gs1); free(gV1); free(gU2); free(gs2); free(gV2);
-    free(dn); free(dz); free(out); free(idx0); free(w0); free(p0);
+    free(dn); free(dz); free(out); free(idx0); free(w0); free(p0); free(route);
     inst_free(&m);
 }
 
-static void test_fd_k1(void **state) { (void)state; fd_check(1); }
-static void test_fd_k2(void **state) { (void)state; fd_check(2); }
+static void test_fd_k1(void **state) { (void)state; fd_check(1, 0); }
+static void test_fd_k2(void **state) { (void)state; fd_check(2, 0); }
+static void test_fd_routed(void **state) { (void)state; fd_check(1, 1); fd_check(2, 1); }
 #endif
 
 int main(void) {
@@ -457,9 +533,11 @@ int main(void) {
         cmocka_unit_test(test_forced_router),
         cmocka_unit_test(test_forward_dense),
         cmocka_unit_test(test_deterministic),
+        cmocka_unit_test(test_forward_routed),
 #ifdef DM_DOUBLE
         cmocka_unit_test(test_fd_k1),
         cmocka_unit_test(test_fd_k2),
+        cmocka_unit_test(test_fd_routed),
 #endif
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

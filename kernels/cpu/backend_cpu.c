@@ -121,6 +121,7 @@ static const Backend cpu_backend = {
     .emulate_bf16 = cpu_emulate_bf16,
 #endif
     .moe_ws_size = moe_ws_size, .moe_forward = moe_forward, .moe_backward = moe_backward,
+    .moe_route_read = moe_route_read, .moe_forward_routed = moe_forward_routed,
     // fused element-wise ops of the looped block (fused.c)
     .add_row_forward = add_row_forward, .silu_rows_forward = silu_rows_forward,
     .sigmoid_split_forward = sigmoid_split_forward, .decay_gate_forward = decay_gate_forward,

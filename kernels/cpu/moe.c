@@ -72,8 +72,10 @@ static MoEWsLayout moe_layout(MoEShape s) {
 
 size_t moe_ws_size(MoEShape s) { return moe_layout(s).total; }
 
-// Requires 1 <= k <= E (a token's k experts are distinct).
-void moe_route(int *idx, real *w, real *p, const real *z, int N, int E, int k) {
+// Requires 1 <= k <= E (a token's k experts are distinct). given (may be NULL): [N, k] the
+// experts to use instead of the own top-k, diff (may be NULL) counts where they differ.
+static void route_tokens(int *idx, real *w, real *p, const real *z, int N, int E, int k, const int *given,
+                         MoERouteDiff *diff) {
     for (int t = 0; t < N; t++) {
         const real *zt = z + (size_t)t * E;  // [E]
         real *pt = p + (size_t)t * E;        // [E]
@@ -97,6 +99,19 @@ void moe_route(int *idx, real *w, real *p, const real *z, int N, int E, int k) {
             }
             it[j] = best;
         }
+        if (given) {
+            const int *gt = given + (size_t)t * k;  // [k]
+            const real pk = pt[it[k - 1]];          // the own k-th pick's p
+            for (int j = 0; j < k; j++) {
+                int own = 0;
+                for (int l = 0; l < k; l++) own |= it[l] == gt[j];
+                if (own || !diff) continue;
+                diff->moved++;
+                double g = pk > 0 ? ((double)pk - (double)pt[gt[j]]) / (double)pk : 0;
+                if (g > diff->gap) diff->gap = g;
+            }
+            for (int j = 0; j < k; j++) it[j] = gt[j];
+        }
         if (k == 1) {  // Switch: the bare p_e, so the router keeps a gradient from the task loss
             wt[0] = pt[it[0]];
         } else {
@@ -105,6 +120,22 @@ void moe_route(int *idx, real *w, real *p, const real *z, int N, int E, int k) {
             for (int j = 0; j < k; j++) wt[j] = pt[it[j]] / S;
         }
     }
+}
+
+void moe_route(int *idx, real *w, real *p, const real *z, int N, int E, int k) {
+    route_tokens(idx, w, p, z, N, E, k, NULL, NULL);
+}
+
+int moe_route_valid(const int *route, int N, int E, int k) {
+    for (int t = 0; t < N; t++) {
+        const int *rt = route + (size_t)t * k;  // [k]
+        for (int j = 0; j < k; j++) {
+            if (rt[j] < 0 || rt[j] >= E) return 0;
+            for (int l = 0; l < j; l++)
+                if (rt[l] == rt[j]) return 0;
+        }
+    }
+    return 1;
 }
 
 // Counting sort of the assignments by expert; walking them in (t, j) order keeps the tokens
@@ -171,8 +202,17 @@ DM_VEC_CLONES static void mul_inplace(real *restrict a, const real *restrict b, 
     for (; i < n; i++) a[i] *= b[i];
 }
 
+void moe_route_read(int *idx, const real *ws, MoEShape s) {
+    memcpy(idx, ws + moe_layout(s).ints, sizeof(int) * (size_t)s.N * s.k);
+}
+
 void moe_forward(real *out, real *aux, int *load, real *ws, const real *n, const real *z,
                  MoEParams p, MoEShape s) {
+    moe_forward_routed(out, aux, load, ws, n, z, p, s, NULL, NULL);
+}
+
+void moe_forward_routed(real *out, real *aux, int *load, real *ws, const real *n, const real *z,
+                        MoEParams p, MoEShape s, const int *route, MoERouteDiff *diff) {
     const int N = s.N, d = s.d, E = s.E, k = s.k, r = s.r, f = s.f;
     MoEWsLayout L = moe_layout(s);
     real *P = ws + L.p;                 // [N, E]
@@ -188,7 +228,7 @@ void moe_forward(real *out, real *aux, int *load, real *ws, const real *n, const
     int *off = asg + (size_t)N * k;     // [E + 1]
     int *cur = off + E + 1;             // [E]
 
-    moe_route(idx, W, P, z, N, E, k);
+    route_tokens(idx, W, P, z, N, E, k, route, diff);
     moe_sort(asg, off, cur, idx, N, E, k);
     memset(out, 0, sizeof(real) * (size_t)N * d);
 

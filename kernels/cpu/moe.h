@@ -29,6 +29,13 @@ typedef struct {
     real *U1, *s1, *V1, *U2, *s2, *V2;
 } MoEGrads;
 
+// How far a given routing is from the one this side's own top-k would pick (moe_forward_routed).
+typedef struct {
+    long moved;    // given assignments (t, e) that the own top-k of token t does not contain
+    double gap;    // max over them of (p_k - p_e) / p_k in THIS side's softmax, p_k the own k-th
+                   // pick's: how far from being picked the given expert was (a tie gives ~0)
+} MoERouteDiff;
+
 size_t moe_ws_size(MoEShape s);
 
 // out: [N, d], written (not accumulated). aux: [1] the aux loss value; load: [E] routed
@@ -42,6 +49,23 @@ void moe_forward(real *out, real *aux, int *load, real *ws, const real *n, const
 // Accumulates into dn [N, d], dz [N, E] and the parameter grads.
 void moe_backward(real *dn, real *dz, MoEGrads g, const real *dout, real daux, real *ws,
                   const real *n, const real *z, MoEParams p, MoEShape s);
+
+// moe_forward that follows a given routing instead of choosing: route [N, k] (HOST memory, each
+// row k distinct experts in [0, E), the order a backend's top-k gave them) replaces the top-k;
+// everything else (p, the weights w from p at the given experts, the sort, the experts, aux,
+// load) and the backward that follows are unchanged. For the parity reference: a router logit
+// within rounding of a tie may pick another expert on a device, after which the two sides would
+// compute different functions; following the device's choice compares the same function.
+// diff (host, may be NULL) accumulates how far `route` is from this call's own top-k.
+void moe_forward_routed(real *out, real *aux, int *load, real *ws, const real *n, const real *z,
+                        MoEParams p, MoEShape s, const int *route, MoERouteDiff *diff);
+
+// The routing the last moe_forward on `ws` chose, copied to idx [N, k] (host memory).
+void moe_route_read(int *idx, const real *ws, MoEShape s);
+
+// 1 when route [N, k] is a routing moe_forward_routed accepts: every entry in [0, E), the k of
+// each row distinct.
+int moe_route_valid(const int *route, int N, int E, int k);
 
 // The routing alone, for tests and probes: idx [N, k] chosen experts (descending p, ties to
 // lower index), w [N, k] their weights, p [N, E] the softmax.

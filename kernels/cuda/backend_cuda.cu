@@ -758,6 +758,7 @@ extern "C" const Backend *backend_cuda(int device, char *why, size_t n) {
     b->kda_ws_size = cuda_kda_ws_size; b->kda_forward = cuda_kda_forward;
     b->kda_backward = cuda_kda_backward; b->kda_step = cuda_kda_step;
     b->moe_ws_size = cuda_moe_ws_size; b->moe_forward = cuda_moe_forward; b->moe_backward = cuda_moe_backward;
+    b->moe_route_read = cuda_moe_route_read;  // (no moe_forward_routed: CUDA is never the parity reference)
     b->retract_scratch_size = cu_retract_scratch_size; b->retract = cu_retract; b->orth_error = cu_orth_error;
     // optimizer ops (optim_cuda.cu)
     b->opt_sumsq = cuda_opt_sumsq; b->opt_decide = cuda_opt_decide; b->opt_clip = cuda_opt_clip;

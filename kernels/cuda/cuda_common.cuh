@@ -97,6 +97,7 @@ void cuda_moe_forward(real *out, real *aux, int *load, real *ws, const real *n, 
                       MoEParams p, MoEShape s);
 void cuda_moe_backward(real *dn, real *dz, MoEGrads g, const real *dout, real daux, real *ws,
                        const real *n, const real *z, MoEParams p, MoEShape s);
+void cuda_moe_route_read(int *idx, const real *ws, MoEShape s);
 
 // optimizer entry points (optim_cuda.cu; the Backend table's "optimizer ops")
 void cuda_opt_sumsq(double *ss, int32_t *bad, const real *x, const OptSeg *segs, int nseg);

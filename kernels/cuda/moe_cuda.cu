@@ -224,4 +224,18 @@ void cuda_moe_backward(real *dn, real *dz, MoEGrads g, const real *dout, real da
     moe_run(st, ns, &v);
 }
 
+// the routing the last forward left in ws: idx [N, k] to the host (:check parity's reference
+// follows it). A host round trip: never inside a captured step.
+void cuda_moe_route_read(int *idx, const real *ws, MoEShape s) {
+    if (s.N <= 0) return;
+    if (dm_capturing) {
+        dm_capture_fail("a routing read (host round trip) inside the captured step");
+        memset(idx, 0, sizeof(int) * (size_t)s.N * s.k);
+        return;
+    }
+    MoeView v = moe_core_view((real *)ws, s);
+    cudaCheck(cudaMemcpyAsync(idx, v.idx, sizeof(int) * (size_t)s.N * s.k, cudaMemcpyDeviceToHost, dm_stream));
+    cudaCheck(cudaStreamSynchronize(dm_stream));
+}
+
 #endif  // DM_DOUBLE
