@@ -59,6 +59,8 @@ static int check_parity(Shell *sh, Words *w, dm_err *err) {
     if (rep.route_bad)
         fprintf(OUT, "FAIL: CUDA's MoE routing is not a routing (an expert out of range, or one twice for a token): "
                 "the reference routed itself\n");
+    else if (rep.route_total && !rep.route_moved)
+        fprintf(OUT, "routing: the same %ld token-expert assignments on both\n", rep.route_total);
     else if (rep.route_followed)  // the routing's own check: every choice the CPU would not make was a tie
         fprintf(OUT, "routing: the CPU followed CUDA's top-k; %ld of %ld assignments differ from the CPU's own, worst "
                 "gap %.2e in its softmax (bar %.0e): %s\n", rep.route_moved, rep.route_total, rep.route_gap, rep.bar,
