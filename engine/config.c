@@ -188,6 +188,15 @@ int config_validate(const Config *c, dm_err *err) {
     return 0;
 }
 
+int config_validate_eval(const Config *c, dm_err *err) {
+    // SPEC §5: nseq = min(eval_bytes, n_heldout - 1) / seq; below seq the window holds no
+    // sequence and every :eval, eval_every and :anchors would fail (or score nothing)
+    if (c->eval_bytes < c->seq)
+        return dm_fail(err, "eval_bytes=%lld is shorter than one sequence (seq=%d): the eval window needs eval_bytes >= seq (:set eval_bytes=%d or more)",
+                       (long long)c->eval_bytes, c->seq, c->seq);
+    return 0;
+}
+
 void config_get(const Config *c, const ConfigKey *k, char *buf, size_t n) {
     const char *base = (const char *)c + k->offset;
     switch (k->type) {

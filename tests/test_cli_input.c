@@ -1,6 +1,6 @@
-// test_cli_input.c — dmsh as a process, on values that used to be taken and should not be (or
-// that ran with a number that says less than it seems): integers written with a sign, blanks or
-// hex. Each error is one line and stops the script there; the session before it stands.
+// test_cli_input.c — dmsh as a process, on values that used to be taken and should not be:
+// integers written with a sign, blanks or hex; an eval window shorter than one sequence. Each
+// error is one line, names what would be accepted, and stops the script there.
 #include <stdlib.h>
 #include <string.h>
 #include "cli_harness.h"
@@ -26,9 +26,34 @@ static void test_integers_are_digits(void **s) {
     assert_non_null(strstr(out, "  batch            8 "));
 }
 
+// SPEC §5: the eval window holds min(eval_bytes, held-out - 1) / seq sequences. eval_bytes below
+// seq holds none: :set took it, :show data printed "0 B (0 x 32)", and the error came only at
+// :eval (or at the first eval of a :train, after its steps). Refused where it is set, whichever
+// of the two keys changes, on a line of a script file too, and the minimum is named.
+static void test_eval_window_holds_a_sequence(void **s) {
+    (void)s;
+    char script[1200];
+    snprintf(script, sizeof script, "%s:set eval_bytes=16\n:data %s\n:eval\n", SMALL, corpus);
+    expect_error(script, "s.dm:3: error: eval_bytes=16 is shorter than one sequence (seq=32): the eval window needs eval_bytes >= seq (:set eval_bytes=32 or more)");
+    snprintf(script, sizeof script, "%s:set eval_bytes=32\n:set seq=64\n", SMALL);
+    expect_error(script, "s.dm:4: error: eval_bytes=32 is shorter than one sequence (seq=64)");
+    expect_error(":set eval_bytes=200\n:preset small\n", "s.dm:2: error: preset small not applied (nothing changed): eval_bytes=200 is shorter than one sequence (seq=512)");
+    write_file("evalcfg.dm", ":set seq=32\n:set eval_bytes=31\n");
+    expect_error(":run evalcfg.dm\n", "s.dm:1: error: evalcfg.dm:2: eval_bytes=31 is shorter than one sequence (seq=32)");
+    // eval_bytes = seq is the minimum: one sequence; both keys on one :set are judged together
+    snprintf(script, sizeof script, "%s:set eval_bytes=16 seq=16\n:data %s\n:show data\n:set seq=32 eval_bytes=32\n:init seed=1\n:eval\n",
+             SMALL, corpus);
+    int rc = run(script, out, sizeof out, err_, sizeof err_);
+    if (rc) print_error("stderr: %s\n", err_);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "over 32 B (1 x 32)"));
+    assert_non_null(strstr(out, "eval window: 16 B (1 x 16)"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_integers_are_digits),
+        cmocka_unit_test(test_eval_window_holds_a_sequence),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
