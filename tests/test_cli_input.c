@@ -1,6 +1,7 @@
 // test_cli_input.c — dmsh as a process, on values that used to be taken and should not be:
 // integers written with a sign, blanks or hex; an eval window shorter than one sequence. Each
-// error is one line, names what would be accepted, and stops the script there.
+// error is one line, names what would be accepted, and stops the script there. And :gen's
+// forwards, which ran without a count.
 #include <stdlib.h>
 #include <string.h>
 #include "cli_harness.h"
@@ -50,10 +51,36 @@ static void test_eval_window_holds_a_sequence(void **s) {
     assert_non_null(strstr(out, "eval window: 16 B (1 x 16)"));
 }
 
+// "A fallback that happens without a counter is a defect" (SPEC §5): :gen runs the model one
+// byte at a time, and :show arms must count those forwards as it counts training and eval ones.
+static void test_gen_counts_its_forwards(void **s) {
+    (void)s;
+    char script[1000];
+    // SMALL: L=2; "ab" and 3 sampled bytes are 5 decoder steps, each a forward of 2 iterations
+    snprintf(script, sizeof script, "%s:init seed=1\n:show arms\n:gen \"ab\" n=3 temp=0\n:show arms\n:arm moe off\n:gen \"a\" n=1 temp=0\n:show arms\n",
+             SMALL);
+    int rc = run(script, out, sizeof out, err_, sizeof err_);
+    if (rc) print_error("stderr: %s\n", err_);
+    assert_int_equal(rc, 0);
+    const char *first = strstr(out, "  kda      on  forward 0 backward 0\n");
+    assert_non_null(first);
+    const char *second = strstr(first + 1, "  kda      on  forward 10 backward 0\n");
+    if (!second) print_error("%s\n", out);
+    assert_non_null(second);
+    assert_non_null(strstr(second, "  moe      on  forward 10 backward 0\n"));
+    assert_non_null(strstr(second, "  rezero   on  forward 10 backward 0\n"));
+    // an arm switched off counts nothing more; the others go on counting (2 steps x 2 iterations)
+    const char *third = strstr(second + 1, "  kda      on  forward 14 backward 0\n");
+    assert_non_null(third);
+    assert_non_null(strstr(third, "  moe      off forward 10 backward 0\n"));
+    assert_non_null(strstr(third, "  engram   on  forward 14 backward 0\n"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_integers_are_digits),
         cmocka_unit_test(test_eval_window_holds_a_sequence),
+        cmocka_unit_test(test_gen_counts_its_forwards),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
