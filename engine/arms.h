@@ -7,7 +7,8 @@ typedef enum { ARM_KDA, ARM_ENGRAM, ARM_MOE, ARM_REZERO, ARM_RETRACT, ARM_AUX, A
 
 typedef struct {
     int on[ARM_COUNT];
-    int64_t fwd[ARM_COUNT];   // forward executions (per iteration for block arms)
+    int64_t fwd[ARM_COUNT];   // forward executions (per iteration for block arms): training,
+                              // eval and generation (:gen: one forward per prompt or sampled byte)
     int64_t bwd[ARM_COUNT];   // backward executions
 } Arms;
 

@@ -98,7 +98,18 @@ static void range_text(const ConfigKey *k, char *buf, size_t n) {
     else if (k->type == KEY_ORDERS) snprintf(buf, n, "1..%d distinct orders in %g..%g, e.g. 2,3,4", DM_MAX_ORDERS, k->min, k->max);
     else if (k->type == KEY_REAL) snprintf(buf, n, "a number in [%g, %g]", k->min, k->max);
     else if (k->type == KEY_U64) snprintf(buf, n, "an integer in [0, 18446744073709551615] (decimal digits)");
-    else snprintf(buf, n, "an integer in [%.0f, %.0f]", k->min, k->max);
+    else snprintf(buf, n, "an integer in [%.0f, %.0f] (decimal digits)", k->min, k->max);
+}
+
+int config_parse_digits(const char *s, unsigned long long max, unsigned long long *v) {
+    // strtod/strtoull also take blanks, a sign, hex, exponents and fractions (" 7", "-0", "+5",
+    // "0x10", "1e3", "7.0"): each read as an integer the user did not type, so only digits pass
+    if (!*s || s[strspn(s, "0123456789")] != '\0') return 1;
+    errno = 0;
+    unsigned long long u = strtoull(s, NULL, 10);
+    if (errno || u > max) return 1;
+    *v = u;
+    return 0;
 }
 
 int config_set(Config *c, const char *key, const char *value, dm_err *err) {
@@ -111,25 +122,28 @@ int config_set(Config *c, const char *key, const char *value, dm_err *err) {
     errno = 0;
     switch (k->type) {
     case KEY_U64: {  // every 64-bit value, in decimal digits only (a double would round it)
-        unsigned long long u = strtoull(value, &end, 10);
-        if (!*value || *end || errno || value[strspn(value, "0123456789")] != '\0')
+        unsigned long long u;
+        if (config_parse_digits(value, UINT64_MAX, &u))
             return dm_fail(err, "bad value '%s' for %s: expected %s", value, key, range);
         *(uint64_t *)base = (uint64_t)u;
         return 0;
     }
-    case KEY_INT: case KEY_I64: {
-        double v = strtod(value, &end);
-        if (!*value || *end || errno || v != floor(v) || v < k->min || v > k->max)
+    case KEY_INT: case KEY_I64: {  // every integer key has min >= 0: no sign to read
+        unsigned long long u;
+        if (config_parse_digits(value, (unsigned long long)k->max, &u) || (double)u < k->min)
             return dm_fail(err, "bad value '%s' for %s: expected %s", value, key, range);
-        if (k->type == KEY_INT) *(int *)base = (int)v;
-        else *(int64_t *)base = (int64_t)v;
+        if (k->type == KEY_INT) *(int *)base = (int)u;
+        else *(int64_t *)base = (int64_t)u;
         return 0;
     }
     case KEY_REAL: {
+        // a plain decimal number: no blanks, hex ("0x1p-3") or inf/nan words, and no minus sign
+        // on a key that cannot be negative ("-0" for lr would show as lr=-0)
         double v = strtod(value, &end);
-        if (!*value || *end || errno || !isfinite(v) || v < k->min || v > k->max)
+        int chars_ok = *value && value[strspn(value, "0123456789.eE+-")] == '\0' && (k->min < 0 || value[0] != '-');
+        if (!chars_ok || *end || errno || !isfinite(v) || v < k->min || v > k->max)
             return dm_fail(err, "bad value '%s' for %s: expected %s", value, key, range);
-        *(double *)base = v;
+        *(double *)base = v == 0 ? 0.0 : v;  // -0 (g_min=-0) is zero: stored and shown as 0
         return 0;
     }
     case KEY_BOOL: case KEY_ENUM: {
@@ -146,8 +160,9 @@ int config_set(Config *c, const char *key, const char *value, dm_err *err) {
         int tmp[DM_MAX_ORDERS], n = 0;
         const char *p = value;
         while (*p) {
-            long v = strtol(p, &end, 10);
-            if (end == p || v < k->min || v > k->max || n == DM_MAX_ORDERS || (*end && *end != ','))
+            // digits only, as the integer keys (strtol would take " 2", "+2")
+            long v = isdigit((unsigned char)*p) ? strtol(p, &end, 10) : -1;
+            if (v < 0 || v < k->min || v > k->max || n == DM_MAX_ORDERS || (*end && (*end != ',' || !end[1])))
                 return dm_fail(err, "bad value '%s' for %s: expected %s", value, key, range);
             for (int j = 0; j < n; j++)
                 if (tmp[j] == v) return dm_fail(err, "bad value '%s' for %s: order %ld repeated", value, key, v);
@@ -170,6 +185,15 @@ int config_validate(const Config *c, dm_err *err) {
     if (c->r > mn) return dm_fail(err, "r=%d > min(d, f)=%d: the expert rank must be at most min(d, f)", c->r, mn);
     if (c->warmup < 0) return dm_fail(err, "warmup must be >= 0");
     if ((c->engram_rows >> 31) != 0) return dm_fail(err, "engram_rows=%lld exceeds 2^31-1 (row indices are int32)", (long long)c->engram_rows);
+    return 0;
+}
+
+int config_validate_eval(const Config *c, dm_err *err) {
+    // SPEC §5: nseq = min(eval_bytes, n_heldout - 1) / seq; below seq the window holds no
+    // sequence and every :eval, eval_every and :anchors would fail (or score nothing)
+    if (c->eval_bytes < c->seq)
+        return dm_fail(err, "eval_bytes=%lld is shorter than one sequence (seq=%d): the eval window needs eval_bytes >= seq (:set eval_bytes=%d or more)",
+                       (long long)c->eval_bytes, c->seq, c->seq);
     return 0;
 }
 

@@ -60,8 +60,14 @@ void config_defaults(Config *c);                 // = preset nano
 const ConfigKey *config_find_key(const char *name);
 // key=value; 0 on success, else fills err (names the key and the allowed range)
 int config_set(Config *c, const char *key, const char *value, dm_err *err);
+// S as a plain decimal integer (digits only: no blank, sign, hex, exponent or fraction) that is
+// at most max; 0 on success, 1 otherwise (the callers word the error)
+int config_parse_digits(const char *s, unsigned long long max, unsigned long long *v);
 // whole-config checks that involve several keys (d % H, k <= E, r <= min(d, f), ...)
 int config_validate(const Config *c, dm_err *err);
+// the eval window holds at least one sequence (eval_bytes >= seq). Apart from config_validate:
+// a model builds without it, and a checkpoint that breaks it still loads (its :eval says why)
+int config_validate_eval(const Config *c, dm_err *err);
 // "value" of one key as text (for :show config and config.dm)
 void config_get(const Config *c, const ConfigKey *k, char *buf, size_t n);
 // apply "key=value key=value" lines (optionally starting with ":set"; '#' comments) from text

@@ -91,7 +91,7 @@ int engine_build(Engine *e, uint64_t seed, dm_err *err) {
     e->synced_path[0] = 0;
     e->fwd_undone = 0;
     e->fwd_moved = 0;
-    if (config_validate(&e->cfg, err)) return 1;
+    if (config_validate(&e->cfg, err) || config_validate_eval(&e->cfg, err)) return 1;
     if (!e->be) e->be = backend_cpu();
     free_model(e);
     e->cfg.seed = seed;
@@ -290,7 +290,9 @@ int engine_set_many(Engine *e, int n, const char *const *keys, const char *const
         user_steps |= !strcmp(keys[i], "steps");
     }
     if (config_validate(&t, err)) return 1;
+    // the corpus first: a seq it cannot hold is the bigger problem than the eval window's size
     if (e->has_data && t.seq != e->cfg.seq && data_fits(&e->data, t.seq, err)) return 1;
+    if (config_validate_eval(&t, err)) return 1;
     e->cfg = t;
     if (user_steps) e->steps_auto = 0;  // the user's horizon from now on
     sync_model_cfg(e);

@@ -61,7 +61,7 @@ void decoder_step(Decoder *d, int byte, real *logits) {
     Model *m = d->m;
     const Backend *be = m->be;
     const Config *c = &m->cfg;
-    const Arms *arms = &m->arms;
+    Arms *arms = &m->arms;  // counted as forward.c counts them: generation runs the arms too
     int dm = c->d, H = c->H, dh = dm / H, E = c->E, O = c->n_orders, De = c->engram_dim, OD = O * De;
     // history of the last (max order) bytes, for the n-grams ending here
     int maxo = 1;
@@ -122,19 +122,23 @@ void decoder_step(Decoder *d, int byte, real *logits) {
             be->matmul_forward(d->gt, d->gt1, PT(m, P_WG2), NULL, 1, dh, dm);
             be->gate_mul_forward(d->gt, d->og, d->on, PT(m, P_BG), 1, dm);  // as forward.c
             be->matmul_forward(d->a, d->og, PT(m, P_WO), NULL, 1, dm, dm);
+            arms->fwd[ARM_KDA]++;
         }
         if (arms->on[ARM_ENGRAM]) {
             be->rmsnorm_forward(d->nn, d->rstd, d->n, PT(m, P_MEM_GN), 1, dm);
             be->mem_gate_forward(d->gate, d->e, d->nn, d->kn, d->val, (real)(1.0 / sqrt(dm)), 1, dm);
+            arms->fwd[ARM_ENGRAM]++;
         }
         if (arms->on[ARM_MOE]) {
             be->matmul_forward(d->z, d->n, PT(m, P_ROUTER), NULL, 1, dm, E);
             MoEShape ms = {1, dm, E, c->k, c->r, c->f};
             MoEParams mp = {PT(m, P_U1), PT(m, P_S1), PT(m, P_V1), PT(m, P_U2), PT(m, P_S2), PT(m, P_V2)};
             be->moe_forward(d->gout, NULL, NULL, d->moe_ws, d->n, d->z, mp, ms);  // no aux, no counts
+            arms->fwd[ARM_MOE]++;
         }
         be->mix_forward(d->body, hn, h, d->ctrl, arms->on[ARM_KDA] ? d->a : NULL, arms->on[ARM_ENGRAM] ? d->e : NULL,
                         arms->on[ARM_MOE] ? d->gout : NULL, lam, alpha, 1, dm);
+        if (arms->on[ARM_REZERO]) arms->fwd[ARM_REZERO]++;
         be->matmul_forward(d->y, hn, PT(m, P_OUTPROJ) + (size_t)i * dm * dm, NULL, 1, dm, dm);
         be->running_mean_forward(ybn, i ? ybar : NULL, d->y, i, dm);
         real *t = h; h = hn; hn = t;

@@ -24,7 +24,8 @@ typedef struct {
 void decoder_init(Decoder *d, Model *m);
 void decoder_free(Decoder *d);
 void decoder_reset(Decoder *d);
-// Consume one byte; write the next-byte logits [256] (depth L).
+// Consume one byte; write the next-byte logits [256] (depth L). Counts its arm forwards in
+// m->arms.fwd as model_forward does (one per iteration per arm that ran).
 void decoder_step(Decoder *d, int byte, real *logits);
 // Sample from logits with temperature (0 = greedy) and top_k (0 = all).
 int sample_byte(const real *logits, double temp, int top_k, Rng *r);

@@ -196,9 +196,9 @@ int cmd_device(Shell *sh, Words *w, dm_err *err) {
     if (!strncmp(a, "cuda", 4) && (a[4] == 0 || a[4] == ':')) {
         int dev = 0;
         if (a[4] == ':') {
-            char *end;
-            long v = strtol(a + 5, &end, 10);
-            if (end == a + 5 || *end || v < 0 || v > 64) return dm_fail(err, "device '%s': use cuda or cuda:N (N = 0, 1, ...)", a);
+            char *end = NULL;
+            long v = isdigit((unsigned char)a[5]) ? strtol(a + 5, &end, 10) : -1;  // digits: not "cuda:-0", "cuda: 1"
+            if (v < 0 || *end || v > 64) return dm_fail(err, "device '%s': use cuda or cuda:N (N = 0, 1, ...)", a);
             dev = (int)v;
         }
         char why[300], name[16];

@@ -3,6 +3,7 @@
 #include <ctype.h>
 #include <math.h>
 #include <errno.h>
+#include <limits.h>
 #include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,9 +85,13 @@ int sh_split(const char *line, char *buf, size_t nbuf, Words *cmds, int maxcmds,
 }
 
 int sh_parse_int(const char *s, long long lo, long long hi, const char *what, long long *v, dm_err *err) {
-    char *end;
-    long long x = strtoll(s, &end, 10);
-    if (!*s || *end || x < lo || x > hi) return dm_fail(err, "bad %s '%s': expected an integer in [%lld, %lld]", what, s, lo, hi);
+    // decimal digits, as the config's integer keys (config_parse_digits): strtoll alone would
+    // take " 5", "+5" and "-0"; a minus sign only where the range has negative values
+    int neg = lo < 0 && s[0] == '-';
+    unsigned long long u = 0;
+    int bad = config_parse_digits(s + neg, (unsigned long long)LLONG_MAX, &u);
+    long long x = neg ? -(long long)u : (long long)u;
+    if (bad || x < lo || x > hi) return dm_fail(err, "bad %s '%s': expected an integer in [%lld, %lld] (decimal digits)", what, s, lo, hi);
     *v = x;
     return 0;
 }

@@ -1,4 +1,5 @@
 // test_config.c — presets load, validation errors name the key and the allowed range.
+#include <math.h>
 #include <string.h>
 #include "testutil.h"
 #include "../engine/config.h"
@@ -62,6 +63,50 @@ static void test_set_errors(void **s) {
     assert_true(c.seed == 9007199254740993ull);
 }
 
+// Integer keys take decimal digits and nothing else: strtod used to read each of these as some
+// integer (warmup=-0 as 0, batch=+5 as 5, batch=0x10 as 16, steps=1e3 as 1000, batch=7.0 as 7)
+static void test_integers_are_digits(void **s) {
+    (void)s;
+    Config c;
+    config_defaults(&c);
+    const char *bad[] = {"-0", "+0", "+5", " 7", "7 ", "0x10", "1e3", "7.0", "-4", ""};
+    for (unsigned i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        expect_err(&c, "warmup", bad[i], "an integer in [0, 1073741824] (decimal digits)");
+        expect_err(&c, "batch", bad[i], "batch");
+        expect_err(&c, "steps", bad[i], "steps");
+    }
+    expect_err(&c, "engram_rows", "2147483648", "[1, 2147483647]");  // one past the range, exactly
+    expect_err(&c, "steps", "99999999999999999999999", "steps");     // past 2^64: no wrap-around
+    dm_err e = {0};
+    assert_int_equal(config_set(&c, "warmup", "0", &e), 0);
+    assert_int_equal(c.warmup, 0);
+    assert_int_equal(config_set(&c, "batch", "08", &e), 0);  // leading zeros are still decimal
+    assert_int_equal(c.batch, 8);
+    assert_int_equal(config_set(&c, "engram_rows", "2147483647", &e), 0);
+    assert_true(c.engram_rows == 2147483647);
+    assert_int_equal(config_set(&c, "eval_bytes", "9000000000000000", &e), 0);  // the top of an I64 key, exactly
+    assert_true(c.eval_bytes == 9000000000000000LL);
+    // orders: digits between commas (strtol took " 2" and "+2"; a trailing comma was dropped)
+    expect_err(&c, "engram_orders", " 2,3", "engram_orders");
+    expect_err(&c, "engram_orders", "+2,3", "engram_orders");
+    expect_err(&c, "engram_orders", "2,-3", "engram_orders");
+    expect_err(&c, "engram_orders", "2,3,", "engram_orders");
+    // real keys: no blanks, hex floats or inf, no minus on a key that cannot be negative; a
+    // zero is stored as +0 (g_min=-0 showed as "-0")
+    expect_err(&c, "lr", "-0", "lr");
+    expect_err(&c, "lr", " 0.1", "lr");
+    expect_err(&c, "lr", "0x1p-3", "lr");
+    expect_err(&c, "clip", "inf", "clip");
+    assert_int_equal(config_set(&c, "lr", "1e-3", &e), 0);
+    assert_true(c.lr == 1e-3);
+    assert_int_equal(config_set(&c, "lr", "+0.5", &e), 0);
+    assert_true(c.lr == 0.5);
+    assert_int_equal(config_set(&c, "g_min", "-0", &e), 0);
+    assert_false(signbit(c.g_min));
+    assert_int_equal(config_set(&c, "g_min", "-2.5", &e), 0);
+    assert_true(c.g_min == -2.5);
+}
+
 static void test_validate(void **s) {
     (void)s;
     Config c;
@@ -102,6 +147,7 @@ static void test_arch_diff(void **s) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_presets), cmocka_unit_test(test_set_errors),
+        cmocka_unit_test(test_integers_are_digits),
         cmocka_unit_test(test_validate), cmocka_unit_test(test_arch_diff),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -27,7 +27,9 @@ static void check_decoder(int arm_off) {
     if (arm_off >= 0) m.arms.on[arm_off] = 0;
     int T = c.seq, x[64], y[64];
     for (int t = 0; t < T; t++) { x[t] = (int)(rng_next(&r) % 256); y[t] = (int)(rng_next(&r) % 256); }
+    Arms a0 = m.arms;
     model_forward(&m, x, y, 1, T, c.L, FWD_LAST);
+    Arms a1 = m.arms;  // what one forward counts, arm by arm
     real *ref = malloc(sizeof(real) * T * 256);
     // logits_L = Head(RMSNorm_out(ybar_L)) from the kept activations
     matmul_forward(ref, m.acts.it[c.L - 1].yn, m.params + m.t[P_HEAD].offset, NULL, T, c.d, 256);
@@ -39,6 +41,13 @@ static void check_decoder(int arm_off) {
         decoder_step(&d, x[t], lg);
         worst = err_max(worst, tensor_rel_err(lg, ref + (size_t)t * 256, 256));
     }
+    // every decoder step is a forward of one byte: counted as one (:gen used to run the arms
+    // and count nothing, so :show arms and the eval line's counters left it out)
+    for (int a = 0; a < ARM_COUNT; a++) {
+        assert_true(m.arms.fwd[a] - a1.fwd[a] == (int64_t)T * (a1.fwd[a] - a0.fwd[a]));
+        assert_true(m.arms.bwd[a] == a1.bwd[a]);
+    }
+    assert_true(m.arms.fwd[ARM_KDA] - a1.fwd[ARM_KDA] == (arm_off == ARM_KDA ? 0 : (int64_t)T * c.L));
     print_message("arm_off=%d decoder vs forward logits: max rel err %.2e over %d positions\n", arm_off, worst, T);
 #ifdef DM_DOUBLE
     assert_true(worst < 1e-10);
