@@ -269,6 +269,12 @@ cuemu-check: cuemu
 	@grep '^parity:' build/cuemu-asan/parity.log
 	@echo "== cuemu parity_model quick (:check parity, nano and mini x precision, engram_ram)"
 	@$(EMUENV) ./$(EMU)/parity_model quick
+	@echo "== cuemu dmsh :check parity (the REPL's path: both precisions, the routing followed and own)"
+	@printf ':preset nano\n:set batch=2 seq=64\n:init seed=3\n:arm rezero off\n:check parity precision=bf16\n:check parity precision=fp32 route=own\n' > $(EMU)/parity_repl.dm
+	@$(EMUENV) ./$(EMU)/dmsh --norc -b $(EMU)/parity_repl.dm > $(EMU)/parity_repl.log 2>&1 || { cat $(EMU)/parity_repl.log; exit 1; }
+	@[ $$(grep -c '^parity: PASS' $(EMU)/parity_repl.log) = 2 ] && grep -q '^routing: the same 256 token-expert assignments on both' $(EMU)/parity_repl.log \
+	  || { echo "  :check parity on cuemu: FAIL"; cat $(EMU)/parity_repl.log; exit 1; }
+	@grep -E '^(parity|routing)' $(EMU)/parity_repl.log | sed 's/^/  /'
 	@echo "== cuemu graph_step quick (the step graph's replay = the eager step; two processes)"
 	@$(EMUENV) ./$(EMU)/graph_step quick
 	@echo "== cuemu bench_gpu 2 nano:2:64 (the benchmark program runs end to end; its times are the emulator's)"
