@@ -42,10 +42,27 @@ static long route_diff_count(const int *dev, const int *ref, int N, int k) {
     return moved;
 }
 
+// The weights with every entry moved by one float ulp, up or down at random (a fixed seed): an
+// input as valid as the original, different only where rounding would differ.
+static void perturb_ulp(real *w, size_t n) {
+    Rng r = {0x5eedf100ull};
+    for (size_t i = 0; i < n; i++) w[i] *= (real)1 + (real)((rng_next(&r) & 1) ? 1 : -1) * (real)0x1p-23;
+}
+
+// One forward + backward of the reference on x, y (its bf16 emulation on when asked, the device's
+// routing followed when m->route_force is set).
+static void ref_step(Model *m, const Backend *ref, int ref_bf16, const int *x, const int *y, int B, int T) {
+    if (ref_bf16) ref->emulate_bf16(1);
+    model_forward(m, x, y, B, T, m->cfg.L, FWD_TRAIN);
+    model_backward(m);
+    if (ref_bf16) ref->emulate_bf16(0);
+}
+
 int engine_check_parity(Engine *e, const Backend *ref, const Backend *dev, int B, int T, double bar, int ref_bf16,
-                        int own_route, ParityReport *rep, dm_err *err) {
+                        int flags, ParityReport *rep, dm_err *err) {
     memset(rep, 0, sizeof *rep);
     rep->bar = bar;
+    rep->has_floor = (flags & PARITY_FLOOR) != 0;
     if (ref_bf16 && !ref->emulate_bf16)
         return dm_fail(err, "check parity: the %s backend cannot compute with bf16 operands (a double build?): use precision=fp32", ref->name);
     Config c = e->live ? e->model.cfg : e->cfg;
@@ -57,13 +74,15 @@ int engine_check_parity(Engine *e, const Backend *ref, const Backend *dev, int B
     Model mr, md;
     if (e->live ? model_create_blank(&mr, &c, ref, err) : model_create(&mr, &c, ref, c.seed, err)) return 1;
     if (model_create_blank(&md, &c, dev, err)) { model_free(&mr); return 1; }
-    size_t P = mr.n_params;
+    int rc = 1, N = B * T;
+    size_t P = mr.n_params, per = (size_t)N * c.k;  // per: assignments per iteration
     real *w = malloc(sizeof(real) * P), *gr = malloc(sizeof(real) * P), *gd = malloc(sizeof(real) * P);
-    int *x = malloc(sizeof(int) * (size_t)B * T), *y = malloc(sizeof(int) * (size_t)B * T);
-    if (!w || !gr || !gd || !x || !y) {
-        free(w); free(gr); free(gd); free(x); free(y);
-        model_free(&mr); model_free(&md);
-        return dm_fail(err, "check parity: out of host memory for %zu parameters", P);
+    real *gf = rep->has_floor ? malloc(sizeof(real) * P) : NULL;
+    int *x = malloc(sizeof(int) * (size_t)N), *y = malloc(sizeof(int) * (size_t)N);
+    int *route = NULL, *own = NULL;
+    if (!w || !gr || !gd || !x || !y || (rep->has_floor && !gf)) {
+        dm_fail(err, "check parity: out of host memory for %zu parameters", P);
+        goto done;
     }
     // identical weights: the live model's, else the reference model's initialisation
     if (e->live) model_params_get(&e->model, w);
@@ -72,36 +91,26 @@ int engine_check_parity(Engine *e, const Backend *ref, const Backend *dev, int B
     model_params_put(&md, w);
     if (e->live) { mr.arms = e->model.arms; md.arms = e->model.arms; }
     if (e->has_data) {
-        if (data_batch_checked(&e->data, c.seed, e->step, B, T, x, y, err)) {
-            free(w); free(gr); free(gd); free(x); free(y);
-            model_free(&mr); model_free(&md);
-            return 1;
-        }
+        if (data_batch_checked(&e->data, c.seed, e->step, B, T, x, y, err)) goto done;
     } else {
         Rng r = {c.seed ^ 0x9a17ull};
-        for (int i = 0; i < B * T; i++) { x[i] = (int)(rng_next(&r) & 255); y[i] = (int)(rng_next(&r) & 255); }
+        for (int i = 0; i < N; i++) { x[i] = (int)(rng_next(&r) & 255); y[i] = (int)(rng_next(&r) & 255); }
     }
     // the device first: the reference may follow its routing
     model_forward(&md, x, y, B, T, c.L, FWD_TRAIN);
     model_backward(&md);
-    int moe = md.arms.on[ARM_MOE], depth = md.last_depth, N = B * T;
+    int moe = md.arms.on[ARM_MOE], depth = md.last_depth;
     MoEShape ms = {N, c.d, c.E, c.k, c.r, c.f};
-    size_t per = (size_t)N * c.k;  // assignments per iteration
-    int *route = NULL, *own = NULL;
+    int own_route = (flags & PARITY_OWN_ROUTE) != 0;
     if (moe) {
         if (!dev->moe_route_read || !ref->moe_route_read || (!own_route && !ref->moe_forward_routed)) {
-            free(w); free(gr); free(gd); free(x); free(y);
-            model_free(&mr); model_free(&md);
-            return dm_fail(err, "check parity: the %s backend cannot %s", !dev->moe_route_read ? dev->name : ref->name,
-                           own_route || ref->moe_forward_routed ? "report its MoE routing" : "follow another's MoE routing");
+            dm_fail(err, "check parity: the %s backend cannot %s", !dev->moe_route_read ? dev->name : ref->name,
+                    own_route || ref->moe_forward_routed ? "report its MoE routing" : "follow another's MoE routing");
+            goto done;
         }
         route = malloc(sizeof(int) * per * depth);
         own = malloc(sizeof(int) * per * depth);
-        if (!route || !own) {
-            free(route); free(own); free(w); free(gr); free(gd); free(x); free(y);
-            model_free(&mr); model_free(&md);
-            return dm_fail(err, "check parity: out of host memory for the routing");
-        }
+        if (!route || !own) { dm_fail(err, "check parity: out of host memory for the routing"); goto done; }
         for (int i = 0; i < depth; i++) dev->moe_route_read(route + per * i, md.acts.it[i].moe_ws, ms);
         rep->route_total = (long)(per * depth);
         rep->route_bad = !moe_route_valid(route, N * depth, c.E, c.k);
@@ -113,11 +122,7 @@ int engine_check_parity(Engine *e, const Backend *ref, const Backend *dev, int B
     // device rounds, fp32 everywhere else. Against fp32 instead, a router logit within bf16's
     // rounding of a tie picks the other expert, and KDA carries that token's change to every later
     // token: whole expert tensors differ by 15-70 % at the base preset (simulated) with no defect.
-    if (ref_bf16) ref->emulate_bf16(1);
-    model_forward(&mr, x, y, B, T, c.L, FWD_TRAIN);
-    model_backward(&mr);
-    if (ref_bf16) ref->emulate_bf16(0);
-    mr.route_force = NULL;
+    ref_step(&mr, ref, ref_bf16, x, y, B, T);
     if (rep->route_followed) {
         rep->route_moved = mr.route_diff.moved;
         rep->route_gap = mr.route_diff.gap;
@@ -125,12 +130,23 @@ int engine_check_parity(Engine *e, const Backend *ref, const Backend *dev, int B
         for (int i = 0; i < depth; i++) ref->moe_route_read(own + per * i, mr.acts.it[i].moe_ws, ms);
         rep->route_moved = route_diff_count(route, own, N * depth, c.k);
     }
-    free(route);
-    free(own);
     model_grads_get(&mr, gr);
     model_grads_get(&md, gd);
     rep->loss_ref = model_objective(&mr);
     rep->loss_dev = model_objective(&md);
+    // the floor: the reference against itself from weights one ulp away (same routing): how far
+    // two equally valid computations of this step lie apart, tensor by tensor. Where the device's
+    // error is near it, the difference is the step's conditioning (e.g. a scalar gradient summed
+    // with heavy cancellation), not the device. Reported, never used to pass a row.
+    if (rep->has_floor) {
+        perturb_ulp(w, P);
+        model_params_put(&mr, w);
+        ref_step(&mr, ref, ref_bf16, x, y, B, T);
+        model_grads_get(&mr, gf);
+        double lf = model_objective(&mr);
+        rep->loss_floor = fabs(lf - rep->loss_ref) / fmax(fabs(rep->loss_ref), 1e-30);
+    }
+    mr.route_force = NULL;
     rep->loss_rel = fabs(rep->loss_dev - rep->loss_ref) / fmax(fabs(rep->loss_ref), 1e-30);
     if (isnan(rep->loss_rel)) rep->loss_rel = INFINITY;
     rep->worst = rep->loss_rel;
@@ -141,16 +157,22 @@ int engine_check_parity(Engine *e, const Backend *ref, const Backend *dev, int B
         ParityRow *row = &rep->rows[rep->nrows++];
         snprintf(row->name, sizeof row->name, "%s", t->name);
         row->rel = rel_err(gd + t->offset, gr + t->offset, t->numel);
+        row->floor = gf ? rel_err(gf + t->offset, gr + t->offset, t->numel) : 0;
         row->zero = all_zero(gd + t->offset, t->numel) && all_zero(gr + t->offset, t->numel);
         rep->nzero += row->zero;
         if (row->rel > rep->worst) {
             rep->worst = row->rel;
+            rep->worst_floor = row->floor;
             snprintf(rep->worst_name, sizeof rep->worst_name, "%s", t->name);
         }
     }
+    if (!strcmp(rep->worst_name, "loss")) rep->worst_floor = rep->loss_floor;
     rep->ok = rep->worst <= bar && rep->route_gap <= bar && !rep->route_bad;
-    free(w); free(gr); free(gd); free(x); free(y);
+    rc = 0;
+done:
+    free(route); free(own);
+    free(w); free(gr); free(gd); free(gf); free(x); free(y);
     model_free(&mr);
     model_free(&md);
-    return 0;
+    return rc;
 }

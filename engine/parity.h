@@ -7,6 +7,7 @@ typedef struct {
     char name[32];       // tensor name (model.h table)
     double rel;          // max |a - b| / max |b| over the tensor (b: the reference backend)
     int zero;            // the gradient is exactly 0 on both backends: the row compares nothing
+    double floor;        // PARITY_FLOOR: the reference against itself from weights 1 ulp away
 } ParityRow;
 
 typedef struct {
@@ -29,6 +30,9 @@ typedef struct {
                          // twice for one token): a defect, the report fails
     double worst;        // max over the loss and every tensor
     char worst_name[32];
+    int has_floor;       // PARITY_FLOOR was asked: the floors below (and ParityRow.floor) are set
+    double loss_floor;   // the loss's floor
+    double worst_floor;  // the floor of the worst row
     double bar;          // the tolerance the caller passed
     int ok;              // worst <= bar, route_gap <= bar, and !route_bad
 } ParityReport;
@@ -40,8 +44,13 @@ typedef struct {
 // is not touched. ref_bf16: the device runs its products on bf16 operands, and the reference
 // computes with the same rounding (Backend.emulate_bf16): the comparison is then of the same
 // arithmetic, so it checks the device's kernels rather than bf16's distance from fp32.
-// own_route: each side routes by its own top-k (route_moved then counts the differences, and
-// the gradients past a moved assignment compare different computations); 0, the default of
-// :check parity: the reference follows the device's routing (see route_followed above).
+// flags: PARITY_OWN_ROUTE: each side routes by its own top-k (route_moved then counts the
+// differences, and the gradients past a moved assignment compare different computations); without
+// it, the default of :check parity, the reference follows the device's routing (route_followed).
+// PARITY_FLOOR: one more reference step, from the weights each moved by one float ulp (same batch,
+// same routing), compared with the first: a per-tensor noise floor (ParityRow.floor) that shows
+// which differences are the step's conditioning rather than the device. Diagnostic only: `ok`
+// never looks at it.
+enum { PARITY_OWN_ROUTE = 1, PARITY_FLOOR = 2 };
 int engine_check_parity(Engine *e, const Backend *ref, const Backend *dev, int B, int T, double bar, int ref_bf16,
-                        int own_route, ParityReport *rep, dm_err *err);
+                        int flags, ParityReport *rep, dm_err *err);

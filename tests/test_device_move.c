@@ -154,12 +154,23 @@ static void test_parity(void **s) {
     assert_true(rep.loss_rel > 0 && rep.loss_rel < 1e-2);
     assert_int_equal(dm_emulate_bf16, 0);  // off again after the reference ran
 #endif
+    // the floor (the reference against itself from weights 1 ulp away): set for every row, never
+    // part of the verdict (two exact backends still compare at 0)
+    assert_int_equal(engine_check_parity(&e, backend_cpu(), fenced_backend(), 0, 0, 1e-4, 0, PARITY_FLOOR, &rep, &err), 0);
+    assert_true(rep.has_floor && rep.ok && rep.worst == 0);
+    int nfloor = 0;
+    for (int i = 0; i < rep.nrows; i++) nfloor += rep.rows[i].floor > 0 && rep.rows[i].floor < 1e-3;
+    print_message("floor: %d of %d tensors moved (and by < 1e-3) with the weights 1 ulp away; loss %.2e\n", nfloor,
+                  rep.nrows, rep.loss_floor);
+    assert_true(nfloor > rep.nrows / 2);
+    assert_true(rep.loss_floor > 0 && rep.loss_floor < 1e-5);
     broken = *backend_cpu();
     broken.silu_rows_forward = bad_silu_rows;
-    assert_int_equal(engine_check_parity(&e, backend_cpu(), &broken, 2, 16, 1e-4, 0, 0, &rep, &err), 0);
-    print_message("parity cpu vs broken silu: worst %.2e (%s)\n", rep.worst, rep.worst_name);
+    assert_int_equal(engine_check_parity(&e, backend_cpu(), &broken, 2, 16, 1e-4, 0, PARITY_FLOOR, &rep, &err), 0);
+    print_message("parity cpu vs broken silu: worst %.2e (%s), its floor %.2e\n", rep.worst, rep.worst_name, rep.worst_floor);
     assert_false(rep.ok);
     assert_true(rep.worst > 1e-4);
+    assert_true(rep.worst > 100 * rep.worst_floor);  // a defect stands far above the floor
     broken = *backend_cpu();
     broken.rmsnorm_backward = nan_gain_rmsnorm_backward;
     assert_int_equal(engine_check_parity(&e, backend_cpu(), &broken, 2, 16, 1e-4, 0, 0, &rep, &err), 0);
@@ -243,7 +254,7 @@ static void test_parity_routing(void **s) {
     assert_true(rep.ok);
     long moved = rep.route_moved;
     // ... each side its own: the same count of moved assignments, and the gradients part
-    assert_int_equal(engine_check_parity(&e, backend_cpu(), &broken, 0, 0, 1e-4, 0, 1, &rep, &err), 0);
+    assert_int_equal(engine_check_parity(&e, backend_cpu(), &broken, 0, 0, 1e-4, 0, PARITY_OWN_ROUTE, &rep, &err), 0);
     print_message("ties broken high, own routing: %ld moved, worst %.2e (%s)\n", rep.route_moved, rep.worst,
                   rep.worst_name);
     assert_false(rep.route_followed);

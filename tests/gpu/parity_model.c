@@ -40,10 +40,11 @@ int main(int argc, char **argv) {
     // zero: tensors whose gradient is 0 on both sides (an arm off: its own); moved: CUDA's
     // token-expert assignments that the CPU's own top-k does not make; gap: the worst of them in
     // the CPU's softmax, relative (a tie within rounding: ~0; see ParityReport). The CPU follows
-    // CUDA's routing unless `own`.
+    // CUDA's routing unless `own`. floor (bf16 rows): the worst tensor's difference between two
+    // CPU references from weights one float ulp apart: how much of it is the step's conditioning.
     printf("routing: %s; seed %llu\n", own ? "each side its own top-k (own)" : "the CPU follows CUDA's top-k", seed);
-    printf("%-6s %-12s %-5s %10s %10s  %-16s %5s %6s %8s  %s\n", "preset", "arms", "prec", "loss rel", "worst", "worst tensor",
-           "zero", "moved", "gap", "result");
+    printf("%-6s %-12s %-5s %10s %10s  %-16s %8s %5s %6s %8s  %s\n", "preset", "arms", "prec", "loss rel", "worst", "worst tensor",
+           "floor", "zero", "moved", "gap", "result");
     // One engine per preset, built once (the seed is fixed, so every row of a preset starts from
     // the same weights): building one is seconds at base and large on one core.
     for (int p = 0; p < 5; p++) {
@@ -70,7 +71,8 @@ int main(int argc, char **argv) {
                 if (arms[a] >= 0) e.model.arms.on[arms[a]] = 0;
                 ParityReport rep;
                 cu->set_precision(prec);
-                int rc = engine_check_parity(&e, backend_cpu(), cu, 0, 0, prec ? 1e-4 : 3e-2, !prec, own, &rep, &err);
+                int rc = engine_check_parity(&e, backend_cpu(), cu, 0, 0, prec ? 1e-4 : 3e-2, !prec,
+                                             (own ? PARITY_OWN_ROUTE : 0) | (prec ? 0 : PARITY_FLOOR), &rep, &err);
                 char an[32];
                 snprintf(an, sizeof an, "%s%s", arms[a] < 0 ? "all on" : dm_arm_names[arms[a]], arms[a] < 0 ? "" : " off");
                 if (rc) {
@@ -81,9 +83,12 @@ int main(int argc, char **argv) {
                     int vacuous = arms[a] < 0 && rep.nzero > 0;
                     char gap[16] = "-";  // measured only where the CPU followed CUDA's routing
                     if (rep.route_followed) snprintf(gap, sizeof gap, "%.1e", rep.route_gap);
-                    printf("%-6s %-12s %-5s %10.2e %10.2e  %-16s %5d %6ld %8s  %s%s\n", presets[p], an, prec ? "fp32" : "bf16",
-                           rep.loss_rel, rep.worst, rep.worst_name, rep.nzero, rep.route_moved, gap,
-                           rep.ok && !vacuous ? "PASS" : "FAIL", rep.route_bad ? " (routing not a routing)" : "");
+                    char fl[16] = "-";  // bf16 rows: the worst tensor's floor (the CPU against itself 1 ulp away)
+                    if (rep.has_floor) snprintf(fl, sizeof fl, "%.2e", rep.worst_floor);
+                    printf("%-6s %-12s %-5s %10.2e %10.2e  %-16s %8s %5d %6ld %8s  %s%s\n", presets[p], an, prec ? "fp32" : "bf16",
+                           rep.loss_rel, rep.worst, rep.worst_name, fl, rep.nzero, rep.route_moved, gap,
+                           rep.ok && !vacuous ? "PASS" : "FAIL", rep.route_bad ? " (routing not a routing)"
+                           : !rep.ok && rep.has_floor && rep.worst <= 2 * rep.worst_floor ? " (within 2x its floor: conditioning)" : "");
                     fails += !rep.ok || vacuous;
                 }
                 rows++;
@@ -107,14 +112,14 @@ int main(int argc, char **argv) {
         int rc = engine_build(&e, seed, &err);
         if (!rc) {
             e.model.params[e.model.t[P_ALPHA].offset] = (real)0.5;  // every arm counts (see above)
-            rc = engine_check_parity(&e, backend_cpu(), cu, 0, 0, 1e-4, 0, own, &rep, &err);
+            rc = engine_check_parity(&e, backend_cpu(), cu, 0, 0, 1e-4, 0, own ? PARITY_OWN_ROUTE : 0, &rep, &err);
         }
         if (rc) { printf("%-6s %-12s %-5s  error: %s\n", presets[p], "engram_ram", "fp32", err.msg); fails++; }
         else {
             char gap[16] = "-";
             if (rep.route_followed) snprintf(gap, sizeof gap, "%.1e", rep.route_gap);
-            printf("%-6s %-12s %-5s %10.2e %10.2e  %-16s %5d %6ld %8s  %s%s\n", presets[p], "engram_ram", "fp32", rep.loss_rel,
-                   rep.worst, rep.worst_name, rep.nzero, rep.route_moved, gap, rep.ok && !rep.nzero ? "PASS" : "FAIL",
+            printf("%-6s %-12s %-5s %10.2e %10.2e  %-16s %8s %5d %6ld %8s  %s%s\n", presets[p], "engram_ram", "fp32", rep.loss_rel,
+                   rep.worst, rep.worst_name, "-", rep.nzero, rep.route_moved, gap, rep.ok && !rep.nzero ? "PASS" : "FAIL",
                    rep.route_bad ? " (routing not a routing)" : "");
             fails += !rep.ok || rep.nzero;
         }
@@ -153,7 +158,7 @@ int main(int argc, char **argv) {
             worst = isnan(d) || d > worst ? (isnan(d) ? INFINITY : d) : worst;
         }
         int pass = ok && worst <= 1e-4;
-        printf("%-6s %-12s %-5s %10s %10.2e  %-16s %5s %6s %8s  %s\n", "nano", "ram train", "fp32", "8 steps", worst, "loss", "", "", "",
+        printf("%-6s %-12s %-5s %10s %10.2e  %-16s %8s %5s %6s %8s  %s\n", "nano", "ram train", "fp32", "8 steps", worst, "loss", "", "", "", "",
                pass ? "PASS" : "FAIL");
         fails += !pass;
         rows++;
