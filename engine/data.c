@@ -369,11 +369,19 @@ static int guarded(const Data *d, const GuardedRead *r, dm_err *err) {
 }
 
 int data_batch_checked(const Data *d, uint64_t seed, int64_t step, int B, int T, int *x, int *y, dm_err *err) {
+    // a sequence longer than the split would read before its start: an error, never a read out
+    // of range (:set checks seq with data_fits; :check parity's seq= option is its own length)
+    if (T < 1 || d->n_train < (int64_t)T + 1)
+        return dm_fail(err, "seq=%d does not fit the training split (%lld B): at most seq=%lld", T, (long long)d->n_train,
+                       (long long)d->n_train - 1);
     GuardedRead r = {.kind = 0, .seed = seed, .at = step, .B = B, .T = T, .x = x, .y = y};
     return guarded(d, &r, err);
 }
 
 int data_eval_seq_checked(const Data *d, int64_t i, int T, int *x, int *y, dm_err *err) {
+    if (T < 1 || d->n_eval < (int64_t)T + 1)  // as data_batch_checked
+        return dm_fail(err, "seq=%d does not fit the held-out split (%lld B): at most seq=%lld", T, (long long)d->n_eval,
+                       (long long)d->n_eval - 1);
     GuardedRead r = {.kind = 1, .at = i, .T = T, .x = x, .y = y};
     return guarded(d, &r, err);
 }

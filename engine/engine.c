@@ -109,6 +109,8 @@ int engine_set_device(Engine *e, const Backend *be, const char *name, dm_err *er
     if (!e->live) {
         e->be = be;
         snprintf(e->device, sizeof e->device, "%s", name);
+        // the config's precision now, not at :init: :show device reports the mode it will run
+        if (be->set_precision) be->set_precision(e->cfg.precision_fp32);
         return 0;
     }
     // Move: copy the trainable state out, rebuild on the new backend, copy it in. The metric

@@ -96,6 +96,8 @@ int engine_check_parity(Engine *e, const Backend *ref, const Backend *dev, int B
         Rng r = {c.seed ^ 0x9a17ull};
         for (int i = 0; i < N; i++) { x[i] = (int)(rng_next(&r) & 255); y[i] = (int)(rng_next(&r) & 255); }
     }
+    // the activations now, where running out of memory is an error (model_forward would exit)
+    if (model_reserve_try(&md, B, T, err) || model_reserve_try(&mr, B, T, err)) goto done;
     // the device first: the reference may follow its routing
     model_forward(&md, x, y, B, T, c.L, FWD_TRAIN);
     model_backward(&md);

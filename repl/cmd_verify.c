@@ -54,8 +54,18 @@ static int check_parity(Shell *sh, Words *w, dm_err *err) {
     int rc = engine_check_parity(e, backend_cpu(), cu, (int)B, (int)T, fp32 ? 1e-4 : 3e-2, !fp32, flags, &rep, err);
     if (cu->set_precision) cu->set_precision(e->cfg.precision_fp32);  // the session's setting again
     if (rc) return 1;
-    fprintf(OUT, "parity cpu vs cuda:%d at %s (bar %.0e): loss %.6f vs %.6f (rel %.1e)\n", dev,
-            fp32 ? "fp32" : "bf16 (the CPU reference rounds the same product operands to bf16)", rep.bar, rep.loss_ref,
+    // what was compared: the live model on its next training batch, or stand-ins (say which)
+    fprintf(OUT, "parity cpu vs cuda:%d at %s (bar %.0e): %s, %s\n", dev,
+            fp32 ? "fp32" : "bf16 (the CPU reference rounds the same product operands to bf16)", rep.bar,
+            e->live ? "the live model's weights" : "no model: the seed's initialisation of the current config",
+            e->has_data ? "the next training batch" : "random bytes (no data open)");
+    // the objective the step differentiates: CE, plus the MoE aux term when it is on (the log
+    // line's loss is the CE alone)
+    Arms ar;  // the switches the check ran with: the live model's, else a new model's (all on)
+    if (e->live) ar = e->model.arms;
+    else arms_init(&ar);
+    int aux = ar.on[ARM_AUX] && ar.on[ARM_MOE];
+    fprintf(OUT, "  %s %.6f vs %.6f (rel %.1e)\n", aux ? "objective (CE + moe_aux x aux)" : "objective (CE)", rep.loss_ref,
             rep.loss_dev, rep.loss_rel);
     // floor: the CPU against itself from weights one float ulp away (engine/parity.h): a device
     // error near it is this step's conditioning, one far above it is the device's
@@ -85,7 +95,7 @@ static int check_parity(Shell *sh, Words *w, dm_err *err) {
     // is 0, and no arm's parameter has a gradient yet)
     if (rep.nzero)
         fprintf(OUT, "note: %d of %d tensors have a zero gradient on both backends and were not compared%s\n", rep.nzero,
-                rep.nrows, e->model.arms.on[ARM_REZERO] && e->step == 0
+                rep.nrows, ar.on[ARM_REZERO] && e->step == 0
                                ? " (ReZero's alpha is 0 until the first step: :step 1 first, or :arm rezero off)" : "");
     if (rep.ok) return 0;
     if (rep.worst <= rep.bar)  // what failed is the routing
@@ -310,8 +320,12 @@ int cmd_bench(Shell *sh, Words *w, dm_err *err) {
     if (be->mem_stats) be->mem_stats(&cur, &peak);
     double flops = fl / (med / 1e3);
     if (!rc) {
-        fprintf(OUT, "bench %s (%s): %.2f ms/step (median of steps %lld..%lld, %d warm), %.0f tok/s, %.2f GFLOP/s model",
-                e->device, REAL_NAME, med, first, first + n - 1, warm, e->cfg.batch * e->cfg.seq / (med / 1e3), flops / 1e9);
+        // an emulated device (tests/cuemu) says so on the line itself: its times are the CPU's
+        char desc[512] = "";
+        if (be->describe) be->describe(desc, sizeof desc);
+        const char *emu = strstr(desc, "cuemu") ? " [cuemu: the CUDA code emulated on the CPU, not a GPU time]" : "";
+        fprintf(OUT, "bench %s%s (%s): %.2f ms/step (median of steps %lld..%lld, %d warm), %.0f tok/s, %.2f GFLOP/s model",
+                e->device, emu, REAL_NAME, med, first, first + n - 1, warm, e->cfg.batch * e->cfg.seq / (med / 1e3), flops / 1e9);
         // MFU as a percentage on both backends, with its denominator named
         if (be->peak_tflops) {
             double pk = be->peak_tflops();

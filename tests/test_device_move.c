@@ -115,6 +115,9 @@ static void nan_gain_rmsnorm_backward(real *dinp, real *dgain, const real *dout,
     if (dgain) dgain[0] = (real)NAN;
 }
 
+// a device with 64 MB: a larger allocation fails (returns NULL), as cudaMalloc's out of memory
+static void *small_alloc(size_t bytes) { return bytes > ((size_t)64 << 20) ? NULL : backend_cpu()->alloc(bytes); }
+
 static void test_parity(void **s) {
     (void)s;
     char corpus[128];
@@ -171,6 +174,14 @@ static void test_parity(void **s) {
     assert_false(rep.ok);
     assert_true(rep.worst > 1e-4);
     assert_true(rep.worst > 100 * rep.worst_floor);  // a defect stands far above the floor
+    // a seq longer than the corpus is an error (it read before the split's start: a segfault)
+    assert_int_equal(engine_check_parity(&e, backend_cpu(), fenced_backend(), 2, 1000000, 1e-4, 0, 0, &rep, &err), 1);
+    assert_non_null(strstr(err.msg, "seq=1000000 does not fit the training split"));
+    // a batch the device cannot hold is an error for :check parity to report (it used to exit)
+    broken = *backend_cpu();
+    broken.alloc = small_alloc;
+    assert_int_equal(engine_check_parity(&e, backend_cpu(), &broken, 64, 2048, 1e-4, 0, 0, &rep, &err), 1);
+    assert_non_null(strstr(err.msg, "cannot allocate the activations for batch=64 seq=2048"));
     broken = *backend_cpu();
     broken.rmsnorm_backward = nan_gain_rmsnorm_backward;
     assert_int_equal(engine_check_parity(&e, backend_cpu(), &broken, 2, 16, 1e-4, 0, 0, &rep, &err), 0);

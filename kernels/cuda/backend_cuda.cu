@@ -125,6 +125,9 @@ static void *cu_alloc(size_t bytes) {
     void *p = NULL;
     cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
     if (e != cudaSuccess) {  // out of memory is the user's to handle (smaller preset), not a crash
+        // the runtime also keeps the failure as its "last error": read it back here, or the next
+        // launch check (cudaGetLastError) takes it for its own and ends the session
+        (void)cudaGetLastError();
         fprintf(stderr, "cuda alloc of %zu bytes failed: %s\n", bytes, cudaGetErrorString(e));
         return NULL;
     }

@@ -85,6 +85,7 @@ static void *cu_host_alloc(size_t bytes) {
     void *p = NULL;
     cudaError_t e = cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault);
     if (e != cudaSuccess) {
+        (void)cudaGetLastError();  // not left for the next launch check to find (cu_alloc)
         fprintf(stderr, "cuda pinned host alloc of %zu bytes failed: %s\n", bytes, cudaGetErrorString(e));
         return NULL;
     }

@@ -423,6 +423,10 @@ cudaError_t cudaFree(void *p) { return emu_free(p, 0, "cudaFree"); }
 cudaError_t cudaHostAlloc(void **p, size_t n, unsigned) {
     *p = NULL;
     if (cudaError_t e = forbid_in_capture("cudaHostAlloc")) return e;
+    // pinned memory is host RAM: more than the machine has fails, as on a device (and never
+    // reaches the host allocator, which under AddressSanitizer aborts on such a size)
+    size_t ram = (size_t)sysconf(_SC_PHYS_PAGES) * (size_t)sysconf(_SC_PAGESIZE);
+    if (n > ram) return set_err(cudaErrorMemoryAllocation);
     if (!(*p = emu_alloc(n ? n : 1, 1))) return set_err(cudaErrorMemoryAllocation);
     return cudaSuccess;
 }

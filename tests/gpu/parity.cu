@@ -9,6 +9,7 @@
 // The optimizer rows are in parity_optim.cu, the fused element-wise rows in parity_fused.cu.
 // Exit status: 0 when every row passes. Needs a GPU; builds anywhere nvcc does (tests/gpu/run.sh).
 #include "parity_common.cuh"
+#include <cuda_runtime.h>  // cudaPeekAtLastError (t_oom)
 extern "C" {
 #include "../../kernels/cpu/kda.h"  // the recurrent reference
 }
@@ -410,6 +411,29 @@ static void t_retract() {
     delete dX;
 }
 
+// An allocation the device cannot hold is an error the caller handles (engine: "lower batch or
+// seq"), not the end of the session: the backend must leave no error behind for the next launch
+// check to find (it once did: the next :step after an out-of-memory :step exited dmsh).
+static void t_oom() {
+    const size_t huge = (size_t)1 << 50;  // 1 PiB
+    void *p = G_->alloc(huge);
+    report("alloc of 1 PiB returns NULL", p == NULL ? 0.0 : 1.0, 0);
+    report("  and leaves no error for the next launch", cudaPeekAtLastError() == cudaSuccess ? 0.0 : 1.0, 0);
+    void *h = G_->host_alloc(huge);
+    report("host_alloc of 1 PiB returns NULL", h == NULL ? 0.0 : 1.0, 0);
+    report("  and leaves no error for the next launch", cudaPeekAtLastError() == cudaSuccess ? 0.0 : 1.0, 0);
+    if (p) G_->free(p);
+    if (h) G_->host_free(h);
+    size_t n = 999;
+    auto x = randv(n, 4);
+    std::vector<float> y(n);
+    Dev *dx = up(x), dy(sizeof(float) * n);
+    C_->silu_forward(y.data(), x.data(), n);
+    G_->silu_forward(dy.f(), dx->f(), n);
+    cmp("an op after the failed allocations", y, &dy, 1e-4);
+    delete dx;
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0);  // a log that ends in a hang or crash still names its last row
     char why[256] = "";
@@ -439,6 +463,7 @@ int main(void) {
     t_retract();
     t_fused();
     t_optim();
+    t_oom();
     printf("parity: %d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
 }
