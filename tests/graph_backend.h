@@ -75,6 +75,16 @@ static double gr_orth_error(const real *X, int rows, int r) {
     if (gr_cur) { gr_fail("orth_error (a value to the host)"); return 0; }
     return gr_inner->orth_error(X, rows, r);
 }
+// the parity reference's routing entries write host memory: round trips a graph cannot hold
+static void gr_moe_route_read(int *idx, const real *ws, MoEShape s) {
+    if (gr_cur) { gr_fail("moe_route_read (a download)"); memset(idx, 0, sizeof(int) * (size_t)s.N * s.k); return; }
+    gr_inner->moe_route_read(idx, ws, s);
+}
+static void gr_moe_forward_routed(real *out, real *aux, int *load, real *ws, const real *n, const real *z, MoEParams p,
+                                  MoEShape s, const int *route, MoERouteDiff *diff) {
+    if (gr_cur) { gr_fail("moe_forward_routed (host routing and counts)"); return; }
+    gr_inner->moe_forward_routed(out, aux, load, ws, n, z, p, s, route, diff);
+}
 static void gr_describe(char *buf, size_t n) { gr_inner->describe(buf, n); }
 static void gr_mem_stats(size_t *cur, size_t *peak) { gr_inner->mem_stats(cur, peak); }
 
@@ -118,6 +128,7 @@ static const Backend *graph_backend(void) {
     b.name = "cpu-graph";
     gr_fill_generated(&b);
     b.alloc = gr_alloc; b.free = gr_free; b.upload = gr_upload; b.download = gr_download;
+    b.moe_route_read = gr_moe_route_read; b.moe_forward_routed = gr_moe_forward_routed;
     b.host_alloc = gr_host_alloc; b.host_free = gr_host_free; b.upload_wait = gr_upload_wait; b.sync = gr_sync;
     b.allocs = gr_allocs; b.orth_error = gr_orth_error; b.describe = gr_describe; b.mem_stats = gr_mem_stats;
     b.graph_begin = gr_graph_begin; b.graph_end = gr_graph_end; b.graph_launch = gr_graph_launch;
