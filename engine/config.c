@@ -192,7 +192,7 @@ int config_validate_eval(const Config *c, dm_err *err) {
     // SPEC §5: nseq = min(eval_bytes, n_heldout - 1) / seq; below seq the window holds no
     // sequence and every :eval, eval_every and :anchors would fail (or score nothing)
     if (c->eval_bytes < c->seq)
-        return dm_fail(err, "eval_bytes=%lld is shorter than one sequence (seq=%d): the eval window needs eval_bytes >= seq (:set eval_bytes=%d or more)",
+        return dm_fail(err, "eval_bytes=%lld is shorter than one sequence (seq=%d): the eval window holds none (:set eval_bytes=%d or more)",
                        (long long)c->eval_bytes, c->seq, c->seq);
     return 0;
 }

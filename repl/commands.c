@@ -230,9 +230,11 @@ static int cmd_show(Shell *sh, Words *w, dm_err *err) {
     }
     if (!strcmp(what, "data")) {
         if (!e->has_data) return dm_fail(err, "no data: :data PATH opens a corpus");
-        int64_t nseq = data_eval_nseq(&e->data, e->cfg.eval_bytes, e->cfg.seq);
-        fprintf(OUT, "%s\neval window: %lld B (%lld x %d) from the start of the held-out split\n", e->data.desc,
-                (long long)(nseq * e->cfg.seq), (long long)nseq, e->cfg.seq);
+        int64_t nseq = 0;
+        dm_err why = {0};  // a window of no sequence says why (it printed "0 B (0 x 32)" alone)
+        engine_eval_window(e, &nseq, &why);
+        fprintf(OUT, "%s\neval window: %lld B (%lld x %d) from the start of the held-out split%s%s\n", e->data.desc,
+                (long long)(nseq * e->cfg.seq), (long long)nseq, e->cfg.seq, why.msg[0] ? ": " : "", why.msg);
         return 0;
     }
     if (!strcmp(what, "arms")) {
