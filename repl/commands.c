@@ -383,6 +383,14 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
     if (sh_kv(w, "log_every") && sh_parse_int(sh_kv(w, "log_every"), 1, 1LL << 40, "log_every", &lg, err)) return 1;
     Engine *e = E_;
     if (!e->live || !e->has_data) return dm_fail(err, !e->live ? "no model: :init builds one" : "no data: :data PATH opens a corpus");
+    // an eval this run would reach on a window of no sequence: refused now, before its steps (it
+    // ran them and failed at the first eval). A run that ends before its first eval is not.
+    long long first_eval = ev > 0 ? (e->step / ev + 1) * ev : 0;
+    int64_t nseq;
+    dm_err werr = {0};
+    if (ev > 0 && first_eval <= e->step + n && engine_eval_window(e, &nseq, &werr))
+        return dm_fail(err, "its first eval (step %lld, eval_every=%lld) would fail, so no step ran: %s; or eval_every=0 trains without evals",
+                       first_eval, ev, werr.msg);
     if (e->cfg.steps == 0) {
         e->cfg.steps = e->step + n;
         e->steps_auto = 1;

@@ -82,6 +82,23 @@ static void test_eval_window_order_free(void **s) {
     assert_non_null(strstr(out, "eval window: 16 B (1 x 16) from the start of the held-out split\n"));
 }
 
+// A :train that would eval on an empty window ran its steps and failed at the first eval: it
+// refuses before its first step now (eval_every= given or from the config). One that ends
+// before its first eval runs.
+static void test_train_checks_the_window_first(void **s) {
+    (void)s;
+    char script[1600];
+    snprintf(script, sizeof script, "%s:set eval_bytes=16\n:data %s\n:init seed=1\n:train 4 eval_every=2\n", SMALL, corpus);
+    expect_error(script, "s.dm:6: error: its first eval (step 2, eval_every=2) would fail, so no step ran: eval_bytes=16 is shorter than one sequence (seq=32)");
+    assert_null(strstr(out, "step 0 "));
+    snprintf(script, sizeof script, "%s:set eval_bytes=16 eval_every=3\n:data %s\n:init seed=1\n:train 1\n:train 2\n", SMALL, corpus);
+    expect_error(script, "s.dm:7: error: its first eval (step 3, eval_every=3) would fail");
+    assert_non_null(strstr(out, "step 0 loss"));  // :train 1 ended before step 3
+    assert_null(strstr(out, "step 1 loss"));
+    snprintf(script, sizeof script, "%s:set eval_bytes=16\n:data %s\n:init seed=1\n:train 2 eval_every=0\n", SMALL, corpus);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+}
+
 // A checkpoint whose config has eval_bytes < seq (an older build wrote them; :set takes it
 // again) loads, into a fresh session and over a live model, as written: eval_bytes is no
 // architecture key. The load says the window is empty; :set eval_bytes= then evals.
@@ -133,6 +150,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_integers_are_digits),
         cmocka_unit_test(test_eval_window_order_free),
+        cmocka_unit_test(test_train_checks_the_window_first),
         cmocka_unit_test(test_load_keeps_a_short_window),
         cmocka_unit_test(test_gen_counts_its_forwards),
     };
