@@ -121,6 +121,28 @@ static void test_load_keeps_a_short_window(void **s) {
     assert_non_null(strstr(strstr(out, "loaded short.ckpt"), EVAL_NOTE));
 }
 
+// config.dm "rebuilds the config from anywhere": it was a :set per key, and from a preset with
+// another shape a line of it broke a rule between keys (d=32 under base's H=12) before the line
+// that fixed it came; seq came 27 lines before eval_bytes. One :set of every key replays.
+static void test_config_dm_replays_from_any_preset(void **s) {
+    (void)s;
+    char script[1600];
+    snprintf(script, sizeof script, ":session cfgdm\n%s:set eval_bytes=40 lr=0.002\n:data %s\n:init seed=1\n", SMALL, corpus);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    const char *presets[] = {"nano", "mini", "small", "base", "large"};
+    for (int i = 0; i < 5; i++) {
+        snprintf(script, sizeof script, ":preset %s\n:set seq=16 eval_bytes=16\n:run runs/cfgdm/config.dm\n:show config\n", presets[i]);
+        int rc = run(script, out, sizeof out, err_, sizeof err_);
+        if (rc) print_error("from %s: %s\n", presets[i], err_);
+        assert_int_equal(rc, 0);
+        assert_non_null(strstr(out, "  d                32 "));
+        assert_non_null(strstr(out, "  H                2 "));
+        assert_non_null(strstr(out, "  seq              32 "));
+        assert_non_null(strstr(out, "  eval_bytes       40 "));
+        assert_non_null(strstr(out, "  lr               0.002 "));
+    }
+}
+
 // "A fallback that happens without a counter is a defect" (SPEC §5): :gen runs the model one
 // byte at a time, and :show arms must count those forwards as it counts training and eval ones.
 static void test_gen_counts_its_forwards(void **s) {
@@ -152,6 +174,7 @@ int main(void) {
         cmocka_unit_test(test_eval_window_order_free),
         cmocka_unit_test(test_train_checks_the_window_first),
         cmocka_unit_test(test_load_keeps_a_short_window),
+        cmocka_unit_test(test_config_dm_replays_from_any_preset),
         cmocka_unit_test(test_gen_counts_its_forwards),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
