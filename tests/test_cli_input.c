@@ -166,6 +166,11 @@ static void test_gen_counts_its_forwards(void **s) {
     assert_non_null(third);
     assert_non_null(strstr(third, "  moe      off forward 10 backward 0\n"));
     assert_non_null(strstr(third, "  engram   on  forward 14 backward 0\n"));
+    // and :help says what one count is (it said "the arms and their counters")
+    assert_int_equal(run(":help arm\n:help show\n", out, sizeof out, err_, sizeof err_), 0);
+    assert_non_null(strstr(out, "count one per iteration of the block they run in, forward (a training step, each batch of an :eval, each prompt or sampled byte of :gen) and backward (a training step)"));
+    assert_non_null(strstr(out, "retract counts retractions"));
+    assert_non_null(strstr(out, "forward/backward counters (:help arm: what one count is)"));
 }
 
 int main(void) {
