@@ -147,11 +147,9 @@ int config_set(Config *c, const char *key, const char *value, dm_err *err) {
         return 0;
     }
     case KEY_BOOL: case KEY_ENUM: {
+        // a switch is off or on, as everywhere else (:arm, :plot log=, :check floor=): 1 and
+        // true were taken too, while the error for "yes" named off|on alone
         int i = choice_index(k->choices, value);
-        if (k->type == KEY_BOOL && i < 0) {
-            if (!strcmp(value, "1") || !strcmp(value, "true")) i = 1;
-            if (!strcmp(value, "0") || !strcmp(value, "false")) i = 0;
-        }
         if (i < 0) return dm_fail(err, "bad value '%s' for %s: expected %s", value, key, range);
         *(int *)base = i;
         return 0;
@@ -192,7 +190,7 @@ int config_validate_eval(const Config *c, dm_err *err) {
     // SPEC §5: nseq = min(eval_bytes, n_heldout - 1) / seq; below seq the window holds no
     // sequence and every :eval, eval_every and :anchors would fail (or score nothing)
     if (c->eval_bytes < c->seq)
-        return dm_fail(err, "eval_bytes=%lld is shorter than one sequence (seq=%d): the eval window needs eval_bytes >= seq (:set eval_bytes=%d or more)",
+        return dm_fail(err, "eval_bytes=%lld is shorter than one sequence (seq=%d): the eval window holds none (:set eval_bytes=%d or more)",
                        (long long)c->eval_bytes, c->seq, c->seq);
     return 0;
 }

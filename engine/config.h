@@ -65,8 +65,10 @@ int config_set(Config *c, const char *key, const char *value, dm_err *err);
 int config_parse_digits(const char *s, unsigned long long max, unsigned long long *v);
 // whole-config checks that involve several keys (d % H, k <= E, r <= min(d, f), ...)
 int config_validate(const Config *c, dm_err *err);
-// the eval window holds at least one sequence (eval_bytes >= seq). Apart from config_validate:
-// a model builds without it, and a checkpoint that breaks it still loads (its :eval says why)
+// the eval window holds at least one sequence (eval_bytes >= seq). Never a refusal of a setting:
+// :set, :preset, :run, :init and :load take a config without it (the keys come one at a time, in
+// any order, and the weights do not depend on it) and the REPL says so in a note; what needs the
+// window (:eval, :anchors, a :train that evals) refuses (engine_eval_window)
 int config_validate_eval(const Config *c, dm_err *err);
 // "value" of one key as text (for :show config and config.dm)
 void config_get(const Config *c, const ConfigKey *k, char *buf, size_t n);

@@ -91,7 +91,8 @@ int engine_build(Engine *e, uint64_t seed, dm_err *err) {
     e->synced_path[0] = 0;
     e->fwd_undone = 0;
     e->fwd_moved = 0;
-    if (config_validate(&e->cfg, err) || config_validate_eval(&e->cfg, err)) return 1;
+    // (not config_validate_eval: the weights do not depend on the eval window; the REPL notes it)
+    if (config_validate(&e->cfg, err)) return 1;
     if (!e->be) e->be = backend_cpu();
     free_model(e);
     e->cfg.seed = seed;
@@ -292,9 +293,9 @@ int engine_set_many(Engine *e, int n, const char *const *keys, const char *const
         user_steps |= !strcmp(keys[i], "steps");
     }
     if (config_validate(&t, err)) return 1;
-    // the corpus first: a seq it cannot hold is the bigger problem than the eval window's size
     if (e->has_data && t.seq != e->cfg.seq && data_fits(&e->data, t.seq, err)) return 1;
-    if (config_validate_eval(&t, err)) return 1;
+    // eval_bytes < seq is taken (config_validate_eval): a script or a preset may set the two keys
+    // on lines of their own, in any order, and a state between them is no error
     e->cfg = t;
     if (user_steps) e->steps_auto = 0;  // the user's horizon from now on
     sync_model_cfg(e);
@@ -309,20 +310,24 @@ int engine_set(Engine *e, const char *key, const char *value, dm_err *err) {
 // Ctrl-C (SIGINT, SIGTERM in scripts): long commands check it between their units of work
 static int interrupted(const Engine *e) { return e->interrupt && *e->interrupt; }
 
+int engine_eval_window(const Engine *e, int64_t *nseq, dm_err *err) {
+    if (!e->has_data) return dm_fail(err, "no data: :data PATH opens a corpus");
+    const Config *c = &e->cfg;
+    *nseq = data_eval_nseq(&e->data, c->eval_bytes, c->seq);
+    if (*nseq >= 1) return 0;
+    if (c->eval_bytes < e->data.n_eval - 1) return config_validate_eval(c, err);
+    return dm_fail(err, "the eval split holds no full sequence of %d bytes (it has %lld): a larger eval split or a smaller seq",
+                   c->seq, (long long)e->data.n_eval);
+}
+
 int engine_eval(Engine *e, int depth, EvalResult *r, dm_err *err) {
     if (need(e, 1, err)) return 1;
     if (engine_report(e, NULL, err)) return 1;  // the train rows before the eval rows
     const Config *c = &e->cfg;
     if (depth < 0 || depth > c->L) return dm_fail(err, "depth=%d out of range: 1..%d (L), or :eval-depths for all", depth, c->L);
     int T = c->seq, B = c->batch;
-    int64_t nseq = data_eval_nseq(&e->data, c->eval_bytes, T);
-    if (nseq < 1) {
-        if (c->eval_bytes < e->data.n_eval - 1)
-            return dm_fail(err, "eval_bytes=%lld is shorter than one sequence (seq=%d): :set eval_bytes=%d or more",
-                           (long long)c->eval_bytes, T, T);
-        return dm_fail(err, "the eval split holds no full sequence of %d bytes (it has %lld): a larger eval split or a smaller seq",
-                       T, (long long)e->data.n_eval);
-    }
+    int64_t nseq = 0;
+    if (engine_eval_window(e, &nseq, err)) return 1;
     memset(r, 0, sizeof *r);
     for (int i = 0; i < 64; i++) r->bpb[i] = NAN;
     r->nseq = nseq; r->T = T; r->window = nseq * T;
@@ -385,7 +390,8 @@ int engine_eval(Engine *e, int depth, EvalResult *r, dm_err *err) {
 }
 
 int engine_anchors(Engine *e, dm_err *err) {
-    if (!e->has_data) return dm_fail(err, "no data: :data PATH opens a corpus");
+    int64_t nseq;
+    if (engine_eval_window(e, &nseq, err)) return 1;  // the same words as :eval's
     if (anchors_compute(&e->data, e->cfg.anchor_fit_bytes, e->cfg.eval_bytes, e->cfg.seq, &e->anchors, err)) return 1;
     e->has_anchors = 1;
     return 0;
@@ -530,6 +536,12 @@ int engine_load(Engine *e, const char *path, dm_err *err) {
     int bad = config_apply_text(&c, text, path, err);
     free(text);
     if (bad) goto done;
+    // A checkpoint loads as written, eval_bytes < seq too (an older build took it): it is no
+    // architecture key and weights and optimizer state do not depend on it. Not raised to seq
+    // either: the loaded state would then differ from its file (unsaved at once, and a -r resume
+    // would carry another value than the one saved) and the bytes later evals score would change
+    // without the user asking. The REPL says the window holds no sequence and names the fix;
+    // :eval and a :train that evals refuse until it is fixed (engine_eval_window).
     if (e->live) {
         char diff[512];
         if (config_arch_diff(&e->model.cfg, &c, diff, sizeof diff)) {

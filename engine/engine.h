@@ -108,6 +108,10 @@ void engine_note(Engine *e, const char *fmt, ...) __attribute__((format(printf, 
 int engine_unsaved(const Engine *e);
 // A hash of what a checkpoint keeps besides the weights and rows: the config text and the arms.
 uint64_t engine_settings_hash(const Engine *e);
+// The eval window's sequences (SPEC §5) into *nseq; 1 with the reason and the fix when it holds
+// none (eval_bytes < seq, or a held-out split shorter than one sequence). :eval, :anchors and a
+// :train that evals check it first.
+int engine_eval_window(const Engine *e, int64_t *nseq, dm_err *err);
 // Eval on the fixed window: depth k (1..L) or all depths (depth = 0).
 int engine_eval(Engine *e, int depth, EvalResult *r, dm_err *err);
 int engine_anchors(Engine *e, dm_err *err);

@@ -230,9 +230,11 @@ static int cmd_show(Shell *sh, Words *w, dm_err *err) {
     }
     if (!strcmp(what, "data")) {
         if (!e->has_data) return dm_fail(err, "no data: :data PATH opens a corpus");
-        int64_t nseq = data_eval_nseq(&e->data, e->cfg.eval_bytes, e->cfg.seq);
-        fprintf(OUT, "%s\neval window: %lld B (%lld x %d) from the start of the held-out split\n", e->data.desc,
-                (long long)(nseq * e->cfg.seq), (long long)nseq, e->cfg.seq);
+        int64_t nseq = 0;
+        dm_err why = {0};  // a window of no sequence says why (it printed "0 B (0 x 32)" alone)
+        engine_eval_window(e, &nseq, &why);
+        fprintf(OUT, "%s\neval window: %lld B (%lld x %d) from the start of the held-out split%s%s\n", e->data.desc,
+                (long long)(nseq * e->cfg.seq), (long long)nseq, e->cfg.seq, why.msg[0] ? ": " : "", why.msg);
         return 0;
     }
     if (!strcmp(what, "arms")) {
@@ -381,6 +383,14 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
     if (sh_kv(w, "log_every") && sh_parse_int(sh_kv(w, "log_every"), 1, 1LL << 40, "log_every", &lg, err)) return 1;
     Engine *e = E_;
     if (!e->live || !e->has_data) return dm_fail(err, !e->live ? "no model: :init builds one" : "no data: :data PATH opens a corpus");
+    // an eval this run would reach on a window of no sequence: refused now, before its steps (it
+    // ran them and failed at the first eval). A run that ends before its first eval is not.
+    long long first_eval = ev > 0 ? (e->step / ev + 1) * ev : 0;
+    int64_t nseq;
+    dm_err werr = {0};
+    if (ev > 0 && first_eval <= e->step + n && engine_eval_window(e, &nseq, &werr))
+        return dm_fail(err, "its first eval (step %lld, eval_every=%lld) would fail, so no step ran: %s; or eval_every=0 trains without evals",
+                       first_eval, ev, werr.msg);
     if (e->cfg.steps == 0) {
         e->cfg.steps = e->step + n;
         e->steps_auto = 1;
@@ -606,7 +616,7 @@ const Command dm_commands[] = {
     {":help", cmd_help, NULL, ":help [cmd]", "List the commands, or explain one."},
     {":preset", cmd_preset, NULL, ":preset NAME", "Apply a preset: nano, mini, small, base, large — the :set lines of configs/NAME.dm (shape, Engram tables, seq, batch) as one :set; other keys keep their values."},
     {":set", cmd_set, NULL, ":set key=value ...", "Set config keys. On a live model only live keys (lr, batch, clip, ...) change; architecture keys are refused."},
-    {":show", cmd_show, NULL, ":show [config|model|params|arms|data|device|metrics]", "Inspect the config, the model's tensors and parameter counts, the arms and their counters, the data."},
+    {":show", cmd_show, NULL, ":show [config|model|params|arms|data|device|metrics]", "Inspect the config, the model's tensors and parameter counts, the arms and their forward/backward counters (:help arm: what one count is), the data and its eval window."},
     {":data", cmd_data, NULL, ":data PATH [eval=PATH2]", "Open a corpus: a file or a directory (regular files, recursive, sorted), memory-mapped. Without eval=, the last eval_frac is held out."},
     {":init", cmd_init, NULL, ":init [seed=N]", "Build the model and optimizer from the current config (SPEC §4 defaults)."},
     {":step", cmd_step, NULL, ":step [N]", "Take N optimizer steps (default 1), one log line each."},
@@ -614,7 +624,7 @@ const Command dm_commands[] = {
     {":eval", cmd_eval, NULL, ":eval [depth=k]", "Held-out BPB on the fixed eval window at depth k (default L)."},
     {":eval-depths", cmd_eval_depths, NULL, ":eval-depths", "Held-out BPB at every depth 1..L from one forward pass."},
     {":anchors", cmd_anchors, NULL, ":anchors", "Unigram and Kneser-Ney 5-gram BPB on the eval window, fit on the training split."},
-    {":arm", cmd_arm, NULL, ":arm NAME on|off", "Switch a mechanism live: kda, engram, moe, rezero, retract, aux."},
+    {":arm", cmd_arm, NULL, ":arm NAME on|off", "Switch a mechanism live: kda, engram, moe, rezero, retract, aux. Its counters (:show arms; NAME=on(F/B) on eval lines) are the model's totals, kept in its checkpoints: kda, engram, moe and rezero count one per iteration of the block they run in, forward (a training step, each batch of an :eval, each prompt or sampled byte of :gen) and backward (a training step); retract counts retractions, aux the training steps whose loss held it (forward and backward, with moe on). An arm that is off counts nothing."},
     {":save", cmd_save, NULL, ":save [PATH]", "Write a checkpoint (atomic: temp file, fsync, rename)."},
     {":load", cmd_load, NULL, ":load PATH", "Load a checkpoint; refuses one whose architecture differs from the live model."},
     {":check", cmd_check, NULL, ":check determinism [steps=N] | grad [off=ARM,...] | parity [batch=N seq=N precision=fp32|bf16 route=device|own floor=on|off]", "Built-in verifications: the same steps twice bit for bit; finite-difference gradients of every parameter group on a tiny model in double precision (with the live arms, or off=kda,moe,...); parity: one step from identical weights on the CPU and CUDA, loss and every gradient (bar 1e-4 fp32, 3e-2 bf16). The CPU follows CUDA's MoE routing (route=own: each its own top-k) and checks that every choice it would not have made was a near tie; the floor column is the CPU against itself from weights one ulp away (how much of a difference is the step's conditioning; floor=off skips it)."},

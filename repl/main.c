@@ -149,6 +149,7 @@ int main(int argc, char **argv) {
                eng.has_data ? ", data " : "", eng.has_data ? eng.data_path : "");
         const char *note = engine_notice(&eng);  // the checkpoint's corpus did not open, ...
         if (note) printf("note: %s\n", note);
+        sh_note_eval_window(&sh);
     }
     for (int k = 0; k < nexpr && !rc && !sh.quit; k++) {
         // a multi-line -e runs line by line, so an error names its line (-e:3:, -e #2:3:)

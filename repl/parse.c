@@ -228,6 +228,13 @@ static char *transcript_text(const char *text, size_t ln, int as_comment) {
     return t;
 }
 
+void sh_note_eval_window(Shell *sh) {
+    const Config *c = sh->eng ? &sh->eng->cfg : NULL;
+    if (c && c->eval_bytes < c->seq)  // (config_validate_eval's test)
+        fprintf(sh->out, "note: eval_bytes=%lld is shorter than one sequence (seq=%d): the eval window holds none; :eval and a :train that evals refuse until :set eval_bytes=%d or more\n",
+                (long long)c->eval_bytes, c->seq, c->seq);
+}
+
 int sh_exec_line(Shell *sh, const char *line, dm_err *err) {
     size_t n = sh_split_size(line);
     char *buf = malloc(n < 16 ? 16 : n);
@@ -235,7 +242,9 @@ int sh_exec_line(Shell *sh, const char *line, dm_err *err) {
     int nc = sh_split(line, buf, n < 16 ? 16 : n, cmds, 32, err);
     int rc = nc < 0;
     Engine *e = sh->eng;
-    int stopped = 0;
+    int stopped = 0, built = 0;
+    int seq0 = e ? e->cfg.seq : 0;
+    int64_t evb0 = e ? e->cfg.eval_bytes : 0;
     for (int i = 0; i < nc && !rc && !sh->quit; i++) {
         const Command *c = sh_resolve(cmds[i].argv[0], err);
         if (!c) { rc = 1; break; }
@@ -250,6 +259,7 @@ int sh_exec_line(Shell *sh, const char *line, dm_err *err) {
             free(t);
         }
         rc = c->fn(sh, &cmds[i], err);
+        built |= !rc && (!strcmp(c->name, ":init") || !strcmp(c->name, ":load"));
         fflush(sh->out);
         // An interrupt (Ctrl-C; SIGINT or SIGTERM in a script) stopped the running command at a
         // step boundary (or between its units of work) with the state intact, and the rest of
@@ -284,6 +294,10 @@ int sh_exec_line(Shell *sh, const char *line, dm_err *err) {
     }
     const char *note = e ? engine_notice(e) : NULL;  // e.g. a :load that left no corpus open
     if (note) fprintf(sh->out, "note: %s\n", note);
+    // an eval window of no sequence is said where the user's line ends (the prompt's, a -e's or
+    // a script's own, never inside a :run, whose lines may set seq and eval_bytes apart), when
+    // the line changed seq or eval_bytes, built a model or loaded one
+    if (e && !rc && sh->depth == 0 && (e->cfg.seq != seq0 || e->cfg.eval_bytes != evb0 || built)) sh_note_eval_window(sh);
     if (stopped && !rc) rc = dm_fail(err, "interrupted at step %lld (state intact): the script stops here", (long long)e->step);
     free(buf);
     return rc;

@@ -63,6 +63,9 @@ const char *sh_kv(const Words *w, const char *key);
 // Execute one line (may hold several commands). Returns 0 or 1 (err filled, message only,
 // without location; the driver adds "FILE:LINE: error: ").
 int sh_exec_line(Shell *sh, const char *line, dm_err *err);
+// "note: ..." when the eval window holds no sequence (eval_bytes < seq): sh_exec_line says it
+// after a top-level command that leaves it so, dmsh -r after a resume
+void sh_note_eval_window(Shell *sh);
 // Run a script file: stops at the first error, printing "FILE:LINE: error: msg" to stderr.
 // Returns 0 on success.
 // Run a script; its first failure ends it, said as "FILE:LINE: message" (on stderr by

@@ -23,13 +23,19 @@ static void put_word(FILE *f, const char *s) {
     fputc('"', f);
 }
 
-// The lines that rebuild the config and corpus: :set for every key, then :data (config.dm, and
-// the head of a session switched to before any model)
+// The lines that rebuild the config and corpus: one :set of every key, then :data (config.dm,
+// and the head of a session switched to before any model). One :set, not a line per key: its
+// keys are judged together on their final values (engine_set_many), so it replays from any
+// config; a line per key passed through states the rules between keys refuse (d=128 under
+// :preset base's H=12: "d=128 is not divisible by H=12"), and seq apart from eval_bytes.
 static void put_config_lines(FILE *f, const Engine *e) {
-    char *text = mallocCheck(16384);
-    engine_config_text(&e->cfg, text, 16384);
-    fputs(text, f);
-    free(text);
+    fputs(":set", f);
+    for (int i = 0; i < dm_n_config_keys; i++) {
+        char v[128];
+        config_get(&e->cfg, &dm_config_keys[i], v, sizeof v);
+        fprintf(f, " %s=%s", dm_config_keys[i].name, v);  // (no value holds a blank or a quote)
+    }
+    fputc('\n', f);
     if (e->data_path[0]) {
         fputs(":data ", f);
         put_word(f, e->data_path);

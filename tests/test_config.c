@@ -51,6 +51,17 @@ static void test_set_errors(void **s) {
     assert_int_equal(c.n_orders, 2);
     assert_int_equal(config_set(&c, "loss", "final", &e), 0);
     assert_int_equal(c.loss_final, 1);
+    // a switch is off or on, the words the error names (and :arm, :plot log=, :check floor=
+    // take): 1 and true were taken too, yes was not, and the message said off|on alone
+    expect_err(&c, "engram_ram", "1", "bad value '1' for engram_ram: expected one of off|on");
+    expect_err(&c, "cuda_graph", "true", "expected one of off|on");
+    expect_err(&c, "muon_colrow", "0", "expected one of off|on");
+    expect_err(&c, "cuda_graph", "false", "expected one of off|on");
+    expect_err(&c, "engram_ram", "yes", "expected one of off|on");
+    assert_int_equal(config_set(&c, "engram_ram", "on", &e), 0);
+    assert_int_equal(c.engram_ram, 1);
+    assert_int_equal(config_set(&c, "engram_ram", "off", &e), 0);
+    assert_int_equal(c.engram_ram, 0);
     // seed: every uint64 in decimal digits, nothing a double or strtoull would bend
     expect_err(&c, "seed", "1e3", "decimal digits");       // used to be taken as 1
     expect_err(&c, "seed", "0x10", "decimal digits");      // used to be taken as 0
