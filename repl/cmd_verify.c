@@ -205,21 +205,27 @@ int cmd_stress(Shell *sh, Words *w, dm_err *err) {
     e->model.cfg = e->cfg;
     double *loss = mallocCheck(sizeof(double) * n), *gn = mallocCheck(sizeof(double) * n);
     double amax[3] = {0};
-    long long spikes = 0, done = 0;
+    long long spikes = 0, nonfinite = 0, done = 0;
     int rc = 0;
     for (long long i = 0; i < n; i++) {
         if (e->interrupt && *e->interrupt) { e->intr_honored++; break; }
         MetricRow r;
         rc = engine_step(e, &r, err);
         loss[i] = r.loss; gn[i] = r.gnorm; done++;
-        // spike: loss above the median of the last 201 losses + 0.1
-        long long lo = i - 201 < 0 ? 0 : i - 201;
-        if (i - lo >= 10) {
-            int m = (int)(i - lo);
-            double *tmp = mallocCheck(sizeof(double) * m);
-            memcpy(tmp, loss + lo, sizeof(double) * m);
-            for (int a = 1; a < m; a++) { double v = tmp[a]; int b = a - 1; while (b >= 0 && tmp[b] > v) { tmp[b + 1] = tmp[b]; b--; } tmp[b + 1] = v; }
-            if (r.loss > tmp[m / 2] + 0.1) spikes++;
+        // spike: loss above the median of the last 201 finite losses + 0.1; a non-finite loss is
+        // counted on its own (it compares false with everything: it would count as no spike)
+        if (!isfinite(r.loss)) {
+            nonfinite++;
+        } else {
+            long long lo = i - 201 < 0 ? 0 : i - 201;
+            double *tmp = mallocCheck(sizeof(double) * (size_t)(i - lo + 1));
+            int m = 0;
+            for (long long a = lo; a < i; a++)
+                if (isfinite(loss[a])) tmp[m++] = loss[a];
+            if (m >= 10) {
+                for (int a = 1; a < m; a++) { double v = tmp[a]; int b = a - 1; while (b >= 0 && tmp[b] > v) { tmp[b + 1] = tmp[b]; b--; } tmp[b + 1] = v; }
+                if (r.loss > tmp[m / 2] + 0.1) spikes++;
+            }
             free(tmp);
         }
         // the arm outputs are backend memory: each is downloaded into host scratch to scan it
@@ -243,11 +249,18 @@ int cmd_stress(Shell *sh, Words *w, dm_err *err) {
     e->model.cfg = saved;
     // 99.9th percentile of the pre-clip gradient norm, nearest rank: the ceil(0.999 n)-th
     // smallest (for n <= 1000 that is the largest: the tail is never left out)
-    for (long long a = 1; a < done; a++) { double v = gn[a]; long long b = a - 1; while (b >= 0 && gn[b] > v) { gn[b + 1] = gn[b]; b--; } gn[b + 1] = v; }
-    long long rank = (long long)ceil(0.999 * (double)done);
-    double p999 = done ? gn[(rank < 1 ? 1 : rank) - 1] : NAN;
-    fprintf(OUT, "stress lr_mult=%g steps=%lld: loss spikes %lld, gnorm p99.9 %.3f, final loss %.4f, arm maxima |kda| %.3g |engram| %.3g |moe| %.3g, skipped %lld\n",
-            mult, done, spikes, p999, done ? loss[done - 1] : NAN, amax[0], amax[1], amax[2], (long long)e->opt.total_skips);
+    // over the finite norms (a NaN would break the sort's order); the non-finite are counted
+    long long ng = 0, gbad = 0;
+    for (long long a = 0; a < done; a++) {
+        if (isfinite(gn[a])) gn[ng++] = gn[a];
+        else gbad++;
+    }
+    for (long long a = 1; a < ng; a++) { double v = gn[a]; long long b = a - 1; while (b >= 0 && gn[b] > v) { gn[b + 1] = gn[b]; b--; } gn[b + 1] = v; }
+    long long rank = (long long)ceil(0.999 * (double)ng);
+    double p999 = ng ? gn[(rank < 1 ? 1 : rank) - 1] : NAN;
+    fprintf(OUT, "stress lr_mult=%g steps=%lld: loss spikes %lld, non-finite losses %lld, gnorm p99.9 %.3f%s, final loss %.4f, arm maxima |kda| %.3g |engram| %.3g |moe| %.3g, skipped %lld\n",
+            mult, done, spikes, nonfinite, p999, gbad ? " (of the finite norms)" : "", done ? loss[done - 1] : NAN, amax[0],
+            amax[1], amax[2], (long long)e->opt.total_skips);
     free(loss); free(gn);
     return rc;
 }

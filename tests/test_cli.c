@@ -422,6 +422,7 @@ static void test_reports_are_true(void **s) {
     snprintf(want, sizeof want, "gnorm p99.9 %.3f,", gmax);
     if (!strstr(out, want)) print_error("want '%s' in: %s\n", want, out);
     assert_non_null(strstr(out, want));
+    assert_non_null(strstr(out, "loss spikes 0, non-finite losses 0, gnorm"));  // counted apart (NaN compares false)
     expect_error(":check grad off=kdaa\n", "s.dm:1: error: off=: unknown arm 'kdaa'");
     expect_error(":gen tmp=0.5 n=3\n", "s.dm:1: error: :gen: unknown option 'tmp'");  // used to become the prompt
     expect_error(":set eps=0\n", "s.dm:1: error: bad value '0' for eps");

@@ -8,7 +8,12 @@
 // is left where it is and a nearby one converges fast. The map is monotone
 // (p'(sigma) = 1.875 (sigma^2 - 1)^2 >= 0) and its other positive fixed point is sqrt(7/3), so
 // every sigma in (0, 1.53) converges to 1. The pre-scaling to ||X||_F = sqrt(r) puts the
-// singular values' RMS at 1, inside that basin for any near-orthonormal frame.
+// singular values' RMS at 1, inside that basin for any near-orthonormal frame. A frame far from
+// orthonormal (one large update) can still have sigma_max above 1.53 after it, and then the
+// iteration diverges to inf / NaN in a few steps; so the first Gram matrix also bounds sigma_max^2
+// by Gershgorin (max row sum of |A|, in double) and, when that bound exceeds NS_G2 = 1.5^2, X and A
+// are scaled by it (sigma_max <= 1.5: inside the basin; small sigmas then take longer to reach 1,
+// which orth_err shows). A near-orthonormal frame has a bound near 1 and is never rescaled.
 #include <math.h>
 #include <string.h>
 
@@ -16,6 +21,17 @@
 #include "retract.h"
 
 static const real NS_A = (real)1.875, NS_B = (real)-1.25, NS_C = (real)0.375;
+#define NS_G2 2.25  // the largest sigma^2 the iteration starts from (sigma 1.5 < 1.53)
+
+double retract_gersh_scale(const real *A, int r) {
+    double g = 0;
+    for (int i = 0; i < r; i++) {
+        double s = 0;
+        for (int j = 0; j < r; j++) s += fabs((double)A[(size_t)i * r + j]);
+        if (s > g) g = s;
+    }
+    return g > NS_G2 ? NS_G2 / g : 1.0;  // (a NaN frame: 1, nothing to rescue)
+}
 
 // Layout: A [r, r] Gram matrix, M [r, r] polynomial, Y [rows, r] the next iterate.
 size_t retract_scratch_size(int rows, int r) {
@@ -37,6 +53,14 @@ void retract(real *X, int rows, int r, int iters, real *scratch) {
 
     for (int it = 0; it < iters; it++) {
         gemm_rm(1, 0, r, r, rows, 1, X, r, X, r, 0, A, r);    // A = X^T X
+        if (it == 0) {  // sigma_max <= 1.5 (see the top)
+            double sc = retract_gersh_scale(A, r);
+            if (sc != 1.0) {
+                real sa = (real)sc, sx = (real)sqrt(sc);
+                for (size_t i = 0; i < (size_t)r * r; i++) A[i] *= sa;
+                for (size_t i = 0; i < n; i++) X[i] *= sx;
+            }
+        }
         gemm_rm(0, 0, r, r, r, NS_C, A, r, A, r, 0, M, r);    // M = c A^2
         for (size_t i = 0; i < (size_t)r * r; i++) M[i] += NS_B * A[i];
         for (int i = 0; i < r; i++) M[(size_t)i * r + i] += NS_A;  // M = aI + bA + cA^2

@@ -657,13 +657,21 @@ static void cu_retract(real *X, int rows, int r, int iters, real *scratch) {
     size_t n = (size_t)rows * r;
     if (n == 0) return;
     float *A = scratch, *M = A + (size_t)r * r, *Y = M + (size_t)r * r;
-    float *scale = (float *)dm_scratch(SCR_MISC, sizeof(float));
+    float *scale = (float *)dm_scratch(SCR_MISC, 3 * sizeof(float));  // Frobenius | guard on A | guard on X
     frob_scale_kernel<<<1, 1024, 0, dm_stream>>>(scale, X, n, r);
     cudaLaunchCheck();
     scale_by_kernel<<<ceil_div(n, 256), 256, 0, dm_stream>>>(X, scale, n);
     cudaLaunchCheck();
     for (int it = 0; it < iters; it++) {  // fp32 always: the fixed point at 1 needs the digits
         dm_gemm(1, 0, r, r, rows, 1, X, r, X, r, 0, A, r, 0);         // A = X^T X
+        if (it == 0) {  // sigma_max <= 1.5 (retract.c): A and X scaled by the Gershgorin guard
+            gersh_scale_kernel<<<1, 256, 0, dm_stream>>>(scale + 1, scale + 2, A, r);
+            cudaLaunchCheck();
+            scale_by_kernel<<<ceil_div((long long)r * r, 256), 256, 0, dm_stream>>>(A, scale + 1, (size_t)r * r);
+            cudaLaunchCheck();
+            scale_by_kernel<<<ceil_div(n, 256), 256, 0, dm_stream>>>(X, scale + 2, n);
+            cudaLaunchCheck();
+        }
         dm_gemm(0, 0, r, r, r, 0.375f, A, r, A, r, 0, M, r, 0);       // M = c A^2
         ns_poly_kernel<<<ceil_div(r * r, 256), 256, 0, dm_stream>>>(M, A, r, 1.875f, -1.25f);
         cudaLaunchCheck();

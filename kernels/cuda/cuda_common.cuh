@@ -145,6 +145,31 @@ __device__ __forceinline__ float block_max_f(float v, float *sh) {
     return r;
 }
 __device__ __forceinline__ float sigmoidf_dev(float x) { return 1.0f / (1.0f + expf(-x)); }
+// The retraction's spectral guard (kernels/cpu/retract.c, retract_gersh_scale): for matrix
+// e = blockIdx.x of A [E, r, r], g = max_i sum_j |A_ij| (each row summed in double, in order, by
+// one thread; the max over rows by a tree: exact, any order), sc = min(1, 2.25 / g); writes
+// sa[e] = sc and sx[e] = sqrt(sc) as floats. 256 threads.
+static __global__ void gersh_scale_kernel(float *sa, float *sx, const float *A, int r) {
+    __shared__ double sh[256];
+    const float *Ae = A + (size_t)blockIdx.x * r * r;
+    double g = 0;
+    for (int i = threadIdx.x; i < r; i += 256) {
+        double s = 0;
+        for (int j = 0; j < r; j++) s += fabs((double)Ae[(size_t)i * r + j]);
+        if (s > g) g = s;  // a NaN row is passed over, as on the CPU
+    }
+    sh[threadIdx.x] = g;
+    __syncthreads();
+    for (int k = 128; k > 0; k >>= 1) {
+        if (threadIdx.x < k && sh[threadIdx.x + k] > sh[threadIdx.x]) sh[threadIdx.x] = sh[threadIdx.x + k];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        double sc = sh[0] > 2.25 ? 2.25 / sh[0] : 1.0;
+        sa[blockIdx.x] = (float)sc;
+        sx[blockIdx.x] = (float)sqrt(sc);
+    }
+}
 // The orthogonality error's terms (the retraction reports it, backend_cuda.cu and optim_cuda.cu):
 // err [r, r]: the weighted squared deviation of (X^T X)_ij from I for j >= i (0 below), in double
 static __global__ void orth_terms_kernel(double *err, const float *X, int rows, int r) {

@@ -371,10 +371,11 @@ void cuda_opt_muon(real *p, const real *g, real *buf, int n_mats, int rows, int 
 // As Muon, the n_mats factors of a tensor ([E, rows, r]) go together: one launch per stage for
 // all of them (per-matrix sums on gridDim.y / z, strided-batched products).
 // scratch: Xs [E, rows, r] | Y [E, rows, r] | A [E, r, r] | M [E, r, r] | err [E, r, r] doubles |
-//          scale [E] floats | partial sums [E, DM_RED_MAX_BLOCKS] doubles (8-aligned)
+//          scale [E] | guard on A [E] | guard on X [E] floats | partial sums [E, DM_RED_MAX_BLOCKS]
+//          doubles (8-aligned)
 size_t cuda_opt_retract_scratch_size(int n_mats, int rows, int r) {
     size_t E = (size_t)(n_mats > 0 ? n_mats : 1);
-    return E * (2 * (size_t)rows * r + 2 * (size_t)r * r + 2 * (size_t)r * r) + E + 2 * E * DM_RED_MAX_BLOCKS + 64;
+    return E * (2 * (size_t)rows * r + 2 * (size_t)r * r + 2 * (size_t)r * r) + 3 * E + 2 * E * DM_RED_MAX_BLOCKS + 64;
 }
 // scale[e] = sqrt(r / ||X_e||_F^2), 0 when X_e = 0 (X_e then stays 0, as the CPU's early return),
 // from the nb partial sums of matrix e (sumsq_part_batched_kernel) over a fixed tree
@@ -468,8 +469,8 @@ void cuda_opt_retract(real *X, int n_mats, int rows, int r, int iters, real *scr
     long long tot = (long long)(E * n), ss = (long long)rr;
     float *Xs = scratch, *Y = Xs + E * n, *A = Y + E * n, *M = A + E * rr;
     double *err = (double *)(M + E * rr);  // 8-aligned: 2 E (n + rr) floats is even
-    float *scale = (float *)(err + E * rr);
-    double *part = (double *)(((size_t)(scale + E) + 7) & ~(size_t)7);
+    float *scale = (float *)(err + E * rr), *ga = scale + E, *gx = ga + E;
+    double *part = (double *)(((size_t)(gx + E) + 7) & ~(size_t)7);
     cudaCheck(cudaMemcpyAsync(Xs, X, sizeof(float) * E * n, cudaMemcpyDeviceToDevice, dm_stream));
     int nb = ceil_div((long long)n, 256 * 8);  // >= 8 elements per thread, at most DM_RED_MAX_BLOCKS
     if (nb > DM_RED_MAX_BLOCKS) nb = DM_RED_MAX_BLOCKS;
@@ -481,6 +482,14 @@ void cuda_opt_retract(real *X, int n_mats, int rows, int r, int iters, real *scr
     cudaLaunchCheck();
     for (int it = 0; it < iters; it++) {  // fp32 always: the fixed point at 1 needs the digits
         dm_gemm_batched(1, 0, r, r, rows, 1, Xs, r, n, Xs, r, n, 0, A, r, ss, n_mats, 0);     // A = X^T X
+        if (it == 0) {  // sigma_max <= 1.5 per matrix (retract.c): A and X scaled by the Gershgorin guard
+            gersh_scale_kernel<<<n_mats, 256, 0, dm_stream>>>(ga, gx, A, r);
+            cudaLaunchCheck();
+            scale_batched_kernel<<<ceil_div(ss * n_mats, 256), 256, 0, dm_stream>>>(A, ga, rr, E * rr);
+            cudaLaunchCheck();
+            scale_batched_kernel<<<ceil_div(tot, 256), 256, 0, dm_stream>>>(Xs, gx, n, (size_t)tot);
+            cudaLaunchCheck();
+        }
         dm_gemm_batched(0, 0, r, r, r, 0.375f, A, r, ss, A, r, ss, 0, M, r, ss, n_mats, 0);  // M = c A^2
         poly_kernel<<<ceil_div(ss * n_mats, 256), 256, 0, dm_stream>>>(M, A, r, 1.875f, -1.25f, E);
         cudaLaunchCheck();

@@ -409,6 +409,14 @@ static void t_retract() {
     snprintf(note, sizeof note, "(cpu %.2e gpu %.2e)", ec2, eg2);
     report("orth_error after retract < 1e-4", eg2, 1e-4, note);
     delete dX;
+    // one singular value 10x the rest: outside the iteration's basin until the Gershgorin guard
+    // scales it (kernels/cpu/retract.c); the same scaling on both sides, finite on both
+    for (int q = 0; q < rows; q++) X[(size_t)q * r] *= 10;
+    dX = up(X);
+    C_->retract(X.data(), rows, r, 3, scr.data());
+    G_->retract(dX->f(), rows, r, 3, dscr.f());
+    cmp("retract, one sigma 10x (the guard scales)", X, dX, 1e-4);
+    delete dX;
 }
 
 // An allocation the device cannot hold is an error the caller handles (engine: "lower batch or

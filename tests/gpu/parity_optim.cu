@@ -139,6 +139,9 @@ void t_optim() {
         int rr = 96, r = 16, nm = 3;
         auto X = randv((size_t)nm * rr * r, 0.1f);
         for (size_t i = (size_t)rr * r; i < X.size(); i++) X[i] *= 1 + (float)(i / ((size_t)rr * r));
+        // the third: one column 10x, so its Gershgorin guard scales it and the others' do not
+        // (per-matrix guards in one batched launch)
+        for (int q = 0; q < rr; q++) X[2 * (size_t)rr * r + (size_t)q * r] *= 10;
         Dev *dX = up(X);
         std::vector<float> scr(C_->opt_retract_scratch_size(nm, rr, r));
         Dev dscr(sizeof(float) * G_->opt_retract_scratch_size(nm, rr, r));
