@@ -155,7 +155,8 @@ int cmd_check(Shell *sh, Words *w, dm_err *err) {
         if (slash) *slash = 0;
         snprintf(dbl, sizeof dbl, "%s/../double/dmsh", exe);
         if (access(dbl, X_OK) != 0)
-            return dm_fail(err, ":check grad runs on the double-precision engine: build it with `make DM_REAL=double build/double/dmsh`, then run this again");
+            return dm_fail(err, ":check grad runs on the double-precision engine, looked for as %s (../double/dmsh from this "
+                                "binary): build it with `make DM_REAL=double build/double/dmsh`, then run this again", dbl);
         size_t used = (size_t)snprintf(cmd, sizeof cmd, "%s --norc --no-tui -e ':check grad off=", dbl);
         for (int a = 0; E_->live && a < ARM_COUNT; a++)  // the live model's off arms, and off= (checked above)
             if (!E_->model.arms.on[a]) used += snprintf(cmd + used, sizeof cmd - used, "%s,", dm_arm_names[a]);

@@ -109,8 +109,13 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "-e")) exprs[nexpr++] = argv[++i];
         else if (!strcmp(argv[i], "-r")) resume = argv[++i];
         else if (!strcmp(argv[i], "--replay")) {
-            if (i + 2 != argc || argc != 3) {
-                fprintf(stderr, "dmsh: --replay takes one script and nothing else: dmsh --replay FILE.dm\n");
+            // --norc and --no-tui may come along (the replay's children run with neither an rc
+            // file nor a panel anyway); anything else would be silently ignored: refused
+            int others = 0;
+            for (int j = 1; j < argc; j++)
+                if (j != i && j != i + 1 && strcmp(argv[j], "--norc") && strcmp(argv[j], "--no-tui")) others++;
+            if (i + 1 >= argc || others) {
+                fprintf(stderr, "dmsh: --replay takes one script (and at most --norc, --no-tui): dmsh --replay FILE.dm\n");
                 free(exprs);
                 return 2;
             }

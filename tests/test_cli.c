@@ -611,9 +611,11 @@ static void test_spec_audit(void **s) {
     // --replay: identical across two processes; the test hook's changed digest is caught
     snprintf(script, sizeof script, "%s:set eval_bytes=512\n:data %s\n:session rp\n:init seed=9\n:step 4\n:eval\n", SMALL, corpus);
     write_file("rp.dm", script);
-    assert_int_equal(sh_in_dir("timeout 120 %s --replay rp.dm > out.txt 2> err.txt", dmsh), 0);
+    // (--norc may come along: scripts pass it everywhere; any other option is refused with 2)
+    assert_int_equal(sh_in_dir("timeout 120 %s --norc --replay rp.dm > out.txt 2> err.txt", dmsh), 0);
     slurp_to("out.txt", out, sizeof out);
     assert_non_null(strstr(out, "replay rp.dm: 2 processes bit-identical: 4 train steps"));
+    assert_int_equal(sh_in_dir("%s --replay rp.dm -e ':step 1' > out.txt 2> err.txt; test $? = 2 && grep -q 'takes one script' err.txt", dmsh), 0);
     assert_int_equal(file_size("runs/rp"), -1);  // the children left sessions alone
     assert_int_equal(sh_in_dir("DMSH_REPLAY_PERTURB=1 timeout 120 %s --replay rp.dm > out.txt 2> err.txt", dmsh), 1);
     slurp_to("out.txt", out, sizeof out);
