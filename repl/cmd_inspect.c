@@ -216,11 +216,13 @@ int cmd_device(Shell *sh, Words *w, dm_err *err) {
 
 int cmd_sessions(Shell *sh, Words *w, dm_err *err) {
     if (w->argc > 1) return dm_fail(err, "usage: :sessions (no arguments; it lists runs/ here)");
-    DIR *dir = opendir("runs");
-    if (!dir) { fprintf(sh->out, "no sessions (runs/ does not exist here)\n"); return 0; }
-    struct dirent *de;
+    // sorted by name (readdir's order is the file system's: it changes as sessions come and go)
+    struct dirent **list = NULL;
+    int nl = scandir("runs", &list, NULL, alphasort);
+    if (nl < 0) { fprintf(sh->out, "no sessions (runs/ does not exist here)\n"); return 0; }
     int n = 0;
-    while ((de = readdir(dir))) {
+    for (int li = 0; li < nl; li++) {
+        const struct dirent *de = list[li];
         if (de->d_name[0] == '.') continue;
         char p[600], path[1200];
         snprintf(p, sizeof p, "runs/%s", de->d_name);
@@ -240,7 +242,8 @@ int cmd_sessions(Shell *sh, Words *w, dm_err *err) {
         }
         n++;
     }
-    closedir(dir);
+    for (int li = 0; li < nl; li++) free(list[li]);
+    free(list);
     if (!n) fprintf(sh->out, "no sessions in runs/\n");
     return 0;
 }

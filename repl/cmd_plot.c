@@ -493,6 +493,9 @@ int cmd_plot(Shell *sh, Words *w, dm_err *err) {
             if (len == strlen(metrics[k]) && !strncmp(p, metrics[k], len)) ok = 1;
         if (!len || (c && !c[1])) return dm_fail(err, ":plot: an empty metric name in '%s' (METRIC[,METRIC...]); valid: " METRIC_LIST, spec);
         if (!ok) return dm_fail(err, ":plot: unknown metric '%.*s'; valid: " METRIC_LIST, (int)len, p);
+        for (int k = 0; k < np; k++)  // a second panel of the same curve shows nothing new
+            if (len == strlen(names[k]) && !strncmp(p, names[k], len))
+                return dm_fail(err, ":plot: metric '%.*s' given twice in '%s'", (int)len, p, spec);
         if (np == MAX_PANELS) return dm_fail(err, ":plot: at most %d metrics in one plot", MAX_PANELS);
         snprintf(names[np++], sizeof names[0], "%.*s", (int)len, p);
         p += len + (c != NULL);

@@ -61,9 +61,15 @@ static void test_saves_keep_what_was_there(void **s) {
     // an empty session name is refused; :sessions lists directories only
     expect_error(":session \"\"\n", "the name is empty");
     write_file("runs/README", "notes\n");
+    assert_int_equal(sh_in_dir("mkdir -p runs/zz runs/AA runs/mm", ""), 0);
     assert_int_equal(run(":sessions\n", out, sizeof out, err_, sizeof err_), 0);
     assert_null(strstr(out, "runs/README"));
     assert_non_null(strstr(out, "runs/K"));
+    // sorted by name, whatever order the file system keeps them in
+    const char *pa = strstr(out, "runs/AA"), *pk = strstr(out, "runs/K "), *pm = strstr(out, "runs/mm"), *pz = strstr(out, "runs/zz");
+    assert_true(pa && pk && pm && pz && pa < pk && pk < pm && pm < pz);
+    assert_int_equal(sh_in_dir("rmdir runs/zz runs/AA runs/mm", ""), 0);
+    expect_error(":plot loss,bpb,loss\n", ":plot: metric 'loss' given twice in 'loss,bpb,loss'");
     // :set and :arm after the last checkpoint are saved on the way out and resumed
     snprintf(script, sizeof script, ":session AR\n%s:data %s\n:init\n:train 2 ckpt_every=2 eval_every=0\n:set lr=0.0123\n:arm moe off\n",
              SMALL, corpus);
