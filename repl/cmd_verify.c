@@ -103,8 +103,9 @@ static int check_parity(Shell *sh, Words *w, dm_err *err) {
                             : "picked an expert the CPU's softmax does not put within the bar of its top-k");
     if (rep.has_floor && rep.worst <= 2 * rep.worst_floor)  // a failure the step's own noise explains: say so, still fail
         fprintf(OUT, "note: %s's difference is within 2x what the CPU shows against itself from weights one ulp away "
-                "(%.2e): this step's %s gradient is that ill-conditioned here (a sum with heavy cancellation); the CUDA "
-                "kernels are not shown wrong, nor right, by it\n", rep.worst_name, rep.worst_floor, rep.worst_name);
+                "(%.2e): this step's %s %s is that ill-conditioned here (a sum with heavy cancellation); the CUDA "
+                "kernels are not shown wrong, nor right, by it\n", rep.worst_name, rep.worst_floor, rep.worst_name,
+                strcmp(rep.worst_name, "loss") ? "gradient" : "value");
     return dm_fail(err, "parity check failed: %s differs by %.2e (bar %.0e)", rep.worst_name, rep.worst, rep.bar);
 }
 
