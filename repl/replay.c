@@ -14,7 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <dirent.h>
+#include <ftw.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -118,21 +118,16 @@ static char *slurp(const char *path) {
     return s;
 }
 
-// a child's save directory and the files in it (it holds no subdirectories)
-static void remove_flat_dir(const char *dir) {
-    DIR *d = opendir(dir);
-    if (d) {
-        struct dirent *de;
-        char p[4600];
-        while ((de = readdir(d)))
-            if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) {
-                snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
-                unlink(p);
-            }
-        closedir(d);
-    }
-    rmdir(dir);
+// A child's save directory and everything in it: :train's checkpoints, and :plot's PNGs in a
+// plots/ folder of their own (a flat removal left that folder, and the directory, behind in
+// TMPDIR on every replay that plotted). FTW_PHYS: a link is removed, never followed.
+static int remove_entry(const char *p, const struct stat *st, int type, struct FTW *f) {
+    (void)st; (void)f;
+    if (type == FTW_DP) rmdir(p);  // best effort: go on past a failure
+    else unlink(p);
+    return 0;
 }
+static void remove_save_dir(const char *dir) { nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS); }
 
 // A script that is not a regular file (a pipe, /dev/stdin, a process substitution) can be read
 // once: the first child would consume it and the second run an empty script, a false "NOT
@@ -189,7 +184,7 @@ int replay_main(const char *script) {
         if (fd < 0 || !mkdtemp(sd[k])) {
             fprintf(stderr, "dmsh: --replay: cannot create a digest file in %s: %s (set TMPDIR)\n", tmp, strerror(errno));
             if (fd >= 0) { close(fd); unlink(d[k]); }
-            if (k) { unlink(d[0]); remove_flat_dir(sd[0]); }
+            if (k) { unlink(d[0]); remove_save_dir(sd[0]); }
             if (copy[0]) unlink(copy);
             return 2;
         }
@@ -248,7 +243,7 @@ int replay_main(const char *script) {
                    "their optimizer moments\n",
                    script, ntrain, ntensor);
     }
-    for (int k = 0; k < 2; k++) { free(dig[k]); unlink(d[k]); remove_flat_dir(sd[k]); }
+    for (int k = 0; k < 2; k++) { free(dig[k]); unlink(d[k]); remove_save_dir(sd[k]); }
     if (copy[0]) unlink(copy);
     return rc;
 }
