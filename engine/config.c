@@ -284,20 +284,27 @@ int config_preset(Config *c, const char *name, dm_err *err) {
     return dm_fail(err, "unknown preset '%s' (presets: %s)", name, list);
 }
 
-int config_arch_diff(const Config *a, const Config *b, char *buf, size_t n) {
+// the keys of one kind (architecture or live) whose values differ, as "name (a vs b)" or "name a -> b"
+static int keys_diff(const Config *a, const Config *b, int arch, const char *fmt, char *buf, size_t n) {
     int count = 0;
     size_t used = 0;
     buf[0] = 0;
     for (int i = 0; i < dm_n_config_keys; i++) {
         const ConfigKey *k = &dm_config_keys[i];
-        if (!k->arch) continue;
+        if (k->arch != arch) continue;
         char va[128], vb[128];
         config_get(a, k, va, sizeof va);
         config_get(b, k, vb, sizeof vb);
         if (strcmp(va, vb) != 0) {
-            if (used < n) used += snprintf(buf + used, n - used, "%s%s (%s vs %s)", count ? ", " : "", k->name, va, vb);
+            if (used < n) used += snprintf(buf + used, n - used, fmt, count ? ", " : "", k->name, va, vb);
             count++;
         }
     }
     return count;
+}
+int config_arch_diff(const Config *a, const Config *b, char *buf, size_t n) {
+    return keys_diff(a, b, 1, "%s%s (%s vs %s)", buf, n);
+}
+int config_live_diff(const Config *a, const Config *b, char *buf, size_t n) {
+    return keys_diff(a, b, 0, "%s%s %s -> %s", buf, n);
 }

@@ -81,3 +81,5 @@ const char *config_preset_text(const char *name);
 extern const char *dm_preset_names[];
 // architecture keys that differ between two configs, comma-separated into buf; returns count
 int config_arch_diff(const Config *a, const Config *b, char *buf, size_t n);
+// the same for the live keys, as "name a -> b" (what a :load replaced)
+int config_live_diff(const Config *a, const Config *b, char *buf, size_t n);

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include "../engine/ckpt.h"
 #include "../engine/engine.h"
 #include "../engine/parity.h"
 #include "../engine/snapshot.h"
@@ -550,9 +551,25 @@ static int cmd_load(Shell *sh, Words *w, dm_err *err) {
     if (w->argc != 2) return dm_fail(err, "usage: :load PATH");
     int arms0[ARM_COUNT], had = E_->live;
     for (int a = 0; had && a < ARM_COUNT; a++) arms0[a] = E_->model.arms.on[a];
+    Config cfg0 = E_->cfg;
+    // in a session, the model :load replaces keeps its state, as with :init: saved first if it is
+    // in no file (metrics.tsv is rewritten to the loaded rows below; before, the steps since the
+    // last save were in no file at all). A file that does not read as a checkpoint is refused
+    // first, so a mistyped path writes nothing.
+    if (E_->session_dir[0] && E_->live && engine_unsaved(E_)) {
+        CkptFile f;
+        if (ckpt_read(w->argv[1], &f, err)) return 1;
+        ckpt_close(&f);
+        char saved[1300];
+        if (session_autosave(E_, saved, sizeof saved, err)) return 1;
+        if (saved[0]) fprintf(OUT, "saved %s (the state before this :load)\n", saved);
+    }
     if (engine_load(E_, w->argv[1], err)) return 1;
     fprintf(OUT, "loaded %s: step %lld, %lld tokens\n", w->argv[1], (long long)E_->step, (long long)E_->tokens);
     say_arm_changes(sh, arms0, had, "the checkpoint (it keeps its own)");
+    char diff[1024];
+    if (had && config_live_diff(&cfg0, &E_->cfg, diff, sizeof diff))
+        fprintf(OUT, "note: settings set by the checkpoint (it keeps its own): %s\n", diff);
     // in a session, metrics.tsv follows the loaded rows (the rows after them belong to the state
     // left behind, which its own checkpoints keep)
     if (E_->session_dir[0] && session_rewrite_metrics(E_, err)) return 1;

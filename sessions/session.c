@@ -475,31 +475,59 @@ static void free_ckpt_path(const Engine *e, const char *prefix, char *path, size
     }
 }
 
-static void branch_note(const Engine *e, const char *prefix, const char *path, char *note, size_t nnote) {
-    snprintf(note, nnote, "%s%lld.ckpt holds another state of step %lld (kept); this one is %s", prefix,
-             (long long)e->step, (long long)e->step, path);
+// 1 when the two files hold the same bytes
+static int same_bytes(const char *a, const char *b) {
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    int same = fa && fb;
+    static char ba[1 << 16], bb[1 << 16];
+    while (same) {
+        size_t na = fread(ba, 1, sizeof ba, fa), nb = fread(bb, 1, sizeof bb, fb);
+        if (na != nb || memcmp(ba, bb, na)) same = 0;
+        else if (na == 0) break;
+    }
+    if (fa) fclose(fa);
+    if (fb) fclose(fb);
+    return same;
 }
 
-int session_save_default(Engine *e, char *path, size_t n, char *note, size_t nnote, dm_err *err) {
+// Save the state; a new branch file (step-N-bK) that holds the same bytes as an earlier file of
+// step N is not kept: the state is that file's (a resumed run whose settings went back to the
+// ones saved there came to the same state, which was written again as "another state" before).
+static int save_step(Engine *e, const char *prefix, char *path, size_t n, char *note, size_t nnote, dm_err *err) {
     note[0] = 0;
-    char dd[1100], prefix[1200];
-    snprintf(prefix, sizeof prefix, "%sdmsh-step-", session_default_dir(e, dd, sizeof dd));
     int branch;
     free_ckpt_path(e, prefix, path, n, &branch);
     if (engine_save(e, path, err)) return 1;
-    if (branch) branch_note(e, prefix, path, note, nnote);
+    if (!branch) return 0;
+    char other[1300], abs[PATH_MAX];
+    for (int k = 0;; k++) {
+        if (k) snprintf(other, sizeof other, "%s%lld-b%d.ckpt", prefix, (long long)e->step, k);
+        else snprintf(other, sizeof other, "%s%lld.ckpt", prefix, (long long)e->step);
+        if (!strcmp(other, path)) break;
+        if (same_bytes(other, path)) {
+            unlink(path);
+            snprintf(path, n, "%s", other);
+            snprintf(e->synced_path, sizeof e->synced_path, "%s", realpath(other, abs) ? abs : other);
+            snprintf(note, nnote, "%s already held this exact state: no new file", other);
+            return 0;
+        }
+    }
+    snprintf(note, nnote, "%s%lld.ckpt holds another state of step %lld (kept); this one is %s", prefix,
+             (long long)e->step, (long long)e->step, path);
     return 0;
 }
 
+int session_save_default(Engine *e, char *path, size_t n, char *note, size_t nnote, dm_err *err) {
+    char dd[1100], prefix[1200];
+    snprintf(prefix, sizeof prefix, "%sdmsh-step-", session_default_dir(e, dd, sizeof dd));
+    return save_step(e, prefix, path, n, note, nnote, err);
+}
+
 int session_save(Engine *e, char *path, size_t n, char *note, size_t nnote, dm_err *err) {
-    note[0] = 0;
     char prefix[1200];
     snprintf(prefix, sizeof prefix, "%s/ckpt/step-", e->session_dir);
-    int branch;
-    free_ckpt_path(e, prefix, path, n, &branch);
-    if (engine_save(e, path, err)) return 1;
+    if (save_step(e, prefix, path, n, note, nnote, err)) return 1;
     write_latest(e, path);
-    if (branch) branch_note(e, prefix, path, note, nnote);
     return 0;
 }
 

@@ -126,6 +126,42 @@ static void test_resume_names_the_device(void **s) {
     assert_non_null(strstr(out, "`:device cuda:0` to go back"));
 }
 
+// Found by QA (session 17): a :load in a session dropped the steps since the last save (in no
+// file, and their rows left metrics.tsv) and put back the checkpoint's settings without a word;
+// a resumed run whose settings went back to the saved ones wrote the same bytes again as a new
+// step-N-bK file "holding another state".
+static void test_load_keeps_the_replaced_state(void **s) {
+    (void)s;
+    char script[2000], cmd[600];
+    snprintf(script, sizeof script, "%s:data %s\n:init seed=2\n:step 5\n:save other.ckpt\n", SMALL, corpus);
+    expect_ok_quiet(script);
+    snprintf(script, sizeof script, ":session LD\n%s:data %s\n:init seed=5\n:set lr=0.01 batch=2\n:step 7\n:load other.ckpt\n",
+             SMALL, corpus);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    assert_non_null(strstr(out, "saved runs/LD/ckpt/step-7.ckpt (the state before this :load)"));
+    assert_true(file_size("runs/LD/ckpt/step-7.ckpt") > 0);
+    assert_non_null(strstr(out, "note: settings set by the checkpoint (it keeps its own): batch 2 -> 4, lr 0.01 -> "));
+    // a path that is no checkpoint writes nothing before it is refused
+    snprintf(script, sizeof script, ":session LE\n%s:data %s\n:init seed=5\n:step 2\n:load nofile.ckpt\n", SMALL, corpus);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 1);
+    assert_non_null(strstr(err_, "nofile.ckpt: cannot open checkpoint"));
+    assert_null(strstr(out, "before this :load"));
+    // the same state saved again is the file that holds it, not a new branch
+    snprintf(script, sizeof script, ":session DUP\n%s:data %s\n:init seed=1\n:step 3\n", SMALL, corpus);
+    expect_ok_quiet(script);
+    snprintf(cmd, sizeof cmd, "%%s --norc -r runs/DUP -e ':set lr=0.01' > out.txt 2> err.txt");
+    assert_int_equal(sh_in_dir(cmd, dmsh), 0);
+    assert_true(file_size("runs/DUP/ckpt/step-3-b1.ckpt") > 0);  // another state: its own file
+    snprintf(cmd, sizeof cmd, "%%s --norc -r runs/DUP -e ':show config' -e ':set lr=0.003' > out.txt 2> err.txt");
+    assert_int_equal(sh_in_dir(cmd, dmsh), 0);
+    slurp_to("err.txt", err_, sizeof err_);
+    if (!strstr(err_, "step-3.ckpt already held this exact state: no new file")) print_error("%s\n", err_);
+    assert_non_null(strstr(err_, "step-3.ckpt already held this exact state: no new file"));
+    assert_int_equal(file_size("runs/DUP/ckpt/step-3-b2.ckpt"), -1);
+    slurp_to("runs/DUP/ckpt/LATEST", out, sizeof out);
+    assert_string_equal(out, "step-3.ckpt\n");
+}
+
 #ifndef DM_DOUBLE  // (float only: the demo is a float run, and the double build is slow)
 // `make demo` (README) runs configs/runs/demo.dm: the file is in the checkout (it once was not:
 // a "runs/" ignore rule kept it out of every clone) and its commands run, shortened to 20 steps.
@@ -165,6 +201,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_saves_keep_what_was_there),
         cmocka_unit_test(test_resume_names_the_device),
+        cmocka_unit_test(test_load_keeps_the_replaced_state),
 #ifndef DM_DOUBLE
         cmocka_unit_test(test_demo_script),
 #endif
