@@ -163,12 +163,18 @@ static void cu_download(void *dst, const void *src, size_t bytes) {
 // ================================================================================================
 // gemm (cuBLAS), matmul
 // ================================================================================================
-// dst [rows, cols] bf16 dense <- src [rows, cols] fp32 at leading dimension ld
+// dst [rows, cols] bf16 dense <- src [rows, cols] fp32 at leading dimension ld. A dense source
+// needs no row/column split, and a strided one splits in 32 bits when the index fits: a 64-bit
+// division is a long software sequence on the GPU, per element of every product's operands.
 __global__ void to_bf16_kernel(__nv_bfloat16 *dst, const float *src, int rows, int cols, int ld) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (size_t)rows * cols) return;
-    size_t r = i / cols, c = i % cols;
-    dst[i] = __float2bfloat16_rn(src[r * ld + c]);
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, n = (size_t)rows * cols;
+    if (i >= n) return;
+    size_t j = i;
+    if (ld != cols) {
+        unsigned u = (unsigned)i, uc = (unsigned)cols, r = u / uc;
+        j = n <= 0xffffffffu ? (size_t)r * ld + (u - r * uc) : i / cols * ld + i % cols;
+    }
+    dst[i] = __float2bfloat16_rn(src[j]);
 }
 // C [M, N] (ld ldc) *= beta, or = 0 when beta == 0 (the K == 0 case: BLAS semantics made explicit)
 __global__ void scale_mat_kernel(float *C, int M, int N, int ldc, float beta) {

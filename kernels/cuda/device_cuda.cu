@@ -88,6 +88,40 @@ static void measure_peaks(void) {
 
 extern "C" double cuda_peak_bf16_tflops(void) { measure_peaks(); return peak_bf16_tflops; }
 
+// Best-of-5 ms of one bf16 product as dm_gemm runs it: row-major C[M, N] fp32 = op(A) op(B), the
+// operands dense (leading dimension = their stored width), random. bench_gpu's probe of the fused
+// projection's three products at its own width and at padded widths. -1 when they do not fit.
+extern "C" double cuda_gemm_bf16_ms(int tA, int tB, int M, int N, int K) {
+    int ar = tA ? K : M, ac = tA ? M : K, br = tB ? N : K, bc = tB ? K : N;
+    __nv_bfloat16 *A = NULL, *B = NULL;
+    float *C = NULL;
+    if (cudaMalloc(&A, (size_t)ar * ac * 2) != cudaSuccess || cudaMalloc(&B, (size_t)br * bc * 2) != cudaSuccess ||
+        cudaMalloc(&C, (size_t)M * N * 4) != cudaSuccess) {
+        (void)cudaGetLastError();  // out of memory is an answer here, not a sticky error
+        cudaFree(A); cudaFree(B); cudaFree(C);
+        return -1;
+    }
+    peak_fill_kernel<<<1024, 256, 0, dm_stream>>>(A, (size_t)ar * ac, 0x9e3779b9u);
+    cudaLaunchCheck();
+    peak_fill_kernel<<<1024, 256, 0, dm_stream>>>(B, (size_t)br * bc, 0x7f4a7c15u);
+    cudaLaunchCheck();
+    const float one = 1, zero = 0;
+    cublasMath_t mode;
+    cublasCheck(cublasGetMathMode(dm_cublas, &mode));
+    cublasCheck(cublasSetMathMode(dm_cublas, CUBLAS_DEFAULT_MATH));
+    float ms = best_ms([&] {
+        // column-major C^T = op(B)^T op(A)^T, as dm_gemm
+        cublasCheck(cublasGemmEx(dm_cublas, tB ? CUBLAS_OP_T : CUBLAS_OP_N, tA ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K,
+                                 &one, B, CUDA_R_16BF, bc, A, CUDA_R_16BF, ac, &zero, C, CUDA_R_32F, N,
+                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    });
+    cublasCheck(cublasSetMathMode(dm_cublas, mode));
+    cudaCheck(cudaFree(A));
+    cudaCheck(cudaFree(B));
+    cudaCheck(cudaFree(C));
+    return ms;
+}
+
 void cuda_describe(char *buf, size_t n) {
     int dev = 0;
     cudaCheck(cudaGetDevice(&dev));

@@ -40,7 +40,59 @@ static int rev_order(void) {
     return order_rev;
 }
 static struct { long launches, blocks, barriers, after_exit; } stats;
+// CUEMU_PROFILE=FILE: a census of what ran on the streams, written at exit — per kernel its
+// launches, blocks (total, fewest and most in one launch), threads per block, dynamic shared
+// memory and the emulator's own time; per cuBLAS product shape its calls and FLOPs; per sort its
+// keys. Not a GPU time: it tells what a step launches and how wide (tools/cuemu_census.py turns
+// two of these, N and N+1 steps, into one step's table).
+struct ProfK { long launches = 0, blocks = 0, minb = -1, maxb = 0, threads = 0, smem = 0; double ns = 0; };
+// [0]: everything that ran; [1]: the last graph replay alone (one whole training step once the
+// engine replays its step graph)
+static std::map<std::string, ProfK> prof_k[2];
+static std::map<std::string, long> prof_g[2];  // "fn ta tb m n k batch type" or "cub::SortPairs n bits" -> calls
+static int prof_in_graph;
+static long prof_replays;
+static int prof_on(void) {
+    static int on = -1;
+    if (on < 0) on = getenv("CUEMU_PROFILE") && getenv("CUEMU_PROFILE")[0];
+    return on;
+}
+static void write_profile(void) {
+    FILE *f = fopen(getenv("CUEMU_PROFILE"), "w");
+    if (!f) { fprintf(stderr, "cuemu: cannot write CUEMU_PROFILE=%s\n", getenv("CUEMU_PROFILE")); return; }
+    fprintf(f, "graph_replays %ld\n", prof_replays);
+    for (int sc = 0; sc < 2; sc++) {
+        const char *scope = sc ? "replay" : "all";
+        for (auto &kv : prof_k[sc])
+            fprintf(f, "%s kernel %s launches %ld blocks %ld minblocks %ld maxblocks %ld threads %ld smem %ld emu_ms %.3f\n",
+                    scope, kv.first.c_str(), kv.second.launches, kv.second.blocks, kv.second.minb, kv.second.maxb,
+                    kv.second.threads, kv.second.smem, kv.second.ns * 1e-6);
+        for (auto &kv : prof_g[sc]) fprintf(f, "%s call %s calls %ld\n", scope, kv.first.c_str(), kv.second);
+    }
+    fclose(f);
+}
+static void prof_kernel(const std::string &name, size_t nb, dim3 b, size_t smem, double ns) {
+    for (int sc = 0; sc <= prof_in_graph; sc++) {
+        ProfK &p = prof_k[sc][name];
+        p.launches++;
+        p.blocks += (long)nb;
+        if (p.minb < 0 || (long)nb < p.minb) p.minb = (long)nb;
+        if ((long)nb > p.maxb) p.maxb = (long)nb;
+        p.threads = (long)b.x * b.y * b.z;
+        if ((long)smem > p.smem) p.smem = (long)smem;
+        p.ns += ns;
+    }
+}
+static void prof_call(const char *key) {
+    for (int sc = 0; sc <= prof_in_graph; sc++) prof_g[sc][key]++;
+}
+static double now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e9 + t.tv_nsec;
+}
 static void print_stats(void) {
+    if (prof_on()) write_profile();
     if (getenv("CUEMU_STATS"))
         fprintf(stderr, "cuemu: %ld launches, %ld blocks, %ld barriers (%ld with some threads of the block already exited), order %s\n",
                 stats.launches, stats.blocks, stats.barriers, stats.after_exit, rev_order() ? "rev" : "fwd");
@@ -370,7 +422,16 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t *x, cudaGraph_t g, unsigned lon
 cudaError_t cudaGraphUpload(cudaGraphExec_t x, cudaStream_t) { return x ? cudaSuccess : set_err(cudaErrorInvalidValue); }
 cudaError_t cudaGraphLaunch(cudaGraphExec_t x, cudaStream_t s) {
     if (!x) return set_err(cudaErrorInvalidValue);
-    return emu_enqueue(s, [x] { for (auto &op : x->ops) op(); }, "cudaGraphLaunch");
+    return emu_enqueue(s, [x] {
+        if (prof_on()) {  // the census keeps the last replay on its own: one step
+            prof_k[1].clear();
+            prof_g[1].clear();
+            prof_in_graph = 1;
+            prof_replays++;
+        }
+        for (auto &op : x->ops) op();
+        prof_in_graph = 0;
+    }, "cudaGraphLaunch");
 }
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t x) { delete x; return cudaSuccess; }
 cudaError_t cudaGraphDestroy(cudaGraph_t g) { delete g; return cudaSuccess; }
@@ -515,8 +576,10 @@ cudaError_t emu_launch_grid(const char *k, dim3 g, dim3 b, size_t smem, cudaStre
         if (it == smem_attr.end() || (size_t)it->second < smem) return set_err(cudaErrorInvalidValue);
     }
     stats.launches++;
-    return set_err(emu_enqueue(st, [g, b, smem, body] {
+    std::string name(k);
+    return set_err(emu_enqueue(st, [g, b, smem, body, name] {
         const int rev = rev_order();
+        const double t0 = prof_on() ? now_ns() : 0;
         emu_gridDim = g;
         emu_blockDim = b;
         size_t nb = (size_t)g.x * g.y * g.z;
@@ -527,6 +590,7 @@ cudaError_t emu_launch_grid(const char *k, dim3 g, dim3 b, size_t smem, cudaStre
             run_block((int)(b.x * b.y * b.z), body);
             stats.blocks++;
         }
+        if (prof_on()) prof_kernel(name, nb, b, smem, now_ns() - t0);
     }, "kernel launch"));
 }
 
@@ -580,6 +644,12 @@ static cublasStatus_t gemm_one(cublasHandle_t h, cublasOperation_t ta, cublasOpe
             return CUBLAS_STATUS_INVALID_VALUE;
     if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
     cudaError_t e = emu_enqueue(h->s, [=] {
+        if (prof_on()) {
+            char key[160];
+            snprintf(key, sizeof key, "%s %c%c m %d n %d k %d batch %d %s", fn, ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k,
+                     batch, at == CUDA_R_16BF ? "bf16" : "fp32");
+            prof_call(key);
+        }
         std::vector<float> fa, fb;
         for (int i = 0; i < batch; i++) {
             const float *a = (const float *)A + i * sA, *b = (const float *)B + i * sB;
@@ -651,6 +721,11 @@ cudaError_t cub::emu_sort_pairs_u64(void *tmp, size_t &tmp_bytes, const uint64_t
         return set_err(cudaErrorInvalidValue);
     }
     return set_err(emu_enqueue(s, [=] {
+        if (prof_on()) {  // counted where it runs: a graph replay runs it again
+            char key[96];
+            snprintf(key, sizeof key, "cub::SortPairs n %d bits %d", n, end_bit - begin_bit);
+            prof_call(key);
+        }
         uint64_t mask = end_bit - begin_bit == 64 ? ~0ull : ((1ull << (end_bit - begin_bit)) - 1);
         std::vector<int> ix(n);
         for (int i = 0; i < n; i++) ix[i] = i;

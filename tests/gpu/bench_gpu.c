@@ -20,6 +20,7 @@
 #include <string.h>
 #include <time.h>
 #include "../../engine/engine.h"
+#include "../../engine/model.h"
 
 #include "busy_cupti.h"
 
@@ -45,6 +46,32 @@ static const char *corpus(void) {
 }
 
 typedef struct { const char *preset; int B, T; } Case;
+
+// The block's fused projection (engine/model.h ProjLayout) is one product [N, d] x [d, P] with
+// P = 3d + H + 2 dh + 3 + E: 1679 at small, 2455 at base. Not a multiple of 8: the forward's fp32
+// output and the backward's bf16 dproj operand have rows that are not 16-byte aligned, and cuBLAS
+// may pick slower kernels than for P rounded up. Its forward and two backward products are the
+// largest of a step (~40% of the GEMM FLOPs at small, tools/cuemu_census.py). Timed here at P and
+// at P rounded up to 8 and 64, the three products summed, so a device run says whether padding
+// the layout (a checkpoint format change) is worth it.
+double cuda_gemm_bf16_ms(int tA, int tB, int M, int N, int K);  // kernels/cuda/device_cuda.cu
+static void proj_align_probe(const char *preset, int B, int T) {
+    Config c;
+    dm_err err = {0};
+    config_defaults(&c);
+    if (config_preset(&c, preset, &err)) return;
+    ProjLayout pl = proj_layout(&c);
+    int N = B * T, d = c.d, Ps[3] = {pl.P, (pl.P + 7) / 8 * 8, (pl.P + 63) / 64 * 64};
+    printf("       fused projection, fwd + dX + dW (N %d, d %d), bf16, best of 5 each:", N, d);
+    for (int v = 0; v < 3; v++) {
+        int P = Ps[v];
+        double f = cuda_gemm_bf16_ms(0, 1, N, P, d), dx = cuda_gemm_bf16_ms(0, 0, N, d, P),
+               dw = cuda_gemm_bf16_ms(1, 0, P, d, N);
+        if (f < 0 || dx < 0 || dw < 0) printf("  P=%d: no memory", P);
+        else printf("  P=%d %.3f ms (%.0f TFLOP/s)", P, f + dx + dw, 6.0 * N * d * P / ((f + dx + dw) * 1e-3) / 1e12);
+    }
+    printf("\n");
+}
 
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);  // a log that ends in a hang or crash still names its last row
@@ -148,8 +175,12 @@ int main(int argc, char **argv) {
                cases[c].B, cases[c].T, steps, pipe_ms, med, dev_med, cases[c].B * cases[c].T / (pipe_ms / 1e3),
                fl / (pipe_ms / 1e3) / 1e12, 100 * fl / (pipe_ms / 1e3) / (peak * 1e12), bcol,
                held / 1048576.0, (total - free_min) / 1048576.0);
-        if (busy >= 0) printf("       (busy over %d traced steps before the timed ones, %.2f ms/step while traced)\n", K, traced_ms / K);
+        if (busy >= 0) {
+            printf("       (busy over %d traced steps before the timed ones, %.2f ms/step while traced)\n", K, traced_ms / K);
+            busy_print_top(K, 15);
+        }
         else printf("       (busy: %s)\n", bwhy);
+        proj_align_probe(cases[c].preset, cases[c].B, cases[c].T);
         fflush(stdout);
         free(ms);
         free(dev);

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #ifdef DM_HAVE_CUPTI
 #include <cupti.h>
@@ -32,6 +33,51 @@ static void busy_push(uint64_t a, uint64_t b) {
     busy_iv[busy_n++] = (BusyIv){a, b};
 }
 
+// Device time per kernel over the window, by name (the first component of a mangled C++ name:
+// `_Z17rmsnorm_fwd_kernelPf...` is rmsnorm_fwd_kernel; cuBLAS's own names as they come, cut to
+// 63 bytes): where a step's time goes, so the first device run says what to work on next.
+typedef struct { char name[64]; double ns; long n; } BusyK;
+static BusyK busy_k[512];
+static int busy_nk, busy_k_over;
+static void busy_kernel(const char *mangled, uint64_t ns) {
+    char s[64] = "";
+    const char *m = mangled ? mangled : "?";
+    if (!strncmp(m, "_Z", 2)) {  // <len><id>, or N<len><id><len><id>...E for a nested name
+        const char *p = m + 2 + (m[2] == 'N');
+        size_t used = 0;
+        int len = 0, adv = 0;
+        while (sscanf(p, "%d%n", &len, &adv) == 1 && len > 0 && (int)strlen(p + adv) >= len && used < sizeof s - 1) {
+            used += snprintf(s + used, sizeof s - used, "%s%.*s", used ? "::" : "", len, p + adv);
+            p += adv + len;
+            if (m[2] != 'N') break;
+        }
+    }
+    if (!s[0]) snprintf(s, sizeof s, "%s", m);
+    for (int i = 0; i < busy_nk; i++)
+        if (!strcmp(busy_k[i].name, s)) { busy_k[i].ns += (double)ns; busy_k[i].n++; return; }
+    if (busy_nk == (int)(sizeof busy_k / sizeof busy_k[0])) { busy_k_over++; return; }
+    snprintf(busy_k[busy_nk].name, sizeof busy_k[busy_nk].name, "%s", s);
+    busy_k[busy_nk].ns = (double)ns;
+    busy_k[busy_nk].n = 1;
+    busy_nk++;
+}
+static int busy_k_cmp(const void *x, const void *y) {
+    const BusyK *a = (const BusyK *)x, *b = (const BusyK *)y;
+    return (a->ns < b->ns) - (a->ns > b->ns);
+}
+// The `top` kernels of the window by device time, per step of `steps`, after busy_stop.
+static void busy_print_top(int steps, int top) {
+    qsort(busy_k, busy_nk, sizeof busy_k[0], busy_k_cmp);
+    double all = 0;
+    long launches = 0;
+    for (int i = 0; i < busy_nk; i++) { all += busy_k[i].ns; launches += busy_k[i].n; }
+    printf("       kernel time per step %.3f ms in %.0f launches (%d kernels%s); the top %d:\n", all / 1e6 / steps,
+           (double)launches / steps, busy_nk, busy_k_over ? ", more not tallied" : "", top < busy_nk ? top : busy_nk);
+    for (int i = 0; i < busy_nk && i < top; i++)
+        printf("         %-48s %8.3f ms %6.1f launches %5.1f%%\n", busy_k[i].name, busy_k[i].ns / 1e6 / steps,
+               (double)busy_k[i].n / steps, all > 0 ? 100 * busy_k[i].ns / all : 0);
+}
+
 static void CUPTIAPI busy_buf_req(uint8_t **buf, size_t *size, size_t *maxrec) {
     *size = (size_t)8 << 20;
     *buf = (uint8_t *)aligned_alloc(8, *size);
@@ -46,6 +92,7 @@ static void CUPTIAPI busy_buf_done(CUcontext ctx, uint32_t sid, uint8_t *buf, si
         case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
             CUpti_ActivityKernel10 *k = (CUpti_ActivityKernel10 *)rec;
             busy_push(k->start, k->end);
+            if (k->end > k->start) busy_kernel(k->name, k->end - k->start);
             break;
         }
         case CUPTI_ACTIVITY_KIND_MEMCPY: {
@@ -90,6 +137,7 @@ static int busy_start(char *why, size_t n) {
     }
     busy_n = 0;
     busy_lost = 0;
+    busy_nk = busy_k_over = 0;
     return 0;
 }
 
@@ -98,6 +146,7 @@ static void busy_mark(void) {
     cuptiActivityFlushAll(1);
     busy_n = 0;
     busy_lost = 0;
+    busy_nk = busy_k_over = 0;
 }
 
 // Stop, flush, and return the ms during which at least one kernel or copy ran (-1: records lost).
@@ -130,4 +179,5 @@ static int busy_start(char *why, size_t n) {
 }
 static void busy_mark(void) {}
 static double busy_stop(void) { return -1; }
+static void busy_print_top(int steps, int top) { (void)steps; (void)top; }
 #endif
