@@ -237,8 +237,12 @@ int cmd_sessions(Shell *sh, Words *w, dm_err *err) {
                         base, (long long)st.st_size);
             else
                 fprintf(sh->out, "  runs/%s  (latest checkpoint: %s, step %lld)\n", de->d_name, base, step);
+            char why[2048];  // the fallback above, when LATEST names a file that is gone
+            if (session_latest_broken(p, why, sizeof why)) fprintf(sh->out, "    note: %s (dmsh -r resumes from %s)\n", why, base);
         } else {
-            fprintf(sh->out, "  runs/%s  (no checkpoint)\n", de->d_name);
+            char why[2048];
+            int lost = session_latest_broken(p, why, sizeof why);
+            fprintf(sh->out, "  runs/%s  (no checkpoint%s%s)\n", de->d_name, lost ? ": " : "", lost ? why : "");
         }
         n++;
     }

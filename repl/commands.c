@@ -597,9 +597,16 @@ static int cmd_session(Shell *sh, Words *w, dm_err *err) {
     // (the session we are in, however -r spelled it: runs/X/, ./runs/X)
     int here = session_same_dir(E_->session_dir, dir);
     if (!here && session_in_use(dir, err)) return 1;
-    if (!here && (has_ck || (stat(mpath, &mst) == 0 && mst.st_size > 0))) {
+    // (a LATEST naming a file that is gone: said, with where -r falls back to, if anywhere)
+    char why[2048];
+    int lost = session_latest_broken(dir, why, sizeof why);
+    if (!here && (has_ck || lost || (stat(mpath, &mst) == 0 && mst.st_size > 0))) {
         if (has_ck)
-            return dm_fail(err, "%s already holds a run (%s): dmsh -r %s resumes it; a new run needs a new name", dir, latest, dir);
+            return dm_fail(err, "%s already holds a run (%s%s%s): dmsh -r %s resumes it%s; a new run needs a new name", dir, latest,
+                           lost ? "; " : "", lost ? why : "", dir, lost ? " from there" : "");
+        if (lost)
+            return dm_fail(err, "%s already holds a run (%s, and no step-N.ckpt is there: dmsh -r cannot resume it): a new run needs a new name",
+                           dir, why);
         return dm_fail(err, "%s already holds a run with no checkpoint (metrics.tsv; it stopped before its first save, so it cannot be resumed): remove %s or choose a new name",
                        dir, dir);
     }
