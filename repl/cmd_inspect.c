@@ -118,6 +118,8 @@ int cmd_gen(Shell *sh, Words *w, dm_err *err) {
         else return dm_fail(err, "usage: :gen \"prompt\" [n=256 temp=0.8 top_k=0 seed=N]");
     }
     if (!e->live) return dm_fail(err, "no model: :init builds one");
+    // no prompt: the start of a line (the byte a text's lines follow), fed and printed like a
+    // typed one (:help gen says so: n + 1 forwards)
     if (!prompt || !*prompt) prompt = "\n";
     // escapes in the prompt, as a user types them: \n newline, \t tab, \\ a backslash, \xHH any byte but 0
     char pbuf[4096];
