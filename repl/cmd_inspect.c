@@ -28,6 +28,8 @@ int cmd_probe(Shell *sh, Words *w, dm_err *err) {
         }
         fputc('\n', sh->out);
         if (!e->model.acts.buf) fprintf(sh->out, "(activations appear after the first :step or :eval)\n");
+        char off[300];
+        if (probe_unlisted(e, off, sizeof off)) fprintf(sh->out, "(not listed, their arm was off in the last forward: %s)\n", off);
         probe_names_free(names);
         return 0;
     }
