@@ -462,7 +462,13 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
         if (stopped || rc) break;
         if (ev > 0 && e->step % ev == 0) {
             EvalResult er;
-            if (engine_eval(e, e->cfg.L, &er, err)) { rc = 1; break; }
+            if (engine_eval(e, e->cfg.L, &er, err)) {
+                // Ctrl-C inside the eval stops the run as one between steps does (said below);
+                // it used to end the :train as an error with no step in it
+                if (e->interrupt && *e->interrupt) { stopped = 2; err->code = 0; err->msg[0] = 0; }
+                else rc = 1;
+                break;
+            }
             print_eval(sh, &er);
             bpb = er.bpb[e->cfg.L - 1];
         }
@@ -486,7 +492,10 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
             fprintf(OUT, "step %lld loss %.4f lr %.3e gnorm %.3f ms %.1f tok/s %.0f skipped %d (%d in this run) eta %.0fs\n",
                     (long long)last.step, last.loss, last.lr, last.gnorm, last.ms, last.tok_s, last.skipped, skipped, eta);
     }
-    if (stopped) fprintf(OUT, "interrupted at step %lld (state intact)\n", (long long)e->step);
+    if (stopped == 1) fprintf(OUT, "interrupted at step %lld (state intact)\n", (long long)e->step);
+    if (stopped == 2)
+        fprintf(OUT, "interrupted at step %lld, in its eval (state intact; the eval stopped part-way: no eval row recorded)\n",
+                (long long)e->step);
     return rc;
 }
 
@@ -644,7 +653,7 @@ const Command dm_commands[] = {
     {":data", cmd_data, NULL, ":data PATH [eval=PATH2]", "Open a corpus: a file or a directory (regular files, recursive, sorted), memory-mapped. Without eval=, the last eval_frac is held out."},
     {":init", cmd_init, NULL, ":init [seed=N]", "Build the model and optimizer from the current config (SPEC §4 defaults)."},
     {":step", cmd_step, NULL, ":step [N]", "Take N optimizer steps (default 1), one log line each."},
-    {":train", cmd_train, NULL, ":train N [eval_every=..] [ckpt_every=..] [log_every=..]", "Train N steps with periodic log lines, evals and checkpoints. Ctrl-C stops at the next step boundary with the state intact."},
+    {":train", cmd_train, NULL, ":train N [eval_every=..] [ckpt_every=..] [log_every=..]", "Train N steps with periodic log lines, evals and checkpoints. Ctrl-C stops at the next step boundary (or part-way through an eval, which then records no row) with the state intact."},
     {":eval", cmd_eval, NULL, ":eval [depth=k]", "Held-out BPB on the fixed eval window at depth k (default L)."},
     {":eval-depths", cmd_eval_depths, NULL, ":eval-depths", "Held-out BPB at every depth 1..L from one forward pass."},
     {":anchors", cmd_anchors, NULL, ":anchors", "Unigram and Kneser-Ney 5-gram BPB on the eval window, fit on the training split."},
