@@ -396,10 +396,18 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
         e->cfg.steps = e->step + n;
         e->steps_auto = 1;
         e->model.cfg.steps = e->cfg.steps;
-        if (e->cfg.lr_cosine && e->cfg.steps <= e->cfg.warmup)
-            fprintf(OUT, "schedule: steps=%lld ends inside the %d-step warmup: the lr ramps to %.2gx by then, and runs at the floor %.2gx past it (:set warmup=N or steps=N to change)\n",
-                    (long long)e->cfg.steps, e->cfg.warmup, (double)e->cfg.steps / e->cfg.warmup, e->cfg.lr_min_frac);
-        else if (e->cfg.lr_cosine)
+        // a horizon inside the warmup: every step of this run is a warmup step (the numbers are
+        // the schedule's own, engine/optim.c: no cosine before the horizon, the floor from it on)
+        if (e->cfg.lr_cosine && e->cfg.steps <= e->cfg.warmup) {
+            long long S = e->cfg.steps;
+            double m0 = lr_schedule_mult(&e->cfg, e->step), m1 = lr_schedule_mult(&e->cfg, S - 1);
+            char ramp[96];
+            if (S - 1 > e->step) snprintf(ramp, sizeof ramp, "climbs from %.2gx to %.2gx of lr", m0, m1);
+            else snprintf(ramp, sizeof ramp, "is %.2gx of lr", m0);
+            fprintf(OUT, "schedule: this run (steps %lld..%lld) is all warmup (warmup=%d, steps=%lld): the lr %s and does not decay; "
+                    "steps from %lld on run at the floor %.2gx (lr_min_frac). With a warmup below %lld (:set warmup=N) the lr reaches its full value, then decays\n",
+                    (long long)e->step, S - 1, e->cfg.warmup, S, ramp, S, lr_schedule_mult(&e->cfg, S), S);
+        } else if (e->cfg.lr_cosine)
             fprintf(OUT, "schedule: cosine to %.2gx lr at step %lld (steps=%lld; :set steps=N to change)\n",
                     e->cfg.lr_min_frac, (long long)e->cfg.steps, (long long)e->cfg.steps);
     } else if (e->cfg.lr_cosine && e->step + n > e->cfg.steps) {
