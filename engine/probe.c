@@ -21,15 +21,31 @@ static const char *iter_acts[] = {"u", "n", "ctrl", "z", "kda.q", "kda.k", "kda.
 
 static int have_forward(const Engine *e) { return e->live && e->model.acts.buf && e->model.last_depth > 0; }
 
+// The arm an activation comes from (-1: every forward makes it): the last forward holds it only
+// when that arm ran in it (Model.last_on, not today's switches)
+static int act_arm(const char *nm) {
+    if (!strncmp(nm, "kda.", 4)) return ARM_KDA;
+    if (!strncmp(nm, "mem.", 4) || !strcmp(nm, "m") || !strcmp(nm, "key") || !strcmp(nm, "val")) return ARM_ENGRAM;
+    if (!strncmp(nm, "moe.", 4) || !strcmp(nm, "z")) return ARM_MOE;
+    return -1;
+}
+static int act_ran(const Model *m, const char *nm) {
+    int a = act_arm(nm);
+    return a < 0 || m->last_on[a];
+}
+
 char **probe_names(const Engine *e) {
     int L = have_forward(e) ? e->model.last_depth : 0;
     int n = (have_forward(e) ? NG + NI * L : 0) + (e->live ? P_COUNT : 0);
     char **out = callocCheck(sizeof(char *) * (n + 1));
     int k = 0;
     if (have_forward(e)) {
-        for (int i = 0; i < NG; i++) out[k++] = strdup(global_acts[i]);
+        const Model *m = &e->model;
+        for (int i = 0; i < NG; i++)
+            if (act_ran(m, global_acts[i])) out[k++] = strdup(global_acts[i]);
         for (int it = 1; it <= L; it++)
             for (int i = 0; i < NI; i++) {
+                if (!act_ran(m, iter_acts[i])) continue;
                 char buf[64];
                 snprintf(buf, sizeof buf, "%s@%d", iter_acts[i], it);
                 out[k++] = strdup(buf);
@@ -39,6 +55,19 @@ char **probe_names(const Engine *e) {
         for (int i = 0; i < P_COUNT; i++) out[k++] = strdup(e->model.t[i].name);
     out[k] = NULL;
     return out;
+}
+
+int probe_unlisted(const Engine *e, char *buf, size_t n) {
+    buf[0] = 0;
+    if (!have_forward(e)) return 0;
+    size_t used = 0;
+    int count = 0;
+    static const char *groups[ARM_COUNT] = {[ARM_KDA] = "kda.*@i", [ARM_ENGRAM] = "m key val mem.*@i", [ARM_MOE] = "z@i moe.*@i"};
+    for (int a = 0; a < ARM_COUNT; a++) {
+        if (!groups[a] || e->model.last_on[a]) continue;
+        used += snprintf(buf + used, used < n ? n - used : 0, "%s%s (%s)", count++ ? ", " : "", groups[a], dm_arm_names[a]);
+    }
+    return count;
 }
 
 void probe_names_free(char **names) {
@@ -82,6 +111,14 @@ static int unknown_probe(const Engine *e, const char *name, size_t base, dm_err 
     }
     probe_names_free(names);
     return dm_fail(err, "unknown probe '%s'%s%s (:probe lists every name)", name, shown ? "; near: " : "", hint);
+}
+
+// an activation of an arm the last forward ran without: nothing of it is in memory (never zeros)
+static int arm_was_off(const Engine *e, const char *name, int a, dm_err *err) {
+    const char *arm = dm_arm_names[a];
+    if (e->model.arms.on[a])
+        return dm_fail(err, "'%s' did not run in the last forward: the %s arm was off in it (it is on now: :step or :eval runs one)", name, arm);
+    return dm_fail(err, "'%s' did not run in the last forward: the %s arm is off (:arm %s on, then :step or :eval)", name, arm, arm);
 }
 
 int probe_get(Engine *e, const char *name, double **vals, ProbeInfo *info, dm_err *err) {
@@ -140,7 +177,7 @@ int probe_get(Engine *e, const char *name, double **vals, ProbeInfo *info, dm_er
     int OD = c->n_orders * c->engram_dim;
     const real *src = NULL;
     if (global >= 0) {
-        if (global > 0 && !m->last_on[ARM_ENGRAM]) return dm_fail(err, "'%s' did not run in the last forward: the engram arm was off", name);
+        if (!act_ran(m, global_acts[global])) return arm_was_off(e, name, act_arm(global_acts[global]), err);
         src = global == 0 ? a->h0 : global == 1 ? a->m : global == 2 ? a->key : a->val;
         set_shape(info, 3, B, T, global == 1 ? OD : d);
         *vals = copy_real(m->be, src, info->n);
@@ -150,12 +187,9 @@ int probe_get(Engine *e, const char *name, double **vals, ProbeInfo *info, dm_er
         return dm_fail(err, "'%s': iteration %s out of range 1..%d (the last forward ran %d)", name, at + 1, m->last_depth, m->last_depth);
     IterActs *t = &a->it[it - 1];
     const char *nm = iter_acts[which];
-    int kda = !strncmp(nm, "kda.", 4), mem = !strncmp(nm, "mem.", 4), moe = !strncmp(nm, "moe.", 4);
     // the switches the last forward ran with, not today's: an arm switched back on since has no
     // activations of its own in memory (they would be an older forward's)
-    if ((kda && !m->last_on[ARM_KDA]) || (mem && !m->last_on[ARM_ENGRAM]) || (moe && !m->last_on[ARM_MOE]) ||
-        (!strcmp(nm, "z") && !m->last_on[ARM_MOE]))
-        return dm_fail(err, "'%s' did not run in the last forward: its arm was off", name);
+    if (!act_ran(m, nm)) return arm_was_off(e, name, act_arm(nm), err);
     if (!strcmp(nm, "kda.state")) {
         set_shape(info, 2, B, H, 0);
         double *v = mallocCheck(sizeof(double) * B * H);

@@ -17,8 +17,12 @@ typedef struct {
 } ProbeStats;
 
 // All probe names: activations (per iteration as NAME@i, 1-based) of the last forward, then
-// parameters. Returns a malloc'd NULL-terminated array of malloc'd strings.
+// parameters. Returns a malloc'd NULL-terminated array of malloc'd strings. Activations of an
+// arm that was off in the last forward are left out (probe_get refuses them).
 char **probe_names(const Engine *e);
+// The activation groups probe_names leaves out, each with the arm that was off in the last
+// forward, into buf ("kda.*@i (kda)"); their count (0: buf empty).
+int probe_unlisted(const Engine *e, char *buf, size_t n);
 void probe_names_free(char **names);
 // Copy a probe's values into *vals (malloc'd). Errors: no model, no forward yet, unknown name
 // (with the nearest names).

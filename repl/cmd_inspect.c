@@ -28,6 +28,8 @@ int cmd_probe(Shell *sh, Words *w, dm_err *err) {
         }
         fputc('\n', sh->out);
         if (!e->model.acts.buf) fprintf(sh->out, "(activations appear after the first :step or :eval)\n");
+        char off[300];
+        if (probe_unlisted(e, off, sizeof off)) fprintf(sh->out, "(not listed, their arm was off in the last forward: %s)\n", off);
         probe_names_free(names);
         return 0;
     }
@@ -118,6 +120,8 @@ int cmd_gen(Shell *sh, Words *w, dm_err *err) {
         else return dm_fail(err, "usage: :gen \"prompt\" [n=256 temp=0.8 top_k=0 seed=N]");
     }
     if (!e->live) return dm_fail(err, "no model: :init builds one");
+    // no prompt: the start of a line (the byte a text's lines follow), fed and printed like a
+    // typed one (:help gen says so: n + 1 forwards)
     if (!prompt || !*prompt) prompt = "\n";
     // escapes in the prompt, as a user types them: \n newline, \t tab, \\ a backslash, \xHH any byte but 0
     char pbuf[4096];
@@ -237,8 +241,12 @@ int cmd_sessions(Shell *sh, Words *w, dm_err *err) {
                         base, (long long)st.st_size);
             else
                 fprintf(sh->out, "  runs/%s  (latest checkpoint: %s, step %lld)\n", de->d_name, base, step);
+            char why[2048];  // the fallback above, when LATEST names a file that is gone
+            if (session_latest_broken(p, why, sizeof why)) fprintf(sh->out, "    note: %s (dmsh -r resumes from %s)\n", why, base);
         } else {
-            fprintf(sh->out, "  runs/%s  (no checkpoint)\n", de->d_name);
+            char why[2048];
+            int lost = session_latest_broken(p, why, sizeof why);
+            fprintf(sh->out, "  runs/%s  (no checkpoint%s%s)\n", de->d_name, lost ? ": " : "", lost ? why : "");
         }
         n++;
     }

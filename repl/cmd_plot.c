@@ -340,7 +340,10 @@ static int panel_depths(Ctx *cx, Panel *p, dm_err *err) {
     int nsub = 0;
     if (nk < nmulti) nsub += snprintf(p->subtitle, sizeof p->subtitle, "%d of %d evals shown; ", nk, nmulti);
     if (nwin > 1) nsub += snprintf(p->subtitle + nsub, sizeof p->subtitle - nsub, "latest of %d eval sets; ", nwin);
-    snprintf(p->subtitle + nsub, sizeof p->subtitle - nsub, "colour: early (dark) to late (yellow)");
+    // the colour ramp tells evals apart; one eval is one blue line with no legend (a single entry
+    // gets none), so its step goes here instead of a colour key with nothing to key
+    if (nk == 1) snprintf(p->subtitle + nsub, sizeof p->subtitle - nsub, "one eval, at step %lld", (long long)gstep[keep[0]]);
+    else snprintf(p->subtitle + nsub, sizeof p->subtitle - nsub, "colour: early (dark) to late (yellow)");
     add_anchors(p, e, key);
     p->chart.logy = cx->log_set && cx->log_on;
     p->chart.xint = 1;

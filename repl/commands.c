@@ -396,10 +396,18 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
         e->cfg.steps = e->step + n;
         e->steps_auto = 1;
         e->model.cfg.steps = e->cfg.steps;
-        if (e->cfg.lr_cosine && e->cfg.steps <= e->cfg.warmup)
-            fprintf(OUT, "schedule: steps=%lld ends inside the %d-step warmup: the lr ramps to %.2gx by then, and runs at the floor %.2gx past it (:set warmup=N or steps=N to change)\n",
-                    (long long)e->cfg.steps, e->cfg.warmup, (double)e->cfg.steps / e->cfg.warmup, e->cfg.lr_min_frac);
-        else if (e->cfg.lr_cosine)
+        // a horizon inside the warmup: every step of this run is a warmup step (the numbers are
+        // the schedule's own, engine/optim.c: no cosine before the horizon, the floor from it on)
+        if (e->cfg.lr_cosine && e->cfg.steps <= e->cfg.warmup) {
+            long long S = e->cfg.steps;
+            double m0 = lr_schedule_mult(&e->cfg, e->step), m1 = lr_schedule_mult(&e->cfg, S - 1);
+            char ramp[96];
+            if (S - 1 > e->step) snprintf(ramp, sizeof ramp, "climbs from %.2gx to %.2gx of lr", m0, m1);
+            else snprintf(ramp, sizeof ramp, "is %.2gx of lr", m0);
+            fprintf(OUT, "schedule: this run (steps %lld..%lld) is all warmup (warmup=%d, steps=%lld): the lr %s and does not decay; "
+                    "steps from %lld on run at the floor %.2gx (lr_min_frac). With a warmup below %lld (:set warmup=N) the lr reaches its full value, then decays\n",
+                    (long long)e->step, S - 1, e->cfg.warmup, S, ramp, S, lr_schedule_mult(&e->cfg, S), S);
+        } else if (e->cfg.lr_cosine)
             fprintf(OUT, "schedule: cosine to %.2gx lr at step %lld (steps=%lld; :set steps=N to change)\n",
                     e->cfg.lr_min_frac, (long long)e->cfg.steps, (long long)e->cfg.steps);
     } else if (e->cfg.lr_cosine && e->step + n > e->cfg.steps) {
@@ -462,7 +470,13 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
         if (stopped || rc) break;
         if (ev > 0 && e->step % ev == 0) {
             EvalResult er;
-            if (engine_eval(e, e->cfg.L, &er, err)) { rc = 1; break; }
+            if (engine_eval(e, e->cfg.L, &er, err)) {
+                // Ctrl-C inside the eval stops the run as one between steps does (said below);
+                // it used to end the :train as an error with no step in it
+                if (e->interrupt && *e->interrupt) { stopped = 2; err->code = 0; err->msg[0] = 0; }
+                else rc = 1;
+                break;
+            }
             print_eval(sh, &er);
             bpb = er.bpb[e->cfg.L - 1];
         }
@@ -486,7 +500,10 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
             fprintf(OUT, "step %lld loss %.4f lr %.3e gnorm %.3f ms %.1f tok/s %.0f skipped %d (%d in this run) eta %.0fs\n",
                     (long long)last.step, last.loss, last.lr, last.gnorm, last.ms, last.tok_s, last.skipped, skipped, eta);
     }
-    if (stopped) fprintf(OUT, "interrupted at step %lld (state intact)\n", (long long)e->step);
+    if (stopped == 1) fprintf(OUT, "interrupted at step %lld (state intact)\n", (long long)e->step);
+    if (stopped == 2)
+        fprintf(OUT, "interrupted at step %lld, in its eval (state intact; the eval stopped part-way: no eval row recorded)\n",
+                (long long)e->step);
     return rc;
 }
 
@@ -597,9 +614,16 @@ static int cmd_session(Shell *sh, Words *w, dm_err *err) {
     // (the session we are in, however -r spelled it: runs/X/, ./runs/X)
     int here = session_same_dir(E_->session_dir, dir);
     if (!here && session_in_use(dir, err)) return 1;
-    if (!here && (has_ck || (stat(mpath, &mst) == 0 && mst.st_size > 0))) {
+    // (a LATEST naming a file that is gone: said, with where -r falls back to, if anywhere)
+    char why[2048];
+    int lost = session_latest_broken(dir, why, sizeof why);
+    if (!here && (has_ck || lost || (stat(mpath, &mst) == 0 && mst.st_size > 0))) {
         if (has_ck)
-            return dm_fail(err, "%s already holds a run (%s): dmsh -r %s resumes it; a new run needs a new name", dir, latest, dir);
+            return dm_fail(err, "%s already holds a run (%s%s%s): dmsh -r %s resumes it%s; a new run needs a new name", dir, latest,
+                           lost ? "; " : "", lost ? why : "", dir, lost ? " from there" : "");
+        if (lost)
+            return dm_fail(err, "%s already holds a run (%s, and no step-N.ckpt is there: dmsh -r cannot resume it): a new run needs a new name",
+                           dir, why);
         return dm_fail(err, "%s already holds a run with no checkpoint (metrics.tsv; it stopped before its first save, so it cannot be resumed): remove %s or choose a new name",
                        dir, dir);
     }
@@ -637,7 +661,7 @@ const Command dm_commands[] = {
     {":data", cmd_data, NULL, ":data PATH [eval=PATH2]", "Open a corpus: a file or a directory (regular files, recursive, sorted), memory-mapped. Without eval=, the last eval_frac is held out."},
     {":init", cmd_init, NULL, ":init [seed=N]", "Build the model and optimizer from the current config (SPEC §4 defaults)."},
     {":step", cmd_step, NULL, ":step [N]", "Take N optimizer steps (default 1), one log line each."},
-    {":train", cmd_train, NULL, ":train N [eval_every=..] [ckpt_every=..] [log_every=..]", "Train N steps with periodic log lines, evals and checkpoints. Ctrl-C stops at the next step boundary with the state intact."},
+    {":train", cmd_train, NULL, ":train N [eval_every=..] [ckpt_every=..] [log_every=..]", "Train N steps with periodic log lines, evals and checkpoints. Ctrl-C stops at the next step boundary (or part-way through an eval, which then records no row) with the state intact."},
     {":eval", cmd_eval, NULL, ":eval [depth=k]", "Held-out BPB on the fixed eval window at depth k (default L)."},
     {":eval-depths", cmd_eval_depths, NULL, ":eval-depths", "Held-out BPB at every depth 1..L from one forward pass."},
     {":anchors", cmd_anchors, NULL, ":anchors", "Unigram and Kneser-Ney 5-gram BPB on the eval window, fit on the training split."},
@@ -648,8 +672,8 @@ const Command dm_commands[] = {
     {":stress", cmd_stress, NULL, ":stress lr_mult=X steps=N", "Stability protocol: constant LR at X times the base for N steps; counts loss spikes, gnorm p99.9, arm maxima. Trains the live model."},
     {":bench", cmd_bench, NULL, ":bench [steps=N]", "Warm timing of the training step: median ms/step with step indices, tok/s, model GFLOP/s, MFU (GPU: of the measured bf16 peak; CPU: of a 1024^3 product timed in the same command), backend memory. Restores the state after."},
     {":plot", cmd_plot, complete_plot, ":plot METRIC[,METRIC...] [out=FILE.png] [x=step|tokens|time] [log=on|off] [size=WxH]", "Charts to PNG: bpb, loss, lr, gnorm, tok_s, depths (BPB against depth per eval), experts (each expert's share of the routed tokens over training). Several metrics stack as panels on one shared x axis. Without out= it writes SESSION/plots/METRIC.png (./plots/ without a session) and prints the path."},
-    {":probe", cmd_probe, NULL, ":probe [NAME [hist]]", "Statistics of a named activation of the last forward (NAME@i per iteration) or a parameter: shape, mean, std, rms, min, max, absmax, non-finite fraction; hist writes a histogram PNG. Alone: list the names."},
-    {":gen", cmd_gen, NULL, ":gen \"prompt\" [n=256 temp=0.8 top_k=0 seed=N]", "Sample bytes with the recurrent form of the model (KDA state carried: O(1) memory per byte). In the prompt \\n, \\t, \\\\ and \\xHH are escapes; the output shows \\n and \\t as they are, other control bytes (0x00-0x1f, 0x7f) as \\xHH, and bytes >= 0x80 as they are (UTF-8 prints as text)."},
+    {":probe", cmd_probe, NULL, ":probe [NAME [hist]]", "Statistics of a named activation of the last forward (NAME@i per iteration) or a parameter: shape, mean, std, rms, min, max, absmax, non-finite fraction; hist writes a histogram PNG. Alone: list the names (an activation of an arm that was off in the last forward is left out, and said)."},
+    {":gen", cmd_gen, NULL, ":gen \"prompt\" [n=256 temp=0.8 top_k=0 seed=N]", "Sample n bytes with the recurrent form of the model (KDA state carried: O(1) memory per byte): one forward per prompt byte and per sampled byte. Without a prompt (or with \"\") it starts from a newline, as at the start of a line: that byte is fed and printed first (n + 1 forwards). In the prompt \\n, \\t, \\\\ and \\xHH are escapes; the output shows \\n and \\t as they are, other control bytes (0x00-0x1f, 0x7f) as \\xHH, and bytes >= 0x80 as they are (UTF-8 prints as text)."},
     {":device", cmd_device, NULL, ":device cpu|cuda[:N]", "Choose the backend; a live model moves with its optimizer state and step. Without a usable GPU it says why and nothing changes."},
     {":session", cmd_session, NULL, ":session NAME", "Use runs/NAME as the session directory (metrics.tsv, ckpt/, plots/)."},
     {":sessions", cmd_sessions, NULL, ":sessions", "List the sessions under runs/ with their latest checkpoint."},

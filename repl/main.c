@@ -150,7 +150,9 @@ int main(int argc, char **argv) {
     if (resume) {
         dm_err err = {0};
         if (session_resume(&eng, resume, &err)) { fprintf(stderr, "dmsh: -r: error: %s\n", err.msg); engine_free(&eng); return 1; }
-        printf("resumed %s at step %lld (%d metric rows)%s%s\n", resume, (long long)eng.step, eng.nrows,
+        // which checkpoint: LATEST's, or the one a fallback chose (said on stderr, and here)
+        const char *ck = strrchr(eng.synced_path, '/') ? strrchr(eng.synced_path, '/') + 1 : eng.synced_path;
+        printf("resumed %s at step %lld from ckpt/%s (%d metric rows)%s%s\n", resume, (long long)eng.step, ck, eng.nrows,
                eng.has_data ? ", data " : "", eng.has_data ? eng.data_path : "");
         const char *note = engine_notice(&eng);  // the checkpoint's corpus did not open, ...
         if (note) printf("note: %s\n", note);

@@ -202,6 +202,8 @@ static long long ckpt_name_step(const char *name) {
     return -1;
 }
 
+// 0 and the name LATEST holds; 1 when there is no LATEST (a session of an older dmsh), 2 when it
+// holds no checkpoint name (its text, cut to a line, in name)
 static int latest_pointer(const char *dir, char *name, size_t n) {
     char p[1200];
     snprintf(p, sizeof p, "%s/ckpt/LATEST", dir);
@@ -211,12 +213,29 @@ static int latest_pointer(const char *dir, char *name, size_t n) {
     int ok = fgets(buf, sizeof buf, f) != NULL;
     fclose(f);
     buf[strcspn(buf, "\n")] = 0;
-    if (!ok || ckpt_name_step(buf) < 0 || strchr(buf, '/')) return 1;
     snprintf(name, n, "%s", buf);
+    if (!ok || ckpt_name_step(buf) < 0 || strchr(buf, '/')) return 2;
     return 0;
 }
 
-static void write_latest(const Engine *e, const char *path) {
+int session_latest_broken(const char *dir, char *why, size_t n) {
+    char name[512], p[1700];
+    int r = latest_pointer(dir, name, sizeof name);
+    if (r == 1) return 0;
+    if (r == 2) {
+        snprintf(why, n, "%s/ckpt/LATEST holds '%.60s', not a checkpoint name", dir, name);
+        return 1;
+    }
+    snprintf(p, sizeof p, "%s/ckpt/%s", dir, name);
+    struct stat st;
+    int gone = stat(p, &st) != 0;
+    if (!gone && S_ISREG(st.st_mode)) return 0;
+    snprintf(why, n, "%s/ckpt/LATEST named %s, which is %s", dir, name, gone ? "missing" : "not a file");
+    return 1;
+}
+
+// LATEST := path's file name
+static void put_latest(const Engine *e, const char *path) {
     const char *name = strrchr(path, '/');
     name = name ? name + 1 : path;
     char p[1200], tmp[1300];
@@ -228,6 +247,20 @@ static void write_latest(const Engine *e, const char *path) {
     fprintf(f, "%s\n", name);
     if (fclose(f) == 0) rename(tmp, p);
     else unlink(tmp);
+}
+
+// put_latest, but a LATEST that named a checkpoint no longer there (deleted or moved by hand)
+// is not replaced silently: a note says what it named, appended to note (nnote > 0), else on
+// stderr
+static void write_latest(const Engine *e, const char *path, char *note, size_t nnote) {
+    char why[2048];
+    if (session_latest_broken(e->session_dir, why, sizeof why)) {
+        const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+        size_t l = note ? strlen(note) : 0;
+        if (note && l + 1 < nnote) snprintf(note + l, nnote - l, "%s%s; it names %s now", l ? "; " : "", why, name);
+        else fprintf(stderr, "dmsh: note: %s; it names %s now\n", why, name);
+    }
+    put_latest(e, path);
 }
 
 int session_latest_ckpt(const char *dir, char *path, size_t n, long long *step) {
@@ -396,10 +429,18 @@ int session_resume(Engine *e, const char *dir_in, dm_err *err) {
     if (session_lock(dir, err)) return 1;
     session_lock_commit(1);  // (dmsh -r: at start-up, no other session held)
     remove_stale_tmp(dir);
-    char path[1200];
+    char path[1200], broken[2048];
     long long step;
-    if (session_latest_ckpt(dir, path, sizeof path, &step))
+    // a LATEST naming a file that is gone: -r falls back to the largest step-N.ckpt, and says so
+    // (it once resumed there silently: an older state, or another branch, passed for the latest)
+    int lost = session_latest_broken(dir, broken, sizeof broken);
+    if (session_latest_ckpt(dir, path, sizeof path, &step)) {
+        if (lost) return dm_fail(err, "%s, and no step-N.ckpt is in %s/ckpt: nothing to resume", broken, dir);
         return dm_fail(err, "%s: no checkpoint in %s/ckpt (nothing to resume; :save writes one)", dir, dir);
+    }
+    if (lost)
+        fprintf(stderr, "dmsh: -r: note: %s; resuming from %s, the largest step (:load another of %s/ckpt if that is not the state you want)\n",
+                broken, path, dir);
     if (engine_load(e, path, err)) {
         // an unreadable newest checkpoint (a crash, a full disk): resume from the newest one that
         // loads, loudly; the bad file stays where it is
@@ -422,6 +463,7 @@ int session_resume(Engine *e, const char *dir_in, dm_err *err) {
         if (!done) return dm_fail(err, "%s (and no other checkpoint in %s/ckpt loads)", first, dir);
     }
     if (engine_session(e, dir, err)) return 1;
+    if (lost) put_latest(e, e->synced_path);  // (said above)
     // A checkpoint holds no device (it loads anywhere): -r starts on the CPU. When the session's
     // transcript last moved to another device, say so rather than continue there silently.
     char last_dev[64] = "";
@@ -527,7 +569,7 @@ int session_save(Engine *e, char *path, size_t n, char *note, size_t nnote, dm_e
     char prefix[1200];
     snprintf(prefix, sizeof prefix, "%s/ckpt/step-", e->session_dir);
     if (save_step(e, prefix, path, n, note, nnote, err)) return 1;
-    write_latest(e, path);
+    write_latest(e, path, note, nnote);
     return 0;
 }
 
@@ -563,9 +605,14 @@ int session_autosave(Engine *e, char *path, size_t n, dm_err *err) {
     const char *base = strrchr(e->synced_path, '/');
     int in_session = base && realpath(ck, abs) && strlen(abs) == (size_t)(base - e->synced_path) &&
                      !strncmp(abs, e->synced_path, strlen(abs));
-    if (!engine_unsaved(e) && in_session) {
+    // (and only while that file is there: one deleted by hand since holds nothing to resume)
+    struct stat sst;
+    int gone = in_session && stat(e->synced_path, &sst) != 0;
+    if (gone && !engine_unsaved(e))
+        fprintf(stderr, "dmsh: note: %s/ckpt/%s, where this state was saved, is gone: saving it again\n", e->session_dir, base + 1);
+    if (!engine_unsaved(e) && in_session && !gone) {
         char name[512];
-        if (latest_pointer(e->session_dir, name, sizeof name) || strcmp(name, base + 1)) write_latest(e, e->synced_path);
+        if (latest_pointer(e->session_dir, name, sizeof name) || strcmp(name, base + 1)) write_latest(e, e->synced_path, NULL, 0);
         return 0;
     }
     char note[1600];

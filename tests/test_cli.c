@@ -380,7 +380,7 @@ static void test_reports_are_true(void **s) {
     char script[2000];
     snprintf(script, sizeof script, "%s:data %s\n:init seed=3\n:step 1\n:probe kda.out@1\n:arm kda off\n:step 1\n:arm kda on\n:probe kda.out@1\n",
              SMALL, corpus);
-    expect_error(script, "s.dm:10: error: 'kda.out@1' did not run in the last forward: its arm was off");
+    expect_error(script, "s.dm:10: error: 'kda.out@1' did not run in the last forward: the kda arm was off in it");
     snprintf(script, sizeof script, "%s:data %s\n:init seed=3\n:step 2\n:probe h@2\n:bench steps=2\n:probe h@2\n", SMALL, corpus);
     expect_error(script, "s.dm:8: error: the activations in memory belong to steps that were undone");
     assert_non_null(strstr(out, "(forward of step 1)"));

@@ -2,7 +2,7 @@
 // integers written with a sign, blanks or hex. Each error is one line, names what would be
 // accepted, and stops the script there. An eval window shorter than one sequence, said where it
 // is left and refused where it is needed (not on the lines that set it). And :gen's forwards,
-// which ran without a count.
+// which ran without a count; the schedule note of a run that is all warmup.
 #include <stdlib.h>
 #include <string.h>
 #include "cli_harness.h"
@@ -149,8 +149,8 @@ static void test_gen_counts_its_forwards(void **s) {
     (void)s;
     char script[1000];
     // SMALL: L=2; "ab" and 3 sampled bytes are 5 decoder steps, each a forward of 2 iterations
-    snprintf(script, sizeof script, "%s:init seed=1\n:show arms\n:gen \"ab\" n=3 temp=0\n:show arms\n:arm moe off\n:gen \"a\" n=1 temp=0\n:show arms\n",
-             SMALL);
+    snprintf(script, sizeof script, "%s:init seed=1\n:show arms\n:gen \"ab\" n=3 temp=0\n:show arms\n:arm moe off\n:gen \"a\" n=1 temp=0\n:show arms\n"
+             ":gen n=3 temp=0\n:show arms\n", SMALL);
     int rc = run(script, out, sizeof out, err_, sizeof err_);
     if (rc) print_error("stderr: %s\n", err_);
     assert_int_equal(rc, 0);
@@ -166,11 +166,48 @@ static void test_gen_counts_its_forwards(void **s) {
     assert_non_null(third);
     assert_non_null(strstr(third, "  moe      off forward 10 backward 0\n"));
     assert_non_null(strstr(third, "  engram   on  forward 14 backward 0\n"));
+    // no prompt: a newline is fed (and printed) first, then the 3 samples: 4 forwards (what
+    // QA saw as 257 forwards for a bare :gen; :help gen now says so)
+    const char *fourth = strstr(third + 1, "  kda      on  forward 22 backward 0\n");
+    if (!fourth) print_error("%s\n", out);
+    assert_non_null(fourth);
+    assert_int_equal(run(":help gen\n", out, sizeof out, err_, sizeof err_), 0);
+    if (!strstr(out, "Without a prompt (or with \"\") it starts from a newline")) print_error("%s\n", out);
+    assert_non_null(strstr(out, "Without a prompt (or with \"\") it starts from a newline, as at the start of a line: that byte is fed and printed first (n + 1 forwards)"));
     // and :help says what one count is (it said "the arms and their counters")
     assert_int_equal(run(":help arm\n:help show\n", out, sizeof out, err_, sizeof err_), 0);
     assert_non_null(strstr(out, "count one per iteration of the block they run in, forward (a training step, each batch of an :eval, each prompt or sampled byte of :gen) and backward (a training step)"));
     assert_non_null(strstr(out, "retract counts retractions"));
     assert_non_null(strstr(out, "forward/backward counters (:help arm: what one count is)"));
+}
+
+// The :train that sets a horizon inside the warmup says what the lr does in it, with the
+// schedule's own numbers (engine/optim.c), which the step lines then show: it said "ramps to
+// 0.6x by then, and runs at the floor 0.1x past it", with no start, no step range, and no word
+// that nothing decays. SMALL: warmup=5, lr 3e-3, lr_min_frac 0.1.
+static void test_schedule_inside_warmup_text(void **s) {
+    (void)s;
+    char script[1000];
+    snprintf(script, sizeof script, "%s:data %s\n:init seed=1\n:train 3 eval_every=0 log_every=1\n:step 1\n", SMALL, corpus);
+    int rc = run(script, out, sizeof out, err_, sizeof err_);
+    if (rc) print_error("stderr: %s\n", err_);
+    assert_int_equal(rc, 0);
+    const char *want = "schedule: this run (steps 0..2) is all warmup (warmup=5, steps=3): the lr climbs from 0.2x to 0.6x of lr and does not "
+                       "decay; steps from 3 on run at the floor 0.1x (lr_min_frac). With a warmup below 3 (:set warmup=N) the lr reaches its full "
+                       "value, then decays\n";
+    if (!strstr(out, want)) print_error("%s\n", out);
+    assert_non_null(strstr(out, want));
+    assert_non_null(strstr(out, "step 0 loss"));
+    assert_non_null(strstr(strstr(out, "step 0 loss"), " lr 6.000e-04 "));  // 0.2x
+    assert_non_null(strstr(strstr(out, "step 2 loss"), " lr 1.800e-03 "));  // 0.6x
+    assert_non_null(strstr(strstr(out, "step 3 loss"), " lr 3.000e-04 "));  // the floor
+    // from a step already taken (no horizon then), to the end of the warmup; one step alone
+    snprintf(script, sizeof script, "%s:data %s\n:init seed=1\n:step 2\n:train 3 eval_every=0 log_every=1\n:init seed=1\n:step 3\n:train 1 eval_every=0\n",
+             SMALL, corpus);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    assert_non_null(strstr(out, "schedule: this run (steps 2..4) is all warmup (warmup=5, steps=5): the lr climbs from 0.6x to 1x of lr"));
+    assert_non_null(strstr(strstr(out, "step 4 loss"), " lr 3.000e-03 "));
+    assert_non_null(strstr(out, "schedule: this run (steps 3..3) is all warmup (warmup=5, steps=4): the lr is 0.8x of lr and does not decay; steps from 4 on"));
 }
 
 int main(void) {
@@ -181,6 +218,7 @@ int main(void) {
         cmocka_unit_test(test_load_keeps_a_short_window),
         cmocka_unit_test(test_config_dm_replays_from_any_preset),
         cmocka_unit_test(test_gen_counts_its_forwards),
+        cmocka_unit_test(test_schedule_inside_warmup_text),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

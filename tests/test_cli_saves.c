@@ -162,6 +162,56 @@ static void test_load_keeps_the_replaced_state(void **s) {
     assert_string_equal(out, "step-3.ckpt\n");
 }
 
+// ckpt/LATEST naming a checkpoint that is gone (deleted or moved by hand) was replaced without a
+// word: -r resumed from the largest step as if it were the latest, and the next save rewrote it.
+// Now -r says what LATEST named and where it resumes from (or that it cannot), the next save
+// says what it replaces, and leaving a state whose file was deleted saves it again.
+static void test_latest_names_a_missing_file(void **s) {
+    (void)s;
+    char script[2000];
+    snprintf(script, sizeof script, ":session LM\n%s:data %s\n:init seed=1\n:train 4 ckpt_every=2 eval_every=0\n", SMALL, corpus);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    slurp_to("runs/LM/ckpt/LATEST", out, sizeof out);
+    assert_string_equal(out, "step-4.ckpt\n");
+    // -r: the fallback is said, on stderr and in the resume line; LATEST names it from then on
+    assert_int_equal(sh_in_dir("rm runs/LM/ckpt/step-4.ckpt && %s --norc -r runs/LM -e ':show metrics' > out.txt 2> err.txt", dmsh), 0);
+    slurp_to("err.txt", err_, sizeof err_);
+    slurp_to("out.txt", out, sizeof out);
+    if (!strstr(err_, "LATEST named step-4.ckpt, which is missing")) print_error("stderr: %s\nstdout: %s\n", err_, out);
+    assert_non_null(strstr(err_, "dmsh: -r: note: runs/LM/ckpt/LATEST named step-4.ckpt, which is missing; resuming from runs/LM/ckpt/step-2.ckpt"));
+    assert_non_null(strstr(out, "resumed runs/LM at step 2 from ckpt/step-2.ckpt"));
+    slurp_to("runs/LM/ckpt/LATEST", out, sizeof out);
+    assert_string_equal(out, "step-2.ckpt\n");
+    // a save after LATEST's file was deleted during the run says what LATEST named; a state
+    // whose file was deleted is saved again on the way out (it once stayed in no file)
+    const char *wait_latest = "for i in $(seq 600); do grep -q %s runs/LM/ckpt/LATEST && break; sleep 0.05; done; ";
+    char piped[1600], w3[200], w5[200];
+    snprintf(w3, sizeof w3, wait_latest, "step-3.ckpt");
+    snprintf(w5, sizeof w5, wait_latest, "step-5.ckpt");
+    snprintf(piped, sizeof piped,
+             "(echo ':step 1'; echo ':save'; %s rm runs/LM/ckpt/step-3.ckpt; echo ':step 1'; echo ':save'; echo ':step 1'; echo ':save'; "
+             "%s rm runs/LM/ckpt/step-5.ckpt) | %%s --norc -r runs/LM > out.txt 2> err.txt", w3, w5);
+    assert_int_equal(sh_in_dir(piped, dmsh), 0);
+    slurp_to("out.txt", out, sizeof out);
+    slurp_to("err.txt", err_, sizeof err_);
+    if (!strstr(out, "note: runs/LM/ckpt/LATEST named step-3.ckpt, which is missing; it names step-4.ckpt now"))
+        print_error("stdout: %s\nstderr: %s\n", out, err_);
+    assert_non_null(strstr(out, "saved runs/LM/ckpt/step-4.ckpt (step 4)\nnote: runs/LM/ckpt/LATEST named step-3.ckpt, which is missing; it names step-4.ckpt now"));
+    assert_non_null(strstr(err_, "dmsh: note: runs/LM/ckpt/step-5.ckpt, where this state was saved, is gone: saving it again"));
+    assert_non_null(strstr(err_, "dmsh: saved runs/LM/ckpt/step-5.ckpt"));
+    assert_true(file_size("runs/LM/ckpt/step-5.ckpt") > 0);
+    // LATEST naming nothing that is there: -r cannot resume and says why; :session and
+    // :sessions say what LATEST named too
+    write_file("runs/LM/ckpt/LATEST", "step-9.ckpt\n");
+    assert_int_equal(run(":sessions\n", out, sizeof out, err_, sizeof err_), 0);
+    assert_non_null(strstr(out, "runs/LM  (latest checkpoint: step-5.ckpt, step 5)\n    note: runs/LM/ckpt/LATEST named step-9.ckpt, which is missing (dmsh -r resumes from step-5.ckpt)"));
+    expect_error(":session LM\n", "runs/LM already holds a run (runs/LM/ckpt/step-5.ckpt; runs/LM/ckpt/LATEST named step-9.ckpt, which is missing)");
+    assert_int_equal(sh_in_dir("mkdir -p runs/LZ/ckpt && echo step-9.ckpt > runs/LZ/ckpt/LATEST && %s --norc -r runs/LZ -e ':help' > out.txt 2> err.txt", dmsh), 1);
+    slurp_to("err.txt", err_, sizeof err_);
+    assert_non_null(strstr(err_, "dmsh: -r: error: runs/LZ/ckpt/LATEST named step-9.ckpt, which is missing, and no step-N.ckpt is in runs/LZ/ckpt: nothing to resume"));
+    expect_error(":session LZ\n", "runs/LZ already holds a run (runs/LZ/ckpt/LATEST named step-9.ckpt, which is missing, and no step-N.ckpt is there");
+}
+
 #ifndef DM_DOUBLE  // (float only: the demo is a float run, and the double build is slow)
 // `make demo` (README) runs configs/runs/demo.dm: the file is in the checkout (it once was not:
 // a "runs/" ignore rule kept it out of every clone) and its commands run, shortened to 20 steps.
@@ -202,6 +252,7 @@ int main(void) {
         cmocka_unit_test(test_saves_keep_what_was_there),
         cmocka_unit_test(test_resume_names_the_device),
         cmocka_unit_test(test_load_keeps_the_replaced_state),
+        cmocka_unit_test(test_latest_names_a_missing_file),
 #ifndef DM_DOUBLE
         cmocka_unit_test(test_demo_script),
 #endif

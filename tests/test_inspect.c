@@ -97,6 +97,27 @@ static void test_probe_names(void **s) {
     expect_error(":probe h\n", "'h' is per iteration: name one, e.g. h@1");
 }
 
+// A bare :probe listed kda.*@i (and mem.*, moe.*) after a forward that ran with that arm off:
+// names :probe then refused. It lists what the last forward holds and says what it left out;
+// a probe of one is refused naming the arm (never a silent zero).
+static void test_probe_lists_what_ran(void **s) {
+    (void)s;
+    expect_ok(":arm kda off\n:step\n:probe\n");
+    if (strstr(out, "kda.q@1") || !strstr(out, "(not listed, their arm was off in the last forward: kda.*@i (kda))\n"))
+        print_error("%s\n", out);
+    assert_null(strstr(out, "kda.q@1"));
+    assert_null(strstr(out, "kda.state@"));
+    assert_non_null(strstr(out, "mem.gate@1"));   // the arms that ran stay listed
+    assert_non_null(strstr(out, "kda.wq"));       // parameters are there whatever the arms
+    assert_non_null(strstr(out, "(not listed, their arm was off in the last forward: kda.*@i (kda))\n"));
+    expect_error(":arm kda off\n:step\n:probe kda.q@1\n", "'kda.q@1' did not run in the last forward: the kda arm is off (:arm kda on, then :step or :eval)");
+    expect_error(":arm engram off\n:step\n:probe key\n", "'key' did not run in the last forward: the engram arm is off");
+    // every arm on: everything listed, nothing said left out
+    expect_ok(":step\n:probe\n");
+    assert_non_null(strstr(out, "kda.q@2"));
+    assert_null(strstr(out, "not listed"));
+}
+
 static long file_size(const char *name) {
     char p[400];
     snprintf(p, sizeof p, "%s/%s", dir, name);
@@ -199,6 +220,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gen_empty_values),
         cmocka_unit_test(test_probe_names),
+        cmocka_unit_test(test_probe_lists_what_ran),
         cmocka_unit_test(test_hist_labels),
         cmocka_unit_test(test_gen_byte_display),
     };

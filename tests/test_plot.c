@@ -28,6 +28,20 @@ char **complete_plot(Shell *sh, int argi, const char *prefix);
 
 static char dir[200];
 
+// What :plot hands viz for the first panel of its last chart (the Makefile links this test with
+// --wrap=viz_charts_png): the subtitle, and how many series and legend entries it has. Then it
+// is drawn as usual.
+int __real_viz_charts_png(const char *path, const VizChart *c, int ncharts, int width, int height, char *err, size_t n);
+static char seen_subtitle[400];
+static int seen_series, seen_labels;
+int __wrap_viz_charts_png(const char *path, const VizChart *c, int ncharts, int width, int height, char *err, size_t n) {
+    snprintf(seen_subtitle, sizeof seen_subtitle, "%s", ncharts > 0 && c[0].subtitle ? c[0].subtitle : "");
+    seen_series = ncharts > 0 ? c[0].nseries : 0;
+    seen_labels = 0;
+    for (int k = 0; k < seen_series; k++) seen_labels += c[0].series[k].label != NULL;
+    return __real_viz_charts_png(path, c, ncharts, width, height, err, n);
+}
+
 #ifdef DM_HAVE_PNG
 static void tmp_path(char *buf, size_t n, const char *name) { snprintf(buf, n, "%s/%s", dir, name); }
 
@@ -298,6 +312,49 @@ static void test_cmd_plot_eval_sets(void **state) {
     engine_init(&eng);
 }
 
+// depths with a single :eval-depths: one blue line and no legend (viz draws none for a single
+// entry), and the subtitle named a colour ramp ("early (dark) to late (yellow)") there was
+// nothing to tell apart with; it names the eval's step instead. Two evals keep the colour key.
+static void test_cmd_plot_depths_one_eval(void **state) {
+    (void)state;
+    engine_init(&eng);
+    for (int s = 0; s < 60; s++) {
+        MetricRow r = {0};
+        r.step = s; r.tokens = (int64_t)(s + 1) * 512; r.loss = 3 - s / 60.0; r.ms = 10; r.tok_s = 5e4;
+        engine_add_row(&eng, &r);
+        if (s + 1 == 30 || s + 1 == 60)
+            for (int d = 1; d <= 3; d++) {
+                MetricRow ev = {0};
+                ev.kind = 1; ev.step = s + 1; ev.tokens = r.tokens; ev.window = 4096; ev.depth = d;
+                ev.bpb = 3.0 - s / 60.0 + 0.3 / d;
+                engine_add_row(&eng, &ev);
+            }
+        if (s + 1 == 30) {
+            dm_err err;
+            char path[400], line[600];
+            tmp_path(path, sizeof path, "depths1.png");
+            snprintf(line, sizeof line, ":plot depths out=%s", path);
+            if (plot(line, &err)) fail_msg("%s", err.msg);
+            check_written(path, 960, 540);
+            if (strstr(seen_subtitle, "colour")) print_error("subtitle: '%s'\n", seen_subtitle);
+            assert_null(strstr(seen_subtitle, "colour"));
+            assert_string_equal(seen_subtitle, "one eval, at step 30");
+            assert_int_equal(seen_series, 1);
+        }
+    }
+    dm_err err;
+    char path[400], line[600];
+    tmp_path(path, sizeof path, "depths2.png");
+    snprintf(line, sizeof line, ":plot depths out=%s", path);
+    if (plot(line, &err)) fail_msg("%s", err.msg);
+    check_written(path, 960, 540);
+    assert_string_equal(seen_subtitle, "colour: early (dark) to late (yellow)");
+    assert_int_equal(seen_series, 2);
+    assert_int_equal(seen_labels, 2);  // "step 30", "step 60": the legend
+    engine_free(&eng);
+    engine_init(&eng);
+}
+
 static void test_cmd_plot_experts(void **state) {
     (void)state;
     int L = 3, E = 8;
@@ -355,6 +412,7 @@ int main(void) {
         cmocka_unit_test(test_cmd_plot),
         cmocka_unit_test(test_cmd_plot_experts),
         cmocka_unit_test(test_cmd_plot_eval_sets),
+        cmocka_unit_test(test_cmd_plot_depths_one_eval),
         cmocka_unit_test(test_complete),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

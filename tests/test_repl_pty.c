@@ -1,9 +1,9 @@
 // test_repl_pty.c — the interactive prompt end to end through a pseudo-terminal: Tab completes
 // a command, Ctrl-C at the prompt drops the line, an error leaves the session going, Ctrl-C
-// during :train stops it at a step boundary with the state intact and the prompt back, Ctrl-D
-// quits with status 0, history lands in ~/.dmsh_history; ~/.dmshrc and ./.dmshrc run at start
-// (an error names FILE:LINE and the session goes on) unless --norc; the :train panel leaves
-// the terminal as it found it. Every read has a deadline, so a hang fails the test instead of
+// during :train stops it at a step boundary (or inside its eval) with the state intact and the
+// prompt back, Ctrl-D quits with status 0, history lands in ~/.dmsh_history; ~/.dmshrc and
+// ./.dmshrc run at start (an error names FILE:LINE and the session goes on) unless --norc; the
+// :train panel leaves the terminal as it found it. Every read has a deadline, so a hang fails the test instead of
 // blocking CI; the child is killed on failure.
 // Needs the readline build of dmsh; a headless build skips.
 #include <errno.h>
@@ -237,6 +237,33 @@ static void test_panel(void **s) {
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 
+// Ctrl-C while :train is inside one of its periodic evals stops the run as one between its steps
+// does: "interrupted at step N", where (the eval), state intact, no error, the prompt back. (It
+// ended the :train as an error, "interrupted: the eval stopped ...", naming no step.)
+static void test_interrupt_in_eval(void **s) {
+    (void)s;
+    spawn(1, 0);
+    small_model(1);
+    // eval_every=1: each step (about a millisecond here) is followed by an eval of the whole
+    // held-out split (hundreds of batches); a step's line is printed just before its eval runs
+    command(":train 100000 eval_every=1 log_every=1");
+    expect_out("eval step 1 ", 60);
+    expect_out("\nstep 1 loss", 60);
+    type("\x03");
+    const char *hit = expect_out("interrupted at step ", 60);
+    long long stopped = atoll(hit + strlen("interrupted at step "));
+    expect_out(", in its eval (state intact; the eval stopped part-way: no eval row recorded)", 5);
+    assert_true(stopped >= 2 && stopped < 100000);
+    command(":show metrics");
+    hit = expect_out(" metric rows, step ", 20);
+    assert_int_equal(atoll(hit + strlen(" metric rows, step ")), stopped);
+    assert_null(strstr(tty, "error:"));
+    expect_out("dmsh> ", 20);
+    type("\x04");
+    int st = wait_exit(20);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
 // Found by a QA pass at the prompt: :probe completion offers the names :probe takes; a long
 // completion list prints whole (Ctrl-C inside readline's y/n query once displayed freed memory);
 // Ctrl-C stops :gen (and the rest of its line) and the next command runs normally; an
@@ -448,6 +475,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_session, teardown_one),
         cmocka_unit_test_teardown(test_panel, teardown_one),
+        cmocka_unit_test_teardown(test_interrupt_in_eval, teardown_one),
         cmocka_unit_test_teardown(test_rc_files, teardown_one),
         cmocka_unit_test_teardown(test_interrupts_and_completion, teardown_one),
         cmocka_unit_test_teardown(test_sigterm_saves, teardown_one),
