@@ -165,6 +165,10 @@ int probe_get(Engine *e, const char *name, double **vals, ProbeInfo *info, dm_er
             return dm_fail(err, "bad iteration '%s' in %s: expected 1..%d (a decimal number, no leading zeros)", s, name, L);
         it = len > 9 ? INT_MAX : atoi(s);  // more than 9 digits: out of any range below
     }
+    // beyond the model's L no forward can help: said before "run a forward first" (QA: @7 on an
+    // L=2 model was told to :step, then refused for the range)
+    if (which >= 0 && it > c->L)
+        return dm_fail(err, "'%s': iteration %s out of range 1..%d (the model has L=%d)", name, at + 1, c->L, c->L);
     if (!have_forward(e)) {
         if (e->fwd_moved)  // activations are not copied by a :device move (the weights are)
             return dm_fail(err, "the last forward's activations did not move with the model (:device): :step or :eval first for '%s'", name);

@@ -94,6 +94,8 @@ static void test_probe_names(void **s) {
     expect_error(":probe kda.qq@1\n", "unknown probe 'kda.qq@1'; near: ");
     expect_error(":probe h@abc\n", "bad iteration 'abc' in h@abc");
     expect_error(":probe h@1\n", "no forward yet for activation 'h@1'");
+    // beyond L before any forward: the range, not "run a forward" (QA, session 17)
+    expect_error(":probe h@7\n", "'h@7': iteration 7 out of range 1..2 (the model has L=2)");
     expect_error(":probe h\n", "'h' is per iteration: name one, e.g. h@1");
 }
 
