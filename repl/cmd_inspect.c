@@ -223,7 +223,12 @@ int cmd_sessions(Shell *sh, Words *w, dm_err *err) {
     // sorted by name (readdir's order is the file system's: it changes as sessions come and go)
     struct dirent **list = NULL;
     int nl = scandir("runs", &list, NULL, alphasort);
-    if (nl < 0) { fprintf(sh->out, "no sessions (runs/ does not exist here)\n"); return 0; }
+    if (nl < 0) {  // (say which: a file named runs is not "no runs/ here")
+        struct stat rst;
+        if (stat("runs", &rst) == 0 && !S_ISDIR(rst.st_mode)) fprintf(sh->out, "no sessions (runs here is a file, not a directory)\n");
+        else fprintf(sh->out, "no sessions (runs/ does not exist here)\n");
+        return 0;
+    }
     int n = 0;
     for (int li = 0; li < nl; li++) {
         const struct dirent *de = list[li];

@@ -546,8 +546,8 @@ int cmd_plot(Shell *sh, Words *w, dm_err *err) {
         if (viz_charts_png(path, charts, np, W, H, msg, sizeof msg)) rc = dm_fail(err, ":plot: %s", msg);
         else fprintf(sh->out, "wrote %s\n", path);
         if (!rc && cx.nsets > 1)  // said here too: the subtitle is easy to miss
-            fprintf(sh->out, "note: the eval curves show the latest of %d eval sets (%d evals); evals of another corpus, split or window size are not on them\n",
-                    cx.nsets, cx.set_evals);
+            fprintf(sh->out, "note: the eval curves show the latest of %d eval sets (%d eval%s); evals of another corpus, split or window size are not on them\n",
+                    cx.nsets, cx.set_evals, cx.set_evals == 1 ? "" : "s");
     }
     for (int k = 0; k < np; k++) free(panels[k].buf);
     free(panels);

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include "../engine/engine.h"
 #include "../sessions/session.h"
 #include "shell.h"
@@ -195,6 +196,10 @@ const Command *sh_resolve(const char *word, dm_err *err) {
         dm_fail(err, "ambiguous command '%s': %s", word, list);
         return NULL;
     }
+    if (!word[1]) return dm_fail(err, "':' alone is not a command (a command is :NAME; see :help)"), NULL;
+    for (int i = 0; dm_commands[i].name; i++)  // :SET: one answer, not the near spellings
+        if (strcasecmp(dm_commands[i].name, word) == 0)
+            return dm_fail(err, "unknown command '%s' (commands are lower case: %s)", word, dm_commands[i].name), NULL;
     char sug[200];
     sh_suggest(word, sug, sizeof sug);
     if (sug[0]) dm_fail(err, "unknown command '%s' (did you mean %s? see :help)", word, sug);

@@ -425,7 +425,14 @@ int session_resume(Engine *e, const char *dir_in, dm_err *err) {
     for (size_t l = strlen(dirbuf); l > 1 && dirbuf[l - 1] == '/'; l--) dirbuf[l - 1] = 0;
     const char *dir = dirbuf;
     struct stat st;
-    if (stat(dir, &st) || !S_ISDIR(st.st_mode)) return dm_fail(err, "%s: not a session directory", dir);
+    if (stat(dir, &st) || !S_ISDIR(st.st_mode)) {
+        // -r takes the directory: `-r NAME` for runs/NAME is the likely slip, so name it
+        char alt[1100];
+        snprintf(alt, sizeof alt, "runs/%s", dir);
+        if (!strchr(dir, '/') && stat(alt, &st) == 0 && S_ISDIR(st.st_mode))
+            return dm_fail(err, "%s: not a session directory (-r takes the directory: did you mean -r %s?)", dir, alt);
+        return dm_fail(err, "%s: not a session directory", dir);
+    }
     if (session_lock(dir, err)) return 1;
     session_lock_commit(1);  // (dmsh -r: at start-up, no other session held)
     remove_stale_tmp(dir);

@@ -185,6 +185,23 @@ static void test_gen_counts_its_forwards(void **s) {
 // schedule's own numbers (engine/optim.c), which the step lines then show: it said "ramps to
 // 0.6x by then, and runs at the floor 0.1x past it", with no start, no step range, and no word
 // that nothing decays. SMALL: warmup=5, lr 3e-3, lr_min_frac 0.1.
+// QA (session 17): ':SET' was offered ":set or :arm or :gen or :run", ':' alone the same list;
+// `-r NAME` for runs/NAME said only "not a session directory"; :sessions called a file named
+// runs "runs/ does not exist here".
+static void test_command_slips(void **s) {
+    (void)s;
+    expect_error(":SET lr=0.01\n", "unknown command ':SET' (commands are lower case: :set)");
+    expect_error(":\n", "':' alone is not a command");
+    assert_int_equal(sh_in_dir("mkdir -p runs/RR && %s --norc -r RR < /dev/null > out.txt 2> err.txt; test $? != 0 && "
+                               "grep -q 'RR: not a session directory (-r takes the directory: did you mean -r runs/RR?)' err.txt",
+                               dmsh),
+                     0);
+    assert_int_equal(sh_in_dir("mkdir -p rf && cd rf && touch runs && %s --norc -e ':sessions' < /dev/null > ../out.txt 2>&1; "
+                               "cd .. && grep -q 'no sessions (runs here is a file, not a directory)' out.txt",
+                               dmsh),
+                     0);
+}
+
 static void test_schedule_inside_warmup_text(void **s) {
     (void)s;
     char script[1000];
@@ -219,6 +236,7 @@ int main(void) {
         cmocka_unit_test(test_config_dm_replays_from_any_preset),
         cmocka_unit_test(test_gen_counts_its_forwards),
         cmocka_unit_test(test_schedule_inside_warmup_text),
+        cmocka_unit_test(test_command_slips),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -308,6 +308,12 @@ static void test_cmd_plot_eval_sets(void **state) {
     if (plot(line, &err)) fail_msg("%s", err.msg);
     assert_null(strstr(outbuf, "note:"));
     check_written(path, 960, 540);
+    // a latest set of one eval: "(1 eval)", not "(1 evals)"
+    for (int i = 0; i < eng.nrows; i++)
+        if (eng.rows[i].kind == 1) eng.rows[i].eval_set = eng.rows[i].step == 60 ? 0xB0Bu : 0xA11CEu;
+    if (plot(line, &err)) fail_msg("%s", err.msg);
+    if (!strstr(outbuf, "latest of 2 eval sets (1 eval);")) print_error("printed '%s'\n", outbuf);
+    assert_non_null(strstr(outbuf, "latest of 2 eval sets (1 eval);"));
     engine_free(&eng);
     engine_init(&eng);
 }
