@@ -268,19 +268,22 @@ static void cu_gate_mul_backward(real *don, real *dpre, const real *dog, const r
     EW(gate_mul_bwd_kernel, n, don, dpre, dog, gt, on, n);
 }
 
-// Block: 32 channels x 32 row-threads. Writes dz (each element by exactly one thread), sums per
-// channel over rows (thread ty takes rows ty, ty+32, ...; a fixed tree over ty — the CPU sums
-// in token order), dbias[c] += sum dz, sA[c] = sum dz (z + bias) into scratch for the per-head
-// pass below.
-__global__ void __launch_bounds__(1024) decay_gate_bwd_kernel(float *dz, float *dbias, double *sA, const float *dg, const float *gs,
-                                      const float *z, const float *A, const float *bias, float gmin, int N,
-                                      int d, int dh) {
+// Block (x, y): 32 channels x 32 row-threads over slice y of the rows. Writes dz (each element by
+// exactly one thread) and sums per channel over the slice's rows (thread ty takes rows ty,
+// ty+32, ...; a fixed tree over ty) into part_b[y][c] = sum dz and part_a[y][c] = sum dz (z + bias);
+// decay_gate_final adds the slices in order. Two stages for the reason colsum has them
+// (backend_cuda.cu): ceil(d/32) blocks alone (16 at small, 24 at base) would stream N x d x 5
+// floats through a few SMs of 132. The slicing is a function of N only (deterministic).
+__global__ void __launch_bounds__(1024) decay_gate_bwd_kernel(float *dz, double *part_b, double *part_a, const float *dg,
+                                      const float *gs, const float *z, const float *A, const float *bias, float gmin,
+                                      int N, int d, int dh, int rows_per) {
     __shared__ double sb_sh[32][33], sa_sh[32][33];
     int tx = threadIdx.x, ty = threadIdx.y, c = blockIdx.x * 32 + tx;
+    int r0 = blockIdx.y * rows_per, r1 = min(N, r0 + rows_per);
     double sb = 0, sa = 0;
     if (c < d) {
         float eh = (float)exp((double)A[c / dh]), b = bias[c];
-        for (int n = ty; n < N; n += 32) {
+        for (int n = r0 + ty; n < r1; n += 32) {
             size_t i = (size_t)n * d + c;
             float g = gs[i];
             float v = dg[i] * gmin * g * (1 - g) * eh;
@@ -297,9 +300,19 @@ __global__ void __launch_bounds__(1024) decay_gate_bwd_kernel(float *dz, float *
         __syncthreads();
     }
     if (ty == 0 && c < d) {
-        dbias[c] += (float)sb_sh[0][tx];
-        sA[c] = sa_sh[0][tx];
+        part_b[(size_t)blockIdx.y * d + c] = sb_sh[0][tx];
+        part_a[(size_t)blockIdx.y * d + c] = sa_sh[0][tx];
     }
+}
+// per channel, the slices in order: dbias[c] += sum dz, sA[c] = sum dz (z + bias)
+__global__ void decay_gate_final_kernel(float *dbias, double *sA, const double *part_b, const double *part_a, int S,
+                                        int d) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= d) return;
+    double sb = 0, sa = 0;
+    for (int k = 0; k < S; k++) { sb += part_b[(size_t)k * d + c]; sa += part_a[(size_t)k * d + c]; }
+    dbias[c] += (float)sb;
+    sA[c] = sa;
 }
 // one thread per head: dA[h] += (float)sA[c] for the head's channels in order (as the CPU)
 __global__ void decay_gate_dA_kernel(float *dA, const double *sA, int H, int dh) {
@@ -313,9 +326,16 @@ static void cu_decay_gate_backward(real *dz, real *dA, real *dbias, const real *
                                    const real *A, const real *bias, real gmin, int N, int H, int dh) {
     int d = H * dh;
     if (d <= 0) return;
+    int S = ceil_div(N, 2048);  // slices of >= 2048 rows, at most 64, as colsum (a function of N only)
+    if (S > 64) S = 64;
+    if (S < 1) S = 1;
+    int rows_per = ceil_div(N, S);
     double *sA = (double *)dm_scratch(SCR_MISC, sizeof(double) * d);
-    decay_gate_bwd_kernel<<<ceil_div(d, 32), dim3(32, 32), 0, dm_stream>>>(dz, dbias, sA, dg, gs, z, A, bias, gmin,
-                                                                            N, d, dh);
+    double *part = (double *)dm_scratch(SCR_COLSUM, sizeof(double) * 2 * (size_t)S * d);
+    decay_gate_bwd_kernel<<<dim3(ceil_div(d, 32), S), dim3(32, 32), 0, dm_stream>>>(
+        dz, part, part + (size_t)S * d, dg, gs, z, A, bias, gmin, N, d, dh, rows_per);
+    cudaLaunchCheck();
+    decay_gate_final_kernel<<<ceil_div(d, 256), 256, 0, dm_stream>>>(dbias, sA, part, part + (size_t)S * d, S, d);
     cudaLaunchCheck();
     decay_gate_dA_kernel<<<ceil_div(H, 64), 64, 0, dm_stream>>>(dA, sA, H, dh);
     cudaLaunchCheck();
