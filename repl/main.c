@@ -74,7 +74,21 @@ static int is_option(const char *s) {
     return 0;
 }
 
+// OpenMP's idle threads spin before they sleep (libgomp: some 300 000 rounds at each barrier and
+// between parallel regions). On a machine whose cores are busy (another job, a second dmsh, a
+// build) a spinning thread takes the time slice its working twin needs: nano's CPU step measured
+// 1135 ms instead of 56 ms (2 cores, load 2.8; docs/perf.md session 17). libgomp reads
+// OMP_WAIT_POLICY when it loads, before main, so dmsh sets "passive" and runs itself again once;
+// a policy (or GOMP_SPINCOUNT) the user set is kept. `:show device` says which is in force.
+static void omp_wait_passive(char **argv) {
+    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
+    if (setenv("OMP_WAIT_POLICY", "passive", 1)) return;
+    execv("/proc/self/exe", argv);
+    unsetenv("OMP_WAIT_POLICY");  // the exec failed: run on as we are, and say nothing false
+}
+
 int main(int argc, char **argv) {
+    omp_wait_passive(argv);
     Engine eng;
     engine_init(&eng);
     eng.interrupt = &g_interrupt;

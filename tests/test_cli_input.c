@@ -202,6 +202,26 @@ static void test_command_slips(void **s) {
                      0);
 }
 
+// OpenMP's spinning idle threads made a nano CPU step 20x slower on a busy machine: dmsh runs
+// itself again with OMP_WAIT_POLICY=passive unless the user chose a policy, keeps its arguments
+// doing so, and :show device says which policy is in force.
+static void test_omp_wait_policy(void **s) {
+    (void)s;
+    assert_int_equal(sh_in_dir("env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT %s --norc -e ':show device' -e ':set lr=0.01' "
+                               "-e ':show config' < /dev/null > out.txt 2> err.txt && grep -q '(OMP_WAIT_POLICY=passive)' out.txt "
+                               "&& grep -q '0.01' out.txt",
+                               dmsh),
+                     0);
+    assert_int_equal(sh_in_dir("env -u GOMP_SPINCOUNT OMP_WAIT_POLICY=active %s --norc -e ':show device' < /dev/null > out.txt "
+                               "2> err.txt && grep -q '(OMP_WAIT_POLICY=active)' out.txt",
+                               dmsh),
+                     0);
+    assert_int_equal(sh_in_dir("env -u OMP_WAIT_POLICY GOMP_SPINCOUNT=1000 %s --norc -e ':show device' < /dev/null > out.txt "
+                               "2> err.txt && grep -q '(GOMP_SPINCOUNT=1000)' out.txt",
+                               dmsh),
+                     0);
+}
+
 static void test_schedule_inside_warmup_text(void **s) {
     (void)s;
     char script[1000];
@@ -237,6 +257,7 @@ int main(void) {
         cmocka_unit_test(test_gen_counts_its_forwards),
         cmocka_unit_test(test_schedule_inside_warmup_text),
         cmocka_unit_test(test_command_slips),
+        cmocka_unit_test(test_omp_wait_policy),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -78,7 +78,12 @@ static void cpu_describe(char *buf, size_t n) {
 #ifdef _OPENMP
     threads = omp_get_max_threads();
 #endif
-    snprintf(buf, n, "cpu: %s, %d logical cores, OpenMP threads %d; matrix products: %s", model, cores, threads,
+    const char *wp = getenv("OMP_WAIT_POLICY"), *sc = getenv("GOMP_SPINCOUNT");
+    char wait[96];
+    if (wp) snprintf(wait, sizeof wait, " (OMP_WAIT_POLICY=%.40s)", wp);
+    else if (sc) snprintf(wait, sizeof wait, " (GOMP_SPINCOUNT=%.40s)", sc);
+    else snprintf(wait, sizeof wait, " (idle threads spin first: OMP_WAIT_POLICY unset)");
+    snprintf(buf, n, "cpu: %s, %d logical cores, OpenMP threads %d%s; matrix products: %s", model, cores, threads, wait,
              sizeof(real) == 4 ?
 #if defined(__AVX512F__)
              "own AVX-512 sgemm, 6x32 tiles (kernels/cpu/sgemm.c)"
