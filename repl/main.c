@@ -1,7 +1,9 @@
 // main.c — dmsh: interactive prompt, `-b FILE.dm` batch, `-e 'cmds'`.
+#include <errno.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <termios.h>
 #include <unistd.h>
 #include "../engine/engine.h"
 #include "../sessions/session.h"
@@ -31,10 +33,22 @@ static void usage(void) {
 int repl_interactive(Shell *sh);  // readline.c (or the plain line reader when built headless)
 
 // a signal the parent set to SIG_IGN (nohup, a background job) stays ignored
-static void catch_unless_ignored(int sig, const struct sigaction *sa) {
+static int catch_unless_ignored(int sig, const struct sigaction *sa) {
     struct sigaction old;
-    if (sigaction(sig, NULL, &old) == 0 && old.sa_handler == SIG_IGN) return;
+    if (sigaction(sig, NULL, &old) == 0 && old.sa_handler == SIG_IGN) return 0;
     sigaction(sig, sa, NULL);
+    return 1;
+}
+
+// The terminal closed under the prompt: the kernel makes the read return end-of-file and sends
+// SIGHUP, and on a loaded machine readline may see the end-of-file first — dmsh then left with
+// 0, as after Ctrl-D (a flaky test_repl_pty caught it). A hung-up terminal answers tcgetattr
+// with EIO: that is the same exit as the SIGHUP (128 + 1), whichever arrived first. (Not when
+// SIGHUP is ignored: `nohup` asked for the plain exit.)
+static void hangup_if_terminal_gone(int hup_caught) {
+    struct termios t;
+    if (hup_caught && g_signal != SIGTERM && g_signal != SIGHUP && tcgetattr(0, &t) != 0 && errno == EIO)
+        g_signal = SIGHUP;
 }
 
 // The length of the first line of an -e text: up to a line break outside quotes and comments
@@ -159,7 +173,7 @@ int main(int argc, char **argv) {
     // A closed terminal (SIGHUP) leaves like Ctrl-D: the running command stops at a step
     // boundary, the prompt reads end-of-file, and the session is saved on the way out. (Not
     // under `nohup`, which ignores it on purpose: the job must outlive the terminal.)
-    catch_unless_ignored(SIGHUP, &sa);
+    int hup_caught = catch_unless_ignored(SIGHUP, &sa);
     int rc = 0;
     if (resume) {
         dm_err err = {0};
@@ -205,7 +219,10 @@ int main(int argc, char **argv) {
         rc = sh_run_file_as(&sh, batch, shown && shown[0] ? shown : batch);
     }
     if (!nexpr && !batch) {
-        if (isatty(0)) rc = repl_interactive(&sh);
+        if (isatty(0)) {
+            rc = repl_interactive(&sh);
+            hangup_if_terminal_gone(hup_caught);
+        }
         else {
             sh.src = "<stdin>";
             char *line = NULL;
