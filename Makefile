@@ -276,6 +276,8 @@ cuemu-check: cuemu
 	@[ $$(grep -c '^parity: PASS' $(EMU)/parity_repl.log) = 2 ] && grep -q '^routing: the same 256 token-expert assignments on both' $(EMU)/parity_repl.log \
 	  || { echo "  :check parity on cuemu: FAIL"; cat $(EMU)/parity_repl.log; exit 1; }
 	@grep -E '^(parity|routing)' $(EMU)/parity_repl.log | sed 's/^/  /'
+	@echo "== cuemu dmsh device flows (a device short of memory, a move that does not fit, moves and :probe)"
+	@bash tests/cuemu/dmsh_device.sh ./$(EMU)/dmsh
 	@echo "== cuemu graph_step quick (the step graph's replay = the eager step; two processes)"
 	@$(EMUENV) ./$(EMU)/graph_step quick
 	@echo "== cuemu bench_gpu 2 nano:2:64 (the benchmark program runs end to end; its times are the emulator's)"

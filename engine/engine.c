@@ -124,7 +124,8 @@ int engine_set_device(Engine *e, const Backend *be, const char *name, dm_err *er
     char spath[sizeof e->synced_path];
     memcpy(spath, e->synced_path, sizeof spath);
     const Backend *old = e->be;
-    int had_forward = e->model.acts.buf && e->model.last_depth > 0;  // activations are not moved
+    // activations are not moved (nor were they by an earlier move: engine_build clears the mark)
+    int had_forward = (e->model.acts.buf && e->model.last_depth > 0) || e->fwd_moved;
     char oldname[16];
     snprintf(oldname, sizeof oldname, "%s", e->device);
     e->be = be;
@@ -133,7 +134,10 @@ int engine_set_device(Engine *e, const Backend *be, const char *name, dm_err *er
         e->be = old;  // back where it was: rebuild there and restore
         if (engine_build(e, e->cfg.seed, &ignore) == 0) snapshot_restore(&s, e);
         snapshot_free(&s);
-        return dm_fail(err, "moving the model to %s failed (%s); it stays on %s", name, err->msg, oldname);
+        e->fwd_moved = had_forward;  // (rebuilt where it was: the activations are gone all the same)
+        char why[sizeof err->msg];  // (dm_fail formats into err->msg: the cause is copied out first)
+        snprintf(why, sizeof why, "%s", err->msg);
+        return dm_fail(err, "moving the model to %s failed (%s); it stays on %s", name, why, oldname);
     }
     snapshot_restore(&s, e);
     snapshot_free(&s);

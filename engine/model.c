@@ -325,9 +325,11 @@ int model_reserve_try(Model *m, int B, int T, dm_err *err) {
     a->buf = m->be->alloc(sizeof(real) * a->nbuf);
     if (!a->buf) {
         size_t n = a->nbuf;
+        double bytes = (double)n * sizeof(real);
         acts_free(m);  // the parameters and the optimizer are untouched: the next call retries
-        return dm_fail(err, "cannot allocate the activations for batch=%d seq=%d (%zu reals, %.1f GB): lower batch or seq",
-                       B, T, n, (double)n * sizeof(real) / 1e9);
+        // (which device: :check parity holds a model on each; MB below a GB, not "0.0 GB")
+        return dm_fail(err, "cannot allocate the activations for batch=%d seq=%d on %s (%zu reals, %.1f %s): lower batch or seq",
+                       B, T, m->be->name, n, bytes >= 1e9 ? bytes / 1e9 : bytes / 1e6, bytes >= 1e9 ? "GB" : "MB");
     }
     carve(m, a->buf);
     if (model_ram_reserve(m, B * T)) {

@@ -209,10 +209,13 @@ int cmd_device(Shell *sh, Words *w, dm_err *err) {
         const Backend *be = backend_cuda(dev, why, sizeof why);
         if (!be) return dm_fail(err, "%s", why);
         snprintf(name, sizeof name, "cuda:%d", dev);
-        if (engine_set_device(e, be, name, err)) return 1;
+        // already there: said, as for the CPU (it moved the model out and back for nothing)
+        int here = e->be == be && !strcmp(e->device, name);
+        if (!here && engine_set_device(e, be, name, err)) return 1;
         char desc[512] = "";
         if (be->describe) be->describe(desc, sizeof desc);
-        fprintf(sh->out, "device %s%s\n  %s\n", name, was_live ? " (the live model moved here; training continues from its step)" : "", desc);
+        fprintf(sh->out, "device %s%s\n  %s\n", name,
+                here ? " (already: nothing moved)" : was_live ? " (the live model moved here; training continues from its step)" : "", desc);
         return 0;
     }
     return dm_fail(err, "unknown device '%s' (cpu, cuda, cuda:N)", a);

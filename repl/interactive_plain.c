@@ -19,6 +19,7 @@ int repl_interactive(Shell *sh) {
             // a Ctrl-C at the prompt (the read was interrupted) drops the line; SIGTERM and
             // end-of-file leave
             if (errno == EINTR && !dm_leave_signal && !feof(stdin)) { clearerr(stdin); fputc('\n', stdout); continue; }
+            if (errno == EIO) sh->tty_lost = 1;  // the terminal closed (the hangup signal may come after)
             fputc('\n', stdout);
             break;
         }

@@ -3,6 +3,7 @@
 // Ctrl-C clears the line at the prompt and stops a running command at its next step boundary
 // (never the process), Ctrl-D quits, an error prints and the session goes on.
 // Built only when readline's headers exist; headless builds use interactive_plain.c.
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -194,8 +195,10 @@ int repl_interactive(Shell *sh) {
     for (;;) {
         g_prompt_sigint = 0;
         g_at_prompt = 1;
+        errno = 0;
         char *line = dm_leave_signal ? NULL : readline("dmsh> ");
         g_at_prompt = 0;
+        if (!line && errno == EIO) sh->tty_lost = 1;  // the terminal closed (the hangup signal may come after)
         if (!line || dm_leave_signal) { free(line); fputc('\n', stdout); break; }  // Ctrl-D, SIGTERM
         sh->line++;
         if (!line[strspn(line, " \t")]) { free(line); continue; }

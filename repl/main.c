@@ -40,14 +40,14 @@ static int catch_unless_ignored(int sig, const struct sigaction *sa) {
     return 1;
 }
 
-// The terminal closed under the prompt: the kernel makes the read return end-of-file and sends
-// SIGHUP, and on a loaded machine readline may see the end-of-file first — dmsh then left with
-// 0, as after Ctrl-D (a flaky test_repl_pty caught it). A hung-up terminal answers tcgetattr
-// with EIO: that is the same exit as the SIGHUP (128 + 1), whichever arrived first. (Not when
-// SIGHUP is ignored: `nohup` asked for the plain exit.)
-static void hangup_if_terminal_gone(int hup_caught) {
+// The terminal closed under the prompt: a pty's reader is woken with EIO when the other side
+// closes, and the hangup (SIGHUP) follows; a reader that runs first, or a SIGHUP that is
+// blocked, left dmsh with 0, as after Ctrl-D. The prompt's read failing with EIO, or a hung-up
+// terminal (tcgetattr answers EIO), is the same exit as the SIGHUP (128 + 1), whichever arrived
+// first. (Not when SIGHUP is ignored: `nohup` asked for the plain exit.)
+static void hangup_if_terminal_gone(int hup_caught, int tty_lost) {
     struct termios t;
-    if (hup_caught && g_signal != SIGTERM && g_signal != SIGHUP && tcgetattr(0, &t) != 0 && errno == EIO)
+    if (hup_caught && g_signal != SIGTERM && g_signal != SIGHUP && (tty_lost || (tcgetattr(0, &t) != 0 && errno == EIO)))
         g_signal = SIGHUP;
 }
 
@@ -221,7 +221,7 @@ int main(int argc, char **argv) {
     if (!nexpr && !batch) {
         if (isatty(0)) {
             rc = repl_interactive(&sh);
-            hangup_if_terminal_gone(hup_caught);
+            hangup_if_terminal_gone(hup_caught, sh.tty_lost);
         }
         else {
             sh.src = "<stdin>";

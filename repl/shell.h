@@ -29,6 +29,7 @@ typedef struct Shell {
     int quit;                   // set by :quit
     int depth;                  // :run nesting depth
     int interactive;
+    int tty_lost;                // the prompt's read failed with EIO: the terminal went away (main.c)
 } Shell;
 
 typedef int (*CmdFn)(Shell *sh, Words *w, dm_err *err);

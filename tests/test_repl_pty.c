@@ -58,6 +58,9 @@ static void spawn(int norc, int tui) {
         else setenv("DMSH_NO_TUI", "1", 1); // plain :train lines
         setenv("OPENBLAS_NUM_THREADS", "1", 1);
         setenv("OMP_NUM_THREADS", "1", 1);
+        // SIGHUP as a terminal's process gets it, whatever this test inherited (under `nohup`
+        // it is ignored, and an ignored SIGHUP is dmsh's cue to stay quiet about a hangup)
+        signal(SIGHUP, SIG_DFL);
         if (spawn_hup_blocked) {  // (a blocked signal stays blocked across exec)
             sigset_t set;
             sigemptyset(&set);

@@ -127,8 +127,8 @@ static void *cu_alloc(size_t bytes) {
     if (e != cudaSuccess) {  // out of memory is the user's to handle (smaller preset), not a crash
         // the runtime also keeps the failure as its "last error": read it back here, or the next
         // launch check (cudaGetLastError) takes it for its own and ends the session
+        // (the caller names what did not fit, on its one error line)
         (void)cudaGetLastError();
-        fprintf(stderr, "cuda alloc of %zu bytes failed: %s\n", bytes, cudaGetErrorString(e));
         return NULL;
     }
     cudaCheck(cudaMemsetAsync(p, 0, bytes ? bytes : 1, dm_stream));  // zero-filled, as calloc
@@ -163,9 +163,8 @@ static void cu_download(void *dst, const void *src, size_t bytes) {
 // ================================================================================================
 // gemm (cuBLAS), matmul
 // ================================================================================================
-// dst [rows, cols] bf16 dense <- src [rows, cols] fp32 at leading dimension ld. A dense source
-// needs no row/column split, and a strided one splits in 32 bits when the index fits: a 64-bit
-// division is a long software sequence on the GPU, per element of every product's operands.
+// dst [rows, cols] bf16 dense <- src [rows, cols] fp32 at leading dimension ld; the index split in 32
+// bits when it fits, none when dense (a 64-bit division per element is a long software sequence)
 __global__ void to_bf16_kernel(__nv_bfloat16 *dst, const float *src, int rows, int cols, int ld) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, n = (size_t)rows * cols;
     if (i >= n) return;
@@ -754,7 +753,15 @@ extern "C" const Backend *backend_cuda(int device, char *why, size_t n) {
         // a fixed workspace (set after the stream: cublasSetStream resets it): cuBLAS never
         // allocates inside a captured step, and its algorithm choice cannot depend on free memory
         static void *cublas_ws = NULL;
-        cudaCheck(cudaMalloc(&cublas_ws, CUBLAS_WS_BYTES));
+        cudaError_t we = cudaMalloc(&cublas_ws, CUBLAS_WS_BYTES);
+        if (we != cudaSuccess) {  // a device another process holds: said, and nothing changes
+            (void)cudaGetLastError();  // (not left as the "last error" for the next launch check)
+            cublasDestroy(dm_cublas), dm_cublas = NULL;
+            cudaStreamDestroy(dm_stream), dm_stream = 0;
+            snprintf(why, n, "cuda:%d cannot hold cuBLAS's %d MiB workspace (%s): the device's memory is taken", device,
+                     (int)(CUBLAS_WS_BYTES >> 20), cudaGetErrorString(we));
+            return NULL;
+        }
         cublasCheck(cublasSetWorkspace(dm_cublas, cublas_ws, CUBLAS_WS_BYTES));
         cuda_set_precision(dm_fp32);
         bound_device = device;

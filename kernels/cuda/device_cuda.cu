@@ -42,48 +42,68 @@ __global__ void peak_fill_kernel(__nv_bfloat16 *p, size_t n, uint32_t seed) {
     }
 }
 
+// cudaMalloc that may fail: a device another process has filled is an answer, not a crash (the
+// failure is cleared, or the next launch check would take it for its own and end the session)
+static int try_malloc(void **p, size_t bytes) {
+    if (cudaMalloc(p, bytes) == cudaSuccess) return 0;
+    (void)cudaGetLastError();
+    *p = NULL;
+    return 1;
+}
+
 // The device's reachable rates, measured once (a few hundred ms on an H200). A smaller product
-// when memory is short: the rate is still the bf16 tensor-core rate of this device.
+// when memory is short: the rate is still the bf16 tensor-core rate of this device. With not even
+// 8 MB free (another process holds the device) a rate stays unmeasured (-1), said as such, and is
+// tried again the next time it is asked for.
 static void measure_peaks(void) {
-    if (peak_bf16_tflops >= 0) return;
+    if (peak_bf16_tflops >= 0 && peak_copy_gbs >= 0) return;
     size_t fr = 0, tot = 0;
     cudaCheck(cudaMemGetInfo(&fr, &tot));
     int n = 8192;
     // A and B bf16 (2 n^2 bytes each) and C fp32 (4 n^2): 8 n^2, plus 1 GiB of headroom
     while (n > 1024 && (size_t)8 * n * n + ((size_t)1 << 30) > fr) n /= 2;
-    __nv_bfloat16 *A, *B;
-    float *C;
-    cudaCheck(cudaMalloc(&A, (size_t)n * n * 2));
-    cudaCheck(cudaMalloc(&B, (size_t)n * n * 2));
-    cudaCheck(cudaMalloc(&C, (size_t)n * n * 4));
-    peak_fill_kernel<<<1024, 256, 0, dm_stream>>>(A, (size_t)n * n, 0x9e3779b9u);
-    cudaLaunchCheck();
-    peak_fill_kernel<<<1024, 256, 0, dm_stream>>>(B, (size_t)n * n, 0x7f4a7c15u);
-    cudaLaunchCheck();
-    const float one = 1, zero = 0;
-    // the tensor-core rate whatever precision the session runs: precision=fp32 puts the handle
-    // in pedantic math, which must not leak into (and shrink) the MFU denominator
-    cublasMath_t mode;
-    cublasCheck(cublasGetMathMode(dm_cublas, &mode));
-    cublasCheck(cublasSetMathMode(dm_cublas, CUBLAS_DEFAULT_MATH));
-    float ms = best_ms([&] {
-        cublasCheck(cublasGemmEx(dm_cublas, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, A, CUDA_R_16BF, n, B,
-                                 CUDA_R_16BF, n, &zero, C, CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    });
-    cublasCheck(cublasSetMathMode(dm_cublas, mode));
-    peak_bf16_tflops = 2.0 * n * n * (double)n / (ms * 1e-3) / 1e12;
-    cudaCheck(cudaFree(A));
-    cudaCheck(cudaFree(B));
-    cudaCheck(cudaFree(C));
+    __nv_bfloat16 *A = NULL, *B = NULL;
+    float *C = NULL;
+    for (; peak_bf16_tflops < 0 && n >= 1024; n /= 2) {
+        if (try_malloc((void **)&A, (size_t)n * n * 2) || try_malloc((void **)&B, (size_t)n * n * 2) ||
+            try_malloc((void **)&C, (size_t)n * n * 4)) {
+            cudaFree(A); cudaFree(B); cudaFree(C);
+            A = B = NULL; C = NULL;
+            continue;
+        }
+        peak_fill_kernel<<<1024, 256, 0, dm_stream>>>(A, (size_t)n * n, 0x9e3779b9u);
+        cudaLaunchCheck();
+        peak_fill_kernel<<<1024, 256, 0, dm_stream>>>(B, (size_t)n * n, 0x7f4a7c15u);
+        cudaLaunchCheck();
+        const float one = 1, zero = 0;
+        // the tensor-core rate whatever precision the session runs: precision=fp32 puts the handle
+        // in pedantic math, which must not leak into (and shrink) the MFU denominator
+        cublasMath_t mode;
+        cublasCheck(cublasGetMathMode(dm_cublas, &mode));
+        cublasCheck(cublasSetMathMode(dm_cublas, CUBLAS_DEFAULT_MATH));
+        float ms = best_ms([&] {
+            cublasCheck(cublasGemmEx(dm_cublas, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, A, CUDA_R_16BF, n, B,
+                                     CUDA_R_16BF, n, &zero, C, CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        });
+        cublasCheck(cublasSetMathMode(dm_cublas, mode));
+        peak_bf16_tflops = 2.0 * n * n * (double)n / (ms * 1e-3) / 1e12;
+        cudaCheck(cudaFree(A));
+        cudaCheck(cudaFree(B));
+        cudaCheck(cudaFree(C));
+    }
     size_t bytes = (size_t)1 << 30;
     if (2 * bytes + ((size_t)1 << 28) > fr) bytes = fr / 4;
-    char *s, *d;
-    cudaCheck(cudaMalloc(&s, bytes));
-    cudaCheck(cudaMalloc(&d, bytes));
-    ms = best_ms([&] { cudaCheck(cudaMemcpyAsync(d, s, bytes, cudaMemcpyDeviceToDevice, dm_stream)); });
-    peak_copy_gbs = 2.0 * bytes / (ms * 1e-3) / 1e9;  // read + write
-    cudaCheck(cudaFree(s));
-    cudaCheck(cudaFree(d));
+    for (; peak_copy_gbs < 0 && bytes >= ((size_t)4 << 20); bytes /= 2) {
+        char *s = NULL, *d = NULL;
+        if (try_malloc((void **)&s, bytes) || try_malloc((void **)&d, bytes)) {
+            cudaFree(s);
+            continue;
+        }
+        float ms = best_ms([&] { cudaCheck(cudaMemcpyAsync(d, s, bytes, cudaMemcpyDeviceToDevice, dm_stream)); });
+        peak_copy_gbs = 2.0 * bytes / (ms * 1e-3) / 1e9;  // read + write
+        cudaCheck(cudaFree(s));
+        cudaCheck(cudaFree(d));
+    }
 }
 
 extern "C" double cuda_peak_bf16_tflops(void) { measure_peaks(); return peak_bf16_tflops; }
@@ -131,11 +151,16 @@ void cuda_describe(char *buf, size_t n) {
     cudaCheck(cudaMemGetInfo(&fr, &tot));
     measure_peaks();
     extern int dm_fp32;
+    char gemm[64], copy[64];
+    if (peak_bf16_tflops >= 0) snprintf(gemm, sizeof gemm, "%.3g TFLOP/s", peak_bf16_tflops);
+    else snprintf(gemm, sizeof gemm, "not measured (no free memory)");
+    if (peak_copy_gbs >= 0) snprintf(copy, sizeof copy, "%.3g GB/s", peak_copy_gbs);
+    else snprintf(copy, sizeof copy, "not measured (no free memory)");
     snprintf(buf, n,
              "cuda:%d: %s, compute capability %d.%d, %d SMs, %.1f GiB (%.1f GiB free); measured peaks: "
-             "bf16 GEMM %.3g TFLOP/s, device copy %.3g GB/s; matrix products %s",
-             dev, p.name, p.major, p.minor, p.multiProcessorCount, tot / 1073741824.0, fr / 1073741824.0,
-             peak_bf16_tflops, peak_copy_gbs, dm_fp32 ? "fp32 (pedantic)" : "bf16 operands, fp32 accumulate");
+             "bf16 GEMM %s, device copy %s; matrix products %s",
+             dev, p.name, p.major, p.minor, p.multiProcessorCount, tot / 1073741824.0, fr / 1073741824.0, gemm, copy,
+             dm_fp32 ? "fp32 (pedantic)" : "bf16 operands, fp32 accumulate");
 }
 
 #endif  // DM_DOUBLE

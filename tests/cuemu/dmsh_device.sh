@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# tests/cuemu/dmsh_device.sh DMSH — the device flows of dmsh on the emulated GPU (make cuemu-check),
+# from a QA pass (session 17): a device short of memory is a one-line error that leaves the
+# session and its model intact (it ended the process, and an unsaved model was lost); a failed
+# move names its cause (it was formatted into itself); `:device cuda` on cuda:0 moves nothing;
+# :probe after two moves still says why the activations are gone.
+set -u
+DMSH=$(readlink -f "$1")
+W=$(mktemp -d /tmp/dmsh_cuemu_dev_XXXXXX)
+trap 'rm -rf "$W"' EXIT
+cd "$W"
+export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
+cat /usr/include/stdio.h /usr/include/stdlib.h /usr/include/string.h > corpus.txt  # real text, any machine
+TINY=":set d=32 H=2 L=2 E=2 k=1 r=8 f=64 engram_rows=257 engram_dim=8 seq=32 batch=4"
+fail=0
+check() {  # NAME CONDITION-STATUS
+    if [ "$2" = 0 ]; then printf '  %-74s PASS\n' "$1"; else printf '  %-74s FAIL\n' "$1"; fail=1; fi
+}
+
+# 1. a device whose memory is taken: one error line, the CPU model trained so far saved on the way out
+CUEMU_MEM_MB=16 "$DMSH" --norc -e ':preset nano' -e "$TINY" -e ':data corpus.txt' -e ':session full' -e ':init seed=1' \
+    -e ':step 2' -e ':device cuda' < /dev/null > out1.txt 2> err1.txt
+rc=$?
+grep -v '^dmsh: saved ' err1.txt > err1.only
+[ "$rc" = 1 ] && [ "$(wc -l < err1.only)" = 1 ] && grep -q "cannot hold cuBLAS's 32 MiB workspace" err1.only && \
+    ! grep -q 'CUDA error' err1.txt && [ -s runs/full/ckpt/step-2.ckpt ]
+s=$?
+check ":device cuda, device memory taken: one error line, the model saved" $s
+[ $s = 0 ] || { cat out1.txt err1.txt; }
+
+# 2. a move that does not fit: the cause named once, one line (no allocator chatter), still on the CPU
+CUEMU_MEM_MB=40 "$DMSH" --norc -e ':preset nano' -e ':set d=256 batch=1 seq=32' -e ':init seed=1' -e ':device cuda' \
+    < /dev/null > out2.txt 2> err2.txt
+rc=$?
+[ "$rc" = 1 ] && [ "$(wc -l < err2.txt)" = 1 ] && grep -q 'moving the model to cuda:0 failed (cannot allocate .*); it stays on cpu$' err2.txt && \
+    [ "$(grep -o 'moving the model' err2.txt | wc -l)" = 1 ]
+s=$?
+check ":device cuda that does not fit: its cause, one line, the model stays" $s
+[ $s = 0 ] || { cat out2.txt err2.txt; }
+
+# 3. cuda:0 again moves nothing; after two moves :probe still says the activations did not move
+"$DMSH" --norc -e ':preset nano' -e "$TINY" -e ':data corpus.txt' -e ':init seed=1' -e ':device cuda' -e ':step 1' \
+    -e ':device cuda:0' -e ':device cpu' -e ':device cuda' -e ':probe h@1' < /dev/null > out3.txt 2> err3.txt
+grep -q '^device cuda:0 (already: nothing moved)' out3.txt && grep -q 'did not move with the model (:device)' err3.txt
+s=$?
+check ":device cuda:0 on cuda:0 moves nothing; :probe after two moves says why" $s
+[ $s = 0 ] || { cat out3.txt err3.txt; }
+exit $fail
