@@ -348,8 +348,10 @@ int cmd_bench(Shell *sh, Words *w, dm_err *err) {
         // MFU as a percentage on both backends, with its denominator named
         if (be->peak_tflops) {
             double pk = be->peak_tflops();
-            fprintf(OUT, ", MFU %.1f%% of the measured bf16 peak (%.3g TFLOP/s%s)", 100 * flops / (pk * 1e12), pk,
-                    e->cfg.precision_fp32 ? "; this run is precision=fp32" : "");
+            if (pk > 0)
+                fprintf(OUT, ", MFU %.1f%% of the measured bf16 peak (%.3g TFLOP/s%s)", 100 * flops / (pk * 1e12), pk,
+                        e->cfg.precision_fp32 ? "; this run is precision=fp32" : "");
+            else fprintf(OUT, ", MFU n/a (the bf16 peak could not be measured: no free device memory)");
         } else {  // the CPU: the backend's own product on 1024^3 now, as make bench (SPEC §8's MFU)
             double g = gemm_rate_1024(be);
             if (g > 0) fprintf(OUT, ", MFU %.1f%% of the %.1f GFLOP/s a 1024^3 product reached just now", 100 * flops / g, g / 1e9);

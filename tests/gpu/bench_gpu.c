@@ -171,9 +171,12 @@ int main(int argc, char **argv) {
         char bcol[16];
         if (busy >= 0) snprintf(bcol, sizeof bcol, "%5.1f%%", 100 * busy);
         else snprintf(bcol, sizeof bcol, "%6s", "n/a");
-        printf("%-6s %3d %5d  %-9s %9.2f %8.2f %8.2f %10.0f %8.1f %5.1f%% %6s %10.0f %10.0f\n", cases[c].preset,
+        char mcol[16];  // (a peak that could not be measured: device memory short)
+        if (peak > 0) snprintf(mcol, sizeof mcol, "%5.1f%%", 100 * fl / (pipe_ms / 1e3) / (peak * 1e12));
+        else snprintf(mcol, sizeof mcol, "%6s", "n/a");
+        printf("%-6s %3d %5d  %-9s %9.2f %8.2f %8.2f %10.0f %8.1f %6s %6s %10.0f %10.0f\n", cases[c].preset,
                cases[c].B, cases[c].T, steps, pipe_ms, med, dev_med, cases[c].B * cases[c].T / (pipe_ms / 1e3),
-               fl / (pipe_ms / 1e3) / 1e12, 100 * fl / (pipe_ms / 1e3) / (peak * 1e12), bcol,
+               fl / (pipe_ms / 1e3) / 1e12, mcol, bcol,
                held / 1048576.0, (total - free_min) / 1048576.0);
         if (busy >= 0) {
             printf("       (busy over %d traced steps before the timed ones, %.2f ms/step while traced)\n", K, traced_ms / K);
