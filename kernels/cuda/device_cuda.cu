@@ -51,6 +51,42 @@ static int try_malloc(void **p, size_t bytes) {
     return 1;
 }
 
+// Best-of-5 ms of one bf16 product as dm_gemm runs it: row-major C[M, N] fp32 = op(A) op(B), the
+// operands dense (leading dimension = their stored width), random. The peak's product, and
+// bench_gpu's probe of the fused projection's three products at its width and padded; -1 when
+// they do not fit.
+static double gemm_bf16_ms(int tA, int tB, int M, int N, int K) {
+    int ar = tA ? K : M, ac = tA ? M : K, br = tB ? N : K, bc = tB ? K : N;
+    __nv_bfloat16 *A = NULL, *B = NULL;
+    float *C = NULL;
+    if (try_malloc((void **)&A, (size_t)ar * ac * 2) || try_malloc((void **)&B, (size_t)br * bc * 2) ||
+        try_malloc((void **)&C, (size_t)M * N * 4)) {
+        cudaFree(A); cudaFree(B); cudaFree(C);
+        return -1;
+    }
+    peak_fill_kernel<<<1024, 256, 0, dm_stream>>>(A, (size_t)ar * ac, 0x9e3779b9u);
+    cudaLaunchCheck();
+    peak_fill_kernel<<<1024, 256, 0, dm_stream>>>(B, (size_t)br * bc, 0x7f4a7c15u);
+    cudaLaunchCheck();
+    const float one = 1, zero = 0;
+    // the tensor-core rate whatever precision the session runs: precision=fp32 puts the handle
+    // in pedantic math, which must not leak into (and shrink) the MFU denominator
+    cublasMath_t mode;
+    cublasCheck(cublasGetMathMode(dm_cublas, &mode));
+    cublasCheck(cublasSetMathMode(dm_cublas, CUBLAS_DEFAULT_MATH));
+    float ms = best_ms([&] {
+        // column-major C^T = op(B)^T op(A)^T, as dm_gemm
+        cublasCheck(cublasGemmEx(dm_cublas, tB ? CUBLAS_OP_T : CUBLAS_OP_N, tA ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K,
+                                 &one, B, CUDA_R_16BF, bc, A, CUDA_R_16BF, ac, &zero, C, CUDA_R_32F, N,
+                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    });
+    cublasCheck(cublasSetMathMode(dm_cublas, mode));
+    cudaCheck(cudaFree(A));
+    cudaCheck(cudaFree(B));
+    cudaCheck(cudaFree(C));
+    return ms;
+}
+
 // The device's reachable rates, measured once (a few hundred ms on an H200). A smaller product
 // when memory is short: the rate is still the bf16 tensor-core rate of this device. With not even
 // 8 MB free (another process holds the device) a rate stays unmeasured (-1), said as such, and is
@@ -62,34 +98,9 @@ static void measure_peaks(void) {
     int n = 8192;
     // A and B bf16 (2 n^2 bytes each) and C fp32 (4 n^2): 8 n^2, plus 1 GiB of headroom
     while (n > 1024 && (size_t)8 * n * n + ((size_t)1 << 30) > fr) n /= 2;
-    __nv_bfloat16 *A = NULL, *B = NULL;
-    float *C = NULL;
     for (; peak_bf16_tflops < 0 && n >= 1024; n /= 2) {
-        if (try_malloc((void **)&A, (size_t)n * n * 2) || try_malloc((void **)&B, (size_t)n * n * 2) ||
-            try_malloc((void **)&C, (size_t)n * n * 4)) {
-            cudaFree(A); cudaFree(B); cudaFree(C);
-            A = B = NULL; C = NULL;
-            continue;
-        }
-        peak_fill_kernel<<<1024, 256, 0, dm_stream>>>(A, (size_t)n * n, 0x9e3779b9u);
-        cudaLaunchCheck();
-        peak_fill_kernel<<<1024, 256, 0, dm_stream>>>(B, (size_t)n * n, 0x7f4a7c15u);
-        cudaLaunchCheck();
-        const float one = 1, zero = 0;
-        // the tensor-core rate whatever precision the session runs: precision=fp32 puts the handle
-        // in pedantic math, which must not leak into (and shrink) the MFU denominator
-        cublasMath_t mode;
-        cublasCheck(cublasGetMathMode(dm_cublas, &mode));
-        cublasCheck(cublasSetMathMode(dm_cublas, CUBLAS_DEFAULT_MATH));
-        float ms = best_ms([&] {
-            cublasCheck(cublasGemmEx(dm_cublas, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, A, CUDA_R_16BF, n, B,
-                                     CUDA_R_16BF, n, &zero, C, CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-        });
-        cublasCheck(cublasSetMathMode(dm_cublas, mode));
-        peak_bf16_tflops = 2.0 * n * n * (double)n / (ms * 1e-3) / 1e12;
-        cudaCheck(cudaFree(A));
-        cudaCheck(cudaFree(B));
-        cudaCheck(cudaFree(C));
+        double ms = gemm_bf16_ms(0, 0, n, n, n);
+        if (ms > 0) peak_bf16_tflops = 2.0 * n * n * (double)n / (ms * 1e-3) / 1e12;
     }
     size_t bytes = (size_t)1 << 30;
     if (2 * bytes + ((size_t)1 << 28) > fr) bytes = fr / 4;
@@ -107,40 +118,7 @@ static void measure_peaks(void) {
 }
 
 extern "C" double cuda_peak_bf16_tflops(void) { measure_peaks(); return peak_bf16_tflops; }
-
-// Best-of-5 ms of one bf16 product as dm_gemm runs it: row-major C[M, N] fp32 = op(A) op(B), the
-// operands dense (leading dimension = their stored width), random. bench_gpu's probe of the fused
-// projection's three products at its own width and at padded widths. -1 when they do not fit.
-extern "C" double cuda_gemm_bf16_ms(int tA, int tB, int M, int N, int K) {
-    int ar = tA ? K : M, ac = tA ? M : K, br = tB ? N : K, bc = tB ? K : N;
-    __nv_bfloat16 *A = NULL, *B = NULL;
-    float *C = NULL;
-    if (cudaMalloc(&A, (size_t)ar * ac * 2) != cudaSuccess || cudaMalloc(&B, (size_t)br * bc * 2) != cudaSuccess ||
-        cudaMalloc(&C, (size_t)M * N * 4) != cudaSuccess) {
-        (void)cudaGetLastError();  // out of memory is an answer here, not a sticky error
-        cudaFree(A); cudaFree(B); cudaFree(C);
-        return -1;
-    }
-    peak_fill_kernel<<<1024, 256, 0, dm_stream>>>(A, (size_t)ar * ac, 0x9e3779b9u);
-    cudaLaunchCheck();
-    peak_fill_kernel<<<1024, 256, 0, dm_stream>>>(B, (size_t)br * bc, 0x7f4a7c15u);
-    cudaLaunchCheck();
-    const float one = 1, zero = 0;
-    cublasMath_t mode;
-    cublasCheck(cublasGetMathMode(dm_cublas, &mode));
-    cublasCheck(cublasSetMathMode(dm_cublas, CUBLAS_DEFAULT_MATH));
-    float ms = best_ms([&] {
-        // column-major C^T = op(B)^T op(A)^T, as dm_gemm
-        cublasCheck(cublasGemmEx(dm_cublas, tB ? CUBLAS_OP_T : CUBLAS_OP_N, tA ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K,
-                                 &one, B, CUDA_R_16BF, bc, A, CUDA_R_16BF, ac, &zero, C, CUDA_R_32F, N,
-                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    });
-    cublasCheck(cublasSetMathMode(dm_cublas, mode));
-    cudaCheck(cudaFree(A));
-    cudaCheck(cudaFree(B));
-    cudaCheck(cudaFree(C));
-    return ms;
-}
+extern "C" double cuda_gemm_bf16_ms(int tA, int tB, int M, int N, int K) { return gemm_bf16_ms(tA, tB, M, N, K); }
 
 void cuda_describe(char *buf, size_t n) {
     int dev = 0;
