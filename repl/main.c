@@ -93,7 +93,8 @@ static int is_option(const char *s) {
 // build) a spinning thread takes the time slice its working twin needs: nano's CPU step measured
 // 1135 ms instead of 56 ms (2 cores, load 2.8; docs/perf.md session 17). libgomp reads
 // OMP_WAIT_POLICY when it loads, before main, so dmsh sets "passive" and runs itself again once;
-// a policy (or GOMP_SPINCOUNT) the user set is kept. `:show device` says which is in force.
+// a policy (or GOMP_SPINCOUNT) the user set is kept. `:show device` says which is in force. The
+// price, on an idle host: 20-30 % at 2 threads (docs/decisions.md "Threads": the opt-out).
 static void omp_wait_passive(char **argv) {
     if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
     // under valgrind /proc/self/exe is valgrind's own tool: run on as we are

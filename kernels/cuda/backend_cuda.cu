@@ -284,8 +284,7 @@ __global__ void colsum_final_kernel(float *acc, const double *part, int S, int C
 }
 template <typename F> static void colsum(float *acc, F f, int N, int C) {
     if (N <= 0 || C <= 0) return;
-    int S = ceil_div(N, 2048);  // slices of >= 2048 rows, at most 64 (a function of N only)
-    if (S > 64) S = 64;
+    int S = row_slices(N);
     int rows_per = ceil_div(N, S);
     double *part = (double *)dm_scratch(SCR_COLSUM, sizeof(double) * (size_t)S * C);
     colsum_part_kernel<<<dim3(ceil_div(C, 32), S), dim3(32, 32), 0, dm_stream>>>(part, f, N, C, rows_per);

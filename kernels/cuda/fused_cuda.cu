@@ -326,9 +326,7 @@ static void cu_decay_gate_backward(real *dz, real *dA, real *dbias, const real *
                                    const real *A, const real *bias, real gmin, int N, int H, int dh) {
     int d = H * dh;
     if (d <= 0) return;
-    int S = ceil_div(N, 2048);  // slices of >= 2048 rows, at most 64, as colsum (a function of N only)
-    if (S > 64) S = 64;
-    if (S < 1) S = 1;
+    int S = row_slices(N);  // as colsum
     int rows_per = ceil_div(N, S);
     double *sA = (double *)dm_scratch(SCR_MISC, sizeof(double) * d);
     double *part = (double *)dm_scratch(SCR_COLSUM, sizeof(double) * 2 * (size_t)S * d);
