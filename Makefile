@@ -29,7 +29,7 @@ endif
 
 B        := build/$(DM_REAL)$(if $(HEADLESS),-headless)
 ENGINE   := $(wildcard engine/*.c)
-KERNELS  := $(wildcard kernels/cpu/*.c) $(wildcard sessions/*.c)
+KERNELS  := $(wildcard kernels/*.c) $(wildcard kernels/cpu/*.c) $(wildcard sessions/*.c)
 LIBOBJ   := $(ENGINE:%.c=$(B)/%.o) $(KERNELS:%.c=$(B)/%.o) $(B)/presets_gen.o $(B)/repl/complete.o
 HEADERS  := $(wildcard engine/*.h kernels/*.h kernels/cpu/*.h repl/*.h sessions/*.h)
 TESTS    := $(patsubst tests/%.c,%,$(wildcard tests/test_*.c))
@@ -278,6 +278,8 @@ cuemu-check: cuemu
 	@grep -E '^(parity|routing)' $(EMU)/parity_repl.log | sed 's/^/  /'
 	@echo "== cuemu dmsh device flows (a device short of memory, a move that does not fit, moves and :probe)"
 	@bash tests/cuemu/dmsh_device.sh ./$(EMU)/dmsh
+	@echo "== cuemu dmsh with every device allocation of a run failed in turn (a refused step leaves nothing behind)"
+	@bash tests/cuemu/dmsh_oom.sh ./$(EMU)/dmsh
 	@echo "== cuemu graph_step quick (the step graph's replay = the eager step; two processes)"
 	@$(EMUENV) ./$(EMU)/graph_step quick
 	@echo "== cuemu bench_gpu 2 nano:2:64 (the benchmark program runs end to end; its times are the emulator's)"

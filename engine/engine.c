@@ -1,5 +1,6 @@
 // engine.c — the trainer: build, step, eval, anchors, checkpoints, determinism check, metrics.
 #include "engine.h"
+#include "../kernels/guard.h"
 #include <errno.h>
 #include <stdarg.h>
 #include <limits.h>
@@ -324,6 +325,20 @@ int engine_eval_window(const Engine *e, int64_t *nseq, dm_err *err) {
                    c->seq, (long long)e->data.n_eval);
 }
 
+// One forward of the eval. A device workspace that cannot grow comes back here (kernels/guard.h)
+// as an error: a forward writes nothing but activations, so the model is as it was.
+static int eval_forward(Model *m, int *x, int *y, int B, int T, int depth, int mode, dm_err *err) {
+    DmGuard g;
+    dm_guard_open(&g);
+    if (setjmp(g.jb)) {
+        if (m->be->sync) m->be->sync();
+        return dm_fail(err, "the eval was not run (no row recorded): %s", g.msg);
+    }
+    model_forward(m, x, y, B, T, depth, mode);
+    dm_guard_close(&g);
+    return 0;
+}
+
 int engine_eval(Engine *e, int depth, EvalResult *r, dm_err *err) {
     if (need(e, 1, err)) return 1;
     if (engine_report(e, NULL, err)) return 1;  // the train rows before the eval rows
@@ -361,7 +376,12 @@ int engine_eval(Engine *e, int depth, EvalResult *r, dm_err *err) {
         // the window's bytes in order: each sequence's inputs, then the very last target
         hs = eval_set_add(hs, x, (int64_t)valid * T);
         if (s0 + valid == nseq) hs = eval_set_add(hs, y + (size_t)(valid - 1) * T + T - 1, 1);
-        model_forward(m, x, y, B, T, depth ? depth : c->L, depth ? FWD_LAST : FWD_ALL_DEPTHS);
+        if (eval_forward(m, x, y, B, T, depth ? depth : c->L, depth ? FWD_LAST : FWD_ALL_DEPTHS, err)) {
+            free(x); free(y);
+            m->arms = before;  // the eval did not happen: its forwards are not counted
+            e->fwd_kind = 0;   // the activations are a partial forward's
+            return 1;
+        }
         r->pad_seqs += B - valid;
         if (m->last_on[ARM_ENGRAM]) {
             r->engram_rows += (int64_t)valid * T * c->n_orders;
@@ -407,7 +427,10 @@ void engine_counters(const Engine *e, char *buf, size_t n) {
     // measured now, on the weights as they are: the value the last retraction left goes stale
     // as soon as an update runs without one (retract arm off, retract_every > 1, moe arm off)
     double orth = e->live ? model_orth_error(&e->model) : e->last_orth_err;
-    snprintf(buf, n, "%s skipped=%lld orth_err=%.2e", arms, (long long)e->opt.total_skips, orth);
+    char ov[48];
+    if (orth < 0) snprintf(ov, sizeof ov, "n/a (no device memory for it)");
+    else snprintf(ov, sizeof ov, "%.2e", orth);
+    snprintf(buf, n, "%s skipped=%lld orth_err=%s", arms, (long long)e->opt.total_skips, ov);
 }
 
 void engine_config_text(const Config *c, char *buf, size_t n) {

@@ -1,6 +1,7 @@
 // model.c — the parameter table, initialisation (SPEC §4 "Defaults"), the activation arena,
 // retraction, counts.
 #include "model.h"
+#include "../kernels/guard.h"
 #include <math.h>
 #include <string.h>
 #include "rng.h"
@@ -393,7 +394,7 @@ int param_arm(int i) {
     }
 }
 
-double model_orth_error(const Model *m) {
+static double orth_worst(const Model *m) {
     double worst = 0;
     for (int i = 0; i < P_COUNT; i++) {
         const ParamTensor *t = &m->t[i];
@@ -404,5 +405,18 @@ double model_orth_error(const Model *m) {
             else if (err > worst) worst = err;
         }
     }
+    return worst;
+}
+// -1 when the device cannot hold the measurement's workspace (kernels/guard.h): a diagnostic
+// that does not fit is "n/a", not the end of the session
+double model_orth_error(const Model *m) {
+    DmGuard g;
+    dm_guard_open(&g);
+    if (setjmp(g.jb)) {
+        if (m->be->sync) m->be->sync();
+        return -1;
+    }
+    double worst = orth_worst(m);
+    dm_guard_close(&g);
     return worst;
 }

@@ -183,6 +183,8 @@ double model_objective(const Model *m);
 // Retract every orthonormal factor (U, V); returns the largest per-entry orthogonality error
 // after retraction.
 double model_retract(Model *m);
+// The largest per-entry orthogonality error of the orthonormal factors as they are; -1 when the
+// device cannot hold the measurement's workspace
 double model_orth_error(const Model *m);
 // The arm a parameter tensor belongs to (ARM_KDA, ARM_ENGRAM, ARM_MOE, ARM_REZERO), or -1 for
 // the shared ones (embedding, norms, controller, readout, head). The optimizer leaves a tensor

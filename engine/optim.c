@@ -20,6 +20,7 @@
 // replays correctly. The host learns the outcome from a downloaded status (optim_report): at
 // the end of optim_step, or on the engine's report of the step's record (engine/step.c).
 #include "optim.h"
+#include "../kernels/guard.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -298,6 +299,10 @@ void optim_enqueue(Optim *o, Model *m, const double *loss) {
     be->opt_sumsq(o->ss, o->bad, m->grads, o->segs, ram ? P_COUNT - 1 : P_COUNT);
     if (ram) ram_tables_norm(o, m);
     be->opt_decide(o->status, o->ss, o->bad, P_COUNT, loss, o->hp);
+    // the point of no return: from here the step writes weights and moments, which a failed
+    // allocation could not undo (the updates below allocate nothing: their workspaces were
+    // reserved with the optimizer; a raise after this ends the process instead of lying)
+    dm_guard_commit();
     OptStatus st;
     StepHyper hp;
     if (ram) {

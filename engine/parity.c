@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "parity.h"
+#include "../kernels/guard.h"
 #include "rng.h"
 
 // max |a - b| / max |b|. A non-finite entry on either side that the other side does not match
@@ -47,6 +48,21 @@ static long route_diff_count(const int *dev, const int *ref, int N, int k) {
 static void perturb_ulp(real *w, size_t n) {
     Rng r = {0x5eedf100ull};
     for (size_t i = 0; i < n; i++) w[i] *= (real)1 + (real)((rng_next(&r) & 1) ? 1 : -1) * (real)0x1p-23;
+}
+
+// The device model's forward and backward. A device workspace that cannot grow comes back here
+// (kernels/guard.h) as an error; the check's models are its own, so nothing else is touched.
+static int device_step(Model *md, const int *x, const int *y, int B, int T, dm_err *err) {
+    DmGuard g;
+    dm_guard_open(&g);
+    if (setjmp(g.jb)) {
+        if (md->be->sync) md->be->sync();
+        return dm_fail(err, "check parity: %s", g.msg);
+    }
+    model_forward(md, x, y, B, T, md->cfg.L, FWD_TRAIN);
+    model_backward(md);
+    dm_guard_close(&g);
+    return 0;
 }
 
 // One forward + backward of the reference on x, y (its bf16 emulation on when asked, the device's
@@ -99,8 +115,7 @@ int engine_check_parity(Engine *e, const Backend *ref, const Backend *dev, int B
     // the activations now, where running out of memory is an error (model_forward would exit)
     if (model_reserve_try(&md, B, T, err) || model_reserve_try(&mr, B, T, err)) goto done;
     // the device first: the reference may follow its routing
-    model_forward(&md, x, y, B, T, c.L, FWD_TRAIN);
-    model_backward(&md);
+    if (device_step(&md, x, y, B, T, err)) goto done;
     int moe = md.arms.on[ARM_MOE], depth = md.last_depth;
     MoEShape ms = {N, c.d, c.E, c.k, c.r, c.f};
     int own_route = (flags & PARITY_OWN_ROUTE) != 0;

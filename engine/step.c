@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "engine.h"
+#include "../kernels/guard.h"
 
 void step_free(StepRunner *r) {
     const Backend *be = r->be;
@@ -224,6 +225,27 @@ static void run_step(Engine *e) {
     r->eager++;
 }
 
+// A device workspace that cannot grow mid-step (kernels/guard.h) comes back here while only the
+// forward and backward have run (the optimizer commits before it writes): they wrote activations
+// and gradients, which the next step rewrites (the backward zeroes the gradients first), so
+// undoing the step is forgetting its host bookkeeping. The steps enqueued before are whole and
+// stay pending.
+static int run_step_guarded(Engine *e, dm_err *err) {
+    Model *m = &e->model;
+    Arms arms0 = m->arms;
+    DmGuard g;
+    dm_guard_open(&g);
+    if (setjmp(g.jb)) {
+        if (e->run.be->sync) e->run.be->sync();  // what was enqueued before the failure still runs
+        m->arms = arms0;
+        e->fwd_kind = 0;  // the activations are a partial forward's
+        return dm_fail(err, "step %lld was not run (nothing of it applied): %s", (long long)e->step, g.msg);
+    }
+    run_step(e);
+    dm_guard_close(&g);
+    return 0;
+}
+
 int engine_step_enqueue(Engine *e, dm_err *err) {
     if (!e->live) return dm_fail(err, "no model: :init builds one (after :preset / :set)");
     if (!e->has_data) return dm_fail(err, "no data: :data PATH opens a corpus");
@@ -248,7 +270,7 @@ int engine_step_enqueue(Engine *e, dm_err *err) {
     if (r->be->upload_wait) r->be->upload_wait();
     *r->stage_hp = h;
     memcpy(r->stage_tok, r->tok, sizeof(int) * 2 * (size_t)N);
-    run_step(e);
+    if (run_step_guarded(e, err)) return 1;
     if (m->arms.on[ARM_AUX] && m->arms.on[ARM_MOE]) { m->arms.fwd[ARM_AUX]++; m->arms.bwd[ARM_AUX]++; }
     arms_counters(&m->arms, r->arms_after[r->pending]);
     r->pending++;

@@ -91,7 +91,28 @@ void *dm_scratch(int slot, size_t bytes) {
         dm_nallocs++;
         size_t cap = bytes + bytes / 4 + 256;  // headroom so a slowly growing shape does not thrash
         if (scr_ptr[slot]) cudaCheck(cudaFree(scr_ptr[slot]));
-        cudaCheck(cudaMalloc(&scr_ptr[slot], cap));
+        scr_ptr[slot] = NULL;
+        scr_cap[slot] = 0;
+        cudaError_t e = cudaMalloc(&scr_ptr[slot], cap);
+        if (e != cudaSuccess) {
+            scr_ptr[slot] = NULL;
+            (void)cudaGetLastError();  // not sticky: the next launch check must not take it for its own
+            if (e != cudaErrorMemoryAllocation) dm_cuda_fail(e, "cudaMalloc (scratch)", __FILE__, __LINE__);
+            // back to the caller's guard (the step or the eval, which undo what ran); the
+            // activations and every fixed buffer were allocated before the first op
+            static const char *what[SCR_N] = {"bf16 operand", "bf16 operand", "sort", "sort-key",
+                                              "reduction", "column-sum"};
+            size_t fr = 0, tot = 0;
+            (void)cudaMemGetInfo(&fr, &tot);
+            (void)cudaGetLastError();
+            int dev = 0;
+            (void)cudaGetDevice(&dev);
+            char need[32], free_[32];
+            dm_fmt_bytes(need, sizeof need, (double)cap);
+            dm_fmt_bytes(free_, sizeof free_, (double)fr);
+            dm_guard_raise("out of memory on cuda:%d: %s of %s scratch did not fit (%s free): lower batch or seq",
+                           dev, need, what[slot], free_);
+        }
         scr_cap[slot] = cap;
     }
     return scr_ptr[slot];
@@ -161,87 +182,8 @@ static void cu_download(void *dst, const void *src, size_t bytes) {
 }
 
 // ================================================================================================
-// gemm (cuBLAS), matmul
+// matmul (the products themselves: gemm_cuda.cu)
 // ================================================================================================
-// dst [rows, cols] bf16 dense <- src [rows, cols] fp32 at leading dimension ld; the index split in 32
-// bits when it fits, none when dense (a 64-bit division per element is a long software sequence)
-__global__ void to_bf16_kernel(__nv_bfloat16 *dst, const float *src, int rows, int cols, int ld) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, n = (size_t)rows * cols;
-    if (i >= n) return;
-    size_t j = i;
-    if (ld != cols) {
-        unsigned u = (unsigned)i, uc = (unsigned)cols, r = u / uc;
-        j = n <= 0xffffffffu ? (size_t)r * ld + (u - r * uc) : i / cols * ld + i % cols;
-    }
-    dst[i] = __float2bfloat16_rn(src[j]);
-}
-// C [M, N] (ld ldc) *= beta, or = 0 when beta == 0 (the K == 0 case: BLAS semantics made explicit)
-__global__ void scale_mat_kernel(float *C, int M, int N, int ldc, float beta) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (size_t)M * N) return;
-    float *c = C + (i / N) * ldc + i % N;
-    *c = beta == 0.0f ? 0.0f : beta * *c;
-}
-
-void dm_gemm(int tA, int tB, int M, int N, int K, float alpha, const float *A, int lda,
-             const float *B, int ldb, float beta, float *C, int ldc, int lowp) {
-    if (M <= 0 || N <= 0) return;
-    if (K <= 0) {
-        scale_mat_kernel<<<ceil_div((long long)M * N, 256), 256, 0, dm_stream>>>(C, M, N, ldc, beta);
-        cudaLaunchCheck();
-        return;
-    }
-    // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands.
-    cublasOperation_t oa = tA ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tB ? CUBLAS_OP_T : CUBLAS_OP_N;
-    if (dm_fp32 || !lowp) {
-        cublasCheck(cublasSgemm(dm_cublas, ob, oa, N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc));
-        return;
-    }
-    // bf16: pack op-operands densely (handles strided views such as KDA's [B,T,H,D] rows)
-    int ar = tA ? K : M, ac = tA ? M : K;  // A as stored: [ar, ac] at lda
-    int br = tB ? N : K, bc = tB ? K : N;  // B as stored: [br, bc] at ldb
-    __nv_bfloat16 *Ab = (__nv_bfloat16 *)dm_scratch(SCR_BF16A, sizeof(__nv_bfloat16) * (size_t)ar * ac);
-    __nv_bfloat16 *Bb = (__nv_bfloat16 *)dm_scratch(SCR_BF16B, sizeof(__nv_bfloat16) * (size_t)br * bc);
-    to_bf16_kernel<<<ceil_div((long long)ar * ac, 256), 256, 0, dm_stream>>>(Ab, A, ar, ac, lda);
-    cudaLaunchCheck();
-    to_bf16_kernel<<<ceil_div((long long)br * bc, 256), 256, 0, dm_stream>>>(Bb, B, br, bc, ldb);
-    cudaLaunchCheck();
-    cublasCheck(cublasGemmEx(dm_cublas, ob, oa, N, M, K, &alpha, Bb, CUDA_R_16BF, bc, Ab,
-                             CUDA_R_16BF, ac, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
-                             CUBLAS_GEMM_DEFAULT));
-}
-
-void dm_gemm_batched(int tA, int tB, int M, int N, int K, float alpha, const float *A, int lda, long long sA,
-                     const float *B, int ldb, long long sB, float beta, float *C, int ldc, long long sC,
-                     int batch, int lowp) {
-    if (batch <= 0 || M <= 0 || N <= 0) return;
-    if (batch == 1 || K <= 0) {  // one product, or C = beta C: dm_gemm's own paths, per matrix
-        for (int i = 0; i < batch; i++)
-            dm_gemm(tA, tB, M, N, K, alpha, A + i * sA, lda, B + i * sB, ldb, beta, C + i * sC, ldc, lowp);
-        return;
-    }
-    cublasOperation_t oa = tA ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tB ? CUBLAS_OP_T : CUBLAS_OP_N;
-    if (dm_fp32 || !lowp) {  // row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T
-        cublasCheck(cublasSgemmStridedBatched(dm_cublas, ob, oa, N, M, K, &alpha, B, ldb, sB, A, lda, sA, &beta, C,
-                                              ldc, sC, batch));
-        return;
-    }
-    int ar = tA ? K : M, br = tB ? N : K;  // rows as stored; dense: sA = ar * lda, sB = br * ldb
-    if (sA != (long long)ar * lda || sB != (long long)br * ldb) {
-        fprintf(stderr, "dm_gemm_batched: bf16 operands must be dense batches (%s:%d)\n", __FILE__, __LINE__);
-        exit(1);
-    }
-    __nv_bfloat16 *Ab = (__nv_bfloat16 *)dm_scratch(SCR_BF16A, sizeof(__nv_bfloat16) * (size_t)sA * batch);
-    __nv_bfloat16 *Bb = (__nv_bfloat16 *)dm_scratch(SCR_BF16B, sizeof(__nv_bfloat16) * (size_t)sB * batch);
-    to_bf16_kernel<<<ceil_div((long long)sA * batch, 256), 256, 0, dm_stream>>>(Ab, A, ar * batch, lda, lda);
-    cudaLaunchCheck();
-    to_bf16_kernel<<<ceil_div((long long)sB * batch, 256), 256, 0, dm_stream>>>(Bb, B, br * batch, ldb, ldb);
-    cudaLaunchCheck();
-    cublasCheck(cublasGemmStridedBatchedEx(dm_cublas, ob, oa, N, M, K, &alpha, Bb, CUDA_R_16BF, ldb, sB, Ab,
-                                           CUDA_R_16BF, lda, sA, &beta, C, CUDA_R_32F, ldc, sC, batch,
-                                           CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-}
-
 static void cu_gemm(int tA, int tB, int M, int N, int K, real alpha, const real *A, int lda,
                     const real *B, int ldb, real beta, real *C, int ldc) {
     dm_gemm(tA, tB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, 1);
@@ -463,14 +405,22 @@ __global__ void embed_keys_kernel(uint64_t *keys, int *vals, const int *x, int N
     if (i < N) { keys[i] = (uint64_t)(uint32_t)x[i]; vals[i] = i; }
 }
 
-void dm_sort_pairs(const uint64_t *keys_in, uint64_t *keys_out, const int *vals_in, int *vals_out,
-                   int n, int bits) {
+size_t dm_sort_pairs_tmp(int n, int bits) {
     size_t tmp = 0;
-    cudaCheck(cub::DeviceRadixSort::SortPairs(NULL, tmp, keys_in, keys_out, vals_in, vals_out, n, 0,
-                                              bits, dm_stream));
-    void *t = dm_scratch(SCR_SORT, tmp);
+    cudaCheck(cub::DeviceRadixSort::SortPairs(NULL, tmp, (const uint64_t *)NULL, (uint64_t *)NULL, (const int *)NULL,
+                                              (int *)NULL, n, 0, bits, dm_stream));
+    return tmp;
+}
+void dm_sort_pairs_ws(const uint64_t *keys_in, uint64_t *keys_out, const int *vals_in, int *vals_out,
+                      int n, int bits, void *ws) {
+    size_t tmp = dm_sort_pairs_tmp(n, bits);
+    void *t = ws ? ws : dm_scratch(SCR_SORT, tmp);
     cudaCheck(cub::DeviceRadixSort::SortPairs(t, tmp, keys_in, keys_out, vals_in, vals_out, n, 0,
                                               bits, dm_stream));
+}
+void dm_sort_pairs(const uint64_t *keys_in, uint64_t *keys_out, const int *vals_in, int *vals_out,
+                   int n, int bits) {
+    dm_sort_pairs_ws(keys_in, keys_out, vals_in, vals_out, n, bits, NULL);
 }
 
 // One block per item; only the first item of each run of equal keys works, walking the run in

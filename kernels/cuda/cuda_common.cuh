@@ -11,6 +11,7 @@
 #include <stdint.h>
 extern "C" {
 #include "../backend.h"
+#include "../guard.h"
 }
 
 // ---- error checks: every runtime / cuBLAS call goes through these. A failed call is a bug or a
@@ -38,7 +39,9 @@ void dm_capture_fail(const char *what);
 void cuda_graph_fill(Backend *b); // the step entries of the table (graph_cuda.cu)
 
 // Grow-only device scratch, one buffer per slot (slots let one op hold several at once).
-// Growing frees and reallocates (synchronising): warm-up does it, steady state never does.
+// Growing frees and reallocates (synchronising): warm-up does it, steady state never does. A
+// growth the device cannot hold raises (kernels/guard.h): back to the step's or the eval's guard,
+// which undo the forward and backward that ran; the optimizer never grows a slot.
 enum { SCR_BF16A, SCR_BF16B, SCR_SORT, SCR_KEYS, SCR_MISC, SCR_COLSUM, SCR_N };
 
 // Deterministic whole-array reduction, first level (fused_cuda.cu): partial[j] = block j's share
@@ -63,11 +66,26 @@ void dm_gemm(int tA, int tB, int M, int N, int K, float alpha, const float *A, i
 void dm_gemm_batched(int tA, int tB, int M, int N, int K, float alpha, const float *A, int lda, long long sA,
                      const float *B, int ldb, long long sB, float beta, float *C, int ldc, long long sC,
                      int batch, int lowp);
+// The same two with the packed bf16 operands in the caller's workspace ws (16-byte aligned, at
+// least dm_gemm_ws_size(largest A, largest B) bytes, in elements of the operands as stored) instead
+// of the grow-only scratch: for a caller that must not allocate once it has begun (the optimizer,
+// whose update cannot be undone half-way; kernels/guard.h)
+void dm_gemm_ws(int tA, int tB, int M, int N, int K, float alpha, const float *A, int lda,
+                const float *B, int ldb, float beta, float *C, int ldc, int lowp, void *ws);
+void dm_gemm_batched_ws(int tA, int tB, int M, int N, int K, float alpha, const float *A, int lda, long long sA,
+                        const float *B, int ldb, long long sB, float beta, float *C, int ldc, long long sC,
+                        int batch, int lowp, void *ws);
+size_t dm_gemm_ws_size(size_t na, size_t nb);
 
 // Stable device radix sort of (key, value) pairs, keys in [0, 2^bits): values with equal keys
 // keep their input order, so a fixed-order walk of each key's run is deterministic.
 void dm_sort_pairs(const uint64_t *keys_in, uint64_t *keys_out, const int *vals_in, int *vals_out,
                    int n, int bits);
+// the same with cub's temporary storage in the caller's ws (at least dm_sort_pairs_tmp(n, bits)
+// bytes) instead of the scratch slot: the optimizer's lazy Adam, which must not allocate
+size_t dm_sort_pairs_tmp(int n, int bits);
+void dm_sort_pairs_ws(const uint64_t *keys_in, uint64_t *keys_out, const int *vals_in, int *vals_out,
+                      int n, int bits, void *ws);
 
 // Deterministic row scatter-add: for items i = 0..n-1 in sorted order (keys sorted, vals the
 // item ids, equal keys in increasing id), dst[key * D + c] += src_row(val)[c], where item a

@@ -160,9 +160,18 @@ void cuda_opt_adamw(real *p, const real *g, real *m, real *v, size_t n, int deca
 // lazy Adam on the table rows the batch read
 // ================================================================================================
 // ws: keys [2 n] uint64 (in, out), then vals [2 n] int (in, out), n = O*N
+// keys in [0, O R]: the radix passes cover that many bits
+static int rows_key_bits(int O, int64_t R) {
+    uint64_t sentinel = (uint64_t)O * (uint64_t)R;
+    int bits = 1;
+    while (bits < 64 && sentinel >= (1ULL << bits)) bits++;
+    return bits;
+}
+// ws: keys in, keys out [n] | values in, values out [n] | the sort's own storage (16-aligned),
+// n = O N: the whole update allocates nothing (it runs past the point of no return, guard.h)
 size_t cuda_opt_adam_rows_ws_size(int O, int N, int64_t R) {
     size_t n = (size_t)O * (size_t)N;
-    return n * (2 * sizeof(uint64_t) + 2 * sizeof(int));
+    return n * (2 * sizeof(uint64_t) + 2 * sizeof(int)) + 16 + dm_sort_pairs_tmp((int)n, rows_key_bits(O, R));
 }
 // item a = q*N + i -> key q*R + rows[a]; a row outside [0, R) gets the sentinel O*R (sorted last)
 __global__ void rows_keys_kernel(uint64_t *keys, int *vals, const int32_t *rows, int O, int N, int64_t R) {
@@ -204,9 +213,8 @@ void cuda_opt_adam_rows(real *p, const real *g, real *m, real *v, int64_t *row_s
     rows_keys_kernel<<<ceil_div(n, 256), 256, 0, dm_stream>>>(kin, vin, rows, O, N, R);
     cudaLaunchCheck();
     uint64_t sentinel = (uint64_t)O * (uint64_t)R;
-    int bits = 1;
-    while (bits < 64 && sentinel >= (1ULL << bits)) bits++;  // keys in [0, sentinel]
-    dm_sort_pairs(kin, kout, vin, vout, n, bits);
+    void *tmp = (void *)(((size_t)(vout + n) + 15) & ~(size_t)15);
+    dm_sort_pairs_ws(kin, kout, vin, vout, n, rows_key_bits(O, R), tmp);
     adam_rows_kernel<<<ceil_div(n, 128), 128, 0, dm_stream>>>(p, g, m, v, row_steps, kout, n, sentinel, D, hp, st);
     cudaLaunchCheck();
 }
@@ -221,10 +229,12 @@ void cuda_opt_adam_rows(real *p, const real *g, real *m, real *v, int64_t *row_s
 // matrices would otherwise be ~1 600 launches of small kernels per step. Each matrix's numbers are
 // the same sums as when it is alone (the batch only shares launches).
 // scratch: U [n_mats, rows, cols] | Y [n_mats, rows, cols] | A [n_mats, s, s] | Bm [n_mats, s, s] |
-//          inv [n_mats] floats | partial sums [n_mats, DM_RED_MAX_BLOCKS] doubles (8-aligned)
+//          inv [n_mats] floats | partial sums [n_mats, DM_RED_MAX_BLOCKS] doubles (8-aligned) |
+//          the products' packed bf16 operands, each at most [n_mats, rows, cols] (16-aligned)
 size_t cuda_opt_muon_scratch_size(int n_mats, int rows, int cols) {
-    size_t s = (size_t)(rows < cols ? rows : cols), E = (size_t)(n_mats > 0 ? n_mats : 1);
-    return E * (2 * (size_t)rows * cols + 2 * s * s) + E + 2 * E * DM_RED_MAX_BLOCKS + 64;
+    size_t s = (size_t)(rows < cols ? rows : cols), E = (size_t)(n_mats > 0 ? n_mats : 1), n = (size_t)rows * cols;
+    size_t ws = (dm_gemm_ws_size(E * n, E * n) + sizeof(float) - 1) / sizeof(float);
+    return E * (2 * n + 2 * s * s) + E + 2 * E * DM_RED_MAX_BLOCKS + 64 + ws + 4;
 }
 
 __global__ void muon_momentum_kernel(float *U, float *buf, const float *g, size_t n, const StepHyper *hp,
@@ -309,10 +319,12 @@ __global__ void muon_apply_kernel(float *p, const float *U, size_t n, double sca
 }
 
 // G [E, rows, cols] (device) -> NS5 of each G_e / (||G_e||_F + eps); returns the buffer holding
-// the result (G or Y: the iterate ping-pongs, no copy). Products go through dm_gemm_batched with
-// lowp = 1: bf16 operands and fp32 accumulation in the default precision (as Muon is usually
-// run), fp32 under precision=fp32.
-static float *ns5(float *G, float *Y, float *A, float *Bm, float *inv, double *part, int E, int rows, int cols) {
+// the result (G or Y: the iterate ping-pongs, no copy). Products go through dm_gemm_batched_ws
+// with lowp = 1: bf16 operands and fp32 accumulation in the default precision (as Muon is usually
+// run), fp32 under precision=fp32. The packed operands go to ws, the optimizer's own workspace:
+// the update runs after the point of no return (kernels/guard.h), where nothing may allocate.
+static float *ns5(float *G, float *Y, float *A, float *Bm, float *inv, double *part, void *ws, int E, int rows,
+                  int cols) {
     const float a = 3.4445f, b = -4.7750f, c = 2.0315f;
     size_t n = (size_t)rows * cols, tot = n * E;
     int tall = rows > cols, s = tall ? cols : rows;
@@ -327,15 +339,15 @@ static float *ns5(float *G, float *Y, float *A, float *Bm, float *inv, double *p
     cudaLaunchCheck();
     float *X = G;
     for (int it = 0; it < 5; it++) {
-        if (tall) dm_gemm_batched(1, 0, s, s, rows, 1, X, cols, n, X, cols, n, 0, A, s, ss, E, 1);  // A = X^T X
-        else      dm_gemm_batched(0, 1, s, s, cols, 1, X, cols, n, X, cols, n, 0, A, s, ss, E, 1);  // A = X X^T
-        dm_gemm_batched(0, 0, s, s, s, c, A, s, ss, A, s, ss, 0, Bm, s, ss, E, 1);                  // Bm = c A A
+        if (tall) dm_gemm_batched_ws(1, 0, s, s, rows, 1, X, cols, n, X, cols, n, 0, A, s, ss, E, 1, ws);  // A = X^T X
+        else      dm_gemm_batched_ws(0, 1, s, s, cols, 1, X, cols, n, X, cols, n, 0, A, s, ss, E, 1, ws);  // A = X X^T
+        dm_gemm_batched_ws(0, 0, s, s, s, c, A, s, ss, A, s, ss, 0, Bm, s, ss, E, 1, ws);                  // Bm = c A A
         poly_kernel<<<ceil_div(ss * E, 256), 256, 0, dm_stream>>>(Bm, A, s, 0.0f, b, (size_t)E);      // += b A
         cudaLaunchCheck();
         scaled_copy_kernel<<<ceil_div((long long)tot, 256), 256, 0, dm_stream>>>(Y, X, a, tot);    // Y = a X
         cudaLaunchCheck();
-        if (tall) dm_gemm_batched(0, 0, rows, cols, cols, 1, X, cols, n, Bm, s, ss, 1, Y, cols, n, E, 1);  // Y += X Bm
-        else      dm_gemm_batched(0, 0, rows, cols, rows, 1, Bm, s, ss, X, cols, n, 1, Y, cols, n, E, 1);  // Y += Bm X
+        if (tall) dm_gemm_batched_ws(0, 0, rows, cols, cols, 1, X, cols, n, Bm, s, ss, 1, Y, cols, n, E, 1, ws);  // Y += X Bm
+        else      dm_gemm_batched_ws(0, 0, rows, cols, rows, 1, Bm, s, ss, X, cols, n, 1, Y, cols, n, E, 1, ws);  // Y += Bm X
         float *t = X; X = Y; Y = t;
     }
     return X;
@@ -348,10 +360,11 @@ void cuda_opt_muon(real *p, const real *g, real *buf, int n_mats, int rows, int 
     double scale = colrow ? 0.2 : 0.2 * sqrt((double)(rows > cols ? rows : cols));
     float *U = scratch, *Y = U + E * n, *A = Y + E * n, *Bm = A + E * s * s, *inv = Bm + E * s * s;
     double *part = (double *)(((size_t)(inv + E) + 7) & ~(size_t)7);
+    void *ws = (void *)(((size_t)(part + E * DM_RED_MAX_BLOCKS) + 15) & ~(size_t)15);  // bf16 operands
     long long tot = (long long)(E * n);
     muon_momentum_kernel<<<ceil_div(tot, 256), 256, 0, dm_stream>>>(U, buf, g, (size_t)tot, hp, st);
     cudaLaunchCheck();
-    float *R = ns5(U, Y, A, Bm, inv, part, n_mats, rows, cols);
+    float *R = ns5(U, Y, A, Bm, inv, part, ws, n_mats, rows, cols);
     if (colrow) {
         col_normalize_kernel<<<dim3(cols, n_mats), OPT_NT, 0, dm_stream>>>(R, rows, cols);
         cudaLaunchCheck();

@@ -458,11 +458,26 @@ static void *emu_alloc(size_t n, int kind) {
     allocs[(uintptr_t)p] = Alloc{n, kind};
     return p;
 }
+// Fault injection (tests/cuemu/dmsh_oom.sh): CUEMU_MALLOC_FAIL=K makes the K-th cudaMalloc of the
+// process (from 1) fail as a full device would; CUEMU_MALLOC_LOG=1 numbers every call on stderr,
+// so a test can enumerate the allocations of a run and fail each in turn.
+static bool malloc_fault(size_t n) {
+    static long calls = 0, fail_at = -1;
+    static int log = -1;
+    if (fail_at < 0) {
+        const char *f = getenv("CUEMU_MALLOC_FAIL"), *l = getenv("CUEMU_MALLOC_LOG");
+        fail_at = f ? atol(f) : 0;
+        log = l && *l == '1';
+    }
+    calls++;
+    if (log) fprintf(stderr, "cuemu: cudaMalloc #%ld (%zu bytes)%s\n", calls, n, calls == fail_at ? " FAILED" : "");
+    return calls == fail_at;
+}
 cudaError_t cudaMalloc(void **p, size_t n) {
     *p = NULL;
     if (cudaError_t e = forbid_in_capture("cudaMalloc")) return e;
     if (n == 0) return cudaSuccess;
-    if (dev_used + n > mem_limit()) return set_err(cudaErrorMemoryAllocation);
+    if (malloc_fault(n) || dev_used + n > mem_limit()) return set_err(cudaErrorMemoryAllocation);
     if (!(*p = emu_alloc(n, 0))) return set_err(cudaErrorMemoryAllocation);
     dev_used += n;
     return cudaSuccess;

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# tests/cuemu/dmsh_oom.sh DMSH — every device allocation of a short training run made to fail in
+# turn (cuemu's CUEMU_MALLOC_FAIL=K, K = 1 .. all of them), as a device that is full would refuse
+# it. Each run must either finish as if nothing had failed (a fallback: the start-up peak
+# measurement) or stop with ONE error line and its session saved; nothing else printed, no crash.
+# Where a training step was refused ("step N was not run (nothing of it applied)": a device
+# workspace that could not grow mid-step, kernels/guard.h), resuming that session and finishing
+# the run must give, bit for bit, the weights, moments and losses of the run nobody disturbed —
+# the refused step left nothing behind. The run changes batch after 2 steps, so the workspaces
+# grow again in the middle of a session, with steps already done.
+set -u
+DMSH=$(readlink -f "$1")
+W=$(mktemp -d /tmp/dmsh_cuemu_oom_XXXXXX)
+trap 'rm -rf "$W"' EXIT
+cd "$W"
+export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 CUEMU_MEM_MB=64  # a small device: quick peak measurement
+cat /usr/include/stdio.h /usr/include/stdlib.h /usr/include/string.h > corpus.txt
+TINY=":set d=32 H=2 L=2 E=2 k=1 r=8 f=64 engram_rows=257 engram_dim=8 seq=32 batch=4"
+HEAD=(--norc -e ':preset nano' -e "$TINY" -e ':data corpus.txt')
+BODY=(-e ':init seed=1' -e ':device cuda' -e ':step 2' -e ':set batch=8' -e ':step 2')
+
+# the undisturbed run: its digest (DMSH_DIGEST: losses, step, every tensor and moment), and the
+# allocations of the same run with a session open (the fault runs' script)
+DMSH_DIGEST=ref.dig "$DMSH" "${HEAD[@]}" "${BODY[@]}" < /dev/null > ref.out 2> ref.err ||
+    { echo "  the undisturbed run failed:"; cat ref.out ref.err; exit 1; }
+CUEMU_MALLOC_LOG=1 "$DMSH" "${HEAD[@]}" -e ':session count' "${BODY[@]}" < /dev/null > count.out 2> count.err ||
+    { echo "  the counting run failed:"; cat count.out count.err; exit 1; }
+n=$(grep -c '^cuemu: cudaMalloc #' count.err)
+
+one() {  # K: fail allocation K; prints "K CLASS DETAIL"
+    local k=$1 d=f$1
+    mkdir -p "$d" && cd "$d" || return
+    ln -s ../corpus.txt corpus.txt
+    CUEMU_MALLOC_FAIL=$k "$DMSH" "${HEAD[@]}" -e ':session s' "${BODY[@]}" < /dev/null > out 2> err
+    local rc=$?
+    grep -v -e '^dmsh: saved ' -e '^cuemu:' err > err.only
+    local lines; lines=$(wc -l < err.only)
+    if [ $rc = 0 ] && [ "$lines" = 0 ] && [ -s runs/s/ckpt/step-4.ckpt ]; then echo "$k tolerated"; return; fi
+    if [ $rc != 1 ] || [ "$lines" != 1 ] || grep -q -i -e 'CUDA error' -e 'internal' err.only || [ ! -s runs/s/ckpt/LATEST ]; then
+        echo "$k FAIL rc=$rc, $lines error line(s), session saved: $([ -s runs/s/ckpt/LATEST ] && echo yes || echo no): $(head -c 300 err.only | tr '\n' '|')"
+        return
+    fi
+    local s
+    s=$(sed -n 's/.*step \([0-9]*\) was not run (nothing of it applied).*/\1/p' err.only)
+    if [ -z "$s" ]; then echo "$k refused $(cut -c1-100 err.only)"; return; fi
+    # the refused step left nothing behind: resume, finish the same run, compare everything
+    local rest=()
+    [ "$s" -lt 2 ] && rest+=(-e ":step $((2 - s))")
+    rest+=(-e ':set batch=8' -e ":step $((4 - (s > 2 ? s : 2)))")
+    DMSH_DIGEST=res.dig "$DMSH" --norc -r runs/s -e ':device cuda' "${rest[@]}" < /dev/null > res.out 2> res.err
+    if cmp -s ../ref.dig res.dig; then echo "$k step-refused-at-$s resumed-identical"
+    else echo "$k FAIL step $s refused, but the resumed run differs from the undisturbed one: $(diff ../ref.dig res.dig 2>&1 | head -n 4 | tr '\n' '|')"; fi
+}
+export -f one
+export DMSH TINY
+# in parallel (each run is independent, in its own directory)
+seq 1 $((n + 1)) | xargs -P "$(nproc)" -I{} bash -c "$(declare -p HEAD BODY); one {}" > results.txt
+sort -n results.txt > results.sorted
+fail=0
+grep -q FAIL results.sorted && { grep FAIL results.sorted | sed 's/^/  allocation /'; fail=1; }
+steps=$(grep -c 'resumed-identical' results.sorted)
+late=$(grep -c 'step-refused-at-[2-9]' results.sorted)
+printf '  %d allocations failed in turn: %d tolerated, %d refused cleanly, %d steps refused (%d after the batch change), each resumed bit-identical\n' \
+    "$n" "$(grep -c tolerated results.sorted)" "$(grep -c ' refused ' results.sorted)" "$steps" "$late"
+# the test must be able to fail: mid-step allocations were reached, before and after steps ran
+if [ "$steps" -lt 5 ] || [ "$late" -lt 1 ]; then
+    echo "  too few mid-step allocations reached ($steps, $late after the batch change): the test no longer tests"; fail=1
+fi
+[ $fail = 0 ] && echo "  every device allocation of a run refused in turn: one line, session saved, steps undone   PASS"
+exit $fail
