@@ -622,7 +622,7 @@ static int cmd_session(Shell *sh, Words *w, dm_err *err) {
             return dm_fail(err, "%s already holds a run (%s%s%s): dmsh -r %s resumes it%s; a new run needs a new name", dir, latest,
                            lost ? "; " : "", lost ? why : "", dir, lost ? " from there" : "");
         if (lost)
-            return dm_fail(err, "%s already holds a run (%s, and no step-N.ckpt is there: dmsh -r cannot resume it): a new run needs a new name",
+            return dm_fail(err, "%s already holds a run (%s, and no checkpoint is there: dmsh -r cannot resume it): a new run needs a new name",
                            dir, why);
         return dm_fail(err, "%s already holds a run with no checkpoint (metrics.tsv; it stopped before its first save, so it cannot be resumed): remove %s or choose a new name",
                        dir, dir);
