@@ -28,10 +28,17 @@ char **complete_plot(Shell *sh, int argi, const char *prefix);
 #define OUT (sh->out)
 
 
+// The end of a step line timed on the emulated device (tests/cuemu): its ms and tok/s are the
+// CPU running the CUDA code, and nothing else on the line says so (:bench and :show device do).
+// Last on the line: the fields before it stay where every reader of the line finds them.
+static const char *emulated_tag(const MetricRow *r) {
+    return r->kind == 0 && r->emulated ? " [cuemu: ms and tok/s emulated on the CPU, not a GPU's]" : "";
+}
+
 static void print_step(Shell *sh, const MetricRow *r) {
     if (r->kind < 0) return;  // the step was refused before it ran (engine_step): nothing to show
-    fprintf(OUT, "step %lld loss %.4f lr %.3e gnorm %.3f ms %.1f tok/s %.0f skipped %d\n", (long long)r->step,
-            r->loss, r->lr, r->gnorm, r->ms, r->tok_s, r->skipped);
+    fprintf(OUT, "step %lld loss %.4f lr %.3e gnorm %.3f ms %.1f tok/s %.0f skipped %d%s\n", (long long)r->step,
+            r->loss, r->lr, r->gnorm, r->ms, r->tok_s, r->skipped, emulated_tag(r));
 }
 
 // what the engine has to say about how steps run (e.g. the step graph could not be captured)
@@ -268,8 +275,8 @@ static int cmd_show(Shell *sh, Words *w, dm_err *err) {
             int ntrain_after = 0;
             for (int j = i + 1; j < e->nrows; j++) ntrain_after += e->rows[j].kind == 0;
             if (ntrain_after >= shown) { skip++; continue; }
-            fprintf(OUT, "  step %lld loss %.4f lr %.3e gnorm %.3f ms %.1f tok/s %.0f skipped %d\n", (long long)r->step,
-                    r->loss, r->lr, r->gnorm, r->ms, r->tok_s, r->skipped);
+            fprintf(OUT, "  step %lld loss %.4f lr %.3e gnorm %.3f ms %.1f tok/s %.0f skipped %d%s\n", (long long)r->step,
+                    r->loss, r->lr, r->gnorm, r->ms, r->tok_s, r->skipped, emulated_tag(r));
         }
         for (int i = e->nrows - 1, k = 0; i >= 0 && k < 1; i--)
             if (e->rows[i].kind == 1) {
@@ -458,11 +465,11 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
                 skipped += r.skipped;
                 PanelInfo pi = {.step = r.step + 1, .start_step = start, .end_step = end, .loss = losses, .nloss = nloss,
                                 .loss_last = r.loss, .bpb = bpb, .tok_s = r.tok_s, .eta_s = eta, .skipped = skipped,
-                                .lr = r.lr, .gnorm = r.gnorm};
+                                .lr = r.lr, .gnorm = r.gnorm, .emulated = r.emulated};
                 panel_update(panel, &pi);
             } else if ((r.step + 1) % lg == 0 || r.step + 1 == end || r.skipped) {
-                fprintf(OUT, "step %lld loss %.4f lr %.3e gnorm %.3f ms %.1f tok/s %.0f skipped %d eta %.0fs\n",
-                        (long long)r.step, r.loss, r.lr, r.gnorm, r.ms, r.tok_s, r.skipped, eta);
+                fprintf(OUT, "step %lld loss %.4f lr %.3e gnorm %.3f ms %.1f tok/s %.0f skipped %d eta %.0fs%s\n",
+                        (long long)r.step, r.loss, r.lr, r.gnorm, r.ms, r.tok_s, r.skipped, eta, emulated_tag(&r));
                 fflush(OUT);
             }
         }
@@ -497,8 +504,9 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
         panel_close(panel);
         free(losses);
         if (nloss)
-            fprintf(OUT, "step %lld loss %.4f lr %.3e gnorm %.3f ms %.1f tok/s %.0f skipped %d (%d in this run) eta %.0fs\n",
-                    (long long)last.step, last.loss, last.lr, last.gnorm, last.ms, last.tok_s, last.skipped, skipped, eta);
+            fprintf(OUT, "step %lld loss %.4f lr %.3e gnorm %.3f ms %.1f tok/s %.0f skipped %d (%d in this run) eta %.0fs%s\n",
+                    (long long)last.step, last.loss, last.lr, last.gnorm, last.ms, last.tok_s, last.skipped, skipped, eta,
+                    emulated_tag(&last));
     }
     if (stopped == 1) fprintf(OUT, "interrupted at step %lld (state intact)\n", (long long)e->step);
     if (stopped == 2)
