@@ -107,9 +107,20 @@ int engine_build(Engine *e, uint64_t seed, dm_err *err) {
     return 0;
 }
 
+// 1 when be is the CUDA backend's code emulated on the CPU (tests/cuemu): its device names itself
+// "cuemu" (describe; :show device prints the same line). Asked once per move, not per step:
+// describe queries the device (and measures its peaks the first time, as :device then does).
+static int backend_emulated(const Backend *be) {
+    if (!be->describe || !be->name || strcmp(be->name, "cuda")) return 0;
+    char desc[512] = "";
+    be->describe(desc, sizeof desc);
+    return strstr(desc, "cuemu") != NULL;
+}
+
 int engine_set_device(Engine *e, const Backend *be, const char *name, dm_err *err) {
     if (!e->live) {
         e->be = be;
+        e->emulated = backend_emulated(be);
         snprintf(e->device, sizeof e->device, "%s", name);
         // the config's precision now, not at :init: :show device reports the mode it will run
         if (be->set_precision) be->set_precision(e->cfg.precision_fp32);
@@ -147,6 +158,7 @@ int engine_set_device(Engine *e, const Backend *be, const char *name, dm_err *er
     e->synced_settings = sset;
     memcpy(e->synced_path, spath, sizeof spath);
     snprintf(e->device, sizeof e->device, "%s", name);
+    e->emulated = backend_emulated(be);
     e->fwd_moved = had_forward;  // :probe says why the activations are gone
     return 0;
 }
@@ -203,17 +215,19 @@ static int need(const Engine *e, int data, dm_err *err) {
 // metrics.tsv: one header, one line per row (eval_set: the eval rows' set id in hex, empty when
 // unknown — rows of checkpoints older than the id)
 void engine_tsv_header(FILE *f) {
-    fprintf(f, "kind\tstep\ttokens\tloss\tlr\tgnorm\tms\ttok_s\tskipped\tbpb\twindow\tdepth\teval_set\n");
+    fprintf(f, "kind\tstep\ttokens\tloss\tlr\tgnorm\tms\ttok_s\tskipped\tbpb\twindow\tdepth\teval_set\ttiming\n");
 }
+// timing (the last column: readers by position or by name see the others where they were):
+// "emulated" on a train row timed on the emulated device, whose ms and tok_s are the CPU's
 void engine_tsv_row(FILE *f, const MetricRow *r) {
     if (r->kind == 0)
-        fprintf(f, "train\t%lld\t%lld\t%.6f\t%.6g\t%.6g\t%.3f\t%.1f\t%d\t\t\t\t\n", (long long)r->step,
-                (long long)r->tokens, r->loss, r->lr, r->gnorm, r->ms, r->tok_s, r->skipped);
+        fprintf(f, "train\t%lld\t%lld\t%.6f\t%.6g\t%.6g\t%.3f\t%.1f\t%d\t\t\t\t\t%s\n", (long long)r->step,
+                (long long)r->tokens, r->loss, r->lr, r->gnorm, r->ms, r->tok_s, r->skipped, r->emulated ? "emulated" : "");
     else if (r->eval_set)
-        fprintf(f, "eval\t%lld\t%lld\t\t\t\t\t\t\t%.6f\t%lld\t%d\t%08x\n", (long long)r->step, (long long)r->tokens,
+        fprintf(f, "eval\t%lld\t%lld\t\t\t\t\t\t\t%.6f\t%lld\t%d\t%08x\t\n", (long long)r->step, (long long)r->tokens,
                 r->bpb, (long long)r->window, r->depth, (unsigned)r->eval_set);
     else
-        fprintf(f, "eval\t%lld\t%lld\t\t\t\t\t\t\t%.6f\t%lld\t%d\t\n", (long long)r->step, (long long)r->tokens,
+        fprintf(f, "eval\t%lld\t%lld\t\t\t\t\t\t\t%.6f\t%lld\t%d\t\t\n", (long long)r->step, (long long)r->tokens,
                 r->bpb, (long long)r->window, r->depth);
 }
 
@@ -249,8 +263,10 @@ void engine_add_row(Engine *e, const MetricRow *r) {
         e->rows = realloc(e->rows, sizeof(MetricRow) * e->caprows);
         if (!e->rows) { fprintf(stderr, "%s:%d: out of memory for metrics\n", __FILE__, __LINE__); exit(1); }
     }
-    e->rows[e->nrows++] = *r;
-    append_tsv(e, r);
+    MetricRow *row = &e->rows[e->nrows++];
+    *row = *r;
+    if (row->kind == 0) row->emulated = e->emulated;  // (the backend that ran the step: a move reports first)
+    append_tsv(e, row);
 }
 
 int engine_step(Engine *e, MetricRow *row, dm_err *err) {
@@ -259,7 +275,9 @@ int engine_step(Engine *e, MetricRow *row, dm_err *err) {
         row->kind = -1;  // refused before it ran: no row
         return 1;
     }
-    return engine_report(e, row, err);  // step.c: the split, the record ring and the step graph
+    int rc = engine_report(e, row, err);  // step.c: the split, the record ring and the step graph
+    if (row->kind == 0) row->emulated = e->emulated;  // as engine_add_row marked its copy
+    return rc;
 }
 
 // Live keys the model copy must follow (the model reads its own cfg for loss, lam_max, ...).

@@ -21,7 +21,12 @@ typedef struct {
     int kind;                   // 0 train, 1 eval (-1: engine_step refused the step, no row)
     double bpb;
     int64_t window;
-    int depth;
+    union {                     // (one int for two: checkpoints store the rows raw, all 152 bytes taken)
+        int depth;              // eval rows: the depth scored
+        int emulated;           // train rows: 1 when ms and tok_s were timed on an emulated device
+                                // (tests/cuemu: the CUDA code on the CPU), never a GPU's times;
+                                // 0 otherwise (and in older checkpoints: their train rows hold 0)
+    };
     uint32_t eval_set;          // eval rows: the identity of the bytes scored (eval_set_end); 0 unknown
 } MetricRow;
 // Checkpoints store the rows raw: eval_set sits in what was the tail padding, so the size (and
@@ -43,6 +48,8 @@ typedef struct Engine {
     Config cfg;
     const Backend *be;          // where :init builds the model (backend_cpu() until :device)
     char device[16];            // "cpu", "cuda:0", ...
+    int emulated;               // be is the CUDA code emulated on the CPU (tests/cuemu): its train
+                                // rows are marked (MetricRow.emulated)
     int live;                   // model + optimizer exist
     Model model;
     Optim opt;

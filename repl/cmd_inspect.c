@@ -121,7 +121,7 @@ int cmd_gen(Shell *sh, Words *w, dm_err *err) {
     }
     if (!e->live) return dm_fail(err, "no model: :init builds one");
     // no prompt: the start of a line (the byte a text's lines follow), fed and printed like a
-    // typed one (:help gen says so: n + 1 forwards)
+    // typed one (:help gen says so: n forwards, the newline's and all but the last sample's)
     if (!prompt || !*prompt) prompt = "\n";
     // escapes in the prompt, as a user types them: \n newline, \t tab, \\ a backslash, \xHH any byte but 0
     char pbuf[4096];
@@ -176,7 +176,9 @@ int cmd_gen(Shell *sh, Words *w, dm_err *err) {
         int b = sample_byte(lg, temp, (int)top_k, &r);
         sample_byte_text(b, shown);
         fputs(shown, sh->out);
-        decoder_step(&d, b, lg);
+        // a forward gives the logits of the byte after it: the last sample has none to give (it
+        // ran and was counted, one forward more than :help gen says and no byte from it)
+        if (i + 1 < n) decoder_step(&d, b, lg);
     }
     fputc('\n', sh->out);
     decoder_free(&d);

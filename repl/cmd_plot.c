@@ -43,6 +43,7 @@ typedef struct {
     int *train;               // indices of the train rows on the current timeline
     int ntrain;
     double *train_time;       // seconds at the end of each kept train row
+    int nemulated;            // kept train rows timed on the emulated device (their ms are the CPU's)
     int nsets, set_evals;     // bpb/depths: eval sets in the rows, evals of the one drawn
 } Ctx;
 
@@ -62,7 +63,9 @@ static void build_timeline(Ctx *cx) {
         cx->train[cx->ntrain++] = i;
     }
     double t = 0;
+    cx->nemulated = 0;
     for (int k = 0; k < cx->ntrain; k++) {
+        cx->nemulated += e->rows[cx->train[k]].emulated;
         double ms = e->rows[cx->train[k]].ms;
         t += isfinite(ms) && ms > 0 ? ms / 1e3 : 0;
         cx->train_time[k] = t;
@@ -85,7 +88,9 @@ static double x_of(const Ctx *cx, const MetricRow *r, int train_k) {
     return (double)r->step;
 }
 
+// (a time axis built from emulated steps says so: they are the CPU's times, not a GPU's)
 static const char *x_label(const Ctx *cx) {
+    if (cx->xq == X_TIME && cx->nemulated) return "training time (s; emulated steps: cuemu on the CPU)";
     return cx->xq == X_TOKENS ? "tokens (bytes) seen" : cx->xq == X_TIME ? "training time (s)" : "step";
 }
 
@@ -180,7 +185,9 @@ static int panel_train(Ctx *cx, Panel *p, const char *m, dm_err *err) {
         add_series(p, x, y, n, 0xd62728, "gnorm")->width = 1.5;
         if (e->cfg.clip > 0) add_ref(p, e->cfg.clip, 0x555555, "clip %g", e->cfg.clip);
     } else {
-        snprintf(p->title, sizeof p->title, "training throughput");
+        if (cx->nemulated)  // (the CPU running the CUDA code: not a GPU's throughput)
+            snprintf(p->title, sizeof p->title, "training throughput (%d of %d steps emulated on the CPU: cuemu)", cx->nemulated, n);
+        else snprintf(p->title, sizeof p->title, "training throughput");
         snprintf(p->ylabel, sizeof p->ylabel, "tokens / s%s", p->chart.logy ? " (log scale)" : "");
         add_series(p, x, y, n, 0x9467bd, "tok/s")->width = 1.5;
     }

@@ -340,9 +340,8 @@ int cmd_bench(Shell *sh, Words *w, dm_err *err) {
     double flops = fl / (med / 1e3);
     if (!rc) {
         // an emulated device (tests/cuemu) says so on the line itself: its times are the CPU's
-        char desc[512] = "";
-        if (be->describe) be->describe(desc, sizeof desc);
-        const char *emu = strstr(desc, "cuemu") ? " [cuemu: the CUDA code emulated on the CPU, not a GPU time]" : "";
+        // (the engine's mark, as on the step lines and in metrics.tsv)
+        const char *emu = e->emulated ? " [cuemu: the CUDA code emulated on the CPU, not a GPU time]" : "";
         fprintf(OUT, "bench %s%s (%s): %.2f ms/step (median of steps %lld..%lld, %d warm), %.0f tok/s, %.2f GFLOP/s model",
                 e->device, emu, REAL_NAME, med, first, first + n - 1, warm, e->cfg.batch * e->cfg.seq / (med / 1e3), flops / 1e9);
         // MFU as a percentage on both backends, with its denominator named

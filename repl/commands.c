@@ -28,10 +28,17 @@ char **complete_plot(Shell *sh, int argi, const char *prefix);
 #define OUT (sh->out)
 
 
+// The end of a step line timed on the emulated device (tests/cuemu): its ms and tok/s are the
+// CPU running the CUDA code, and nothing else on the line says so (:bench and :show device do).
+// Last on the line: the fields before it stay where every reader of the line finds them.
+static const char *emulated_tag(const MetricRow *r) {
+    return r->kind == 0 && r->emulated ? " [cuemu: ms and tok/s emulated on the CPU, not a GPU's]" : "";
+}
+
 static void print_step(Shell *sh, const MetricRow *r) {
     if (r->kind < 0) return;  // the step was refused before it ran (engine_step): nothing to show
-    fprintf(OUT, "step %lld loss %.4f lr %.3e gnorm %.3f ms %.1f tok/s %.0f skipped %d\n", (long long)r->step,
-            r->loss, r->lr, r->gnorm, r->ms, r->tok_s, r->skipped);
+    fprintf(OUT, "step %lld loss %.4f lr %.3e gnorm %.3f ms %.1f tok/s %.0f skipped %d%s\n", (long long)r->step,
+            r->loss, r->lr, r->gnorm, r->ms, r->tok_s, r->skipped, emulated_tag(r));
 }
 
 // what the engine has to say about how steps run (e.g. the step graph could not be captured)
@@ -268,8 +275,8 @@ static int cmd_show(Shell *sh, Words *w, dm_err *err) {
             int ntrain_after = 0;
             for (int j = i + 1; j < e->nrows; j++) ntrain_after += e->rows[j].kind == 0;
             if (ntrain_after >= shown) { skip++; continue; }
-            fprintf(OUT, "  step %lld loss %.4f lr %.3e gnorm %.3f ms %.1f tok/s %.0f skipped %d\n", (long long)r->step,
-                    r->loss, r->lr, r->gnorm, r->ms, r->tok_s, r->skipped);
+            fprintf(OUT, "  step %lld loss %.4f lr %.3e gnorm %.3f ms %.1f tok/s %.0f skipped %d%s\n", (long long)r->step,
+                    r->loss, r->lr, r->gnorm, r->ms, r->tok_s, r->skipped, emulated_tag(r));
         }
         for (int i = e->nrows - 1, k = 0; i >= 0 && k < 1; i--)
             if (e->rows[i].kind == 1) {
@@ -458,11 +465,11 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
                 skipped += r.skipped;
                 PanelInfo pi = {.step = r.step + 1, .start_step = start, .end_step = end, .loss = losses, .nloss = nloss,
                                 .loss_last = r.loss, .bpb = bpb, .tok_s = r.tok_s, .eta_s = eta, .skipped = skipped,
-                                .lr = r.lr, .gnorm = r.gnorm};
+                                .lr = r.lr, .gnorm = r.gnorm, .emulated = r.emulated};
                 panel_update(panel, &pi);
             } else if ((r.step + 1) % lg == 0 || r.step + 1 == end || r.skipped) {
-                fprintf(OUT, "step %lld loss %.4f lr %.3e gnorm %.3f ms %.1f tok/s %.0f skipped %d eta %.0fs\n",
-                        (long long)r.step, r.loss, r.lr, r.gnorm, r.ms, r.tok_s, r.skipped, eta);
+                fprintf(OUT, "step %lld loss %.4f lr %.3e gnorm %.3f ms %.1f tok/s %.0f skipped %d eta %.0fs%s\n",
+                        (long long)r.step, r.loss, r.lr, r.gnorm, r.ms, r.tok_s, r.skipped, eta, emulated_tag(&r));
                 fflush(OUT);
             }
         }
@@ -497,8 +504,9 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
         panel_close(panel);
         free(losses);
         if (nloss)
-            fprintf(OUT, "step %lld loss %.4f lr %.3e gnorm %.3f ms %.1f tok/s %.0f skipped %d (%d in this run) eta %.0fs\n",
-                    (long long)last.step, last.loss, last.lr, last.gnorm, last.ms, last.tok_s, last.skipped, skipped, eta);
+            fprintf(OUT, "step %lld loss %.4f lr %.3e gnorm %.3f ms %.1f tok/s %.0f skipped %d (%d in this run) eta %.0fs%s\n",
+                    (long long)last.step, last.loss, last.lr, last.gnorm, last.ms, last.tok_s, last.skipped, skipped, eta,
+                    emulated_tag(&last));
     }
     if (stopped == 1) fprintf(OUT, "interrupted at step %lld (state intact)\n", (long long)e->step);
     if (stopped == 2)
@@ -622,7 +630,7 @@ static int cmd_session(Shell *sh, Words *w, dm_err *err) {
             return dm_fail(err, "%s already holds a run (%s%s%s): dmsh -r %s resumes it%s; a new run needs a new name", dir, latest,
                            lost ? "; " : "", lost ? why : "", dir, lost ? " from there" : "");
         if (lost)
-            return dm_fail(err, "%s already holds a run (%s, and no step-N.ckpt is there: dmsh -r cannot resume it): a new run needs a new name",
+            return dm_fail(err, "%s already holds a run (%s, and no checkpoint is there: dmsh -r cannot resume it): a new run needs a new name",
                            dir, why);
         return dm_fail(err, "%s already holds a run with no checkpoint (metrics.tsv; it stopped before its first save, so it cannot be resumed): remove %s or choose a new name",
                        dir, dir);
@@ -665,7 +673,7 @@ const Command dm_commands[] = {
     {":eval", cmd_eval, NULL, ":eval [depth=k]", "Held-out BPB on the fixed eval window at depth k (default L)."},
     {":eval-depths", cmd_eval_depths, NULL, ":eval-depths", "Held-out BPB at every depth 1..L from one forward pass."},
     {":anchors", cmd_anchors, NULL, ":anchors", "Unigram and Kneser-Ney 5-gram BPB on the eval window, fit on the training split."},
-    {":arm", cmd_arm, NULL, ":arm NAME on|off", "Switch a mechanism live: kda, engram, moe, rezero, retract, aux. Its counters (:show arms; NAME=on(F/B) on eval lines) are the model's totals, kept in its checkpoints: kda, engram, moe and rezero count one per iteration of the block they run in, forward (a training step, each batch of an :eval, each prompt or sampled byte of :gen) and backward (a training step); retract counts retractions, aux the training steps whose loss held it (forward and backward, with moe on). An arm that is off counts nothing."},
+    {":arm", cmd_arm, NULL, ":arm NAME on|off", "Switch a mechanism live: kda, engram, moe, rezero, retract, aux. Its counters (:show arms; NAME=on(F/B) on eval lines) are the model's totals, kept in its checkpoints: kda, engram, moe and rezero count one per iteration of the block they run in, forward (a training step, each batch of an :eval, each prompt byte of :gen and each byte it samples but the last) and backward (a training step); retract counts retractions, aux the training steps whose loss held it (forward and backward, with moe on). An arm that is off counts nothing."},
     {":save", cmd_save, NULL, ":save [PATH]", "Write a checkpoint (atomic: temp file, fsync, rename)."},
     {":load", cmd_load, NULL, ":load PATH", "Load a checkpoint; refuses one whose architecture differs from the live model."},
     {":check", cmd_check, NULL, ":check determinism [steps=N] | grad [off=ARM,...] | parity [batch=N seq=N precision=fp32|bf16 route=device|own floor=on|off]", "Built-in verifications: the same steps twice bit for bit; finite-difference gradients of every parameter group on a tiny model in double precision (with the live arms, or off=kda,moe,...); parity: one step from identical weights on the CPU and CUDA, loss and every gradient (bar 1e-4 fp32, 3e-2 bf16). The CPU follows CUDA's MoE routing (route=own: each its own top-k) and checks that every choice it would not have made was a near tie; the floor column is the CPU against itself from weights one ulp away (how much of a difference is the step's conditioning; floor=off skips it)."},
@@ -673,7 +681,7 @@ const Command dm_commands[] = {
     {":bench", cmd_bench, NULL, ":bench [steps=N]", "Warm timing of the training step: median ms/step with step indices, tok/s, model GFLOP/s, MFU (GPU: of the measured bf16 peak; CPU: of a 1024^3 product timed in the same command), backend memory. Restores the state after."},
     {":plot", cmd_plot, complete_plot, ":plot METRIC[,METRIC...] [out=FILE.png] [x=step|tokens|time] [log=on|off] [size=WxH]", "Charts to PNG: bpb, loss, lr, gnorm, tok_s, depths (BPB against depth per eval), experts (each expert's share of the routed tokens over training). Several metrics stack as panels on one shared x axis. Without out= it writes SESSION/plots/METRIC.png (./plots/ without a session) and prints the path."},
     {":probe", cmd_probe, NULL, ":probe [NAME [hist]]", "Statistics of a named activation of the last forward (NAME@i per iteration) or a parameter: shape, mean, std, rms, min, max, absmax, non-finite fraction; hist writes a histogram PNG. Alone: list the names (an activation of an arm that was off in the last forward is left out, and said)."},
-    {":gen", cmd_gen, NULL, ":gen \"prompt\" [n=256 temp=0.8 top_k=0 seed=N]", "Sample n bytes with the recurrent form of the model (KDA state carried: O(1) memory per byte): one forward per prompt byte and per sampled byte. Without a prompt (or with \"\") it starts from a newline, as at the start of a line: that byte is fed and printed first (n + 1 forwards). In the prompt \\n, \\t, \\\\ and \\xHH are escapes; the output shows \\n and \\t as they are, other control bytes (0x00-0x1f, 0x7f) as \\xHH, and bytes >= 0x80 as they are (UTF-8 prints as text)."},
+    {":gen", cmd_gen, NULL, ":gen \"prompt\" [n=256 temp=0.8 top_k=0 seed=N]", "Sample n bytes with the recurrent form of the model (KDA state carried: O(1) memory per byte): one forward per prompt byte and per sampled byte but the last (no byte follows it): a prompt of P bytes and n samples take P + n - 1 forwards. Without a prompt (or with \"\") it starts from a newline, as at the start of a line: that byte is fed and printed first (n forwards). In the prompt \\n, \\t, \\\\ and \\xHH are escapes; the output shows \\n and \\t as they are, other control bytes (0x00-0x1f, 0x7f) as \\xHH, and bytes >= 0x80 as they are (UTF-8 prints as text)."},
     {":device", cmd_device, NULL, ":device cpu|cuda[:N]", "Choose the backend; a live model moves with its optimizer state and step. Without a usable GPU it says why and nothing changes."},
     {":session", cmd_session, NULL, ":session NAME", "Use runs/NAME as the session directory (metrics.tsv, ckpt/, plots/)."},
     {":sessions", cmd_sessions, NULL, ":sessions", "List the sessions under runs/ with their latest checkpoint."},

@@ -191,7 +191,8 @@ static void draw(Panel *p, const PanelInfo *in) {
     else snprintf(bpb, sizeof bpb, "%.4f", in->bpb);
     fmt_eta(eta, sizeof eta, in->eta_s);
     mvprintw(1, 0, "loss %.4f   bpb %s   lr %.3e   gnorm %.3f", in->loss_last, bpb, in->lr, in->gnorm);
-    mvprintw(2, 0, "tok/s %.0f   ETA %s   RSS %.1f MiB   skipped %d", in->tok_s, eta, rss_mib(), in->skipped);
+    mvprintw(2, 0, "tok/s %.0f%s   ETA %s   RSS %.1f MiB   skipped %d", in->tok_s, in->emulated ? " (cuemu: emulated on the CPU)" : "",
+             eta, rss_mib(), in->skipped);
     // the rest: chart, then as many recent log lines as fit (at most 6), then the hint
     int nlogs = p->nlog < 6 ? p->nlog : 6;
     int h = rows - 4 - 1 - (nlogs ? nlogs + 1 : 0) - 1;

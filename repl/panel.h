@@ -19,6 +19,7 @@ typedef struct {
     double eta_s;               // seconds left; < 0 when not known yet
     int skipped;                // steps skipped by the NaN firewall in this run
     double lr, gnorm;
+    int emulated;               // tok_s timed on the emulated device (tests/cuemu), not a GPU
 } PanelInfo;
 
 extern int dm_no_tui;           // --no-tui (main.c sets it): never open the panel

@@ -186,21 +186,31 @@ void session_transcript(const Engine *e, const char *line) {
 // ---- checkpoints of a session ----------------------------------------------------------------
 // ckpt/step-N.ckpt is the state at step N; a second state of step N (the run went back with :load
 // and came to N again) is step-N-bK.ckpt, never written over the first. ckpt/LATEST names the
-// file written last: `dmsh -r` resumes where the session stopped, not at the largest N.
+// file written last: `dmsh -r` resumes where the session stopped, not at the largest N. Without
+// a LATEST to follow, and past a checkpoint that does not load, -r takes the checkpoint written
+// most recently (list_ckpts): the state the run was in when it last saved, on the branch it was
+// on. The largest N can be a branch the user left with :load (step-20 of the first run, when
+// the second went back to step 10 and stopped at 15).
 
-// step N of a checkpoint file name (step-N.ckpt or step-N-bK.ckpt), -1 for any other name
-static long long ckpt_name_step(const char *name) {
+// step N of a checkpoint file name (step-N.ckpt or step-N-bK.ckpt), -1 for any other name; *branch
+// (when not NULL): K, 0 for step-N.ckpt
+static long long ckpt_name_step_branch(const char *name, int *branch) {
     long long s;
     int used = 0;
     size_t len = strlen(name);
+    if (branch) *branch = 0;
     if (len < 11 || strcmp(name + len - 5, ".ckpt") || sscanf(name, "step-%lld%n", &s, &used) != 1 || s < 0) return -1;
     const char *rest = name + used;
     if (!strcmp(rest, ".ckpt")) return s;
     int k, used2 = 0;
-    if (sscanf(rest, "-b%d%n", &k, &used2) == 1 && k > 0 && !strcmp(rest + used2, ".ckpt")) return s;
-    if (sscanf(rest, "-exit%d%n", &k, &used2) == 1 && k > 0 && !strcmp(rest + used2, ".ckpt")) return s;  // older dmsh
+    if ((sscanf(rest, "-b%d%n", &k, &used2) == 1 && k > 0 && !strcmp(rest + used2, ".ckpt")) ||
+        (sscanf(rest, "-exit%d%n", &k, &used2) == 1 && k > 0 && !strcmp(rest + used2, ".ckpt"))) {  // (-exitK: older dmsh)
+        if (branch) *branch = k;
+        return s;
+    }
     return -1;
 }
+static long long ckpt_name_step(const char *name) { return ckpt_name_step_branch(name, NULL); }
 
 // 0 and the name LATEST holds; 1 when there is no LATEST (a session of an older dmsh), 2 when it
 // holds no checkpoint name (its text, cut to a line, in name)
@@ -243,7 +253,7 @@ static void put_latest(const Engine *e, const char *path) {
     snprintf(tmp, sizeof tmp, "%s.tmp", p);
     unlink(tmp);
     FILE *f = fopen(tmp, "w");
-    if (!f) return;  // -r then falls back to the largest step
+    if (!f) return;  // -r then falls back to the checkpoint written most recently
     fprintf(f, "%s\n", name);
     if (fclose(f) == 0) rename(tmp, p);
     else unlink(tmp);
@@ -263,67 +273,69 @@ static void write_latest(const Engine *e, const char *path, char *note, size_t n
     put_latest(e, path);
 }
 
-int session_latest_ckpt(const char *dir, char *path, size_t n, long long *step) {
-    char ck[1100], name[512];
-    snprintf(ck, sizeof ck, "%s/ckpt", dir);
-    struct stat st;
-    if (!latest_pointer(dir, name, sizeof name)) {
-        snprintf(path, n, "%s/%s", ck, name);
-        if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
-            *step = ckpt_name_step(name);
-            return 0;
-        }
-    }
-    DIR *d = opendir(ck);
-    if (!d) return 1;
-    long long best = -1;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        char tail[8];
-        long long s;
-        if (sscanf(de->d_name, "step-%lld.ckp%1s", &s, tail) == 2 && !strcmp(de->d_name + strlen(de->d_name) - 5, ".ckpt") && s > best) best = s;
-    }
-    closedir(d);
-    if (best < 0) return 1;
-    snprintf(path, n, "%s/step-%lld.ckpt", ck, best);
-    *step = best;
-    return 0;
-}
-
-// The session's checkpoints, newest write first (the fallbacks of -r: the file written just
-// before the unreadable one is the state the run was in then, on its own branch), the step
-// breaking ties: the `max` newest, names into out[], count.
+// The session's checkpoints, the most recently written first (the order every fallback of -r
+// takes, see above): the `max` newest, names into out[], count. Files of the same time (a file
+// system that keeps whole seconds) are ordered by the larger step, then the later branch (the
+// larger K; step-N.ckpt is K = 0, written before any step-N-bK), then the name: the same
+// directory always gives the same order, whatever readdir's.
 static int list_ckpts(const char *dir, char out[][256], long long *steps, int max) {
     char ck[1100];
     snprintf(ck, sizeof ck, "%s/ckpt", dir);
     DIR *d = opendir(ck);
     if (!d) return 0;
     int n = 0;
-    double *mt = mallocCheck(sizeof(double) * (size_t)max);
+    typedef struct { struct timespec t; int k; } Key;  // the file's time, its branch K
+    Key *key = mallocCheck(sizeof(Key) * (size_t)max), kn;
     struct dirent *de;
     while ((de = readdir(d))) {
-        long long s = ckpt_name_step(de->d_name);
+        long long s = ckpt_name_step_branch(de->d_name, &kn.k);
         if (s < 0 || strlen(de->d_name) >= 256) continue;
         char p[1400];
         struct stat st;
         snprintf(p, sizeof p, "%s/%s", ck, de->d_name);
-        double m = stat(p, &st) ? 0 : (double)st.st_mtim.tv_sec + 1e-9 * st.st_mtim.tv_nsec;
+        if (stat(p, &st) || !S_ISREG(st.st_mode)) continue;
+        kn.t = st.st_mtim;
         // keep the max newest: insert in order (newest first), dropping the oldest when full
         int at = n;
-        while (at > 0 && (mt[at - 1] < m || (mt[at - 1] == m && steps[at - 1] < s))) at--;
+        while (at > 0) {
+            const struct timespec *t = &key[at - 1].t;
+            int c = t->tv_sec != kn.t.tv_sec ? (t->tv_sec < kn.t.tv_sec ? -1 : 1)
+                  : t->tv_nsec != kn.t.tv_nsec ? (t->tv_nsec < kn.t.tv_nsec ? -1 : 1)
+                  : steps[at - 1] != s ? (steps[at - 1] < s ? -1 : 1)
+                  : key[at - 1].k != kn.k ? (key[at - 1].k < kn.k ? -1 : 1)
+                  : strcmp(out[at - 1], de->d_name);
+            if (c > 0) break;  // the one there is newer: the new one goes after it
+            at--;
+        }
         if (at >= max) continue;
         int last = n < max ? n : max - 1;
         for (int j = last; j > at; j--) {
-            mt[j] = mt[j - 1]; steps[j] = steps[j - 1];
+            key[j] = key[j - 1]; steps[j] = steps[j - 1];
             memcpy(out[j], out[j - 1], 256);
         }
-        mt[at] = m; steps[at] = s;
+        key[at] = kn; steps[at] = s;
         snprintf(out[at], 256, "%s", de->d_name);
         if (n < max) n++;
     }
     closedir(d);
-    free(mt);
+    free(key);
     return n;
+}
+
+int session_latest_ckpt(const char *dir, char *path, size_t n, long long *step) {
+    char name[512];
+    struct stat st;
+    if (!latest_pointer(dir, name, sizeof name)) {
+        snprintf(path, n, "%s/ckpt/%s", dir, name);
+        if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
+            *step = ckpt_name_step(name);
+            return 0;
+        }
+    }
+    char newest[1][256];  // no LATEST to follow: the checkpoint written most recently (list_ckpts)
+    if (list_ckpts(dir, newest, step, 1) < 1) return 1;
+    snprintf(path, n, "%s/ckpt/%s", dir, newest[0]);
+    return 0;
 }
 
 // ---- one dmsh per session: an advisory lock on DIR/.lock, held while the session is open ----
@@ -438,19 +450,20 @@ int session_resume(Engine *e, const char *dir_in, dm_err *err) {
     remove_stale_tmp(dir);
     char path[1200], broken[2048];
     long long step;
-    // a LATEST naming a file that is gone: -r falls back to the largest step-N.ckpt, and says so
-    // (it once resumed there silently: an older state, or another branch, passed for the latest)
+    // a LATEST naming a file that is gone: -r falls back to the checkpoint written most recently,
+    // as past one that does not load (list_ckpts), and says so (it once resumed at the largest
+    // step silently: an older state, or another branch, passed for the latest)
     int lost = session_latest_broken(dir, broken, sizeof broken);
     if (session_latest_ckpt(dir, path, sizeof path, &step)) {
-        if (lost) return dm_fail(err, "%s, and no step-N.ckpt is in %s/ckpt: nothing to resume", broken, dir);
+        if (lost) return dm_fail(err, "%s, and no checkpoint is in %s/ckpt: nothing to resume", broken, dir);
         return dm_fail(err, "%s: no checkpoint in %s/ckpt (nothing to resume; :save writes one)", dir, dir);
     }
     if (lost)
-        fprintf(stderr, "dmsh: -r: note: %s; resuming from %s, the largest step (:load another of %s/ckpt if that is not the state you want)\n",
+        fprintf(stderr, "dmsh: -r: note: %s; resuming from %s, the checkpoint written most recently (:load another of %s/ckpt if that is not the state you want)\n",
                 broken, path, dir);
     if (engine_load(e, path, err)) {
-        // an unreadable newest checkpoint (a crash, a full disk): resume from the newest one that
-        // loads, loudly; the bad file stays where it is
+        // an unreadable checkpoint (a crash, a full disk): resume from the next most recently
+        // written one that loads, loudly; the bad file stays where it is
         char first[sizeof err->msg];
         snprintf(first, sizeof first, "%s", err->msg);
         enum { MAXC = 256 };
@@ -463,7 +476,8 @@ int session_resume(Engine *e, const char *dir_in, dm_err *err) {
             if (!strcmp(alt, path)) continue;
             dm_err e2 = {0};
             if (!engine_load(e, alt, &e2)) {
-                fprintf(stderr, "dmsh: -r: %s did not load (%s); resumed from %s instead\n", path, first, alt);
+                fprintf(stderr, "dmsh: -r: %s did not load (%s); resumed from %s instead, the checkpoint written most recently that loads\n",
+                        path, first, alt);
                 done = 1;
             }
         }

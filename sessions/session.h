@@ -14,16 +14,18 @@ int session_write_config(const Engine *e, dm_err *err);
 // Rewrite metrics.tsv from the engine's rows (after a resume: no duplicated or lost rows).
 int session_rewrite_metrics(const Engine *e, dm_err *err);
 // The latest checkpoint under DIR/ckpt: the one ckpt/LATEST names (the file the session wrote
-// last), else step-N.ckpt with the largest N; 0 when found.
+// last), else the checkpoint file written most recently (its time; ties: the larger step, then
+// the later branch step-N-bK); 0 when found.
 int session_latest_ckpt(const char *dir, char *path, size_t n, long long *step);
 // 1 when DIR/ckpt/LATEST exists but cannot be followed (it names a file that is gone, or holds
 // no checkpoint name), with why saying so in one phrase; session_latest_ckpt then falls back.
 int session_latest_broken(const char *dir, char *why, size_t n);
 // dmsh -r DIR: load the latest checkpoint (model, optimizer, step, metrics), reopen its corpus,
-// adopt DIR as the session. A newest checkpoint that does not load is skipped for the newest one
-// that does, and a LATEST that cannot be followed for the largest step, each with a message on
-// stderr. session_open and session_resume lock DIR (DIR/.lock,
-// flock): a second dmsh on the same session is refused.
+// adopt DIR as the session. A LATEST that cannot be followed, and a checkpoint that does not
+// load, are passed for the checkpoint written most recently that loads (one rule for both: the
+// state the run was in when it last saved), each with a message on stderr naming the file.
+// session_open and session_resume lock DIR (DIR/.lock, flock): a second dmsh on the same
+// session is refused.
 int session_resume(Engine *e, const char *dir, dm_err *err);
 // Save the current state in the session: DIR/ckpt/step-N.ckpt, or step-N-bK.ckpt when that file
 // holds another state of step N (note then says so); ckpt/LATEST names it afterwards.

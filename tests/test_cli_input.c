@@ -145,10 +145,13 @@ static void test_config_dm_replays_from_any_preset(void **s) {
 
 // "A fallback that happens without a counter is a defect" (SPEC §5): :gen runs the model one
 // byte at a time, and :show arms must count those forwards as it counts training and eval ones.
+// A forward gives the next byte's logits, so the last sampled byte needs none: it ran one and
+// counted it (QA: 4 bytes, "ab" n=3, took 5 forwards), with no byte from it.
 static void test_gen_counts_its_forwards(void **s) {
     (void)s;
     char script[1000];
-    // SMALL: L=2; "ab" and 3 sampled bytes are 5 decoder steps, each a forward of 2 iterations
+    // SMALL: L=2; "ab" and 3 sampled bytes are 4 decoder steps ("a", "b", the first two
+    // samples), each a forward of 2 iterations
     snprintf(script, sizeof script, "%s:init seed=1\n:show arms\n:gen \"ab\" n=3 temp=0\n:show arms\n:arm moe off\n:gen \"a\" n=1 temp=0\n:show arms\n"
              ":gen n=3 temp=0\n:show arms\n", SMALL);
     int rc = run(script, out, sizeof out, err_, sizeof err_);
@@ -156,27 +159,39 @@ static void test_gen_counts_its_forwards(void **s) {
     assert_int_equal(rc, 0);
     const char *first = strstr(out, "  kda      on  forward 0 backward 0\n");
     assert_non_null(first);
-    const char *second = strstr(first + 1, "  kda      on  forward 10 backward 0\n");
+    const char *second = strstr(first + 1, "  kda      on  forward 8 backward 0\n");
     if (!second) print_error("%s\n", out);
     assert_non_null(second);
-    assert_non_null(strstr(second, "  moe      on  forward 10 backward 0\n"));
-    assert_non_null(strstr(second, "  rezero   on  forward 10 backward 0\n"));
-    // an arm switched off counts nothing more; the others go on counting (2 steps x 2 iterations)
-    const char *third = strstr(second + 1, "  kda      on  forward 14 backward 0\n");
+    assert_non_null(strstr(second, "  moe      on  forward 8 backward 0\n"));
+    assert_non_null(strstr(second, "  rezero   on  forward 8 backward 0\n"));
+    // an arm switched off counts nothing more; the others go on counting ("a" n=1: the prompt
+    // byte's forward only, 1 step x 2 iterations)
+    const char *third = strstr(second + 1, "  kda      on  forward 10 backward 0\n");
+    if (!third) print_error("%s\n", out);
     assert_non_null(third);
-    assert_non_null(strstr(third, "  moe      off forward 10 backward 0\n"));
-    assert_non_null(strstr(third, "  engram   on  forward 14 backward 0\n"));
-    // no prompt: a newline is fed (and printed) first, then the 3 samples: 4 forwards (what
+    assert_non_null(strstr(third, "  moe      off forward 8 backward 0\n"));
+    assert_non_null(strstr(third, "  engram   on  forward 10 backward 0\n"));
+    // no prompt: a newline is fed (and printed) first, then the 3 samples: 3 forwards (what
     // QA saw as 257 forwards for a bare :gen; :help gen now says so)
-    const char *fourth = strstr(third + 1, "  kda      on  forward 22 backward 0\n");
+    const char *fourth = strstr(third + 1, "  kda      on  forward 16 backward 0\n");
     if (!fourth) print_error("%s\n", out);
     assert_non_null(fourth);
+    // the bytes are the ones the extra forward followed: n=3 is the first 3 of n=8 (one sampling
+    // stream, the same seed), at temp 1 where every byte draws from it
+    snprintf(script, sizeof script, "%s:init seed=1\n:gen \"ab\" n=3 temp=1 seed=5\n:gen \"ab\" n=8 temp=1 seed=5\n", SMALL);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    const char *g3 = strstr(out, "\nab"), *g8 = g3 ? strstr(g3 + 1, "\nab") : NULL;
+    assert_non_null(g8);
+    // (g3 is the line break before the first, g8 the one that ends it: "ab" and 3 shown bytes)
+    if (!(g8 - g3 > 5 && !strncmp(g3 + 1, g8 + 1, (size_t)(g8 - g3 - 1)))) print_error("%s\n", out);
+    assert_true(g8 - g3 > 5 && !strncmp(g3 + 1, g8 + 1, (size_t)(g8 - g3 - 1)));
     assert_int_equal(run(":help gen\n", out, sizeof out, err_, sizeof err_), 0);
     if (!strstr(out, "Without a prompt (or with \"\") it starts from a newline")) print_error("%s\n", out);
-    assert_non_null(strstr(out, "Without a prompt (or with \"\") it starts from a newline, as at the start of a line: that byte is fed and printed first (n + 1 forwards)"));
+    assert_non_null(strstr(out, "one forward per prompt byte and per sampled byte but the last (no byte follows it): a prompt of P bytes and n samples take P + n - 1 forwards"));
+    assert_non_null(strstr(out, "Without a prompt (or with \"\") it starts from a newline, as at the start of a line: that byte is fed and printed first (n forwards)"));
     // and :help says what one count is (it said "the arms and their counters")
     assert_int_equal(run(":help arm\n:help show\n", out, sizeof out, err_, sizeof err_), 0);
-    assert_non_null(strstr(out, "count one per iteration of the block they run in, forward (a training step, each batch of an :eval, each prompt or sampled byte of :gen) and backward (a training step)"));
+    assert_non_null(strstr(out, "count one per iteration of the block they run in, forward (a training step, each batch of an :eval, each prompt byte of :gen and each byte it samples but the last) and backward (a training step)"));
     assert_non_null(strstr(out, "retract counts retractions"));
     assert_non_null(strstr(out, "forward/backward counters (:help arm: what one count is)"));
 }

@@ -208,8 +208,58 @@ static void test_latest_names_a_missing_file(void **s) {
     expect_error(":session LM\n", "runs/LM already holds a run (runs/LM/ckpt/step-5.ckpt; runs/LM/ckpt/LATEST named step-9.ckpt, which is missing)");
     assert_int_equal(sh_in_dir("mkdir -p runs/LZ/ckpt && echo step-9.ckpt > runs/LZ/ckpt/LATEST && %s --norc -r runs/LZ -e ':help' > out.txt 2> err.txt", dmsh), 1);
     slurp_to("err.txt", err_, sizeof err_);
-    assert_non_null(strstr(err_, "dmsh: -r: error: runs/LZ/ckpt/LATEST named step-9.ckpt, which is missing, and no step-N.ckpt is in runs/LZ/ckpt: nothing to resume"));
-    expect_error(":session LZ\n", "runs/LZ already holds a run (runs/LZ/ckpt/LATEST named step-9.ckpt, which is missing, and no step-N.ckpt is there");
+    assert_non_null(strstr(err_, "dmsh: -r: error: runs/LZ/ckpt/LATEST named step-9.ckpt, which is missing, and no checkpoint is in runs/LZ/ckpt: nothing to resume"));
+    expect_error(":session LZ\n", "runs/LZ already holds a run (runs/LZ/ckpt/LATEST named step-9.ckpt, which is missing, and no checkpoint is there");
+}
+
+// The two fallbacks of -r chose differently (QA): a LATEST naming a missing file took the
+// largest step-N.ckpt, an unreadable checkpoint the one written most recently. On a run that
+// went back with :load they part: the largest step is the branch the user left. Both now take
+// the checkpoint written most recently that loads, and say which and why; :sessions names it.
+static void test_resume_fallbacks_agree(void **s) {
+    (void)s;
+    char script[2000];
+    // steps 0..5: step-2, step-4, step-6; then back to step 2 with another lr, on to 5 saving
+    // each step: step-3, step-4-b1 (step-4 holds the first branch's state), step-5 (LATEST)
+    snprintf(script, sizeof script, ":session FB\n%s:data %s\n:init seed=1\n:train 6 ckpt_every=2 eval_every=0\n", SMALL, corpus);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    assert_int_equal(sh_in_dir("%s --norc -r runs/FB -e ':load runs/FB/ckpt/step-2.ckpt' -e ':set lr=0.001' "
+                               "-e ':train 3 ckpt_every=1 eval_every=0' > out.txt 2> err.txt", dmsh), 0);
+    assert_true(file_size("runs/FB/ckpt/step-4-b1.ckpt") > 0);
+    slurp_to("runs/FB/ckpt/LATEST", out, sizeof out);
+    assert_string_equal(out, "step-5.ckpt\n");
+    // the first run's files an hour older, as they are on a file system that keeps whole
+    // seconds too (both runs can fall in one second there); FC: the same session, its files' times kept
+    assert_int_equal(sh_in_dir("cd runs/FB/ckpt && for f in step-2 step-4 step-6; do touch -d @$(($(stat -c %%Y $f.ckpt) - 3600)) $f.ckpt; done && "
+                               "cd ../.. && cp -a FB FC", dmsh), 0);
+    // LATEST naming a file that is gone: :sessions and -r name the newest of the second branch
+    assert_int_equal(sh_in_dir("rm runs/FB/ckpt/step-5.ckpt", dmsh), 0);
+    assert_int_equal(run(":sessions\n", out, sizeof out, err_, sizeof err_), 0);
+    if (!strstr(out, "runs/FB  (latest checkpoint: step-4-b1.ckpt, step 4)")) print_error("%s\n", out);
+    assert_non_null(strstr(out, "runs/FB  (latest checkpoint: step-4-b1.ckpt, step 4)\n    note: runs/FB/ckpt/LATEST named step-5.ckpt, which is missing (dmsh -r resumes from step-4-b1.ckpt)"));
+    assert_int_equal(sh_in_dir("%s --norc -r runs/FB -e ':show metrics' > out.txt 2> err.txt", dmsh), 0);
+    slurp_to("err.txt", err_, sizeof err_);
+    slurp_to("out.txt", out, sizeof out);
+    if (!strstr(out, "from ckpt/step-4-b1.ckpt")) print_error("stderr: %s\nstdout: %s\n", err_, out);
+    assert_non_null(strstr(err_, "dmsh: -r: note: runs/FB/ckpt/LATEST named step-5.ckpt, which is missing; resuming from runs/FB/ckpt/step-4-b1.ckpt, "
+                                 "the checkpoint written most recently (:load another of runs/FB/ckpt if that is not the state you want)\n"));
+    assert_non_null(strstr(out, "resumed runs/FB at step 4 from ckpt/step-4-b1.ckpt"));
+    // the same session with step-5 there but unreadable: the same file, said the same way
+    assert_int_equal(sh_in_dir("truncate -s 1000 runs/FC/ckpt/step-5.ckpt && %s --norc -r runs/FC -e ':show metrics' > out.txt 2> err.txt", dmsh), 0);
+    slurp_to("err.txt", err_, sizeof err_);
+    slurp_to("out.txt", out, sizeof out);
+    if (!strstr(out, "from ckpt/step-4-b1.ckpt")) print_error("stderr: %s\nstdout: %s\n", err_, out);
+    assert_non_null(strstr(err_, "dmsh: -r: runs/FC/ckpt/step-5.ckpt did not load ("));
+    assert_non_null(strstr(err_, "); resumed from runs/FC/ckpt/step-4-b1.ckpt instead, the checkpoint written most recently that loads\n"));
+    assert_non_null(strstr(out, "resumed runs/FC at step 4 from ckpt/step-4-b1.ckpt"));
+    // files of one time (whole seconds, or a copy that set them all): the larger step, then the
+    // later branch, whatever order the directory lists them in
+    assert_int_equal(sh_in_dir("cp -a runs/FC runs/FD && echo step-9.ckpt > runs/FD/ckpt/LATEST && touch -d @1600000000 runs/FD/ckpt/*.ckpt && "
+                               "cp -a runs/FD runs/FE && rm runs/FE/ckpt/step-5.ckpt runs/FE/ckpt/step-6.ckpt", dmsh), 0);
+    assert_int_equal(run(":sessions\n", out, sizeof out, err_, sizeof err_), 0);
+    if (!strstr(out, "runs/FD  (latest checkpoint: step-6.ckpt, step 6)")) print_error("%s\n", out);
+    assert_non_null(strstr(out, "runs/FD  (latest checkpoint: step-6.ckpt, step 6)"));
+    assert_non_null(strstr(out, "runs/FE  (latest checkpoint: step-4-b1.ckpt, step 4)"));
 }
 
 #ifndef DM_DOUBLE  // (float only: the demo is a float run, and the double build is slow)
@@ -253,6 +303,7 @@ int main(void) {
         cmocka_unit_test(test_resume_names_the_device),
         cmocka_unit_test(test_load_keeps_the_replaced_state),
         cmocka_unit_test(test_latest_names_a_missing_file),
+        cmocka_unit_test(test_resume_fallbacks_agree),
 #ifndef DM_DOUBLE
         cmocka_unit_test(test_demo_script),
 #endif

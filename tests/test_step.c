@@ -573,8 +573,78 @@ static void test_tsv_failure_is_loud(void **s) {
     engine_free(&e);
 }
 
+// Steps timed on the emulated device (tests/cuemu: the CUDA code on the CPU) are marked, so no
+// log line or metrics.tsv row passes the CPU's times off as a GPU's (they carried no word of it):
+// the row engine_step returns, its metrics.tsv line (a last column, timing), and the row a
+// checkpoint brings back. The CPU engine stands in for cuemu (engine_set_device sets the mark
+// from the device's name; tests/cuemu/dmsh_device.sh checks that on cuemu itself).
+static void test_emulated_rows_are_marked(void **s) {
+    (void)s;
+    Engine e;
+    make_engine(&e, backend_cpu(), tiny_config());
+    assert_int_equal(e.emulated, 0);  // the CPU is no emulation
+    assert_int_equal(mkdir("test_step_emu", 0755) == 0 || errno == EEXIST, 1);
+    unlink("test_step_emu/metrics.tsv");
+    snprintf(e.session_dir, sizeof e.session_dir, "test_step_emu");
+    dm_err err = {0};
+    MetricRow row;
+    e.emulated = 1;
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(engine_step(&e, &row, &err), 0);
+        assert_int_equal(row.emulated, 1);
+    }
+    e.emulated = 0;  // moved to a real device
+    assert_int_equal(engine_step(&e, &row, &err), 0);
+    assert_int_equal(row.emulated, 0);
+    EvalResult ev;
+    assert_int_equal(engine_eval(&e, 2, &ev, &err), 0);
+    char *t = NULL;
+    {
+        FILE *f = fopen("test_step_emu/metrics.tsv", "r");
+        assert_non_null(f);
+        t = calloc(1, 1 << 16);
+        t[fread(t, 1, (1 << 16) - 1, f)] = 0;
+        fclose(f);
+    }
+    assert_non_null(strstr(t, "\teval_set\ttiming\n"));
+    int lines = 0;
+    for (char *l = t; *l; lines++) {  // every line 14 fields: the columns before timing where they were
+        char *end = strchr(l, '\n');
+        assert_non_null(end);
+        int tabs = 0;
+        for (char *c = l; c < end; c++) tabs += *c == '\t';
+        assert_int_equal(tabs, 13);
+        if (lines == 1 || lines == 2) assert_true(!strncmp(end - 9, "\temulated", 9));
+        if (lines == 3) assert_true(!strncmp(l, "train\t2\t", 8) && end[-1] == '\t');
+        if (lines == 4) assert_true(!strncmp(l, "eval\t3\t", 7) && end[-1] == '\t');
+        l = end + 1;
+    }
+    assert_int_equal(lines, 5);
+    free(t);
+    // a checkpoint keeps the mark (the rows are stored raw: it is their depth slot, 0 in older
+    // files), and the eval row's depth is still its depth
+    const char *ck = "test_step_emu/e.ckpt";
+    assert_int_equal(engine_save(&e, ck, &err), 0);
+    Engine b;
+    make_engine(&b, backend_cpu(), tiny_config());
+    assert_int_equal(engine_load(&b, ck, &err), 0);
+    assert_int_equal(b.nrows, 4);
+    assert_int_equal(b.rows[0].emulated, 1);
+    assert_int_equal(b.rows[1].emulated, 1);
+    assert_int_equal(b.rows[2].emulated, 0);
+    assert_int_equal(b.rows[3].kind, 1);
+    assert_int_equal(b.rows[3].depth, 2);
+    engine_free(&b);
+    unlink(ck);
+    unlink("test_step_emu/metrics.tsv");
+    rmdir("test_step_emu");
+    e.session_dir[0] = 0;
+    engine_free(&e);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_emulated_rows_are_marked),
         cmocka_unit_test(test_arm_off_freezes),
         cmocka_unit_test(test_seq_against_split),
         cmocka_unit_test(test_live_kda_chunk),

@@ -3,7 +3,8 @@
 # from a QA pass (session 17): a device short of memory is a one-line error that leaves the
 # session and its model intact (it ended the process, and an unsaved model was lost); a failed
 # move names its cause (it was formatted into itself); `:device cuda` on cuda:0 moves nothing;
-# :probe after two moves still says why the activations are gone.
+# :probe after two moves still says why the activations are gone. And the step times of the
+# emulated device are marked as such wherever they are shown or written.
 set -u
 DMSH=$(readlink -f "$1")
 W=$(mktemp -d /tmp/dmsh_cuemu_dev_XXXXXX)
@@ -45,4 +46,28 @@ grep -q '^device cuda:0 (already: nothing moved)' out3.txt && grep -q 'did not m
 s=$?
 check ":device cuda:0 on cuda:0 moves nothing; :probe after two moves says why" $s
 [ $s = 0 ] || { cat out3.txt err3.txt; }
+
+# 4. step times on the emulated device say so (they read as GPU times: :bench and :show device
+# said "cuemu", the step lines and metrics.tsv did not): every step line timed there ends with the
+# mark, metrics.tsv marks the row in its last column (timing; every column before it in place),
+# the CPU's step after the move is unmarked, and -r brings the marks back from the checkpoint
+"$DMSH" --norc -e ':preset nano' -e "$TINY" -e ':data corpus.txt' -e ':session emu' -e ':init seed=1' -e ':device cuda' \
+    -e ':step 1' -e ':train 2 log_every=1 eval_every=3' -e ':device cpu' -e ':step 1' < /dev/null > out4.txt 2> err4.txt
+rc=$?
+"$DMSH" --norc -r runs/emu -e ':show metrics' < /dev/null > out4r.txt 2> err4r.txt
+rc4r=$?
+tag=' [cuemu: ms and tok/s emulated on the CPU, not a GPU'"'"'s]'
+ends_tagged() {  # FILE PREFIX-REGEX: the lines that match it and end with the mark
+    awk -v t="$tag" -v p="$2" '$0 ~ p && substr($0, length($0) - length(t) + 1) == t' "$1" | wc -l
+}
+[ "$rc" = 0 ] && [ "$rc4r" = 0 ] && [ "$(ends_tagged out4.txt '^step [0-2] loss .* ms [0-9.]+ tok/s [0-9]+ skipped 0')" = 3 ] && \
+    grep -q '^step 3 loss .* skipped 0$' out4.txt && [ "$(grep -c 'cuemu: ms and tok/s' out4.txt)" = 3 ] && \
+    head -n 1 runs/emu/metrics.tsv | grep -q $'\tms\ttok_s\tskipped\tbpb\twindow\tdepth\teval_set\ttiming$' && \
+    [ "$(awk -F'\t' 'NF != 14' runs/emu/metrics.tsv | wc -l)" = 0 ] && \
+    [ "$(awk -F'\t' '$1 == "train" && $2 <= 2 && $14 == "emulated"' runs/emu/metrics.tsv | wc -l)" = 3 ] && \
+    [ "$(awk -F'\t' '($1 == "train" && $2 == 3 || $1 == "eval") && $14 == ""' runs/emu/metrics.tsv | wc -l)" = 2 ] && \
+    [ "$(ends_tagged out4r.txt '^  step [0-2] loss ')" = 3 ] && grep -q '^  step 3 loss .* skipped 0$' out4r.txt
+s=$?
+check "step lines and metrics.tsv mark the emulated device's times; -r keeps it" $s
+[ $s = 0 ] || { cat out4.txt err4.txt out4r.txt err4r.txt runs/emu/metrics.tsv; }
 exit $fail
