@@ -350,7 +350,7 @@ static int eval_forward(Model *m, int *x, int *y, int B, int T, int depth, int m
     dm_guard_open(&g);
     if (setjmp(g.jb)) {
         if (m->be->sync) m->be->sync();
-        return dm_fail(err, "the eval was not run (no row recorded): %s", g.msg);
+        return dm_fail(err, "the eval was not run (no row recorded): %s: lower batch or seq", g.msg);
     }
     model_forward(m, x, y, B, T, depth, mode);
     dm_guard_close(&g);

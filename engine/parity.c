@@ -57,7 +57,7 @@ static int device_step(Model *md, const int *x, const int *y, int B, int T, dm_e
     dm_guard_open(&g);
     if (setjmp(g.jb)) {
         if (md->be->sync) md->be->sync();
-        return dm_fail(err, "check parity: %s", g.msg);
+        return dm_fail(err, "check parity: %s: lower batch or seq", g.msg);
     }
     model_forward(md, x, y, B, T, md->cfg.L, FWD_TRAIN);
     model_backward(md);

@@ -1,6 +1,7 @@
 // sample.c — see sample.h. The same block as engine/forward.c for a single token, with the KDA
 // recurrence stepped instead of chunked.
 #include "sample.h"
+#include "../kernels/guard.h"
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -29,7 +30,7 @@ static size_t carve(Decoder *d, real *base) {
     return used;
 }
 
-void decoder_init(Decoder *d, Model *m) {
+int decoder_init(Decoder *d, Model *m, dm_err *err) {
     memset(d, 0, sizeof *d);
     d->m = m;
     const Backend *be = m->be;
@@ -37,8 +38,24 @@ void decoder_init(Decoder *d, Model *m) {
     int dh = c->d / c->H;
     d->S = be->alloc(sizeof(real) * c->L * c->H * dh * dh);
     d->buf = be->alloc(sizeof(real) * carve(d, NULL));
-    if (!d->S || !d->buf) { fprintf(stderr, "%s:%d: cannot allocate the decoder state on %s\n", __FILE__, __LINE__, be->name); exit(1); }
+    if (!d->S || !d->buf) {
+        decoder_free(d);
+        return dm_fail(err, "cannot allocate the decoder state on %s", be->name);
+    }
     carve(d, d->buf);
+    return 0;
+}
+
+int decoder_feed(Decoder *d, int byte, real *logits, dm_err *err) {
+    DmGuard g;
+    dm_guard_open(&g);
+    if (setjmp(g.jb)) {
+        if (d->m->be->sync) d->m->be->sync();
+        return dm_fail(err, "generation stopped: %s", g.msg);
+    }
+    decoder_step(d, byte, logits);
+    dm_guard_close(&g);
+    return 0;
 }
 
 void decoder_free(Decoder *d) {

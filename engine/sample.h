@@ -21,12 +21,16 @@ typedef struct {
     real *logits, *moe_ws;
 } Decoder;
 
-void decoder_init(Decoder *d, Model *m);
+// 0, or 1 with err set (and nothing held) when the state does not fit the model's backend
+int decoder_init(Decoder *d, Model *m, dm_err *err);
 void decoder_free(Decoder *d);
 void decoder_reset(Decoder *d);
 // Consume one byte; write the next-byte logits [256] (depth L). Counts its arm forwards in
 // m->arms.fwd as model_forward does (one per iteration per arm that ran).
 void decoder_step(Decoder *d, int byte, real *logits);
+// decoder_step for a caller that goes on after a failure (:gen): 1 with err set when a device
+// workspace could not grow (kernels/guard.h); the decoder's state is then undefined (free it)
+int decoder_feed(Decoder *d, int byte, real *logits, dm_err *err);
 // Sample from logits with temperature (0 = greedy) and top_k (0 = all).
 int sample_byte(const real *logits, double temp, int top_k, Rng *r);
 // How :gen shows a byte: \n and \t as they are, other C0 controls (0x00..0x1f) and DEL (0x7f)

@@ -239,7 +239,8 @@ static int run_step_guarded(Engine *e, dm_err *err) {
         if (e->run.be->sync) e->run.be->sync();  // what was enqueued before the failure still runs
         m->arms = arms0;
         e->fwd_kind = 0;  // the activations are a partial forward's
-        return dm_fail(err, "step %lld was not run (nothing of it applied): %s", (long long)e->step, g.msg);
+        return dm_fail(err, "step %lld was not run (nothing of it applied): %s: lower batch or seq", (long long)e->step,
+                       g.msg);
     }
     run_step(e);
     dm_guard_close(&g);

@@ -143,12 +143,12 @@ int cmd_gen(Shell *sh, Words *w, dm_err *err) {
     pbuf[pn] = 0;
     prompt = pbuf;
     Decoder d;
-    decoder_init(&d, &e->model);
+    if (decoder_init(&d, &e->model, err)) return 1;
     real lg[256];
     // non-finite logits (NaN weights) would make any "sample" a made-up byte: refuse instead
     int bad = 0;
     for (const unsigned char *p = (const unsigned char *)prompt; *p && !bad; p++) {
-        decoder_step(&d, *p, lg);
+        if (decoder_feed(&d, *p, lg, err)) { decoder_free(&d); return 1; }
         for (int j = 0; j < 256; j++) bad |= !isfinite((double)lg[j]);
     }
     if (bad) {
@@ -176,9 +176,12 @@ int cmd_gen(Shell *sh, Words *w, dm_err *err) {
         int b = sample_byte(lg, temp, (int)top_k, &r);
         sample_byte_text(b, shown);
         fputs(shown, sh->out);
-        // a forward gives the logits of the byte after it: the last sample has none to give (it
-        // ran and was counted, one forward more than :help gen says and no byte from it)
-        if (i + 1 < n) decoder_step(&d, b, lg);
+        // a forward gives the logits of the byte after it: the last sample needs none
+        if (i + 1 < n && decoder_feed(&d, b, lg, err)) {
+            fputc('\n', sh->out);
+            decoder_free(&d);
+            return 1;
+        }
     }
     fputc('\n', sh->out);
     decoder_free(&d);

@@ -188,8 +188,9 @@ static void test_clean_decoder_probe_retract(void **s) {
     Model *mp = &ep.model, *mf = &ef.model;
     set_params(mp, mf, 6);
     Decoder dp, df;
-    decoder_init(&dp, mp);
-    decoder_init(&df, mf);
+    dm_err derr = {0};
+    assert_int_equal(decoder_init(&dp, mp, &derr), 0);
+    assert_int_equal(decoder_init(&df, mf, &derr), 0);
     real lp[256], lf[256];
     for (int t = 0; t < 20; t++) {
         int byte = (t * 53 + 7) % 256;

@@ -155,8 +155,8 @@ static void test_ram_move_probe_decode(void **s) {
     free(vb);
     // decoding: the same logits byte after byte
     Decoder da, db;
-    decoder_init(&da, &a.model);
-    decoder_init(&db, &b.model);
+    assert_int_equal(decoder_init(&da, &a.model, &err), 0);
+    assert_int_equal(decoder_init(&db, &b.model, &err), 0);
     real la[256], lb[256];  // host logits
     const char *text = "the memory says hello";
     for (const char *c = text; *c; c++) {

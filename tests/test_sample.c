@@ -34,7 +34,8 @@ static void check_decoder(int arm_off) {
     // logits_L = Head(RMSNorm_out(ybar_L)) from the kept activations
     matmul_forward(ref, m.acts.it[c.L - 1].yn, m.params + m.t[P_HEAD].offset, NULL, T, c.d, 256);
     Decoder d;
-    decoder_init(&d, &m);
+    dm_err derr = {0};
+    assert_int_equal(decoder_init(&d, &m, &derr), 0);
     real lg[256];
     double worst = 0;
     for (int t = 0; t < T; t++) {

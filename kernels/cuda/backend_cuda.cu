@@ -110,8 +110,8 @@ void *dm_scratch(int slot, size_t bytes) {
             char need[32], free_[32];
             dm_fmt_bytes(need, sizeof need, (double)cap);
             dm_fmt_bytes(free_, sizeof free_, (double)fr);
-            dm_guard_raise("out of memory on cuda:%d: %s of %s scratch did not fit (%s free): lower batch or seq",
-                           dev, need, what[slot], free_);
+            dm_guard_raise("out of memory on cuda:%d: %s of %s scratch did not fit (%s free)", dev, need,
+                           what[slot], free_);  // the catcher adds what to do
         }
         scr_cap[slot] = cap;
     }

@@ -7,7 +7,8 @@
 # workspace that could not grow mid-step, kernels/guard.h), resuming that session and finishing
 # the run must give, bit for bit, the weights, moments and losses of the run nobody disturbed —
 # the refused step left nothing behind. The run changes batch after 2 steps, so the workspaces
-# grow again in the middle of a session, with steps already done.
+# grow again in the middle of a session, with steps already done; a :gen before the first step
+# grows them first (a refused :gen is one line too).
 set -u
 DMSH=$(readlink -f "$1")
 W=$(mktemp -d /tmp/dmsh_cuemu_oom_XXXXXX)
@@ -17,7 +18,8 @@ export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 CUEMU_MEM_MB=64  # a small devic
 cat /usr/include/stdio.h /usr/include/stdlib.h /usr/include/string.h > corpus.txt
 TINY=":set d=32 H=2 L=2 E=2 k=1 r=8 f=64 engram_rows=257 engram_dim=8 seq=32 batch=4"
 HEAD=(--norc -e ':preset nano' -e "$TINY" -e ':data corpus.txt')
-BODY=(-e ':init seed=1' -e ':device cuda' -e ':step 2' -e ':set batch=8' -e ':step 2')
+# (:gen first: its one-token forwards are the first to grow the device workspaces)
+BODY=(-e ':init seed=1' -e ':device cuda' -e ':gen "ab" n=3 seed=1' -e ':step 2' -e ':set batch=8' -e ':step 2')
 
 # the undisturbed run: its digest (DMSH_DIGEST: losses, step, every tensor and moment), and the
 # allocations of the same run with a session open (the fault runs' script)
