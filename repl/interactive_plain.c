@@ -1,14 +1,17 @@
 // interactive_plain.c — the prompt without readline (headless builds): a plain line reader.
-// Errors print and the session goes on.
+// Errors print and the session goes on. The start-up files run as under readline.
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include "../engine/engine.h"
 #include "shell.h"
 
+extern int dm_norc;  // --norc (main.c)
+
 int repl_interactive(Shell *sh) {
     sh->src = "<tty>";
     sh->interactive = 1;
+    if (!dm_norc) sh_run_rc(sh);
     char *line = NULL;
     size_t cap = 0;
     for (;;) {

@@ -111,35 +111,6 @@ static char **attempt_completion(const char *text, int start, int end) {
     return m;
 }
 
-// --- start-up files ------------------------------------------------------------------------------
-// An error stops that file (as a script would) and names FILE:LINE; the session continues.
-static void run_rc(Shell *sh) {
-    char paths[2][1100];
-    const char *home = getenv("HOME");
-    snprintf(paths[0], sizeof paths[0], "%s/.dmshrc", home ? home : "");
-    snprintf(paths[1], sizeof paths[1], ".dmshrc");
-    struct stat seen = {0};
-    int have_seen = 0;
-    for (int i = home ? 0 : 1; i < 2; i++) {
-        struct stat st;
-        if (stat(paths[i], &st) || !S_ISREG(st.st_mode)) continue;
-        if (have_seen && st.st_dev == seen.st_dev && st.st_ino == seen.st_ino) continue;  // cwd is $HOME
-        seen = st;
-        have_seen = 1;
-        // its lines head the transcript (what they set is part of the run a replay rebuilds)
-        if (sh->eng) {
-            char line[1200];
-            snprintf(line, sizeof line, "# start-up file %s:", paths[i]);
-            session_transcript(sh->eng, line);
-        }
-        sh->depth++;  // a script: Ctrl-C stops the whole file, as for :run
-        sh_run_file(sh, paths[i]);
-        sh->depth--;
-        if (g_run_interrupt) *g_run_interrupt = 0;
-        sh->quit = 0;  // a :quit in an rc file does not end the session before it starts
-    }
-}
-
 int repl_interactive(Shell *sh) {
     sh->src = "<tty>";
     sh->interactive = 1;
@@ -190,7 +161,7 @@ int repl_interactive(Shell *sh) {
         else hist[0] = 0;
     }
 
-    if (!dm_norc) run_rc(sh);
+    if (!dm_norc) sh_run_rc(sh);
 
     for (;;) {
         g_prompt_sigint = 0;

@@ -72,6 +72,8 @@ void sh_note_eval_window(Shell *sh);
 // Run a script; its first failure ends it, said as "FILE:LINE: message" (on stderr by
 // sh_run_file, in err by sh_run_file_err: a :run passes it up, so a nested failure is one line).
 int sh_run_file(Shell *sh, const char *path);
+// ~/.dmshrc then ./.dmshrc (skipped for the same file twice), at an interactive prompt's start
+void sh_run_rc(Shell *sh);
 // Set (to the signal) by SIGTERM: the interactive prompt leaves as after :quit (main.c).
 extern volatile sig_atomic_t dm_leave_signal;
 // Argument parsing shared by the handlers: one-line errors naming the value and its range.
