@@ -342,8 +342,11 @@ int cmd_bench(Shell *sh, Words *w, dm_err *err) {
         // an emulated device (tests/cuemu) says so on the line itself: its times are the CPU's
         // (the engine's mark, as on the step lines and in metrics.tsv)
         const char *emu = e->emulated ? " [cuemu: the CUDA code emulated on the CPU, not a GPU time]" : "";
-        fprintf(OUT, "bench %s%s (%s): %.2f ms/step (median of steps %lld..%lld, %d warm), %.0f tok/s, %.2f GFLOP/s model",
-                e->device, emu, REAL_NAME, med, first, first + n - 1, warm, e->cfg.batch * e->cfg.seq / (med / 1e3), flops / 1e9);
+        // model FLOP/s in the unit of the device's scale (SPEC §8: TFLOP/s on a GPU, whose peak is quoted so)
+        int dev = be->peak_tflops != NULL;
+        fprintf(OUT, "bench %s%s (%s): %.2f ms/step (median of steps %lld..%lld, %d warm), %.0f tok/s, %.*f %s model",
+                e->device, emu, REAL_NAME, med, first, first + n - 1, warm, e->cfg.batch * e->cfg.seq / (med / 1e3),
+                dev ? 3 : 2, flops / (dev ? 1e12 : 1e9), dev ? "TFLOP/s" : "GFLOP/s");
         // MFU as a percentage on both backends, with its denominator named
         if (be->peak_tflops) {
             double pk = be->peak_tflops();
@@ -355,7 +358,7 @@ int cmd_bench(Shell *sh, Words *w, dm_err *err) {
             double g = gemm_rate_1024(be);
             if (g > 0) fprintf(OUT, ", MFU %.1f%% of the %.1f GFLOP/s a 1024^3 product reached just now", 100 * flops / g, g / 1e9);
         }
-        fprintf(OUT, "; backend memory %.1f MB now, %.1f MB peak\n", cur / 1e6, peak / 1e6);
+        fprintf(OUT, "; %s memory %.1f MB now, %.1f MB peak\n", dev ? "device" : "backend", cur / 1e6, peak / 1e6);
     }
     free(ms);
     snapshot_restore(&s, e);
