@@ -280,6 +280,7 @@ cuemu-check: cuemu
 	@bash tests/cuemu/dmsh_device.sh ./$(EMU)/dmsh
 	@echo "== cuemu dmsh with every device allocation of a run failed in turn (a refused step leaves nothing behind)"
 	@bash tests/cuemu/dmsh_oom.sh ./$(EMU)/dmsh
+	@bash tests/cuemu/dmsh_oom.sh ./$(EMU)/dmsh ram
 	@echo "== cuemu graph_step quick (the step graph's replay = the eager step; two processes)"
 	@$(EMUENV) ./$(EMU)/graph_step quick
 	@echo "== cuemu bench_gpu 2 nano:2:64 (the benchmark program runs end to end; its times are the emulator's)"

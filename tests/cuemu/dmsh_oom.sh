@@ -9,14 +9,17 @@
 # the refused step left nothing behind. The run changes batch after 2 steps, so the workspaces
 # grow again in the middle of a session, with steps already done; a :gen before the first step
 # grows them first (a refused :gen is one line too).
+# A second argument "ram" runs it with engram_ram=on (the tables in host memory: rows up and
+# row gradients down around each step, un-captured).
 set -u
 DMSH=$(readlink -f "$1")
+RAM=${2:-}
 W=$(mktemp -d /tmp/dmsh_cuemu_oom_XXXXXX)
 trap 'rm -rf "$W"' EXIT
 cd "$W"
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 CUEMU_MEM_MB=64  # a small device: quick peak measurement
 cat /usr/include/stdio.h /usr/include/stdlib.h /usr/include/string.h > corpus.txt
-TINY=":set d=32 H=2 L=2 E=2 k=1 r=8 f=64 engram_rows=257 engram_dim=8 seq=32 batch=4"
+TINY=":set d=32 H=2 L=2 E=2 k=1 r=8 f=64 engram_rows=257 engram_dim=8 seq=32 batch=4$([ "$RAM" = ram ] && echo ' engram_ram=on')"
 HEAD=(--norc -e ':preset nano' -e "$TINY" -e ':data corpus.txt')
 # (:gen first: its one-token forwards are the first to grow the device workspaces)
 BODY=(-e ':init seed=1' -e ':device cuda' -e ':gen "ab" n=3 seed=1' -e ':step 2' -e ':set batch=8' -e ':step 2')
@@ -62,8 +65,8 @@ fail=0
 grep -q FAIL results.sorted && { grep FAIL results.sorted | sed 's/^/  allocation /'; fail=1; }
 steps=$(grep -c 'resumed-identical' results.sorted)
 late=$(grep -c 'step-refused-at-[2-9]' results.sorted)
-printf '  %d allocations failed in turn: %d tolerated, %d refused cleanly, %d steps refused (%d after the batch change), each resumed bit-identical\n' \
-    "$n" "$(grep -c tolerated results.sorted)" "$(grep -c ' refused ' results.sorted)" "$steps" "$late"
+printf '  %s%d allocations failed in turn: %d tolerated, %d refused cleanly, %d steps refused (%d after the batch change), each resumed bit-identical\n' \
+    "$([ "$RAM" = ram ] && echo 'engram_ram=on: ')" "$n" "$(grep -c tolerated results.sorted)" "$(grep -c ' refused ' results.sorted)" "$steps" "$late"
 # the test must be able to fail: mid-step allocations were reached, before and after steps ran
 if [ "$steps" -lt 5 ] || [ "$late" -lt 1 ]; then
     echo "  too few mid-step allocations reached ($steps, $late after the batch change): the test no longer tests"; fail=1
