@@ -588,6 +588,9 @@ int engine_load(Engine *e, const char *path, dm_err *err) {
     // without the user asking. The REPL says the window holds no sequence and names the fix;
     // :eval and a :train that evals refuse until it is fixed (engine_eval_window).
     if (e->live) {
+        // where the tables live is the session's placement, as the device is, not the weights'
+        // (the same numbers either way, tests/test_engram_ram.c): the live model's stays
+        c.engram_ram = e->model.cfg.engram_ram;
         char diff[512];
         if (config_arch_diff(&e->model.cfg, &c, diff, sizeof diff)) {
             dm_fail(err, "%s: architecture differs from the live model: %s (:init with the checkpoint's config or load into a fresh session)", path, diff);

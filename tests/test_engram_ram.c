@@ -124,6 +124,39 @@ static void test_ram_checkpoint(void **s) {
     unlink(corpus);
 }
 
+// engram_ram is a placement: a checkpoint written with host tables loads into a live model that
+// keeps its tables in backend memory (and the other way round), which keeps its own placement
+// and trains on bit for bit as the writer does (:load once refused it as an architecture change).
+static void test_ram_load_keeps_the_live_placement(void **s) {
+    (void)s;
+    char corpus[128], path[128];
+    make_corpus(corpus, sizeof corpus);
+    snprintf(path, sizeof path, "/tmp/dmsh_ram_place_%d.ckpt", (int)getpid());
+    for (int writer = 0; writer < 2; writer++) {
+        dm_err err = {0};
+        Engine a, b;
+        small_engine(&a, corpus, writer, 1.0, fenced_backend());
+        MetricRow r;
+        for (int i = 0; i < 3; i++) assert_int_equal(engine_step(&a, &r, &err), 0);
+        assert_int_equal(engine_save(&a, path, &err), 0);
+        small_engine(&b, corpus, !writer, 1.0, fenced_backend());
+        if (engine_load(&b, path, &err)) print_error("%s\n", err.msg);
+        assert_int_equal(b.cfg.engram_ram, !writer);
+        assert_int_equal(b.model.cfg.engram_ram, !writer);
+        assert_true((b.model.tab != NULL) == !writer);
+        assert_same_state(&a, &b);
+        double la[3], lb[3];
+        for (int i = 0; i < 3; i++) { assert_int_equal(engine_step(&a, &r, &err), 0); la[i] = r.loss; }
+        for (int i = 0; i < 3; i++) { assert_int_equal(engine_step(&b, &r, &err), 0); lb[i] = r.loss; }
+        assert_memory_equal(la, lb, sizeof la);
+        assert_same_state(&a, &b);
+        engine_free(&a);
+        engine_free(&b);
+    }
+    unlink(path);
+    unlink(corpus);
+}
+
 // :device with host tables: the tables stay in host memory while the rest moves, and training
 // continues as if nothing moved; a probe of the tables and the decoder read them there.
 static void test_ram_move_probe_decode(void **s) {
@@ -263,6 +296,7 @@ int main(void) {
         cmocka_unit_test(test_ram_matches_backend_clipped),
         cmocka_unit_test(test_ram_matches_backend_unclipped),
         cmocka_unit_test(test_ram_checkpoint),
+        cmocka_unit_test(test_ram_load_keeps_the_live_placement),
         cmocka_unit_test(test_ram_move_probe_decode),
         cmocka_unit_test(test_ram_runs_uncaptured),
     };
