@@ -1,14 +1,15 @@
 // gemm_cuda.cu — the CUDA backend's matrix products (SPEC §8): cuBLAS on row-major device
 // arrays, fp32 (SGEMM, pedantic) or bf16 operands with fp32 accumulation. The bf16 operands are
-// packed densely first (to_bf16_kernel), into the grow-only scratch slots — or, for a caller that
+// packed densely first (to_bf16_pair_kernel), into the grow-only scratch slots — or, for a caller that
 // must not allocate once it has started (the optimizer's Muon products), into its own workspace.
 #include "cuda_common.cuh"
 
 #ifndef DM_DOUBLE
-// dst [rows, cols] bf16 dense <- src [rows, cols] fp32 at leading dimension ld; the index split in 32
-// bits when it fits, none when dense (a 64-bit division per element is a long software sequence)
-__global__ void to_bf16_kernel(__nv_bfloat16 *dst, const float *src, int rows, int cols, int ld) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, n = (size_t)rows * cols;
+// dst [rows, cols] bf16 dense <- src [rows, cols] fp32 at leading dimension ld, element i; the
+// index split in 32 bits when it fits, none when dense (a 64-bit division per element is a long
+// software sequence)
+__device__ inline void to_bf16_one(__nv_bfloat16 *dst, const float *src, int rows, int cols, int ld, size_t i) {
+    size_t n = (size_t)rows * cols;
     if (i >= n) return;
     size_t j = i;
     if (ld != cols) {
@@ -16,6 +17,23 @@ __global__ void to_bf16_kernel(__nv_bfloat16 *dst, const float *src, int rows, i
         j = n <= 0xffffffffu ? (size_t)r * ld + (u - r * uc) : i / cols * ld + i % cols;
     }
     dst[i] = __float2bfloat16_rn(src[j]);
+}
+// Both operands of one product in ONE launch: blocks [0, nba) pack A [ra, ca] (at lda), the rest
+// B [rb, cb] (at ldb). The two conversions are independent; a step packs some 300 products, and a
+// launch costs its gap on the device even inside a graph (session 17's census: half of a step's
+// ~1 300 launches were these conversions, two per product).
+__global__ void to_bf16_pair_kernel(__nv_bfloat16 *da, const float *sa, int ra, int ca, int lda, unsigned nba,
+                                    __nv_bfloat16 *db, const float *sb, int rb, int cb, int ldb) {
+    unsigned b = blockIdx.x;
+    if (b < nba) to_bf16_one(da, sa, ra, ca, lda, (size_t)b * blockDim.x + threadIdx.x);
+    else to_bf16_one(db, sb, rb, cb, ldb, (size_t)(b - nba) * blockDim.x + threadIdx.x);
+}
+static void pack_pair(__nv_bfloat16 *da, const float *sa, int ra, int ca, int lda, __nv_bfloat16 *db,
+                      const float *sb, int rb, int cb, int ldb) {
+    long long nba = ceil_div((long long)ra * ca, 256), nbb = ceil_div((long long)rb * cb, 256);
+    to_bf16_pair_kernel<<<(unsigned)(nba + nbb), 256, 0, dm_stream>>>(da, sa, ra, ca, lda, (unsigned)nba, db, sb, rb,
+                                                                     cb, ldb);
+    cudaLaunchCheck();
 }
 // C [M, N] (ld ldc) *= beta, or = 0 when beta == 0 (the K == 0 case: BLAS semantics made explicit)
 __global__ void scale_mat_kernel(float *C, int M, int N, int ldc, float beta) {
@@ -57,10 +75,7 @@ void dm_gemm_ws(int tA, int tB, int M, int N, int K, float alpha, const float *A
     int br = tB ? N : K, bc = tB ? K : N;  // B as stored: [br, bc] at ldb
     __nv_bfloat16 *Ab, *Bb;
     bf16_room(ws, (size_t)ar * ac, (size_t)br * bc, &Ab, &Bb);
-    to_bf16_kernel<<<ceil_div((long long)ar * ac, 256), 256, 0, dm_stream>>>(Ab, A, ar, ac, lda);
-    cudaLaunchCheck();
-    to_bf16_kernel<<<ceil_div((long long)br * bc, 256), 256, 0, dm_stream>>>(Bb, B, br, bc, ldb);
-    cudaLaunchCheck();
+    pack_pair(Ab, A, ar, ac, lda, Bb, B, br, bc, ldb);
     cublasCheck(cublasGemmEx(dm_cublas, ob, oa, N, M, K, &alpha, Bb, CUDA_R_16BF, bc, Ab,
                              CUDA_R_16BF, ac, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
                              CUBLAS_GEMM_DEFAULT));
@@ -93,10 +108,7 @@ void dm_gemm_batched_ws(int tA, int tB, int M, int N, int K, float alpha, const 
     }
     __nv_bfloat16 *Ab, *Bb;
     bf16_room(ws, (size_t)sA * batch, (size_t)sB * batch, &Ab, &Bb);
-    to_bf16_kernel<<<ceil_div((long long)sA * batch, 256), 256, 0, dm_stream>>>(Ab, A, ar * batch, lda, lda);
-    cudaLaunchCheck();
-    to_bf16_kernel<<<ceil_div((long long)sB * batch, 256), 256, 0, dm_stream>>>(Bb, B, br * batch, ldb, ldb);
-    cudaLaunchCheck();
+    pack_pair(Ab, A, ar * batch, lda, lda, Bb, B, br * batch, ldb, ldb);
     cublasCheck(cublasGemmStridedBatchedEx(dm_cublas, ob, oa, N, M, K, &alpha, Bb, CUDA_R_16BF, ldb, sB, Ab,
                                            CUDA_R_16BF, lda, sA, &beta, C, CUDA_R_32F, ldc, sC, batch,
                                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
