@@ -188,7 +188,10 @@ static void test_muon_ns_singular_values(void **state) {
     check_ns_shape(8, 16, 12);
 }
 
-static const int muon_checked[] = {P_WQ, P_WF1, P_WF2, P_U1, P_V2, P_MK, P_OUTPROJ};
+// every Muon tensor: the optimizer hands adjacent same-shape tensors to the backend as one stack
+// (optim.c muon_group), and each must still get exactly its own update
+static const int muon_checked[] = {P_WQ, P_WK, P_WV, P_WB, P_WF1, P_WG1, P_WF2, P_WG2, P_WO, P_MK, P_MV,
+                                   P_U1, P_V1, P_U2, P_V2, P_OUTPROJ};
 #define N_MUON_CHECKED (int)(sizeof muon_checked / sizeof muon_checked[0])
 
 // Hand Muon over tensor t, in double: buf, p updated in place with gradient g.
