@@ -92,6 +92,7 @@ int engine_build(Engine *e, uint64_t seed, dm_err *err) {
     e->synced_path[0] = 0;
     e->fwd_undone = 0;
     e->fwd_moved = 0;
+    e->fwd_cut = 0;
     // (not config_validate_eval: the weights do not depend on the eval window; the REPL notes it)
     if (config_validate(&e->cfg, err)) return 1;
     if (!e->be) e->be = backend_cpu();
@@ -397,7 +398,9 @@ int engine_eval(Engine *e, int depth, EvalResult *r, dm_err *err) {
         if (eval_forward(m, x, y, B, T, depth ? depth : c->L, depth ? FWD_LAST : FWD_ALL_DEPTHS, err)) {
             free(x); free(y);
             m->arms = before;  // the eval did not happen: its forwards are not counted
-            e->fwd_kind = 0;   // the activations are a partial forward's
+            e->fwd_kind = 0;   // the activations are a partial forward's: no probe reads them
+            m->last_depth = 0;
+            e->fwd_cut = 1;
             return 1;
         }
         r->pad_seqs += B - valid;
@@ -407,7 +410,7 @@ int engine_eval(Engine *e, int depth, EvalResult *r, dm_err *err) {
         }
         e->fwd_kind = 2;
         e->fwd_step = e->step;
-        e->fwd_undone = e->fwd_moved = 0;
+        e->fwd_undone = e->fwd_moved = e->fwd_cut = 0;
         e->fwd_pad = B - valid;
         // the CE of the valid rows of each depth, summed on the backend (padding rows excluded),
         // then one download of the per-depth sums

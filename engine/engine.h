@@ -77,6 +77,7 @@ typedef struct Engine {
     int fwd_kind;               // the activations in memory: 0 none (or stale), 1 training step, 2 eval
     int fwd_undone;             // a restore (:bench) dropped the activations of steps it undid
     int fwd_moved;              // a :device move left the last forward's activations behind
+    int fwd_cut;                // a refused step or eval (kernels/guard.h) left a partial forward's
     int fwd_pad;                // of those (an eval's last batch): sequences that are padding copies
     int64_t fwd_step;           // ... of step fwd_step (train: the step's index; eval: e->step then)
     // session (runs/NAME); empty: none

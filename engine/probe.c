@@ -172,6 +172,8 @@ int probe_get(Engine *e, const char *name, double **vals, ProbeInfo *info, dm_er
     if (!have_forward(e)) {
         if (e->fwd_moved)  // activations are not copied by a :device move (the weights are)
             return dm_fail(err, "the last forward's activations did not move with the model (:device): :step or :eval first for '%s'", name);
+        if (e->fwd_cut)  // a step or eval refused part-way (a device workspace that could not grow)
+            return dm_fail(err, "the last forward was cut short (a step or eval refused for device memory): its activations are partial: :step or :eval first for '%s'", name);
         if (e->fwd_undone)  // a :bench (or another restore) undid the steps they came from
             return dm_fail(err, "the activations in memory belong to steps that were undone (:bench restores the state): :step or :eval first for '%s'", name);
         return dm_fail(err, "no forward yet for activation '%s': :step or :eval first (parameters are probeable now)", name);

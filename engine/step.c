@@ -238,7 +238,9 @@ static int run_step_guarded(Engine *e, dm_err *err) {
     if (setjmp(g.jb)) {
         if (e->run.be->sync) e->run.be->sync();  // what was enqueued before the failure still runs
         m->arms = arms0;
-        e->fwd_kind = 0;  // the activations are a partial forward's
+        e->fwd_kind = 0;  // the activations are a partial forward's: no probe reads them as the last one's
+        m->last_depth = 0;
+        e->fwd_cut = 1;
         return dm_fail(err, "step %lld was not run (nothing of it applied): %s: lower batch or seq", (long long)e->step,
                        g.msg);
     }
@@ -278,7 +280,7 @@ int engine_step_enqueue(Engine *e, dm_err *err) {
     e->fwd_kind = 1;  // the activations in memory are this step's forward
     e->fwd_pad = 0;
     e->fwd_step = e->step;
-    e->fwd_undone = e->fwd_moved = 0;
+    e->fwd_undone = e->fwd_moved = e->fwd_cut = 0;
     e->step++;
     e->tokens += N;
     return 0;

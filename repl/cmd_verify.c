@@ -213,6 +213,7 @@ int cmd_stress(Shell *sh, Words *w, dm_err *err) {
         if (e->interrupt && *e->interrupt) { e->intr_honored++; break; }
         MetricRow r;
         rc = engine_step(e, &r, err);
+        if (rc && r.kind != 0) break;  // refused before it ran (no row): not a step of the protocol
         loss[i] = r.loss; gn[i] = r.gnorm; done++;
         // spike: loss above the median of the last 201 finite losses + 0.1; a non-finite loss is
         // counted on its own (it compares false with everything: it would count as no spike)
@@ -261,6 +262,10 @@ int cmd_stress(Shell *sh, Words *w, dm_err *err) {
     for (long long a = 1; a < ng; a++) { double v = gn[a]; long long b = a - 1; while (b >= 0 && gn[b] > v) { gn[b + 1] = gn[b]; b--; } gn[b + 1] = v; }
     long long rank = (long long)ceil(0.999 * (double)ng);
     double p999 = ng ? gn[(rank < 1 ? 1 : rank) - 1] : NAN;
+    if (rc && !done) {  // no step ran: no report (it said "steps=1 ... final loss 0.0000")
+        free(loss); free(gn);
+        return rc;
+    }
     char jd[128] = "";
     if (judged < done - nonfinite)  // QA: 10 steps from 5.5 to 102 said "loss spikes 0"
         snprintf(jd, sizeof jd, " (judged %lld of %lld steps: a step needs 10 earlier finite losses)", judged, done);

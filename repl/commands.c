@@ -399,7 +399,8 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
     if (ev > 0 && first_eval <= e->step + n && engine_eval_window(e, &nseq, &werr))
         return dm_fail(err, "its first eval (step %lld, eval_every=%lld) would fail, so no step ran: %s; or eval_every=0 trains without evals",
                        first_eval, ev, werr.msg);
-    if (e->cfg.steps == 0) {
+    int chose_horizon = e->cfg.steps == 0;
+    if (chose_horizon) {
         e->cfg.steps = e->step + n;
         e->steps_auto = 1;
         e->model.cfg.steps = e->cfg.steps;
@@ -507,6 +508,12 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
             fprintf(OUT, "step %lld loss %.4f lr %.3e gnorm %.3f ms %.1f tok/s %.0f skipped %d (%d in this run) eta %.0fs%s\n",
                     (long long)last.step, last.loss, last.lr, last.gnorm, last.ms, last.tok_s, last.skipped, skipped, eta,
                     emulated_tag(&last));
+    }
+    if (chose_horizon && e->step == start && (rc || stopped)) {
+        // no step of this run ran (its first was refused, or Ctrl-C came first): the horizon it
+        // chose is not the model's; kept, it bound the next :train (and went into checkpoints)
+        e->cfg.steps = e->model.cfg.steps = 0;
+        e->steps_auto = 0;
     }
     if (stopped == 1) fprintf(OUT, "interrupted at step %lld (state intact)\n", (long long)e->step);
     if (stopped == 2)

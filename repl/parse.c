@@ -210,6 +210,7 @@ const Command *sh_resolve(const char *word, dm_err *err) {
 // Transcript comments a -b replay reports when it meets them (it cannot run what they mark)
 #define NOT_REPLAYABLE "# not replayable"
 #define INTERRUPTED "# interrupted during the command below"
+#define FAILED_PART "# failed part-way during the command below"
 
 // One command as a transcript line. A line break inside quotes (typed with -e) would split it
 // into two lines that no longer parse (or, after a '#', into a live line that never ran): such a
@@ -254,6 +255,8 @@ int sh_exec_line(Shell *sh, const char *line, dm_err *err) {
         const Command *c = sh_resolve(cmds[i].argv[0], err);
         if (!c) { rc = 1; break; }
         int64_t honored0 = e ? e->intr_honored : 0;
+        long long step0 = e ? (long long)e->step : 0;
+        int rows0 = e ? e->nrows : 0;
         // :run goes into the transcript as a comment, before the lines it runs, which go in one
         // by one as they finish (below, at their own depth): the transcript does not depend on
         // the file staying as it was, and a :run that fails halfway keeps the lines that ran
@@ -274,7 +277,8 @@ int sh_exec_line(Shell *sh, const char *line, dm_err *err) {
         // The transcript keeps what ran, command by command, in the session active when it
         // finished (a :session in the middle of a line splits it between the two), so replaying
         // it rebuilds the session; a :run's lines go in as they run (the :run itself as a comment,
-        // above); a command cut short by an interrupt goes in as a comment, a failed one not at all.
+        // above); a command cut short by an interrupt goes in as a comment, a failed one not at all
+        // unless it changed the run first (then as a comment that says what it did).
         // :quit would end a replay there (a later -r's lines come after it); :session NAME in
         // NAME's own transcript would be refused when replayed in place (the run is there): both
         // go in as comments
@@ -288,6 +292,18 @@ int sh_exec_line(Shell *sh, const char *line, dm_err *err) {
                 session_transcript(e, t);
             } else if (!rc) {
                 session_transcript(e, t);
+            } else if (e->step != step0 || e->nrows != rows0) {
+                // it failed after it changed the run (steps taken, rows recorded: a nan_limit
+                // stop, a refused step or eval, a checkpoint that could not be written): left out,
+                // a replay of the transcript would silently miss what it did; run again, it would
+                // not stop where this one did. A comment that says so, which a -b replay names
+                char note[400];
+                snprintf(note, sizeof note, FAILED_PART " (it took the run from step %lld to %lld, then failed: %.240s):",
+                         step0, (long long)e->step, err->msg);
+                session_transcript(e, note);
+                char *c2 = transcript_text(cmds[i].text, cmds[i].textlen, 1);
+                session_transcript(e, c2);
+                free(c2);
             }
             free(t);
         }
@@ -350,7 +366,8 @@ int sh_run_file_as_err(Shell *sh, const char *path, const char *name, dm_err *er
         }
         // a transcript's marks of what it cannot replay: said, not skipped in silence
         const char *lp = line + strspn(line, " \t");
-        if (!strncmp(lp, NOT_REPLAYABLE, strlen(NOT_REPLAYABLE)) || !strncmp(lp, INTERRUPTED, strlen(INTERRUPTED)))
+        if (!strncmp(lp, NOT_REPLAYABLE, strlen(NOT_REPLAYABLE)) || !strncmp(lp, INTERRUPTED, strlen(INTERRUPTED)) ||
+            !strncmp(lp, FAILED_PART, strlen(FAILED_PART)))
             fprintf(stderr, "%s:%d: note: this line is not run: %.*s\n", name, sh->line, (int)strcspn(lp + 2, "\n"), lp + 2);
         if (sh_exec_line(sh, line, &e1)) {
             // FILE:LINE: then the message (a nested script's own FILE:LINE: comes with it): one

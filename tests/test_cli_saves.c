@@ -297,6 +297,30 @@ static void test_demo_script(void **s) {
 }
 #endif
 
+// A :train or :stress whose first step is refused (here: activations the process cannot
+// allocate, under ulimit -v) ran nothing and leaves nothing behind: the schedule horizon the
+// :train chose (steps was 0) is not kept (it bound the next :train and went into the checkpoint
+// -r resumes), and :stress reports no step that did not run (it said "steps=1 ... final loss 0.0000").
+static void test_refused_first_step_leaves_nothing(void **s) {
+    (void)s;
+    char script[1000];
+    snprintf(script, sizeof script, "%s:data %s\n:session hz\n:init seed=1\n:set batch=65536\n:train 5 eval_every=0\n", SMALL, corpus);
+    write_file("hz.dm", script);
+    assert_int_equal(sh_in_dir("(ulimit -v 3000000; timeout 60 %s --norc -b hz.dm > out.txt 2> err.txt; test $? = 1) && "
+                               "grep -q 'cannot allocate the activations' err.txt", dmsh), 0);
+    assert_int_equal(sh_in_dir("timeout 60 %s -r runs/hz -e ':show config' > out.txt 2> err.txt", dmsh), 0);
+    slurp_to("out.txt", out, sizeof out);
+    if (!strstr(out, "\n  steps            0 ")) print_error("%s\n", out);
+    assert_non_null(strstr(out, "\n  steps            0 "));
+    snprintf(script, sizeof script, "%s:data %s\n:init seed=1\n:set batch=65536\n:stress lr_mult=1 steps=3\n", SMALL, corpus);
+    write_file("st.dm", script);
+    assert_int_equal(sh_in_dir("(ulimit -v 3000000; timeout 60 %s --norc -b st.dm > out.txt 2> err.txt; test $? = 1) && "
+                               "grep -q 'cannot allocate the activations' err.txt", dmsh), 0);
+    slurp_to("out.txt", out, sizeof out);
+    if (strstr(out, "stress lr_mult")) print_error("%s\n", out);
+    assert_null(strstr(out, "stress lr_mult"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_saves_keep_what_was_there),
@@ -304,6 +328,7 @@ int main(void) {
         cmocka_unit_test(test_load_keeps_the_replaced_state),
         cmocka_unit_test(test_latest_names_a_missing_file),
         cmocka_unit_test(test_resume_fallbacks_agree),
+        cmocka_unit_test(test_refused_first_step_leaves_nothing),
 #ifndef DM_DOUBLE
         cmocka_unit_test(test_demo_script),
 #endif

@@ -13,6 +13,7 @@
 #include "../engine/parity.h"
 #include "../engine/probe.h"
 #include "../kernels/cpu/blas.h"
+#include "../kernels/guard.h"
 
 // A small structured corpus in a temp file (tests must not need ../shared)
 static void make_corpus(char *path, size_t n) {
@@ -304,12 +305,89 @@ static void test_parity_routing(void **s) {
     unlink(corpus);
 }
 
+// A step or an eval refused part-way (a device workspace that cannot grow: dm_scratch raises to
+// the engine's guard, kernels/guard.h), stood in for on the CPU by a backend whose op raises once
+// when armed: the refusal leaves nothing behind (the run goes on bit for bit as one never
+// refused, the arm counters as they were), and :probe does not present the partial forward's
+// activations as the last forward's (it did: "h@1 ... (last forward)").
+static int raise_bwd, raise_fwd;
+static const Backend *cpu_be;
+static void kda_backward_raising(real *dq, real *dk, real *dv, real *dbeta, real *dg, const real *dout, const real *q,
+                                 const real *k, const real *v, const real *beta, const real *g, real *ws, int B,
+                                 int T, int H, int D, int C) {
+    if (raise_bwd) { raise_bwd = 0; dm_guard_raise("out of memory on test: 1 kB of test scratch did not fit (0 B free)"); }
+    cpu_be->kda_backward(dq, dk, dv, dbeta, dg, dout, q, k, v, beta, g, ws, B, T, H, D, C);
+}
+static void softmax_ce_forward_raising(real *losses, real *probs, const real *logits, const int *targets, int N, int V) {
+    if (raise_fwd) { raise_fwd = 0; dm_guard_raise("out of memory on test: 1 kB of test scratch did not fit (0 B free)"); }
+    cpu_be->softmax_ce_forward(losses, probs, logits, targets, N, V);
+}
+
+static void test_refused_step_and_eval(void **s) {
+    (void)s;
+    char corpus[128];
+    make_corpus(corpus, sizeof corpus);
+    cpu_be = backend_cpu();
+    static Backend raising;
+    raising = *cpu_be;
+    raising.name = "cpu-raising";
+    raising.kda_backward = kda_backward_raising;
+    raising.softmax_ce_forward = softmax_ce_forward_raising;
+    dm_err err = {0};
+    Engine a, b;
+    small_engine(&a, corpus);
+    small_engine(&b, corpus);
+    assert_int_equal(engine_build(&a, 11, &err), 0);
+    assert_int_equal(engine_build(&b, 11, &err), 0);
+    assert_int_equal(engine_set_device(&b, &raising, "raising", &err), 0);
+    MetricRow ra, rb;
+    double la[5], lb[5];
+    for (int i = 0; i < 5; i++) { assert_int_equal(engine_step(&a, &ra, &err), 0); la[i] = ra.loss; }
+    for (int i = 0; i < 5; i++) {
+        if (i == 2) {
+            double *v = NULL;
+            ProbeInfo info;
+            raise_bwd = 1;  // in the backward: the forward ran whole, then the step was refused
+            assert_int_equal(engine_step(&b, &rb, &err), 1);
+            assert_non_null(strstr(err.msg, "step 2 was not run (nothing of it applied): out of memory on test"));
+            assert_int_equal(b.step, 2);
+            assert_int_equal(probe_get(&b, "h@1", &v, &info, &err), 1);
+            assert_non_null(strstr(err.msg, "cut short"));
+            EvalResult er;
+            raise_fwd = 1;  // in the eval's first forward
+            assert_int_equal(engine_eval(&b, b.cfg.L, &er, &err), 1);
+            assert_non_null(strstr(err.msg, "the eval was not run (no row recorded)"));
+            assert_int_equal(probe_get(&b, "loss@1", &v, &info, &err), 1);
+            assert_non_null(strstr(err.msg, "cut short"));
+            assert_int_equal(probe_get(&b, "emb", &v, &info, &err), 0);  // parameters are whole
+            free(v);
+        }
+        assert_int_equal(engine_step(&b, &rb, &err), 0);
+        lb[i] = rb.loss;
+    }
+    assert_memory_equal(la, lb, sizeof la);
+    assert_int_equal(a.step, b.step);
+    assert_int_equal(a.nrows, b.nrows);
+    assert_memory_equal(&a.model.arms, &b.model.arms, sizeof a.model.arms);
+    real *pa = params_of(&a), *pb = params_of(&b);
+    assert_memory_equal(pa, pb, sizeof(real) * a.model.n_params);
+    free(pa); free(pb);
+    double *v = NULL;
+    ProbeInfo info;
+    assert_int_equal(probe_get(&b, "h@1", &v, &info, &err), 0);  // a whole forward again
+    free(v);
+    engine_free(&a);
+    engine_free(&b);
+    unlink(corpus);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_move_live_model),
         cmocka_unit_test(test_device_before_init),
         cmocka_unit_test(test_parity),
         cmocka_unit_test(test_parity_routing),
+        cmocka_unit_test(test_refused_step_and_eval),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
