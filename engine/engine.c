@@ -395,9 +395,12 @@ int engine_eval(Engine *e, int depth, EvalResult *r, dm_err *err) {
         // the window's bytes in order: each sequence's inputs, then the very last target
         hs = eval_set_add(hs, x, (int64_t)valid * T);
         if (s0 + valid == nseq) hs = eval_set_add(hs, y + (size_t)(valid - 1) * T + T - 1, 1);
+        Arms pre = m->arms;
         if (eval_forward(m, x, y, B, T, depth ? depth : c->L, depth ? FWD_LAST : FWD_ALL_DEPTHS, err)) {
             free(x); free(y);
-            m->arms = before;  // the eval did not happen: its forwards are not counted
+            // the forward cut short is not counted; the eval's whole forwards before it ran and
+            // stay counted, as when Ctrl-C stops an eval
+            m->arms = pre;
             e->fwd_kind = 0;   // the activations are a partial forward's: no probe reads them
             m->last_depth = 0;
             e->fwd_cut = 1;

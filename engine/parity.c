@@ -87,9 +87,19 @@ int engine_check_parity(Engine *e, const Backend *ref, const Backend *dev, int B
     if (T <= 0) T = c.seq;
     // only the reference initialises, and only when there is no live model to copy (at the base
     // preset one initialisation is seconds of RNG draws and Gram-Schmidt on one core)
+    // the check's own two models: their allocation failing is about the check, not about
+    // building the live model (whose advice model_create gives: a smaller preset, engram_ram)
     Model mr, md;
-    if (e->live ? model_create_blank(&mr, &c, ref, err) : model_create(&mr, &c, ref, c.seed, err)) return 1;
-    if (model_create_blank(&md, &c, dev, err)) { model_free(&mr); return 1; }
+    dm_err me = {0};
+    const char *fix = e->live ? "beside the live one: :save, then :check parity in a fresh dmsh before :init (it "
+                                "builds its own models)"
+                              : "(this config's model does not fit there)";
+    if (e->live ? model_create_blank(&mr, &c, ref, &me) : model_create(&mr, &c, ref, c.seed, &me))
+        return dm_fail(err, "check parity: cannot allocate its reference model on %s %s", ref->name, fix);
+    if (model_create_blank(&md, &c, dev, &me)) {
+        model_free(&mr);
+        return dm_fail(err, "check parity: cannot allocate its copy of the model on %s %s", dev->name, fix);
+    }
     int rc = 1, N = B * T;
     size_t P = mr.n_params, per = (size_t)N * c.k;  // per: assignments per iteration
     real *w = malloc(sizeof(real) * P), *gr = malloc(sizeof(real) * P), *gd = malloc(sizeof(real) * P);
@@ -113,7 +123,12 @@ int engine_check_parity(Engine *e, const Backend *ref, const Backend *dev, int B
         for (int i = 0; i < N; i++) { x[i] = (int)(rng_next(&r) & 255); y[i] = (int)(rng_next(&r) & 255); }
     }
     // the activations now, where running out of memory is an error (model_forward would exit)
-    if (model_reserve_try(&md, B, T, err) || model_reserve_try(&mr, B, T, err)) goto done;
+    if (model_reserve_try(&md, B, T, err) || model_reserve_try(&mr, B, T, err)) {
+        char why[sizeof err->msg];
+        snprintf(why, sizeof why, "%s", err->msg);
+        dm_fail(err, "check parity: %.1900s", why);  // its own models' activations, not the live one's
+        goto done;
+    }
     // the device first: the reference may follow its routing
     if (device_step(&md, x, y, B, T, err)) goto done;
     int moe = md.arms.on[ARM_MOE], depth = md.last_depth;

@@ -319,7 +319,8 @@ static void kda_backward_raising(real *dq, real *dk, real *dv, real *dbeta, real
     cpu_be->kda_backward(dq, dk, dv, dbeta, dg, dout, q, k, v, beta, g, ws, B, T, H, D, C);
 }
 static void softmax_ce_forward_raising(real *losses, real *probs, const real *logits, const int *targets, int N, int V) {
-    if (raise_fwd) { raise_fwd = 0; dm_guard_raise("out of memory on test: 1 kB of test scratch did not fit (0 B free)"); }
+    // raise_fwd = n: the n-th call from now raises
+    if (raise_fwd && --raise_fwd == 0) dm_guard_raise("out of memory on test: 1 kB of test scratch did not fit (0 B free)");
     cpu_be->softmax_ce_forward(losses, probs, logits, targets, N, V);
 }
 
@@ -376,6 +377,15 @@ static void test_refused_step_and_eval(void **s) {
     ProbeInfo info;
     assert_int_equal(probe_get(&b, "h@1", &v, &info, &err), 0);  // a whole forward again
     free(v);
+    // an eval refused in its second forward: the first ran whole and stays counted (as when Ctrl-C
+    // stops an eval), the cut one is not
+    Arms x0 = b.model.arms;
+    EvalResult er;
+    raise_fwd = 2;
+    assert_int_equal(engine_eval(&b, b.cfg.L, &er, &err), 1);
+    assert_non_null(strstr(err.msg, "the eval was not run (no row recorded)"));
+    assert_int_equal(raise_fwd, 0);
+    assert_int_equal(b.model.arms.fwd[ARM_KDA] - x0.fwd[ARM_KDA], b.cfg.L);
     engine_free(&a);
     engine_free(&b);
     unlink(corpus);

@@ -8,7 +8,8 @@
 # the run must give, bit for bit, the weights, moments and losses of the run nobody disturbed —
 # the refused step left nothing behind. The run changes batch after 2 steps, so the workspaces
 # grow again in the middle of a session, with steps already done; a :gen before the first step
-# grows them first (a refused :gen is one line too).
+# grows them first, and a :check parity at the end builds two models of its own (a refused :gen
+# or check is one line too).
 # A second argument "ram" runs it with engram_ram=on (the tables in host memory: rows up and
 # row gradients down around each step, un-captured).
 set -u
@@ -22,7 +23,8 @@ cat /usr/include/stdio.h /usr/include/stdlib.h /usr/include/string.h > corpus.tx
 TINY=":set d=32 H=2 L=2 E=2 k=1 r=8 f=64 engram_rows=257 engram_dim=8 seq=32 batch=4$([ "$RAM" = ram ] && echo ' engram_ram=on')"
 HEAD=(--norc -e ':preset nano' -e "$TINY" -e ':data corpus.txt')
 # (:gen first: its one-token forwards are the first to grow the device workspaces)
-BODY=(-e ':init seed=1' -e ':device cuda' -e ':gen "ab" n=3 seed=1' -e ':step 2' -e ':set batch=8' -e ':step 2')
+BODY=(-e ':init seed=1' -e ':device cuda' -e ':gen "ab" n=3 seed=1' -e ':step 2' -e ':set batch=8' -e ':step 2'
+      -e ':check parity')
 
 # the undisturbed run: its digest (DMSH_DIGEST: losses, step, every tensor and moment), and the
 # allocations of the same run with a session open (the fault runs' script)
@@ -47,6 +49,11 @@ one() {  # K: fail allocation K; prints "K CLASS DETAIL"
     fi
     local s
     s=$(sed -n 's/.*step \([0-9]*\) was not run (nothing of it applied).*/\1/p' err.only)
+    # a refused :check parity (the 11th -e) speaks of itself, not of building the live model
+    if grep -q '^-e #11: ' err.only && { ! grep -q '^-e #11: error: check parity: ' err.only ||
+                                          grep -q -e 'smaller preset' -e 'engram_ram' err.only; }; then
+        echo "$k FAIL :check parity's refusal gives the live model's advice: $(cat err.only)"; return
+    fi
     if [ -z "$s" ]; then echo "$k refused $(cut -c1-100 err.only)"; return; fi
     # the refused step left nothing behind: resume, finish the same run, compare everything
     local rest=()
