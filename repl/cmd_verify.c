@@ -262,7 +262,9 @@ int cmd_stress(Shell *sh, Words *w, dm_err *err) {
     for (long long a = 1; a < ng; a++) { double v = gn[a]; long long b = a - 1; while (b >= 0 && gn[b] > v) { gn[b + 1] = gn[b]; b--; } gn[b + 1] = v; }
     long long rank = (long long)ceil(0.999 * (double)ng);
     double p999 = ng ? gn[(rank < 1 ? 1 : rank) - 1] : NAN;
-    if (rc && !done) {  // no step ran: no report (it said "steps=1 ... final loss 0.0000")
+    if (!done) {  // no step ran: no report (a refused first step said "steps=1 ... final loss 0.0000";
+        // Ctrl-C before the first, "steps=0 ... final loss nan")
+        if (!rc) fprintf(OUT, "stress lr_mult=%g: interrupted before its first step, nothing to report\n", mult);
         free(loss); free(gn);
         return rc;
     }
