@@ -12,6 +12,7 @@
 #include "../engine/engine.h"
 #include "../engine/parity.h"
 #include "../engine/probe.h"
+#include "../engine/sample.h"
 #include "../kernels/cpu/blas.h"
 #include "../kernels/guard.h"
 
@@ -481,6 +482,45 @@ static void test_refused_step_after_failed_capture(void **s) {
     unlink(corpus);
 }
 
+// :gen stopped part-way through a byte (a device workspace that cannot grow: decoder_feed's guard)
+// counts the bytes it fed whole and not the one cut short, as a refused step or eval leaves the
+// arm counters (the cut byte's first iteration used to stay counted)
+static int raise_rms;
+static void rmsnorm_forward_raising(real *out, real *rstd, const real *inp, const real *gain, int N, int C) {
+    if (raise_rms && --raise_rms == 0) dm_guard_raise("out of memory on test: 1 kB of test scratch did not fit (0 B free)");
+    cpu_be->rmsnorm_forward(out, rstd, inp, gain, N, C);
+}
+static void test_refused_gen_counts(void **s) {
+    (void)s;
+    char corpus[128];
+    make_corpus(corpus, sizeof corpus);
+    cpu_be = backend_cpu();
+    static Backend raising;
+    raising = *cpu_be;
+    raising.name = "cpu-raising";
+    raising.rmsnorm_forward = rmsnorm_forward_raising;
+    dm_err err = {0};
+    Engine b;
+    small_engine(&b, corpus);
+    assert_int_equal(engine_build(&b, 11, &err), 0);
+    assert_int_equal(engine_set_device(&b, &raising, "raising", &err), 0);
+    assert_true(b.model.arms.on[ARM_KDA] && b.model.cfg.L >= 2);
+    Decoder d;
+    real lg[256];
+    assert_int_equal(decoder_init(&d, &b.model, &err), 0);
+    assert_int_equal(decoder_feed(&d, 'a', lg, &err), 0);
+    Arms whole = b.model.arms;
+    raise_rms = 5;  // after the first iteration's arms ran (the Engram key norm, then blk_norm, the KDA output
+                    // norm and the memory norm per iteration)
+    assert_int_equal(decoder_feed(&d, 'b', lg, &err), 1);
+    assert_int_equal(raise_rms, 0);
+    assert_non_null(strstr(err.msg, "generation stopped: out of memory on test"));
+    assert_memory_equal(&b.model.arms, &whole, sizeof whole);
+    decoder_free(&d);
+    engine_free(&b);
+    unlink(corpus);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_move_live_model),
@@ -489,6 +529,7 @@ int main(void) {
         cmocka_unit_test(test_parity_routing),
         cmocka_unit_test(test_refused_step_and_eval),
         cmocka_unit_test(test_refused_step_after_failed_capture),
+        cmocka_unit_test(test_refused_gen_counts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
