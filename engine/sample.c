@@ -47,10 +47,12 @@ int decoder_init(Decoder *d, Model *m, dm_err *err) {
 }
 
 int decoder_feed(Decoder *d, int byte, real *logits, dm_err *err) {
+    Arms arms0 = d->m->arms;  // the byte cut short is not counted (as a refused step's or eval's forward)
     DmGuard g;
     dm_guard_open(&g);
     if (setjmp(g.jb)) {
         if (d->m->be->sync) d->m->be->sync();
+        d->m->arms = arms0;
         return dm_fail(err, "generation stopped: %s", g.msg);
     }
     decoder_step(d, byte, logits);

@@ -29,7 +29,8 @@ void decoder_reset(Decoder *d);
 // m->arms.fwd as model_forward does (one per iteration per arm that ran).
 void decoder_step(Decoder *d, int byte, real *logits);
 // decoder_step for a caller that goes on after a failure (:gen): 1 with err set when a device
-// workspace could not grow (kernels/guard.h); the decoder's state is then undefined (free it)
+// workspace could not grow (kernels/guard.h); the decoder's state is then undefined (free it), the
+// model's arm counters as before the call (the byte cut short is not counted)
 int decoder_feed(Decoder *d, int byte, real *logits, dm_err *err);
 // Sample from logits with temperature (0 = greedy) and top_k (0 = all).
 int sample_byte(const real *logits, double temp, int top_k, Rng *r);

@@ -213,8 +213,10 @@ static void run_step(Engine *e) {
         r->captures++;
         return;
     }
-    // nothing of the capture ran: undo its host bookkeeping and run the step eagerly
+    // nothing of the capture ran: undo its host bookkeeping and run the step eagerly — including
+    // the commit its optimizer made (optim_enqueue): the eager rerun can still be refused
     m->arms = before;
+    dm_guard_uncommit();
     r->failed = 1;
     snprintf(r->notice, sizeof r->notice,
              "step %lld: the training step could not be captured as a graph on %s (%s); it runs un-captured "

@@ -22,6 +22,10 @@ void dm_guard_commit(void) {
     if (top) top->committed = 1;
 }
 
+void dm_guard_uncommit(void) {
+    if (top) top->committed = 0;
+}
+
 int dm_guard_can_raise(void) { return top && !top->committed; }
 
 void dm_guard_raise(const char *fmt, ...) {

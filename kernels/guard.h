@@ -29,6 +29,10 @@ typedef struct DmGuard {
 void dm_guard_open(DmGuard *g);
 void dm_guard_close(DmGuard *g);  // the innermost guard: a no-op after a raise closed it
 void dm_guard_commit(void);       // the innermost open guard (if any) can no longer be undone
+// withdraws the innermost open guard's commit: for a caller whose committed ops did not run after
+// all (a step recorded into a graph capture that failed: nothing was written; its eager rerun can
+// still be undone, engine/step.c)
+void dm_guard_uncommit(void);
 int dm_guard_can_raise(void);     // 1 when a raise would return to a guard
 // jumps to the innermost open, uncommitted guard; else prints "dmsh: MSG" (and why it cannot
 // be undone) to stderr and exits 1

@@ -12,6 +12,7 @@
 #include "../engine/engine.h"
 #include "../engine/parity.h"
 #include "../engine/probe.h"
+#include "../engine/sample.h"
 #include "../kernels/cpu/blas.h"
 #include "../kernels/guard.h"
 
@@ -391,6 +392,135 @@ static void test_refused_step_and_eval(void **s) {
     unlink(corpus);
 }
 
+// A step whose graph capture fails runs again eagerly (engine/step.c run_step); the capture's
+// optimizer committed the step's guard (optim_enqueue: dm_guard_commit), and the eager rerun
+// must still be refusable: a workspace that cannot grow in it is a refused step, not the end of
+// the process (it ended: "inside the optimizer's update, which cannot be undone"). The CPU stands
+// in for a device with graphs: its "capture" runs the ops, so graph_begin keeps the state the
+// step writes and graph_end puts it back (as a real capture that ran nothing), then fails, and
+// arms the backward of the eager rerun to raise.
+static Engine *cap_eng;
+static real *cap_keep;
+static OptStatus cap_st;
+static int64_t *cap_rs;
+static size_t cap_nrs(void) { return (size_t)cap_eng->model.cfg.n_orders * (size_t)cap_eng->model.cfg.engram_rows; }
+static int cap_tries;
+static size_t cap_n(void) { return cap_eng->model.n_dev; }
+static int graph_begin_keeping(char *why, size_t n) {
+    (void)why; (void)n;
+    size_t k = cap_n();
+    cap_keep = malloc(sizeof(real) * 4 * k);
+    memcpy(cap_keep, cap_eng->model.params, sizeof(real) * k);
+    memcpy(cap_keep + k, cap_eng->opt.m, sizeof(real) * k);
+    memcpy(cap_keep + 2 * k, cap_eng->opt.v, sizeof(real) * k);
+    memcpy(cap_keep + 3 * k, cap_eng->opt.mom, sizeof(real) * k);
+    cap_st = *cap_eng->opt.status;
+    cap_rs = malloc(sizeof(int64_t) * cap_nrs());
+    memcpy(cap_rs, cap_eng->opt.row_steps, sizeof(int64_t) * cap_nrs());
+    return 0;
+}
+static void *graph_end_failing(char *why, size_t n) {
+    size_t k = cap_n();
+    memcpy(cap_eng->model.params, cap_keep, sizeof(real) * k);
+    memcpy(cap_eng->opt.m, cap_keep + k, sizeof(real) * k);
+    memcpy(cap_eng->opt.v, cap_keep + 2 * k, sizeof(real) * k);
+    memcpy(cap_eng->opt.mom, cap_keep + 3 * k, sizeof(real) * k);
+    *cap_eng->opt.status = cap_st;
+    memcpy(cap_eng->opt.row_steps, cap_rs, sizeof(int64_t) * cap_nrs());
+    free(cap_rs);
+    free(cap_keep);
+    cap_keep = NULL;
+    snprintf(why, n, "test: the capture failed");
+    if (!cap_tries++) raise_bwd = 1;  // the first eager rerun's backward raises
+    return NULL;
+}
+static void graph_launch_none(void *g) { (void)g; fail_msg("no graph is ever made"); }
+static void graph_free_none(void *g) { (void)g; }
+
+static void test_refused_step_after_failed_capture(void **s) {
+    (void)s;
+    char corpus[128];
+    make_corpus(corpus, sizeof corpus);
+    cpu_be = backend_cpu();
+    static Backend capturing;
+    capturing = *cpu_be;
+    capturing.name = "cpu-capturing";
+    capturing.kda_backward = kda_backward_raising;
+    capturing.graph_begin = graph_begin_keeping;
+    capturing.graph_end = graph_end_failing;
+    capturing.graph_launch = graph_launch_none;
+    capturing.graph_free = graph_free_none;
+    dm_err err = {0};
+    Engine a, b;
+    small_engine(&a, corpus);
+    small_engine(&b, corpus);
+    assert_int_equal(engine_build(&a, 11, &err), 0);
+    assert_int_equal(engine_build(&b, 11, &err), 0);
+    assert_int_equal(engine_set_device(&b, &capturing, "capturing", &err), 0);
+    assert_int_equal(b.model.cfg.cuda_graph, 1);
+    cap_eng = &b;
+    cap_tries = 0;
+    MetricRow ra, rb;
+    double la[5], lb[5];
+    for (int i = 0; i < 5; i++) { assert_int_equal(engine_step(&a, &ra, &err), 0); la[i] = ra.loss; }
+    for (int i = 0; i < 5; i++) {
+        if (i == STEP_GRAPH_WARM) {  // the capture: it fails, and the eager rerun is refused
+            assert_int_equal(engine_step(&b, &rb, &err), 1);
+            assert_int_equal(cap_tries, 1);
+            assert_non_null(strstr(err.msg, "was not run (nothing of it applied): out of memory on test"));
+            assert_int_equal(b.step, STEP_GRAPH_WARM);
+        }
+        assert_int_equal(engine_step(&b, &rb, &err), 0);
+        lb[i] = rb.loss;
+    }
+    assert_memory_equal(la, lb, sizeof la);
+    real *pa = params_of(&a), *pb = params_of(&b);
+    assert_memory_equal(pa, pb, sizeof(real) * a.model.n_params);
+    free(pa); free(pb);
+    engine_free(&a);
+    engine_free(&b);
+    unlink(corpus);
+}
+
+// :gen stopped part-way through a byte (a device workspace that cannot grow: decoder_feed's guard)
+// counts the bytes it fed whole and not the one cut short, as a refused step or eval leaves the
+// arm counters (the cut byte's first iteration used to stay counted)
+static int raise_rms;
+static void rmsnorm_forward_raising(real *out, real *rstd, const real *inp, const real *gain, int N, int C) {
+    if (raise_rms && --raise_rms == 0) dm_guard_raise("out of memory on test: 1 kB of test scratch did not fit (0 B free)");
+    cpu_be->rmsnorm_forward(out, rstd, inp, gain, N, C);
+}
+static void test_refused_gen_counts(void **s) {
+    (void)s;
+    char corpus[128];
+    make_corpus(corpus, sizeof corpus);
+    cpu_be = backend_cpu();
+    static Backend raising;
+    raising = *cpu_be;
+    raising.name = "cpu-raising";
+    raising.rmsnorm_forward = rmsnorm_forward_raising;
+    dm_err err = {0};
+    Engine b;
+    small_engine(&b, corpus);
+    assert_int_equal(engine_build(&b, 11, &err), 0);
+    assert_int_equal(engine_set_device(&b, &raising, "raising", &err), 0);
+    assert_true(b.model.arms.on[ARM_KDA] && b.model.cfg.L >= 2);
+    Decoder d;
+    real lg[256];
+    assert_int_equal(decoder_init(&d, &b.model, &err), 0);
+    assert_int_equal(decoder_feed(&d, 'a', lg, &err), 0);
+    Arms whole = b.model.arms;
+    raise_rms = 5;  // after the first iteration's arms ran (the Engram key norm, then blk_norm, the KDA output
+                    // norm and the memory norm per iteration)
+    assert_int_equal(decoder_feed(&d, 'b', lg, &err), 1);
+    assert_int_equal(raise_rms, 0);
+    assert_non_null(strstr(err.msg, "generation stopped: out of memory on test"));
+    assert_memory_equal(&b.model.arms, &whole, sizeof whole);
+    decoder_free(&d);
+    engine_free(&b);
+    unlink(corpus);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_move_live_model),
@@ -398,6 +528,8 @@ int main(void) {
         cmocka_unit_test(test_parity),
         cmocka_unit_test(test_parity_routing),
         cmocka_unit_test(test_refused_step_and_eval),
+        cmocka_unit_test(test_refused_step_after_failed_capture),
+        cmocka_unit_test(test_refused_gen_counts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
