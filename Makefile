@@ -193,6 +193,10 @@ ifneq ($(NVCC),)
 	@# and the device script itself, up to running: the headless build, every link (a script that
 	@# cannot build would cost a whole device lease)
 	JOBS=$$(nproc) tests/gpu/run.sh build
+	@# that build's dmsh is the headless one (the plain prompt): its start-up files, through a pty
+	@echo "== the headless prompt runs ~/.dmshrc and ./.dmshrc (test_repl_pty against build/float-headless/dmsh)"
+	@$(MAKE) --no-print-directory build/float/tests/test_repl_pty DM_REAL=float
+	@DMSH_PTY_BIN=build/float-headless/dmsh $(TESTENV) ./build/float/tests/test_repl_pty
 else
 	@echo "cuda-check: nvcc not found; CUDA sources not compiled"
 endif

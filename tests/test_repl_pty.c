@@ -5,7 +5,8 @@
 // ./.dmshrc run at start (an error names FILE:LINE and the session goes on) unless --norc; the
 // :train panel leaves the terminal as it found it. Every read has a deadline, so a hang fails the test instead of
 // blocking CI; the child is killed on failure.
-// Needs the readline build of dmsh; a headless build skips.
+// Needs the readline build of dmsh; a headless build skips. With DMSH_PTY_BIN=PATH it runs the
+// start-up-file test alone against that binary (the headless prompt: make cuda-check).
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -471,7 +472,10 @@ static int setup(void **s) {
     if (mkdir(home, 0700)) return 1;
     char cwd[300];
     if (!getcwd(cwd, sizeof cwd)) return 1;
-    snprintf(dmsh, sizeof dmsh, "%s/build/" REAL_NAME "/dmsh", cwd);
+    const char *bin = getenv("DMSH_PTY_BIN");  // another build's dmsh (the headless one: main)
+    if (bin && bin[0] == '/') snprintf(dmsh, sizeof dmsh, "%s", bin);
+    else if (bin) snprintf(dmsh, sizeof dmsh, "%s/%s", cwd, bin);
+    else snprintf(dmsh, sizeof dmsh, "%s/build/" REAL_NAME "/dmsh", cwd);
     // a small corpus of our own: varied enough that the loss moves, large enough for eval
     snprintf(corpus, sizeof corpus, "%s/corpus.txt", dir);
     FILE *f = fopen(corpus, "w");
@@ -497,6 +501,12 @@ static int teardown(void **s) {
 }
 
 int main(void) {
+    // DMSH_PTY_BIN=build/float-headless/dmsh (make cuda-check, which builds it): the tests that
+    // hold for any prompt — the start-up files — against the plain line reader of headless builds
+    if (getenv("DMSH_PTY_BIN")) {
+        const struct CMUnitTest plain[] = {cmocka_unit_test_teardown(test_rc_files, teardown_one)};
+        return cmocka_run_group_tests(plain, setup, teardown);
+    }
 #ifndef DM_HAVE_READLINE
     printf("test_repl_pty: skipped (dmsh built without readline: no interactive prompt to drive)\n");
     return 0;
