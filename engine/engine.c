@@ -139,6 +139,7 @@ int engine_set_device(Engine *e, const Backend *be, const char *name, dm_err *er
     const Backend *old = e->be;
     // activations are not moved (nor were they by an earlier move: engine_build clears the mark)
     int had_forward = (e->model.acts.buf && e->model.last_depth > 0) || e->fwd_moved;
+    int was_cut = e->fwd_cut && !had_forward;  // a refused step's partial forward: still said so after
     char oldname[16];
     snprintf(oldname, sizeof oldname, "%s", e->device);
     e->be = be;
@@ -148,6 +149,7 @@ int engine_set_device(Engine *e, const Backend *be, const char *name, dm_err *er
         if (engine_build(e, e->cfg.seed, &ignore) == 0) snapshot_restore(&s, e);
         snapshot_free(&s);
         e->fwd_moved = had_forward;  // (rebuilt where it was: the activations are gone all the same)
+        e->fwd_cut = was_cut;
         char why[sizeof err->msg];  // (dm_fail formats into err->msg: the cause is copied out first)
         snprintf(why, sizeof why, "%s", err->msg);
         return dm_fail(err, "moving the model to %s failed (%s); it stays on %s", name, why, oldname);
@@ -161,6 +163,7 @@ int engine_set_device(Engine *e, const Backend *be, const char *name, dm_err *er
     snprintf(e->device, sizeof e->device, "%s", name);
     e->emulated = backend_emulated(be);
     e->fwd_moved = had_forward;  // :probe says why the activations are gone
+    e->fwd_cut = was_cut;
     return 0;
 }
 

@@ -387,6 +387,10 @@ static void test_refused_step_and_eval(void **s) {
     assert_non_null(strstr(err.msg, "the eval was not run (no row recorded)"));
     assert_int_equal(raise_fwd, 0);
     assert_int_equal(b.model.arms.fwd[ARM_KDA] - x0.fwd[ARM_KDA], b.cfg.L);
+    // a move after the cut: :probe still says the last forward was cut short (it said "no forward yet")
+    assert_int_equal(engine_set_device(&b, backend_cpu(), "cpu", &err), 0);
+    assert_int_equal(probe_get(&b, "h@1", &v, &info, &err), 1);
+    assert_non_null(strstr(err.msg, "cut short"));
     engine_free(&a);
     engine_free(&b);
     unlink(corpus);
