@@ -325,6 +325,15 @@ static void softmax_ce_forward_raising(real *losses, real *probs, const real *lo
     cpu_be->softmax_ce_forward(losses, probs, logits, targets, N, V);
 }
 
+// An engine of the small config built with seed 11 on the CPU, then moved to be (a stand-in
+// backend) unless be is the CPU: the refusal tests' pair (one undisturbed, one refused)
+static void built_on(Engine *e, const char *corpus, const Backend *be) {
+    dm_err err = {0};
+    small_engine(e, corpus);
+    assert_int_equal(engine_build(e, 11, &err), 0);
+    if (be != backend_cpu()) assert_int_equal(engine_set_device(e, be, be->name, &err), 0);
+}
+
 static void test_refused_step_and_eval(void **s) {
     (void)s;
     char corpus[128];
@@ -337,11 +346,8 @@ static void test_refused_step_and_eval(void **s) {
     raising.softmax_ce_forward = softmax_ce_forward_raising;
     dm_err err = {0};
     Engine a, b;
-    small_engine(&a, corpus);
-    small_engine(&b, corpus);
-    assert_int_equal(engine_build(&a, 11, &err), 0);
-    assert_int_equal(engine_build(&b, 11, &err), 0);
-    assert_int_equal(engine_set_device(&b, &raising, "raising", &err), 0);
+    built_on(&a, corpus, cpu_be);
+    built_on(&b, corpus, &raising);
     MetricRow ra, rb;
     double la[5], lb[5];
     for (int i = 0; i < 5; i++) { assert_int_equal(engine_step(&a, &ra, &err), 0); la[i] = ra.loss; }
@@ -456,11 +462,8 @@ static void test_refused_step_after_failed_capture(void **s) {
     capturing.graph_free = graph_free_none;
     dm_err err = {0};
     Engine a, b;
-    small_engine(&a, corpus);
-    small_engine(&b, corpus);
-    assert_int_equal(engine_build(&a, 11, &err), 0);
-    assert_int_equal(engine_build(&b, 11, &err), 0);
-    assert_int_equal(engine_set_device(&b, &capturing, "capturing", &err), 0);
+    built_on(&a, corpus, cpu_be);
+    built_on(&b, corpus, &capturing);
     assert_int_equal(b.model.cfg.cuda_graph, 1);
     cap_eng = &b;
     cap_tries = 0;
@@ -505,9 +508,7 @@ static void test_refused_gen_counts(void **s) {
     raising.rmsnorm_forward = rmsnorm_forward_raising;
     dm_err err = {0};
     Engine b;
-    small_engine(&b, corpus);
-    assert_int_equal(engine_build(&b, 11, &err), 0);
-    assert_int_equal(engine_set_device(&b, &raising, "raising", &err), 0);
+    built_on(&b, corpus, &raising);
     assert_true(b.model.arms.on[ARM_KDA] && b.model.cfg.L >= 2);
     Decoder d;
     real lg[256];
