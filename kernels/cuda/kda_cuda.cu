@@ -195,37 +195,54 @@ void cuda_kda_recurrent_backward(real *dq, real *dk, real *dv, real *dbeta, real
 }
 
 // One decoding step: S [H, D, D] in place; q, k, v, g [H, D]; beta [H]; o [H, D].
-// grid H, block D: thread j owns column j of head h's state (kda_step's arithmetic).
-__global__ void kda_step_kernel(float *o, float *S, const float *q, const float *k, const float *v,
-                                const float *beta, const float *g, int D) {
-    extern __shared__ float sm[];
-    float *ks = sm, *qs = ks + D, *as = qs + D;  // [D] each
-    int h = blockIdx.x, j = threadIdx.x;
-    size_t hd = (size_t)h * D;
+// grid (H, ceil(D / threads)): thread j owns column j of head h's state (kda_step's arithmetic,
+// every sum in i order). k, exp(g) and q pass through shared memory in tiles of KS_T, so any head
+// dim the config allows runs (a decode of a model with wide heads must not end the session).
+#define KS_T 256
+__global__ void __launch_bounds__(KS_T) kda_step_kernel(float *o, float *S, const float *q, const float *k,
+                                                        const float *v, const float *beta, const float *g, int D) {
+    __shared__ float ks[KS_T], qs[KS_T], as[KS_T];
+    const int h = blockIdx.x, j = blockIdx.y * blockDim.x + threadIdx.x;
+    const bool own = j < D;  // the last block's spare threads stage tiles and pass barriers only
+    const size_t hd = (size_t)h * D;
     float *Sh = S + hd * D;  // [D, D]
-    ks[j] = k[hd + j]; qs[j] = q[hd + j]; as[j] = expf(g[hd + j]);
-    __syncthreads();
     float r = 0;
-    for (int i = 0; i < D; i++) {
-        float s = Sh[i * D + j] * as[i];
-        Sh[i * D + j] = s;
-        r += s * ks[i];
+    for (int i0 = 0; i0 < D; i0 += KS_T) {
+        const int n = D - i0 < KS_T ? D - i0 : KS_T;
+        __syncthreads();  // the previous tile's readers are done
+        for (int x = threadIdx.x; x < n; x += blockDim.x) { ks[x] = k[hd + i0 + x]; as[x] = expf(g[hd + i0 + x]); }
+        __syncthreads();
+        if (own)
+            for (int x = 0; x < n; x++) {
+                size_t at = (size_t)(i0 + x) * D + j;
+                float s = Sh[at] * as[x];
+                Sh[at] = s;
+                r += s * ks[x];
+            }
     }
-    float u = beta[h] * (v[hd + j] - r);
+    const float u = own ? beta[h] * (v[hd + j] - r) : 0.0f;
     float oj = 0;
-    for (int i = 0; i < D; i++) {
-        float s = Sh[i * D + j] + ks[i] * u;
-        Sh[i * D + j] = s;
-        oj += s * qs[i];
+    for (int i0 = 0; i0 < D; i0 += KS_T) {
+        const int n = D - i0 < KS_T ? D - i0 : KS_T;
+        __syncthreads();
+        for (int x = threadIdx.x; x < n; x += blockDim.x) { ks[x] = k[hd + i0 + x]; qs[x] = q[hd + i0 + x]; }
+        __syncthreads();
+        if (own)
+            for (int x = 0; x < n; x++) {
+                size_t at = (size_t)(i0 + x) * D + j;
+                float s = Sh[at] + ks[x] * u;
+                Sh[at] = s;
+                oj += s * qs[x];
+            }
     }
-    o[hd + j] = oj;
+    if (own) o[hd + j] = oj;
 }
 
 void cuda_kda_step(real *o, real *S, const real *q, const real *k, const real *v,
                    const real *beta, const real *g, int H, int D) {
-    if (H <= 0) return;
-    if (D < 1 || D > 1024) { fprintf(stderr, "cuda kda_step: head dim %d unsupported\n", D); exit(1); }
-    kda_step_kernel<<<H, D, sizeof(float) * 3 * D, dm_stream>>>(o, S, q, k, v, beta, g, D);
+    if (H <= 0 || D <= 0) return;
+    const int nt = D < KS_T ? (D + 31) / 32 * 32 : KS_T;  // whole warps
+    kda_step_kernel<<<dim3(H, ceil_div(D, nt)), nt, 0, dm_stream>>>(o, S, q, k, v, beta, g, D);
     cudaLaunchCheck();
 }
 

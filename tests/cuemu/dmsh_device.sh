@@ -77,4 +77,16 @@ grep -q '^bench cuda:0 \[cuemu: .*\] (float): [0-9.]* ms/step (median of steps .
 s=$?
 check ":bench on the device: model TFLOP/s, device memory, the emulation said" $s
 [ $s = 0 ] || { cat out5.txt err5.txt; }
+# 6. KDA heads wider than a block (d=1056, H=1: head dim 1056 > 1 024 threads): :gen on the device
+# ended the process (the decode kernel had one thread per column); it now runs, and at fp32 samples
+# the CPU's bytes
+"$DMSH" --norc -e ':set d=1056 H=1 L=1 E=1 k=1 r=8 f=64 engram_rows=64 engram_dim=8 seq=16 batch=1 precision=fp32' \
+    -e ':init seed=2' -e ':gen "ab" n=12 seed=5' -e ':device cuda' -e ':gen "ab" n=12 seed=5' < /dev/null > out6.txt 2> err6.txt
+rc=$?
+grep -a '^ab' out6.txt > gen6.txt
+[ "$rc" = 0 ] && [ "$(wc -l < gen6.txt)" = 2 ] && [ "$(sed -n 1p gen6.txt)" = "$(sed -n 2p gen6.txt)" ] && \
+    [ "$(sed -n 1p gen6.txt | wc -c)" -ge 15 ]
+s=$?
+check ":gen on the device with 1056-wide KDA heads: the CPU's bytes (fp32)" $s
+[ $s = 0 ] || { cat out6.txt err6.txt; }
 exit $fail

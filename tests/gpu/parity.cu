@@ -274,8 +274,9 @@ static void t_kda(int T, int C, int D = 64) {  // D = 64: shared-memory chunk vi
     for (int i = 0; i < 5; i++) delete gs[i];
 }
 
-static void t_kda_step() {
-    int H = 3, D = 64, T = 20;
+// D = 64, and 1100: wider than one block (1 024 threads) and not a multiple of the shared tile
+static void t_kda_step(int H, int D) {
+    const int T = 20;
     std::vector<float> q, k, v, beta, g;
     kda_inputs(1, T, H, D, q, k, v, beta, g);
     std::vector<float> S((size_t)H * D * D, 0), o((size_t)H * D);
@@ -286,8 +287,11 @@ static void t_kda_step() {
         C_->kda_step(o.data(), S.data(), q.data() + r, k.data() + r, v.data() + r, beta.data() + (size_t)t * H, g.data() + r, H, D);
         G_->kda_step(dO.f(), dS.f(), dq->f() + r, dk->f() + r, dv->f() + r, db->f() + (size_t)t * H, dg->f() + r, H, D);
     }
-    cmp("kda_step o (20 steps)", o, &dO, 1e-4);
-    cmp("kda_step S (20 steps)", S, &dS, 1e-4);
+    char nm[64];
+    snprintf(nm, sizeof nm, "kda_step o (20 steps, H=%d D=%d)", H, D);
+    cmp(nm, o, &dO, 1e-4);
+    snprintf(nm, sizeof nm, "kda_step S (20 steps, H=%d D=%d)", H, D);
+    cmp(nm, S, &dS, 1e-4);
     delete dq; delete dk; delete dv; delete db; delete dg;
 }
 
@@ -460,7 +464,8 @@ int main(void) {
     t_kda(50, 16);   // and not
     t_kda(100, 64);
     t_kda(40, 16, 128);  // too large for shared memory: the global-workspace path
-    t_kda_step();
+    t_kda_step(3, 64);
+    t_kda_step(2, 1100);
     t_moe(2, 0);
     t_moe(1, 0);
     t_moe(2, 1);
