@@ -260,6 +260,14 @@ cuemu-check: cuemu
 	  echo "  a divergent __syncthreads() ends the run: FAIL"; cat $(EMU)/selftest-div.log; exit 1; fi; \
 	  grep -q 'divergent __syncthreads() in block (0,0,0): thread 0 waits at tests/cuemu/selftest.cu:' $(EMU)/selftest-div.log || { echo "  divergent barrier message: FAIL"; cat $(EMU)/selftest-div.log; exit 1; }; \
 	  echo "  a divergent __syncthreads() ends the run, naming both barriers                 PASS"
+	@for m in wmma-align:'not 32-byte (256-bit) aligned' wmma-ldm:'ldm 12 is not a multiple of 16 bytes'; do \
+	  if $(EMUENV) ./$(EMU)/selftest $${m%%:*} > $(EMU)/selftest-$${m%%:*}.log 2>&1 || [ $$? -ne 3 ]; then \
+	    echo "  $${m%%:*}: a misplaced wmma operand ends the run: FAIL"; cat $(EMU)/selftest-$${m%%:*}.log; exit 1; fi; \
+	  grep -q "cuemu: wmma::load_matrix_sync: .*$${m#*:}" $(EMU)/selftest-$${m%%:*}.log || { echo "  $${m%%:*} message: FAIL"; cat $(EMU)/selftest-$${m%%:*}.log; exit 1; }; \
+	done; echo "  a wmma operand not 32-byte aligned, or ldm not 16-byte, ends the run            PASS"
+	@$(EMUENV) CUEMU_DEFER=1 ./$(EMU)/selftest > $(EMU)/selftest-defer.log 2>&1 && [ $$(grep -c '^  deferred: .*PASS$$' $(EMU)/selftest-defer.log) = 3 ] \
+	  || { echo "  CUEMU_DEFER=1 (the device behind the host): FAIL"; cat $(EMU)/selftest-defer.log; exit 1; }
+	@echo "  CUEMU_DEFER=1: the device runs behind the host (staging read late, downloads land at the wait) PASS"
 	@echo "== cuemu parity: every op, CPU vs the CUDA backend's code on cuemu, threads in forward order"
 	@$(EMUENV) CUEMU_ORDER=fwd ./$(EMU)/parity > $(EMU)/parity-fwd.log 2>&1 || { grep -w FAIL $(EMU)/parity-fwd.log; tail -n 5 $(EMU)/parity-fwd.log; exit 1; }
 	@tail -n 2 $(EMU)/parity-fwd.log
@@ -285,6 +293,8 @@ cuemu-check: cuemu
 	@echo "== cuemu dmsh with every device allocation of a run failed in turn (a refused step leaves nothing behind)"
 	@bash tests/cuemu/dmsh_oom.sh ./$(EMU)/dmsh
 	@bash tests/cuemu/dmsh_oom.sh ./$(EMU)/dmsh ram
+	@echo "== cuemu dmsh with the device behind the host (CUEMU_DEFER=1: staging, downloads and waits as on a GPU)"
+	@bash tests/cuemu/dmsh_defer.sh ./$(EMU)/dmsh
 	@echo "== cuemu graph_step quick (the step graph's replay = the eager step; two processes)"
 	@$(EMUENV) ./$(EMU)/graph_step quick
 	@echo "== cuemu bench_gpu 2 nano:2:64 (the benchmark program runs end to end; its times are the emulator's)"

@@ -10,6 +10,11 @@ barrier names, sanitizer reports and debuggers point into IN.cu.
                                                fills the arrays with NaN bytes (shared memory starts
                                                as garbage on a GPU; here a read before a write shows)
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t))  ->  t = emu_globaltimer()
+  __global__ void __launch_bounds__(N) name(  ->  unchanged (the macro is empty), and at the end of
+                                               the file a line registering N for `name`
+                                               (emu_register_bounds: a launch with more threads
+                                               per block is refused, as on a GPU); N a number or
+                                               a name #defined to one in the same file
 Anything else CUDA-only fails to compile as C++, loudly.
 """
 import re
@@ -19,6 +24,8 @@ LAUNCH = re.compile(r'([A-Za-z_]\w*)<<<(.*)>>>\(')
 DYN = re.compile(r'extern __shared__ (?:__align__\(\d+\) )?([A-Za-z_]\w*) ([A-Za-z_]\w*)\[\];')
 STATIC = re.compile(r'^\s*__shared__\s')
 ARRAY = re.compile(r'([A-Za-z_]\w*)\s*\[')
+BOUNDS = re.compile(r'__launch_bounds__\(\s*(\w+)\s*(?:,[^)]*)?\)\s*([A-Za-z_]\w*)\s*\(')
+DEFINE = re.compile(r'^\s*#\s*define\s+([A-Za-z_]\w*)\s+\(?(\d+)\)?\s*(?://.*)?$')
 TIMER = re.compile(r'asm volatile\("mov\.u64 %0, %%globaltimer;" : "=l"\(([A-Za-z_]\w*)\)\);')
 
 
@@ -37,9 +44,21 @@ def main():
     src, dst = sys.argv[1], sys.argv[2]
     with open(src) as f:
         lines = f.readlines()
+    defines, bounds = {}, []
+    for n, l in enumerate(lines, 1):
+        m = DEFINE.match(l)
+        if m:
+            defines[m.group(1)] = int(m.group(2))
+        for b in BOUNDS.finditer(l):
+            v = b.group(1)
+            if not v.isdigit() and v not in defines:
+                sys.exit('%s:%d: __launch_bounds__(%s): not a number nor a name #defined to one above' % (src, n, v))
+            bounds.append((b.group(2), int(v) if v.isdigit() else defines[v]))
     with open(dst, 'w') as f:
         f.write('#line 1 "%s"\n' % src)
         f.writelines(convert(l) for l in lines)
+        for i, (name, v) in enumerate(bounds):
+            f.write('static const int emu_bounds_%d = emu_register_bounds("%s", %d);\n' % (i, name, v))
 
 
 if __name__ == '__main__':

@@ -5,6 +5,8 @@
 #include "include/cublas_v2.h"
 #include "include/cub/cub.cuh"
 #include <algorithm>
+#include <deque>
+#include <memory>
 #include <map>
 #include <string>
 #include <vector>
@@ -20,8 +22,7 @@ dim3 emu_threadIdx, emu_blockIdx, emu_blockDim, emu_gridDim;
 #define EMU_SMEM_OPTIN 232448     // an H100 / H200's opt-in maximum per block
 alignas(256) unsigned char emu_dyn_smem[EMU_SMEM_OPTIN];
 
-static void emu_die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
-static void emu_die(const char *fmt, ...) {
+void emu_die(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     fputs("cuemu: ", stderr);
@@ -257,6 +258,7 @@ const char *cudaGetErrorName(cudaError_t e) {
     case cudaErrorIllegalState: return "cudaErrorIllegalState";
     case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
     case cudaErrorNoDevice: return "cudaErrorNoDevice";
+    case cudaErrorLaunchOutOfResources: return "cudaErrorLaunchOutOfResources";
     }
     return "cudaErrorUnknown";
 }
@@ -266,6 +268,7 @@ const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorInvalidValue: return "invalid argument";
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorLaunchOutOfResources: return "too many resources requested for launch";
     case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
     case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
     case cudaErrorStreamCaptureImplicit: return "operation would make the legacy stream depend on a capturing blocking stream";
@@ -311,10 +314,11 @@ cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int d) {
 // ================================================================================================
 // streams, capture, graphs
 // ================================================================================================
-struct EmuGraph { std::vector<std::function<void()>> ops; };
-struct EmuGraphExec { std::vector<std::function<void()>> ops; };
+struct EmuEvent { unsigned flags; int recorded, in_capture; double ms; long long seq; };  // seq: its last record's place in the queue
+// events: those the graph records (cudaEventRecordExternal): each replay is their latest record
+struct EmuGraph { std::vector<std::function<void()>> ops; std::vector<EmuEvent *> events; };
+struct EmuGraphExec { std::vector<std::function<void()>> ops; std::vector<EmuEvent *> events; };
 struct EmuStream { int id; };
-struct EmuEvent { unsigned flags; int recorded, in_capture; double ms; };
 static EmuStream *cap_stream;        // the stream being captured (one capture at a time)
 static EmuGraph *cap_graph;
 static cudaError_t cap_invalid;      // the first forbidden call of the open capture
@@ -334,6 +338,30 @@ static cudaError_t forbid_in_capture(const char *what) {
     emu_fail_capture(cudaErrorStreamCaptureUnsupported, what);
     return set_err(cudaErrorStreamCaptureUnsupported);
 }
+// CUEMU_DEFER=1: the device runs behind the host, as a GPU does. Every op a stream is given waits
+// in one queue (enqueue order: each stream's own order and more) and runs only when the host
+// synchronises with it: a stream or device synchronisation, an event synchronisation or query (up
+// to that event's record), a synchronous copy or memset, a cudaFree or cudaFreeHost (implicit
+// device synchronisations), a copy to or from pageable memory (which a GPU does not defer).
+// Without it every op runs when it is enqueued, so a host that rewrites pinned staging before the
+// copy that reads it has run, or reads a pinned download before waiting for it, gets the right
+// bytes by luck; deferred, it gets what a GPU would give it (tests/cuemu/dmsh_defer.sh).
+static std::deque<std::function<void()>> pending;
+static long long enq_seq, done_seq;  // ops enqueued / run so far (the queue holds the difference)
+static int defer_on(void) {
+    static int on = -1;
+    if (on < 0) on = getenv("CUEMU_DEFER") && getenv("CUEMU_DEFER")[0] == '1';
+    return on;
+}
+static void drain_through(long long seq) {
+    while (done_seq < seq && !pending.empty()) {
+        std::function<void()> op = std::move(pending.front());
+        pending.pop_front();
+        done_seq++;
+        op();
+    }
+}
+static void drain_all(void) { drain_through(enq_seq); }
 cudaError_t emu_enqueue(cudaStream_t s, std::function<void()> op, const char *what) {
     if (cap_stream) {
         if (s == cap_stream) {
@@ -345,7 +373,9 @@ cudaError_t emu_enqueue(cudaStream_t s, std::function<void()> op, const char *wh
             return set_err(cudaErrorStreamCaptureImplicit);
         }
     }
-    op();
+    enq_seq++;
+    if (defer_on()) pending.push_back(std::move(op));
+    else { done_seq++; op(); }
     return cudaSuccess;
 }
 static double now_ms(void) {
@@ -357,37 +387,49 @@ int64_t emu_globaltimer(void) { return (int64_t)(now_ms() * 1e6); }
 
 cudaError_t cudaStreamCreate(cudaStream_t *s) { static int ids; *s = new EmuStream{++ids}; return cudaSuccess; }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned) { return cudaStreamCreate(s); }
-cudaError_t cudaStreamDestroy(cudaStream_t s) { delete s; return cudaSuccess; }
+cudaError_t cudaStreamDestroy(cudaStream_t s) { drain_all(); delete s; return cudaSuccess; }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     if (cap_stream && (s == cap_stream || s == NULL)) return forbid_in_capture("cudaStreamSynchronize");
+    drain_all();  // every stream's work (one queue): more than a GPU waits for, never less
     return cudaSuccess;
 }
-cudaError_t cudaDeviceSynchronize(void) { return forbid_in_capture("cudaDeviceSynchronize"); }
+cudaError_t cudaDeviceSynchronize(void) {
+    if (cudaError_t e = forbid_in_capture("cudaDeviceSynchronize")) return e;
+    drain_all();
+    return cudaSuccess;
+}
 cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
-cudaError_t cudaEventCreate(cudaEvent_t *e) { *e = new EmuEvent{0, 0, 0, 0}; return cudaSuccess; }
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned f) { *e = new EmuEvent{f, 0, 0, 0}; return cudaSuccess; }
-cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
+cudaError_t cudaEventCreate(cudaEvent_t *e) { *e = new EmuEvent{0, 0, 0, 0, 0}; return cudaSuccess; }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned f) { *e = new EmuEvent{f, 0, 0, 0, 0}; return cudaSuccess; }
+cudaError_t cudaEventDestroy(cudaEvent_t e) { drain_through(e->seq); delete e; return cudaSuccess; }
 cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t s, unsigned f) {
     if (cap_stream && s == cap_stream) {
         e->in_capture = 1;
         if (!(f & cudaEventRecordExternal)) return cudaSuccess;  // a dependency inside the graph, no node
+        if (cap_invalid == cudaSuccess) cap_graph->events.push_back(e);
         return emu_enqueue(s, [e] { e->recorded = 1; e->in_capture = 0; e->ms = now_ms(); }, "cudaEventRecordWithFlags");
     }
     if (f & cudaEventRecordExternal) return set_err(cudaErrorInvalidValue);  // only inside a capture
     e->in_capture = 0;
-    return emu_enqueue(s, [e] { e->recorded = 1; e->ms = now_ms(); }, "cudaEventRecord");
+    cudaError_t r = emu_enqueue(s, [e] { e->recorded = 1; e->ms = now_ms(); }, "cudaEventRecord");
+    e->seq = enq_seq;
+    return r;
 }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) { return cudaEventRecordWithFlags(e, s, 0); }
+// (an event recorded by a graph replay waits for the whole replay: the replay is one queued op)
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
     if (cap_stream && e->in_capture) return forbid_in_capture("cudaEventSynchronize on an event of the capture");
+    drain_through(e->seq);
     return cudaSuccess;
 }
 cudaError_t cudaEventQuery(cudaEvent_t e) {
     if (cap_stream && e->in_capture) return forbid_in_capture("cudaEventQuery on an event of the capture");
+    drain_through(e->seq);  // a poll would find it done sooner or later
     return cudaSuccess;
 }
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
     if ((a->flags | b->flags) & cudaEventDisableTiming) return set_err(cudaErrorInvalidResourceHandle);
+    if (done_seq < a->seq || done_seq < b->seq) return set_err(cudaErrorNotReady);  // not waited for
     if (!a->recorded || !b->recorded) return set_err(cudaErrorInvalidResourceHandle);
     *ms = (float)(b->ms - a->ms);
     return cudaSuccess;
@@ -416,13 +458,13 @@ cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g) {
 }
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t *x, cudaGraph_t g, unsigned long long) {
     if (!g) return set_err(cudaErrorInvalidValue);
-    *x = new EmuGraphExec{g->ops};
+    *x = new EmuGraphExec{g->ops, g->events};
     return cudaSuccess;
 }
 cudaError_t cudaGraphUpload(cudaGraphExec_t x, cudaStream_t) { return x ? cudaSuccess : set_err(cudaErrorInvalidValue); }
 cudaError_t cudaGraphLaunch(cudaGraphExec_t x, cudaStream_t s) {
     if (!x) return set_err(cudaErrorInvalidValue);
-    return emu_enqueue(s, [x] {
+    cudaError_t e = emu_enqueue(s, [x] {
         if (prof_on()) {  // the census keeps the last replay on its own: one step
             prof_k[1].clear();
             prof_g[1].clear();
@@ -432,6 +474,9 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t x, cudaStream_t s) {
         for (auto &op : x->ops) op();
         prof_in_graph = 0;
     }, "cudaGraphLaunch");
+    if (e == cudaSuccess && !cap_stream)
+        for (EmuEvent *ev : x->events) ev->seq = enq_seq;  // recorded again by this replay
+    return e;
 }
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t x) { delete x; return cudaSuccess; }
 cudaError_t cudaGraphDestroy(cudaGraph_t g) { delete g; return cudaSuccess; }
@@ -490,6 +535,7 @@ static cudaError_t emu_free(void *p, int kind, const char *what) {
         fprintf(stderr, "cuemu: %s(%p): not the start of a %s allocation\n", what, p, kind ? "pinned host" : "device");
         return set_err(cudaErrorInvalidValue);
     }
+    drain_all();  // a GPU's cudaFree / cudaFreeHost synchronise the device first
     if (kind == 0) dev_used -= it->second.n;
     allocs.erase(it);
     free(p);
@@ -535,11 +581,21 @@ static cudaError_t check_copy(void *d, const void *s, size_t n, cudaMemcpyKind k
 cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind k, cudaStream_t st) {
     if (n == 0) return cudaSuccess;
     if (cudaError_t e = check_copy(d, s, n, k, "cudaMemcpyAsync")) return e;
+    if (defer_on() && !cap_stream && emu_mem_kind(d, n) == 2) {  // into pageable memory: done on return
+        drain_all();
+        return set_err(emu_enqueue(st, [d, s, n] { memmove(d, s, n); }, "cudaMemcpyAsync"));
+    }
+    if (defer_on() && !cap_stream && emu_mem_kind(s, n) == 2) {  // from pageable memory: read on the call
+        auto snap = std::make_shared<std::vector<char>>((const char *)s, (const char *)s + n);
+        return set_err(emu_enqueue(st, [d, snap, n] { memmove(d, snap->data(), n); }, "cudaMemcpyAsync"));
+    }
     return set_err(emu_enqueue(st, [d, s, n] { memmove(d, s, n); }, "cudaMemcpyAsync"));
 }
 cudaError_t cudaMemcpy(void *d, const void *s, size_t n, cudaMemcpyKind k) {
     if (cudaError_t e = forbid_in_capture("cudaMemcpy")) return e;
-    return cudaMemcpyAsync(d, s, n, k, NULL);
+    cudaError_t e = cudaMemcpyAsync(d, s, n, k, NULL);
+    drain_all();  // synchronous: done when it returns
+    return e;
 }
 cudaError_t cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t st) {
     if (n == 0) return cudaSuccess;
@@ -563,19 +619,37 @@ cudaError_t cudaMemcpy2DAsync(void *d, size_t dpitch, const void *s, size_t spit
                 kind_name(kd), kind_name(ks));
         return set_err(cudaErrorInvalidValue);
     }
-    return set_err(emu_enqueue(st, [=] {
+    cudaError_t e = set_err(emu_enqueue(st, [=] {
         for (size_t r = 0; r < height; r++) memmove((char *)d + r * dpitch, (const char *)s + r * spitch, width);
     }, "cudaMemcpy2DAsync"));
+    if (!cap_stream && (kd == 2 || ks == 2)) drain_all();  // pageable memory: done on return (CUEMU_DEFER)
+    return e;
 }
 cudaError_t cudaMemset(void *d, int v, size_t n) {
     if (cudaError_t e = forbid_in_capture("cudaMemset")) return e;
-    return cudaMemsetAsync(d, v, n, NULL);
+    cudaError_t e = cudaMemsetAsync(d, v, n, NULL);
+    drain_all();
+    return e;
 }
 
 // ================================================================================================
 // kernels
 // ================================================================================================
 static std::map<std::string, int> smem_attr;  // kernel name -> its MaxDynamicSharedMemorySize
+// kernel name -> its __launch_bounds__ (registered while the converted files' statics initialise:
+// a function-local map, built on first use whatever the order of the files)
+static std::map<std::string, int> &launch_bounds(void) {
+    static std::map<std::string, int> m;
+    return m;
+}
+int emu_register_bounds(const char *kernel, int max_threads) {
+    auto it = launch_bounds().find(kernel);
+    if (it != launch_bounds().end() && it->second != max_threads)
+        emu_die("two kernels named %s with different __launch_bounds__ (%d, %d)", kernel, it->second, max_threads);
+    if (max_threads < 1 || max_threads > 1024) emu_die("__launch_bounds__(%d) on %s: not 1..1024", max_threads, kernel);
+    launch_bounds()[kernel] = max_threads;
+    return max_threads;
+}
 cudaError_t emu_func_set_attribute(const char *f, cudaFuncAttribute a, int v) {
     if (a != cudaFuncAttributeMaxDynamicSharedMemorySize || v < 0 || v > EMU_SMEM_OPTIN) return set_err(cudaErrorInvalidValue);
     smem_attr[f] = v;
@@ -586,6 +660,11 @@ cudaError_t emu_launch_grid(const char *k, dim3 g, dim3 b, size_t smem, cudaStre
     if (nt == 0 || nt > 1024 || b.z > 64 || g.x == 0 || g.y == 0 || g.z == 0 || g.x > 2147483647u || g.y > 65535 ||
         g.z > 65535)
         return set_err(cudaErrorInvalidConfiguration);
+    {  // more threads than the kernel's __launch_bounds__: refused as on a GPU
+        auto it = launch_bounds().find(k);
+        if (it != launch_bounds().end() && nt > (unsigned long long)it->second)
+            return set_err(cudaErrorLaunchOutOfResources);
+    }
     if (smem > EMU_SMEM_DEFAULT) {
         auto it = smem_attr.find(k);
         if (it == smem_attr.end() || (size_t)it->second < smem) return set_err(cudaErrorInvalidValue);

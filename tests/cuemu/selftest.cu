@@ -1,8 +1,10 @@
 // selftest.cu — cuemu's own checks (make cuemu-check runs it first): each thing the emulator
 // claims to catch is provoked here and must be caught, and each CUDA behaviour the backend relies
 // on must be reproduced. Built like the backend (tests/cuemu/cu2cpp.py, then C++ against
-// tests/cuemu/include); `selftest divergent` runs a kernel with a divergent barrier, which must
-// end the process with cuemu's message (the harness checks its exit status and text).
+// tests/cuemu/include); `selftest divergent` runs a kernel with a divergent barrier, and
+// `selftest wmma-align` / `selftest wmma-ldm` a wmma load from a 16-byte (not 32-byte) aligned
+// pointer / with a leading dimension of 24 bytes: each must end the process with cuemu's message
+// (the harness checks its exit status and text).
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <cublas_v2.h>
@@ -69,13 +71,15 @@ __global__ void shared_unwritten(float *out) {  // block 0 writes all of sh, blo
     out[blockIdx.x * 8 + threadIdx.x] = sh[threadIdx.x];
 }
 __global__ void add_scalar(float *x, float a, const float *hp) { x[threadIdx.x] += a + *hp; }
-__global__ void wmma_kernel(float *c, const __nv_bfloat16 *a, const __nv_bfloat16 *b) {
+#define SELF_BOUND 64
+__global__ void __launch_bounds__(SELF_BOUND) bounded(int *out) { out[threadIdx.x] = 1; }
+__global__ void wmma_kernel(float *c, const __nv_bfloat16 *a, const __nv_bfloat16 *b, int lda = 16) {
     using namespace nvcuda;
     wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
     wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb;
     wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
     wmma::fill_fragment(acc, 1.0f);
-    wmma::load_matrix_sync(fa, a, 16);
+    wmma::load_matrix_sync(fa, a, lda);
     wmma::load_matrix_sync(fb, b, 16);
     wmma::mma_sync(acc, fa, fb, acc);
     wmma::store_matrix_sync(c, acc, 16, wmma::mem_row_major);
@@ -90,6 +94,15 @@ int main(int argc, char **argv) {
         divergent<<<1, 32>>>((int *)dout);
         cudaDeviceSynchronize();
         printf("divergent barrier ran to the end\n");
+        return 0;
+    }
+    if (argc > 1 && (!strcmp(argv[1], "wmma-align") || !strcmp(argv[1], "wmma-ldm"))) {
+        __nv_bfloat16 *da;
+        cudaMalloc(&da, 1024 * sizeof(__nv_bfloat16));  // cudaMalloc: 256-byte aligned
+        if (!strcmp(argv[1], "wmma-align")) wmma_kernel<<<1, 32>>>(dout, da + 8, da);  // 16 bytes in
+        else wmma_kernel<<<1, 32>>>(dout, da, da, 12);                               // ldm 24 bytes
+        cudaDeviceSynchronize();
+        printf("misplaced wmma operand ran to the end\n");
         return 0;
     }
     printf("cuemu self-test (order %s)\n", getenv("CUEMU_ORDER") ? getenv("CUEMU_ORDER") : "fwd");
@@ -124,6 +137,11 @@ int main(int argc, char **argv) {
     check("a 2048-thread block is refused (cudaErrorInvalidConfiguration)", cudaGetLastError() == cudaErrorInvalidConfiguration);
     good_sum<<<dim3(1, 70000), 64>>>(dout, dx);
     check("grid.y > 65535 is refused", cudaGetLastError() == cudaErrorInvalidConfiguration);
+    bounded<<<1, 2 * SELF_BOUND>>>((int *)dout);
+    check("more threads than the kernel's __launch_bounds__ is refused (out of resources)",
+          cudaGetLastError() == cudaErrorLaunchOutOfResources);
+    bounded<<<1, SELF_BOUND>>>((int *)dout);
+    check("... and as many runs", cudaGetLastError() == cudaSuccess);
     dyn_kernel<<<1, 32, 64 * 1024>>>(dout);
     check("64 KiB of dynamic shared memory without the attribute is refused", cudaGetLastError() == cudaErrorInvalidValue);
     cudaFuncSetAttribute(dyn_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024);
@@ -182,6 +200,36 @@ int main(int argc, char **argv) {
     cudaError_t ep = cudaMemcpyAsync(dv, hp4, sizeof hp4, cudaMemcpyHostToDevice, s);
     ec = cudaStreamEndCapture(s, &g);
     check("a copy from pageable memory inside a capture fails", ep != cudaSuccess && ec == cudaErrorStreamCaptureInvalidated);
+
+    // CUEMU_DEFER=1 (the device behind the host): what the host does before a wait, the device
+    // sees; what the device writes, the host sees at the wait (tests/cuemu/dmsh_defer.sh)
+    if (getenv("CUEMU_DEFER") && getenv("CUEMU_DEFER")[0] == '1') {
+        float *pin2, *dd;
+        cudaHostAlloc(&pin2, 16, cudaHostAllocDefault);
+        cudaMalloc(&dd, 16);
+        cudaEvent_t ev;
+        cudaEventCreate(&ev);
+        pin2[0] = 1;
+        cudaMemcpyAsync(dd, pin2, 4, cudaMemcpyHostToDevice, s);
+        pin2[0] = 2;  // rewritten before the copy ran: a GPU may read either; the emulator reads this
+        cudaEventRecord(ev, s);
+        cudaEventSynchronize(ev);
+        cudaMemcpy(hd, dd, 4, cudaMemcpyDeviceToHost);
+        check("deferred: a pinned source rewritten before its copy ran is read rewritten", hd[0] == 2.0f);
+        pin2[0] = 3;
+        cudaMemcpyAsync(dd, pin2, 4, cudaMemcpyHostToDevice, s);
+        cudaEventRecord(ev, s);
+        cudaEventSynchronize(ev);
+        pin2[0] = 4;  // after the wait: the copy has read 3
+        cudaMemcpy(hd, dd, 4, cudaMemcpyDeviceToHost);
+        check("deferred: ... and rewritten after waiting for it, read as it was", hd[0] == 3.0f);
+        pin2[1] = -1;
+        cudaMemcpyAsync(pin2 + 1, dd, 4, cudaMemcpyDeviceToHost, s);
+        int before = pin2[1] == -1.0f;
+        cudaStreamSynchronize(s);
+        check("deferred: a download into pinned memory lands at the wait, not before", before && pin2[1] == 3.0f);
+        cudaEventDestroy(ev);
+    }
 
     // wmma: bf16 16x16x16 against a plain loop
     __nv_bfloat16 ha[256], hb[256];

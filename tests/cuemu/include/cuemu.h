@@ -37,7 +37,13 @@
 #define __host__
 #define __forceinline__ inline
 #define __noinline__
+// __launch_bounds__(N) on a kernel: tests/cuemu/cu2cpp.py registers N under the kernel's name (a
+// line appended to the converted file, emu_register_bounds); a launch with more threads per block
+// fails as it does on a GPU
 #define __launch_bounds__(...)
+int emu_register_bounds(const char *kernel, int max_threads);
+// what a GPU would refuse or fault on, caught in the emulator: the message, exit status 3
+[[noreturn]] void emu_die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 #define __align__(n) __attribute__((aligned(n)))
 #define __shared__ static   // one copy per kernel: blocks run one at a time (see the file comment)
 #define __constant__
@@ -87,7 +93,7 @@ typedef enum cudaError {
     cudaErrorInvalidConfiguration = 9, cudaErrorInvalidDevice = 101, cudaErrorInvalidResourceHandle = 400,
     cudaErrorNotReady = 600, cudaErrorStreamCaptureUnsupported = 900, cudaErrorStreamCaptureInvalidated = 901,
     cudaErrorStreamCaptureImplicit = 906, cudaErrorIllegalState = 401, cudaErrorLaunchFailure = 719,
-    cudaErrorNoDevice = 100
+    cudaErrorNoDevice = 100, cudaErrorLaunchOutOfResources = 701
 } cudaError_t;
 typedef enum cudaMemcpyKind {
     cudaMemcpyHostToHost = 0, cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2,

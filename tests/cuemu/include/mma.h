@@ -24,9 +24,19 @@ inline bool emu_lane0() {
 }
 inline float emu_f(float v) { return v; }
 inline float emu_f(__nv_bfloat16 v) { return __bfloat162float(v); }
+// what the PTX wmma.load / wmma.store require of their operands (CUDA C++ Programming Guide,
+// "Warp Matrix Functions"): mptr 256-bit (32-byte) aligned, ldm a multiple of 16 bytes. A GPU
+// faults or reads the wrong elements otherwise; here the run ends naming the call.
+template <typename T> inline void emu_wmma_operand(const char *fn, const T *p, unsigned ld) {
+    if ((uintptr_t)p % 32)
+        emu_die("wmma::%s: pointer %p is not 32-byte (256-bit) aligned, as the GPU requires", fn, (const void *)p);
+    if ((ld * sizeof(T)) % 16)
+        emu_die("wmma::%s: ldm %u is not a multiple of 16 bytes (%zu elements of %zu bytes)", fn, ld, 16 / sizeof(T), sizeof(T));
+}
 template <typename Use, typename T, typename L>
 inline void load_matrix_sync(fragment<Use, 16, 16, 16, T, L> &f, const T *p, unsigned ld) {
     if (!emu_lane0()) return;
+    emu_wmma_operand("load_matrix_sync", p, ld);
     for (int r = 0; r < 16; r++)
         for (int c = 0; c < 16; c++)
             f.x[r * 16 + c] = std::is_same<L, col_major>::value ? p[(size_t)c * ld + r] : p[(size_t)r * ld + c];
@@ -51,6 +61,7 @@ inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d, const fragment
 template <typename T>
 inline void store_matrix_sync(T *p, const fragment<accumulator, 16, 16, 16, T> &f, unsigned ld, layout_t l) {
     if (!emu_lane0()) return;
+    emu_wmma_operand("store_matrix_sync", p, ld);
     for (int r = 0; r < 16; r++)
         for (int c = 0; c < 16; c++) (l == mem_col_major ? p[(size_t)c * ld + r] : p[(size_t)r * ld + c]) = f.x[r * 16 + c];
 }
