@@ -514,6 +514,8 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
         // chose is not the model's; kept, it bound the next :train (and went into checkpoints)
         e->cfg.steps = e->model.cfg.steps = 0;
         e->steps_auto = 0;
+        if (e->cfg.lr_cosine)  // the schedule line above announced it
+            fprintf(OUT, "schedule: withdrawn (no step of this run ran): steps=0 again, the next :train sets it\n");
     }
     if (stopped == 1) fprintf(OUT, "interrupted at step %lld (state intact)\n", (long long)e->step);
     if (stopped == 2)

@@ -308,6 +308,10 @@ static void test_refused_first_step_leaves_nothing(void **s) {
     write_file("hz.dm", script);
     assert_int_equal(sh_in_dir("(ulimit -v 3000000; timeout 60 %s --norc -b hz.dm > out.txt 2> err.txt; test $? = 1) && "
                                "grep -q 'cannot allocate the activations' err.txt", dmsh), 0);
+    slurp_to("out.txt", out, sizeof out);  // the schedule it announced is taken back, in so many words
+    if (!strstr(out, "schedule: this run (steps 0..4)") || !strstr(out, "\nschedule: withdrawn (no step of this run ran)")) print_error("%s\n", out);
+    assert_non_null(strstr(out, "schedule: this run (steps 0..4)"));
+    assert_non_null(strstr(out, "\nschedule: withdrawn (no step of this run ran)"));
     assert_int_equal(sh_in_dir("timeout 60 %s -r runs/hz -e ':show config' > out.txt 2> err.txt", dmsh), 0);
     slurp_to("out.txt", out, sizeof out);
     if (!strstr(out, "\n  steps            0 ")) print_error("%s\n", out);
