@@ -664,6 +664,15 @@ cudaError_t emu_launch_grid(const char *k, dim3 g, dim3 b, size_t smem, cudaStre
         auto it = launch_bounds().find(k);
         if (it != launch_bounds().end() && nt > (unsigned long long)it->second)
             return set_err(cudaErrorLaunchOutOfResources);
+        // The project's rule (a GPU may accept such a launch, or refuse it): a block of more than
+        // 256 threads needs __launch_bounds__, or nvcc may give the kernel more registers than
+        // 65536 / threads (up to 255 a thread fit 256 threads; the register file is 64K) and the
+        // launch fails on the device only. Refused here, where it costs no device time.
+        if (it == launch_bounds().end() && nt > 256) {
+            fprintf(stderr, "cuemu: %s launched with %llu threads a block and no __launch_bounds__ (the project's rule "
+                            "above 256 threads: declare the bound, or the register file may not fit it on a GPU)\n", k, nt);
+            return set_err(cudaErrorLaunchOutOfResources);
+        }
     }
     if (smem > EMU_SMEM_DEFAULT) {
         auto it = smem_attr.find(k);

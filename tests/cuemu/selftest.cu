@@ -142,6 +142,9 @@ int main(int argc, char **argv) {
           cudaGetLastError() == cudaErrorLaunchOutOfResources);
     bounded<<<1, SELF_BOUND>>>((int *)dout);
     check("... and as many runs", cudaGetLastError() == cudaSuccess);
+    idx_kernel<<<1, 512>>>((int *)dout);  // no __launch_bounds__: 256 threads at most (the project's rule)
+    check("512 threads for a kernel without __launch_bounds__ is refused (project rule)",
+          cudaGetLastError() == cudaErrorLaunchOutOfResources);
     dyn_kernel<<<1, 32, 64 * 1024>>>(dout);
     check("64 KiB of dynamic shared memory without the attribute is refused", cudaGetLastError() == cudaErrorInvalidValue);
     cudaFuncSetAttribute(dyn_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024);
