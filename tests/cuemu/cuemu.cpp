@@ -338,21 +338,27 @@ static cudaError_t forbid_in_capture(const char *what) {
     emu_fail_capture(cudaErrorStreamCaptureUnsupported, what);
     return set_err(cudaErrorStreamCaptureUnsupported);
 }
-// CUEMU_DEFER=1: the device runs behind the host, as a GPU does. Every op a stream is given waits
-// in one queue (enqueue order: each stream's own order and more) and runs only when the host
-// synchronises with it: a stream or device synchronisation, an event synchronisation or query (up
-// to that event's record), a synchronous copy or memset, a cudaFree or cudaFreeHost (implicit
-// device synchronisations), a copy to or from pageable memory (which a GPU does not defer).
-// Without it every op runs when it is enqueued, so a host that rewrites pinned staging before the
-// copy that reads it has run, or reads a pinned download before waiting for it, gets the right
-// bytes by luck; deferred, it gets what a GPU would give it (tests/cuemu/dmsh_defer.sh).
+// The device runs behind the host, as a GPU does (CUEMU_DEFER=0 turns it off: each op runs when
+// it is enqueued). Every op a stream is given waits in one queue (enqueue order: each stream's own
+// order and more) and runs only when the host synchronises with it: a stream or device
+// synchronisation, an event synchronisation or query (up to that event's latest record), a
+// synchronous copy or memset, a cudaFree or cudaFreeHost (implicit device synchronisations), a
+// copy into pageable memory (which a GPU does not defer either). Run at once, a host that
+// rewrites pinned staging before the copy that reads it has run, or reads a pinned download before
+// waiting for it, gets the right bytes by luck; deferred, it gets what a GPU would give it
+// (tests/cuemu/dmsh_defer.sh runs a session both ways).
 static std::deque<std::function<void()>> pending;
 static long long enq_seq, done_seq;  // ops enqueued / run so far (the queue holds the difference)
-static int defer_on(void) {
+int emu_defer_on(void) {
     static int on = -1;
-    if (on < 0) on = getenv("CUEMU_DEFER") && getenv("CUEMU_DEFER")[0] == '1';
+    if (on < 0) {
+        const char *d = getenv("CUEMU_DEFER");
+        if (d && strcmp(d, "0") && strcmp(d, "1")) emu_die("CUEMU_DEFER=%s: use 1 (the default) or 0", d);
+        on = !(d && !strcmp(d, "0"));
+    }
     return on;
 }
+#define defer_on emu_defer_on
 static void drain_through(long long seq) {
     while (done_seq < seq && !pending.empty()) {
         std::function<void()> op = std::move(pending.front());

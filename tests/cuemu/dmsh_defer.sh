@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# tests/cuemu/dmsh_defer.sh DMSH — the host/device protocol of a dmsh session, with the emulated
-# device running behind the host as a GPU does (CUEMU_DEFER=1: every enqueued op waits until the
-# host synchronises with it). Without it cuemu runs each op when it is enqueued, so a host that
-# rewrites the pinned staging of a step the device has not started, or reads a download before
-# waiting for it, still gets the right numbers. Each session below runs twice, ops at once and
-# deferred, and must give the same digest (DMSH_DIGEST: losses, every tensor and moment) and the
-# same printed numbers. The sessions: steps replayed from the step graph back to back with one
-# report at the end (the host runs ahead of the device), an eval and the depth evals between
-# them, :gen, moves to the CPU and back, :bench (which restores the state), a checkpoint saved
-# and loaded; once with the Engram tables on the device and once in host memory (engram_ram=on:
-# rows up and row gradients down around every step).
+# tests/cuemu/dmsh_defer.sh DMSH — the host/device protocol of a dmsh session. cuemu runs the
+# device behind the host as a GPU does (every enqueued op waits until the host synchronises with
+# it); CUEMU_DEFER=0 runs each op when it is enqueued instead, where a host that rewrites the
+# pinned staging of a step the device has not started, or reads a download before waiting for
+# it, still gets the right numbers. Each session below runs both ways and must give the same
+# digest (DMSH_DIGEST: losses, every tensor and moment) and the same printed numbers. The
+# sessions: steps replayed from the step graph back to back with one report at the end (the host
+# runs ahead of the device), an eval and the depth evals between them, :gen, moves to the CPU and
+# back, :bench (which restores the state), a checkpoint saved and loaded; once with the Engram
+# tables on the device and once in host memory (engram_ram=on: rows up and row gradients down
+# around every step).
 # Checked to fail (by hand, session 19): engine/step.c without its upload_wait before staging a
 # step — the graph's upload of step k then reads step k+1's batch; found as a digest difference.
 set -u

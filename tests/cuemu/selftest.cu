@@ -204,9 +204,9 @@ int main(int argc, char **argv) {
     ec = cudaStreamEndCapture(s, &g);
     check("a copy from pageable memory inside a capture fails", ep != cudaSuccess && ec == cudaErrorStreamCaptureInvalidated);
 
-    // CUEMU_DEFER=1 (the device behind the host): what the host does before a wait, the device
-    // sees; what the device writes, the host sees at the wait (tests/cuemu/dmsh_defer.sh)
-    if (getenv("CUEMU_DEFER") && getenv("CUEMU_DEFER")[0] == '1') {
+    // the device behind the host (the default; CUEMU_DEFER=0 runs ops at once): what the host does
+    // before a wait, the device sees; what the device writes, the host sees at the wait
+    if (emu_defer_on()) {
         float *pin2, *dd;
         cudaHostAlloc(&pin2, 16, cudaHostAllocDefault);
         cudaMalloc(&dd, 16);

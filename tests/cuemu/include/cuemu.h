@@ -3,13 +3,17 @@
 //
 // What it is: every thread of a block is a fiber (its own stack) on one OS thread; a block runs
 // its threads in turn until each reaches __syncthreads() or exits, then the barrier opens. Blocks
-// of a grid run one after another, and every stream operation runs at once, in issue order (or,
-// inside a stream capture, is recorded into the graph and runs at each replay). cuBLAS products
+// of a grid run one after another, and every stream operation waits in issue order until the
+// host synchronises with it, as a GPU runs behind the host (CUEMU_DEFER=0: at once); inside a
+// stream capture it is recorded into the graph and runs at each replay. cuBLAS products
 // run through OpenBLAS in fp32 (bf16 operands converted exactly); cub's radix sort is a stable
 // host sort; wmma fragments hold a whole 16 x 16 tile in every thread of the warp.
 //
 // What it checks beyond "the same numbers as the CPU": launch configurations (block size, grid
-// limits, dynamic shared memory above 48 KiB without the opt-in attribute), threads of one block
+// limits, a block above the kernel's __launch_bounds__ or, without one, above 256 threads, dynamic
+// shared memory above 48 KiB without the opt-in attribute), wmma operands (32-byte aligned, ldm a
+// multiple of 16 bytes), a host that touches pinned staging or downloads before waiting for the
+// device (the deferred queue gives it what a GPU would), threads of one block
 // waiting at different __syncthreads() (a divergent barrier), memory copies whose ranges are not
 // the kind the copy says (a host pointer passed as device memory, a pageable host buffer inside a
 // capture), the operations a global-mode capture forbids (allocation, synchronisation), and the
@@ -44,6 +48,8 @@
 int emu_register_bounds(const char *kernel, int max_threads);
 // what a GPU would refuse or fault on, caught in the emulator: the message, exit status 3
 [[noreturn]] void emu_die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+// 1 unless CUEMU_DEFER=0: queued ops run when the host synchronises with them (cuemu.cpp)
+int emu_defer_on(void);
 #define __align__(n) __attribute__((aligned(n)))
 #define __shared__ static   // one copy per kernel: blocks run one at a time (see the file comment)
 #define __constant__
