@@ -368,6 +368,13 @@ static void drain_through(long long seq) {
     }
 }
 static void drain_all(void) { drain_through(enq_seq); }
+// a destroy that CUDA lets return at once, releasing the object when the work queued before it
+// is done (events, graph executables): the release waits in the queue behind that work
+static void release_after_queued(std::function<void()> release) {
+    if (!emu_defer_on() || pending.empty()) { release(); return; }
+    enq_seq++;
+    pending.push_back(std::move(release));
+}
 cudaError_t emu_enqueue(cudaStream_t s, std::function<void()> op, const char *what) {
     if (cap_stream) {
         if (s == cap_stream) {
@@ -393,7 +400,7 @@ int64_t emu_globaltimer(void) { return (int64_t)(now_ms() * 1e6); }
 
 cudaError_t cudaStreamCreate(cudaStream_t *s) { static int ids; *s = new EmuStream{++ids}; return cudaSuccess; }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned) { return cudaStreamCreate(s); }
-cudaError_t cudaStreamDestroy(cudaStream_t s) { drain_all(); delete s; return cudaSuccess; }
+cudaError_t cudaStreamDestroy(cudaStream_t s) { delete s; return cudaSuccess; }  // no queued op refers to it
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     if (cap_stream && (s == cap_stream || s == NULL)) return forbid_in_capture("cudaStreamSynchronize");
     drain_all();  // every stream's work (one queue): more than a GPU waits for, never less
@@ -407,7 +414,7 @@ cudaError_t cudaDeviceSynchronize(void) {
 cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
 cudaError_t cudaEventCreate(cudaEvent_t *e) { *e = new EmuEvent{0, 0, 0, 0, 0}; return cudaSuccess; }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned f) { *e = new EmuEvent{f, 0, 0, 0, 0}; return cudaSuccess; }
-cudaError_t cudaEventDestroy(cudaEvent_t e) { drain_through(e->seq); delete e; return cudaSuccess; }
+cudaError_t cudaEventDestroy(cudaEvent_t e) { release_after_queued([e] { delete e; }); return cudaSuccess; }
 cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t s, unsigned f) {
     if (cap_stream && s == cap_stream) {
         e->in_capture = 1;
@@ -484,7 +491,7 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t x, cudaStream_t s) {
         for (EmuEvent *ev : x->events) ev->seq = enq_seq;  // recorded again by this replay
     return e;
 }
-cudaError_t cudaGraphExecDestroy(cudaGraphExec_t x) { delete x; return cudaSuccess; }
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t x) { release_after_queued([x] { delete x; }); return cudaSuccess; }
 cudaError_t cudaGraphDestroy(cudaGraph_t g) { delete g; return cudaSuccess; }
 
 // ================================================================================================

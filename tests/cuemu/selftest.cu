@@ -190,6 +190,12 @@ int main(int argc, char **argv) {
     cudaStreamSynchronize(s);
     cudaMemcpy(hd, dv, 16, cudaMemcpyDeviceToHost);
     check("a replay uses the captured arguments and reads pinned memory when it runs", hd[0] == 21.0f && hd[3] == 21.0f);
+    pin[0] = 5.0f;
+    cudaGraphLaunch(x, s);
+    cudaGraphExecDestroy(x);  // CUDA: returns at once, the executable freed when its launch is done
+    cudaStreamSynchronize(s);
+    cudaMemcpy(hd, dv, 16, cudaMemcpyDeviceToHost);
+    check("a graph executable destroyed right after its launch still runs it", hd[0] == 27.0f && hd[3] == 27.0f);
     cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);
     void *tmp;
     cudaError_t em = cudaMalloc(&tmp, 16);
