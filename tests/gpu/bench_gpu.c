@@ -12,6 +12,8 @@
 //               back-to-back steps traced by CUPTI (before the untraced ones) (tests/gpu/busy_cupti.h: the union of the
 //               activity intervals); "n/a" with the reason when CUPTI is not there or refuses
 //   memory      peak bytes held by the backend allocator, and the device's used memory at peak
+//   phases      under each row: forward, backward and the rest of a step timed apart, eager
+//               (phase_probe), and what the graph saves
 // Data: shared-data/tinyshakespeare.txt if present (run.sh copies it), else generated text.
 // Usage: bench_gpu [K [PRESET:B:T ...]] (K = 20 and the three cases above by default).
 #include <cuda_runtime_api.h>
@@ -71,6 +73,48 @@ static void proj_align_probe(const char *preset, int B, int T) {
         else printf("  P=%d %.3f ms (%.0f TFLOP/s)", P, f + dx + dw, 6.0 * N * d * P / ((f + dx + dw) * 1e-3) / 1e12);
     }
     printf("\n");
+}
+
+// Where a step's time goes, for the first device run to read before anyone changes a kernel:
+// with cuda_graph=off every op is launched from the host and each phase is waited for, so the
+// forward, the backward and the whole step can be timed apart (the median of K each); the step
+// minus both is the optimizer and the step's bookkeeping. Launch costs are inside these eager
+// times; the graph step's time (the row above) minus the eager step's is what the graph saves.
+static void phase_probe(Engine *e, const Backend *cu, int B, int T, int K, double graph_ms) {
+    dm_err err = {0};
+    double *f = malloc(sizeof(double) * K), *b = malloc(sizeof(double) * K), *st = malloc(sizeof(double) * K);
+    int bad = engine_set(e, "cuda_graph", "off", &err);
+    MetricRow r;
+    // the activations hold the last step's batch (acts.x / acts.tgt on the device)
+    for (int i = 0; i < K && !bad; i++) {
+        double t0 = now_s();
+        model_forward_enqueue(&e->model, B, T, e->cfg.L, FWD_TRAIN);
+        cu->sync();
+        double t1 = now_s();
+        model_backward(&e->model);
+        cu->sync();
+        f[i] = 1e3 * (t1 - t0);
+        b[i] = 1e3 * (now_s() - t1);
+    }
+    for (int i = 0; i < K && !bad; i++) {
+        double t0 = now_s();
+        bad = engine_step(e, &r, &err);
+        cu->sync();
+        st[i] = 1e3 * (now_s() - t0);
+    }
+    if (bad) printf("       phases: %s\n", err.msg);
+    else {
+        qsort(f, K, sizeof(double), cmp_d);
+        qsort(b, K, sizeof(double), cmp_d);
+        qsort(st, K, sizeof(double), cmp_d);
+        double fm = f[K / 2], bm = b[K / 2], sm = st[K / 2];
+        printf("       phases, eager (cuda_graph=off, each waited for, median of %d): forward %.2f ms, backward %.2f ms, "
+               "step %.2f ms -> optimizer and bookkeeping %.2f ms (%.0f%%); the graph step above saves %.2f ms of it\n",
+               K, fm, bm, sm, sm - fm - bm, 100 * (sm - fm - bm) / sm, sm - graph_ms);
+    }
+    free(f);
+    free(b);
+    free(st);
 }
 
 int main(int argc, char **argv) {
@@ -183,6 +227,7 @@ int main(int argc, char **argv) {
             busy_print_top(K, 15);
         }
         else printf("       (busy: %s)\n", bwhy);
+        phase_probe(&e, cu, cases[c].B, cases[c].T, K, med);
         proj_align_probe(cases[c].preset, cases[c].B, cases[c].T);
         fflush(stdout);
         free(ms);
