@@ -600,8 +600,8 @@ __global__ void scale_by_kernel(float *X, const float *scale, size_t n) {
 }
 // M [r, r] += b A + a I   (M already holds c A^2)
 __global__ void ns_poly_kernel(float *M, const float *A, int r, float a, float b) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= r * r) return;
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)r * r) return;
     M[i] += b * A[i];
     if (i / r == i % r) M[i] += a;
 }
@@ -627,7 +627,7 @@ static void cu_retract(real *X, int rows, int r, int iters, real *scratch) {
             cudaLaunchCheck();
         }
         dm_gemm(0, 0, r, r, r, 0.375f, A, r, A, r, 0, M, r, 0);       // M = c A^2
-        ns_poly_kernel<<<ceil_div(r * r, 256), 256, 0, dm_stream>>>(M, A, r, 1.875f, -1.25f);
+        ns_poly_kernel<<<ceil_div((long long)r * r, 256), 256, 0, dm_stream>>>(M, A, r, 1.875f, -1.25f);
         cudaLaunchCheck();
         dm_gemm(0, 0, rows, r, r, 1, X, r, M, r, 0, Y, r, 0);         // Y = X M
         cudaCheck(cudaMemcpyAsync(X, Y, sizeof(float) * n, cudaMemcpyDeviceToDevice, dm_stream));
