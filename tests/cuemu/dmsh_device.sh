@@ -4,7 +4,8 @@
 # session and its model intact (it ended the process, and an unsaved model was lost); a failed
 # move names its cause (it was formatted into itself); `:device cuda` on cuda:0 moves nothing;
 # :probe after two moves still says why the activations are gone. And the step times of the
-# emulated device are marked as such wherever they are shown or written.
+# emulated device are marked as such wherever they are shown or written. And a shape past what
+# the CUDA kernels index is refused in one line before anything is allocated for it (check 7).
 set -u
 DMSH=$(readlink -f "$1")
 W=$(mktemp -d /tmp/dmsh_cuemu_dev_XXXXXX)
