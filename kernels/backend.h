@@ -147,7 +147,7 @@ typedef struct Backend {
     double (*peak_tflops)(void);                    // measured bf16 GEMM peak (the MFU denominator); NULL: CPU
     // The shapes this backend's ops can index: 0, or 1 with a one-line reason in why (which limit,
     // what to lower). The engine asks before it allocates anything for them (engine/model.c,
-    // model_shape_check). NULL: no limit (CPU). CUDA: kernels/cuda/limits.h.
+    // model_shape_check). NULL: no limit (CPU). CUDA: kernels/cuda/shape_limits.h.
     int (*shape_check)(const BackendShape *s, char *why, size_t n);
 
     // ---- the training step as one unit (engine/step.c; CUDA: kernels/cuda/graph_cuda.cu) ----
