@@ -1,15 +1,16 @@
 // test_shape_limits.c — the shapes the CUDA backend refuses (kernels/cuda/shape_limits.h, its
 // Backend.shape_check) and how the engine asks (engine/model.c, model_shape_check), on the CPU:
 // the formula at each of its boundaries, then a stand-in device (the CPU's ops with the CUDA
-// backend's shape_check, its allocations counted) through the engine: a move, a :set batch= or an
-// :init past a limit is one error that names the limit and what to lower, nothing is allocated
-// on the device for it, and the session goes on bit for bit as if it had not been asked. The
-// CPU backend itself takes any shape.
+// backend's shape_check, its allocations counted) through the engine: a move, a :set batch=, an
+// :init, the activations or :check parity past a limit is one error that names the limit and
+// what to lower, nothing is allocated on the device for it, and the session goes on bit for bit
+// as if it had not been asked. The CPU backend itself takes any shape.
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include "testutil.h"
 #include "../engine/engine.h"
+#include "../engine/parity.h"
 #include "../kernels/cuda/shape_limits.h"
 
 static int check(int64_t B, int64_t T, int d, int H, int k, int r, int O, char *why) {
@@ -127,6 +128,12 @@ static void test_engine_asks_first(void **st) {
     assert_string_equal(err.msg, past);
     assert_ptr_equal(b.model.acts.buf, buf);
     assert_int_equal(b.model.acts_B, 1);
+    // nor does :check parity at such a batch build its two models first
+    ParityReport rep;
+    assert_int_equal(engine_check_parity(&b, cpu, &limited, 65536, 0, 1e-4, 0, 0, &rep, &err), 1);
+    char want_parity[1024];
+    snprintf(want_parity, sizeof want_parity, "check parity: %s", past);
+    assert_string_equal(err.msg, want_parity);
     assert_int_equal(allocs, 0);
     refuse = 0;
     for (int i = 1; i < 3; i++) {
