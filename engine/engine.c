@@ -94,7 +94,7 @@ int engine_build(Engine *e, uint64_t seed, dm_err *err) {
     e->fwd_moved = 0;
     e->fwd_cut = 0;
     // (not config_validate_eval: the weights do not depend on the eval window; the REPL notes it)
-    if (config_validate(&e->cfg, err)) return 1;
+    if (config_validate(&e->cfg, err) || model_shape_check(e->be, &e->cfg, e->cfg.batch, e->cfg.seq, err)) return 1;
     if (!e->be) e->be = backend_cpu();
     free_model(e);
     e->cfg.seed = seed;
@@ -319,7 +319,7 @@ int engine_set_many(Engine *e, int n, const char *const *keys, const char *const
         if (config_set(&t, keys[i], values[i], err)) return 1;
         user_steps |= !strcmp(keys[i], "steps");
     }
-    if (config_validate(&t, err)) return 1;
+    if (config_validate(&t, err) || (e->live && model_shape_check(e->be, &t, t.batch, t.seq, err))) return 1;
     if (e->has_data && t.seq != e->cfg.seq && data_fits(&e->data, t.seq, err)) return 1;
     // eval_bytes < seq is taken (config_validate_eval): a script or a preset may set the two keys
     // on lines of their own, in any order, and a state between them is no error

@@ -314,10 +314,20 @@ static size_t carve(Model *m, real *base) {
     return used;
 }
 
+int model_shape_check(const Backend *be, const Config *cfg, int64_t B, int64_t T, dm_err *err) {
+    if (!be || !be->shape_check) return 0;
+    BackendShape s = {B, T, cfg->d, cfg->H, cfg->E, cfg->k, cfg->r, cfg->f, cfg->n_orders};
+    char why[512];
+    if (be->shape_check(&s, why, sizeof why) == 0) return 0;
+    return dm_fail(err, "%s", why);
+}
+
 int model_reserve_try(Model *m, int B, int T, dm_err *err) {
     // kda_chunk can change on a live model (:set), and the KDA workspace's size depends on it
     // (a smaller chunk needs more: the CPU's chunked KDA once wrote past it and crashed)
     if (m->acts_B == B && m->acts_T == T && m->acts_chunk == m->cfg.kda_chunk && m->acts.buf) return 0;
+    // a shape the backend cannot index is refused before the arena it has goes
+    if (model_shape_check(m->be, &m->cfg, B, T, err)) return 1;
     acts_free(m);
     Acts *a = &m->acts;
     a->B = B; a->T = T;

@@ -153,6 +153,12 @@ int model_create(Model *m, const Config *cfg, const Backend *be, uint64_t seed, 
 // weights in with model_params_put; parity checks copy a model this way).
 int model_create_blank(Model *m, const Config *cfg, const Backend *be, dm_err *err);
 void model_free(Model *m);
+// The backend's index limits (kernels/backend.h, shape_check) for a model of cfg at B x T: 0, or 1
+// with the one-line reason (which limit, what to lower). Asked before anything is allocated for
+// them: building a model (engine_build), batch or seq changed on a live one (engine_set_many),
+// the activations (model_reserve_try), :check parity's two models (engine_check_parity). NULL be,
+// or a backend without limits (CPU): 0.
+int model_shape_check(const Backend *be, const Config *cfg, int64_t B, int64_t T, dm_err *err);
 // Ensure the activation arena fits B x T.
 void model_reserve(Model *m, int B, int T);
 // The same, with an error instead of an exit when the memory is not there (the commands' path:

@@ -85,6 +85,9 @@ int engine_check_parity(Engine *e, const Backend *ref, const Backend *dev, int B
     if (config_validate(&c, err)) return 1;
     if (B <= 0) B = c.batch;
     if (T <= 0) T = c.seq;
+    dm_err se = {0};  // a shape either backend cannot index: refused before either model is allocated
+    if (model_shape_check(dev, &c, B, T, &se) || model_shape_check(ref, &c, B, T, &se))
+        return dm_fail(err, "check parity: %.1900s", se.msg);
     // only the reference initialises, and only when there is no live model to copy (at the base
     // preset one initialisation is seconds of RNG draws and Gram-Schmidt on one core)
     // the check's own two models: their allocation failing is about the check, not about

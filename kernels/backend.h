@@ -9,6 +9,10 @@
 #include "cpu/moe.h"   // MoEShape / MoEParams / MoEGrads: plain shape and pointer bundles
 #include "cpu/optim_ops.h"  // OptSeg / OptStatus / StepHyper / StepRecord
 
+// A model's shapes at a batch, for Backend.shape_check: B sequences of T tokens (64-bit: B*T may
+// pass int), width d, H heads, E experts (k per token) of rank r and hidden width f, O Engram orders
+typedef struct { int64_t B, T; int d, H, E, k, r, f, O; } BackendShape;
+
 typedef struct Backend {
     const char *name;
     // memory (host memory for the CPU backend, device memory for CUDA)
@@ -141,6 +145,10 @@ typedef struct Backend {
     // fp32 accumulation; for a parity reference only. NULL: not available (CUDA, double build)
     void (*emulate_bf16)(int on);
     double (*peak_tflops)(void);                    // measured bf16 GEMM peak (the MFU denominator); NULL: CPU
+    // The shapes this backend's ops can index: 0, or 1 with a one-line reason in why (which limit,
+    // what to lower). The engine asks before it allocates anything for them (engine/model.c,
+    // model_shape_check). NULL: no limit (CPU). CUDA: kernels/cuda/shape_limits.h.
+    int (*shape_check)(const BackendShape *s, char *why, size_t n);
 
     // ---- the training step as one unit (engine/step.c; CUDA: kernels/cuda/graph_cuda.cu) ----
     // The step's bookkeeping ops (kernels/cpu/optim_ops.h has the contracts): the loss and the

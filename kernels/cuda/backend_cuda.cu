@@ -18,6 +18,7 @@
 //   engram_rows: `orders` is the host config array (O <= 16 entries).
 //   orth_error returns its value to the host.
 #include "cuda_common.cuh"
+#include "shape_limits.h"
 #include <string.h>
 
 extern "C" void cuda_set_precision(int fp32);
@@ -570,7 +571,7 @@ __global__ void engram_keys_kernel(uint64_t *keys, int *vals, const int32_t *row
     vals[a] = (int)a;
 }
 static void cu_engram_scatter(real *dtables, const real *dm, const int32_t *rows, int N, int O, int64_t R, int D) {
-    int n = O * N;
+    int n = O * N;  // <= 2^31 - 2^26 (shape_limits.h): cub's int count, int item ids, one block per item
     if (n <= 0 || D <= 0) return;
     uint64_t *kin, *kout; int *vin, *vout;
     sort_scratch(n, &kin, &kout, &vin, &vout);
@@ -600,8 +601,8 @@ __global__ void scale_by_kernel(float *X, const float *scale, size_t n) {
 }
 // M [r, r] += b A + a I   (M already holds c A^2)
 __global__ void ns_poly_kernel(float *M, const float *A, int r, float a, float b) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= r * r) return;
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)r * r) return;
     M[i] += b * A[i];
     if (i / r == i % r) M[i] += a;
 }
@@ -627,7 +628,7 @@ static void cu_retract(real *X, int rows, int r, int iters, real *scratch) {
             cudaLaunchCheck();
         }
         dm_gemm(0, 0, r, r, r, 0.375f, A, r, A, r, 0, M, r, 0);       // M = c A^2
-        ns_poly_kernel<<<ceil_div(r * r, 256), 256, 0, dm_stream>>>(M, A, r, 1.875f, -1.25f);
+        ns_poly_kernel<<<ceil_div((long long)r * r, 256), 256, 0, dm_stream>>>(M, A, r, 1.875f, -1.25f);
         cudaLaunchCheck();
         dm_gemm(0, 0, rows, r, r, 1, X, r, M, r, 0, Y, r, 0);         // Y = X M
         cudaCheck(cudaMemcpyAsync(X, Y, sizeof(float) * n, cudaMemcpyDeviceToDevice, dm_stream));
@@ -644,7 +645,7 @@ __global__ void __launch_bounds__(1024) sum_d_kernel(double *out, const double *
 static double cu_orth_error(const real *X, int rows, int r) {
     if (r <= 0) return 0;
     double *err = (double *)dm_scratch(SCR_MISC, sizeof(double) * ((size_t)r * r + 1));
-    orth_terms_kernel<<<dim3(ceil_div(r, 64), r), 64, 0, dm_stream>>>(err, X, rows, r);
+    orth_terms_kernel<<<dim3(ceil_div(r, 64), r), 64, 0, dm_stream>>>(err, X, rows, r);  // r <= 65535: shape_limits.h
     cudaLaunchCheck();
     sum_d_kernel<<<1, 1024, 0, dm_stream>>>(err + (size_t)r * r, err, (size_t)r * r);
     cudaLaunchCheck();
@@ -743,6 +744,7 @@ extern "C" const Backend *backend_cuda(int device, char *why, size_t n) {
     cuda_graph_fill(b);  // graph_cuda.cu: the step's bookkeeping ops, staging, graphs
     b->describe = cuda_describe; b->mem_stats = cu_mem_stats; b->set_precision = cuda_set_precision;
     b->peak_tflops = cuda_peak_bf16_tflops;
+    b->shape_check = cuda_shape_check;  // shape_limits.h
     return b;
 }
 #endif  // DM_DOUBLE

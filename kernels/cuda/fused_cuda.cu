@@ -386,7 +386,7 @@ __global__ void l2norm_silu_bwd_kernel(float *dx, int ldd, const float *dy, cons
 }
 static void cu_l2norm_silu_backward(real *dx, int ldd, const real *dy, const real *y, const real *rn, real scale,
                                     const real *x, int ldx, const real *sg, int N, int H, int dh) {
-    if ((long long)N * H <= 0) return;
+    if ((long long)N * H <= 0) return;  // N H <= 2^31 - 2^26 (shape_limits.h): one block per (token, head)
     l2norm_silu_bwd_kernel<<<N * H, row_threads(dh), 0, dm_stream>>>(dx, ldd, dy, y, rn, scale, x, ldx, sg, H, dh);
     cudaLaunchCheck();
 }

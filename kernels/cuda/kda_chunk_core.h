@@ -18,7 +18,8 @@
 // backward specialised the same way (see the comments there for the derivation).
 //
 // Layout as the CPU: q, k, v, g, o [B, T, H, D]; beta [B, T, H]. Rows of one (b, h) are at
-// stride HD = H*D (beta at stride H).
+// stride HD = H*D (beta at stride H). Row offsets are size_t; indices inside a head's [D, D] and
+// [D, D + 1] tiles are int, D (D + 1) < 2^31 (the CUDA backend refuses D > 46340: shape_limits.h).
 #pragma once
 #include <math.h>
 #include <stddef.h>

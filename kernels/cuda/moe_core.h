@@ -105,7 +105,7 @@ static DM_HDS inline size_t moe_core_ws_size(MoEShape s) {
 static DM_HDS inline MoeView moe_core_view(real *ws, MoEShape s) {
     MoeView v;
     size_t N = (size_t)s.N, A = N * s.k, E = (size_t)s.E;
-    v.N = s.N; v.d = s.d; v.E = s.E; v.k = s.k; v.r = s.r; v.f = s.f; v.A = (int)A;
+    v.N = s.N; v.d = s.d; v.E = s.E; v.k = s.k; v.r = s.r; v.f = s.f; v.A = (int)A;  // <= 2^31 - 2^26: shape_limits.h
     v.MT = moe_core_slots((int)A, s.E);
     real *p = (real *)(((size_t)ws + 7) & ~(size_t)7);
     v.Ppart = (double *)p; p += 2 * (size_t)MOE_NCH * E;

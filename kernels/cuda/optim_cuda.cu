@@ -206,7 +206,7 @@ __global__ void adam_rows_kernel(float *p, const float *g, float *m, float *v, i
 void cuda_opt_adam_rows(real *p, const real *g, real *m, real *v, int64_t *row_steps,
                         const int32_t *rows, int O, int N, int64_t R, int D, void *ws, const StepHyper *hp,
                         const OptStatus *st) {
-    int n = O * N;
+    int n = O * N;  // <= 2^31 - 2^26 (shape_limits.h): cub's int count, int item ids
     if (n <= 0 || D <= 0) return;
     uint64_t *kin = (uint64_t *)ws, *kout = kin + n;
     int *vin = (int *)(kout + n), *vout = vin + n;

@@ -4,7 +4,8 @@
 # session and its model intact (it ended the process, and an unsaved model was lost); a failed
 # move names its cause (it was formatted into itself); `:device cuda` on cuda:0 moves nothing;
 # :probe after two moves still says why the activations are gone. And the step times of the
-# emulated device are marked as such wherever they are shown or written.
+# emulated device are marked as such wherever they are shown or written. And a shape past what
+# the CUDA kernels index is refused in one line before anything is allocated for it (check 7).
 set -u
 DMSH=$(readlink -f "$1")
 W=$(mktemp -d /tmp/dmsh_cuemu_dev_XXXXXX)
@@ -89,4 +90,47 @@ grep -a '^ab' out6.txt > gen6.txt
 s=$?
 check ":gen on the device with 1056-wide KDA heads: the CPU's bytes (fp32)" $s
 [ $s = 0 ] || { cat out6.txt err6.txt; }
+# 7. shapes past what the CUDA kernels index (kernels/cuda/shape_limits.h: tokens x max(H, engram
+# orders, k) <= 2^31 - 2^26, d/H <= 46340): one error line that names the limit and what to lower,
+# given before anything is allocated for the shape (each run held to 1 GB of address space; the
+# activations of 2^29 tokens would be terabytes), and the session is left as it was. Before the
+# check a move or a :set batch= took such a shape onto the device (where a device that could hold
+# its activations would have had the kernels' 32-bit row counts wrap), and :init on the device
+# tried to allocate an 86 GB model.
+limited() { ( ulimit -v 1000000; CUEMU_MEM_MB=64 "$DMSH" --norc "$@" < /dev/null ); }
+lim="is more than the CUDA kernels index (at most 260046848 with H=8, 3 engram orders, k=1: tokens x max(H, orders, k) <= 2^31 - 2^26): lower batch or seq"
+limited -e ':preset nano' -e "$TINY" -e ':set H=8 seq=8192 batch=65536' -e ':data corpus.txt' -e ':session lim' \
+    -e ':init seed=1' -e ':device cuda' > out7.txt 2> err7.txt
+rc=$?
+grep -v '^dmsh: saved ' err7.txt > err7.only
+[ "$rc" = 1 ] && [ "$(wc -l < err7.only)" = 1 ] && [ -s runs/lim/ckpt/step-0.ckpt ] && \
+    grep -qF "moving the model to cuda:0 failed (batch x seq = 536870912 tokens $lim); it stays on cpu" err7.only
+s=$?
+check ":device cuda past the kernels' 32-bit row counts: the limit, one line" $s
+[ $s = 0 ] || { cat out7.txt err7.txt; }
+# the model left on the CPU trains there, moves at a batch within the limit, decodes on the device;
+# a :set batch= past the limit on the device is refused and changes nothing (the resumed session
+# still has batch=1)
+limited -r runs/lim -e ':set batch=1' -e ':step 1' -e ':device cuda' -e ':gen "ab" n=8 seed=5' \
+    -e ':set batch=65536' > out7b.txt 2> err7b.txt
+rc=$?
+limited -r runs/lim -e ':show config' > out7c.txt 2> err7c.txt
+rc7c=$?
+grep -v '^dmsh: saved ' err7b.txt > err7b.only
+[ "$rc" = 1 ] && [ "$rc7c" = 0 ] && [ "$(wc -l < err7b.only)" = 1 ] && grep -q '^step 0 loss ' out7b.txt && \
+    grep -q '^device cuda:0 (the live model moved here' out7b.txt && grep -qa '^ab' out7b.txt && \
+    grep -qF -- "-e #5: error: batch x seq = 536870912 tokens $lim" err7b.only && \
+    grep -q '^  batch  *1  ' out7c.txt
+s=$?
+check ":set batch= past the limit on the device: refused, the session unchanged" $s
+[ $s = 0 ] || { cat out7b.txt err7b.txt out7c.txt err7c.txt; }
+# a head dim past the chunked KDA's 32-bit state index: :init on the device refuses before it
+# allocates the model (86 GB of parameters at d=46342, H=1)
+limited -e ':device cuda' -e "$TINY" -e ':set d=46342 H=1' -e ':init seed=1' > out7d.txt 2> err7d.txt
+rc=$?
+[ "$rc" = 1 ] && [ "$(wc -l < err7d.txt)" = 1 ] && \
+    grep -qF -- "-e #4: error: head dim d/H = 46342 is more than the CUDA KDA kernels index (at most 46340: a head's state is indexed in 32 bits): raise H or lower d" err7d.txt
+s=$?
+check ":init on the device with d/H past the KDA's 32-bit index: refused first" $s
+[ $s = 0 ] || { cat out7d.txt err7d.txt; }
 exit $fail
