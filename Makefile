@@ -213,7 +213,8 @@ EMU      := build/cuemu
 # EMUSAN: -fsanitize=address for the cuemu-asan build (cuemu-check sets it, with EMU=build/cuemu-asan)
 EMUSAN   :=
 EMU_LIB  := build/float/libdm.a
-EMU_K    := $(patsubst kernels/cuda/%.cu,$(EMU)/k/%.o,$(wildcard kernels/cuda/*.cu)) $(EMU)/cuemu.o
+EMU_RT   := $(EMU)/cuemu.o $(EMU)/cuemu_libs.o
+EMU_K    := $(patsubst kernels/cuda/%.cu,$(EMU)/k/%.o,$(wildcard kernels/cuda/*.cu)) $(EMU_RT)
 EMU_T    := $(patsubst tests/gpu/%.cu,$(EMU)/t/%.o,$(wildcard tests/gpu/parity*.cu))
 EMU_HDR  := $(wildcard tests/cuemu/include/*.h tests/cuemu/include/cub/*.cuh kernels/cuda/*.cuh kernels/cuda/*.h \
               kernels/*.h kernels/cpu/*.h tests/gpu/*.cuh)
@@ -231,13 +232,13 @@ $(EMU)/k/%.o: $(EMU)/k/%.cpp $(EMU_HDR)
 	$(EMUCXX) -c $< -o $@
 $(EMU)/t/%.o: $(EMU)/t/%.cpp $(EMU_HDR)
 	$(EMUCXX) -Itests/gpu -c $< -o $@
-$(EMU)/cuemu.o: tests/cuemu/cuemu.cpp $(EMU_HDR)
+$(EMU)/cuemu.o $(EMU)/cuemu_libs.o: $(EMU)/%.o: tests/cuemu/%.cpp tests/cuemu/cuemu_internal.h $(EMU_HDR)
 	@mkdir -p $(dir $@)
 	$(EMUCXX) -Wall -c $< -o $@
 $(EMU)/t/selftest.cpp: tests/cuemu/selftest.cu tests/cuemu/cu2cpp.py
 	@mkdir -p $(dir $@)
 	python3 tests/cuemu/cu2cpp.py $< $@
-$(EMU)/selftest: $(EMU)/t/selftest.o $(EMU)/cuemu.o
+$(EMU)/selftest: $(EMU)/t/selftest.o $(EMU_RT)
 	$(CXX) $^ -o $@ $(LDLIBS)
 $(EMU)/parity: $(EMU_T) $(EMU_K) $(EMU_LIB)
 	$(CXX) $(EMUSAN) $(EMU_T) $(EMU_K) -o $@ $(EMU_LIB) $(LDLIBS)

@@ -1,9 +1,10 @@
 // cuemu.cpp — the runtime behind include/cuemu.h: fibers and barriers, grids, streams and
 // capture, memory with kind checks, events, graphs, cuBLAS through OpenBLAS, cub's sort.
-// See include/cuemu.h for what it is for and what it checks.
+// See include/cuemu.h for what it is for and what it checks; cuBLAS and cub are in cuemu_libs.cpp.
 #include "include/cuemu.h"
 #include "include/cublas_v2.h"
 #include "include/cub/cub.cuh"
+#include "cuemu_internal.h"
 #include <algorithm>
 #include <deque>
 #include <memory>
@@ -53,7 +54,7 @@ static std::map<std::string, ProfK> prof_k[2];
 static std::map<std::string, long> prof_g[2];  // "fn ta tb m n k batch type" or "cub::SortPairs n bits" -> calls
 static int prof_in_graph;
 static long prof_replays;
-static int prof_on(void) {
+int emu_prof_on(void) {
     static int on = -1;
     if (on < 0) on = getenv("CUEMU_PROFILE") && getenv("CUEMU_PROFILE")[0];
     return on;
@@ -84,7 +85,7 @@ static void prof_kernel(const std::string &name, size_t nb, dim3 b, size_t smem,
         p.ns += ns;
     }
 }
-static void prof_call(const char *key) {
+void emu_prof_call(const char *key) {
     for (int sc = 0; sc <= prof_in_graph; sc++) prof_g[sc][key]++;
 }
 static double now_ns(void) {
@@ -93,7 +94,7 @@ static double now_ns(void) {
     return t.tv_sec * 1e9 + t.tv_nsec;
 }
 static void print_stats(void) {
-    if (prof_on()) write_profile();
+    if (emu_prof_on()) write_profile();
     if (getenv("CUEMU_STATS"))
         fprintf(stderr, "cuemu: %ld launches, %ld blocks, %ld barriers (%ld with some threads of the block already exited), order %s\n",
                 stats.launches, stats.blocks, stats.barriers, stats.after_exit, rev_order() ? "rev" : "fwd");
@@ -243,6 +244,7 @@ static void run_block(int nt, const std::function<void()> &body) {
 // ================================================================================================
 static cudaError_t last_err = cudaSuccess;
 static cudaError_t set_err(cudaError_t e) { if (e != cudaSuccess) last_err = e; return e; }
+cudaError_t emu_set_err(cudaError_t e) { return set_err(e); }
 const char *cudaGetErrorName(cudaError_t e) {
     switch (e) {
     case cudaSuccess: return "cudaSuccess";
@@ -478,7 +480,7 @@ cudaError_t cudaGraphUpload(cudaGraphExec_t x, cudaStream_t) { return x ? cudaSu
 cudaError_t cudaGraphLaunch(cudaGraphExec_t x, cudaStream_t s) {
     if (!x) return set_err(cudaErrorInvalidValue);
     cudaError_t e = emu_enqueue(s, [x] {
-        if (prof_on()) {  // the census keeps the last replay on its own: one step
+        if (emu_prof_on()) {  // the census keeps the last replay on its own: one step
             prof_k[1].clear();
             prof_g[1].clear();
             prof_in_graph = 1;
@@ -572,7 +574,7 @@ cudaError_t cudaMemGetInfo(size_t *fr, size_t *tot) {
     *fr = mem_limit() - dev_used;
     return cudaSuccess;
 }
-static const char *kind_name(int k) { return k == 0 ? "device" : k == 1 ? "pinned host" : k == 2 ? "host" : "out-of-range"; }
+const char *emu_kind_name(int k) { return k == 0 ? "device" : k == 1 ? "pinned host" : k == 2 ? "host" : "out-of-range"; }
 // the copy's pointers against its kind; in a capture, host memory must be pinned
 static cudaError_t check_copy(void *d, const void *s, size_t n, cudaMemcpyKind k, const char *what) {
     int kd = emu_mem_kind(d, n), ks = emu_mem_kind(s, n);
@@ -582,7 +584,7 @@ static cudaError_t check_copy(void *d, const void *s, size_t n, cudaMemcpyKind k
     if (k != cudaMemcpyDefault) bad |= (kd == 0) != want_d || (ks == 0) != want_s;
     if (bad) {
         fprintf(stderr, "cuemu: %s of %zu bytes, kind %d: destination is %s memory, source %s memory\n", what, n,
-                (int)k, kind_name(kd), kind_name(ks));
+                (int)k, emu_kind_name(kd), emu_kind_name(ks));
         return set_err(cudaErrorInvalidValue);
     }
     if (cap_stream && (kd == 2 || ks == 2)) {
@@ -613,7 +615,7 @@ cudaError_t cudaMemcpy(void *d, const void *s, size_t n, cudaMemcpyKind k) {
 cudaError_t cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t st) {
     if (n == 0) return cudaSuccess;
     if (emu_mem_kind(d, n) != 0) {
-        fprintf(stderr, "cuemu: cudaMemsetAsync of %zu bytes on %s memory\n", n, kind_name(emu_mem_kind(d, n)));
+        fprintf(stderr, "cuemu: cudaMemsetAsync of %zu bytes on %s memory\n", n, emu_kind_name(emu_mem_kind(d, n)));
         return set_err(cudaErrorInvalidValue);
     }
     return set_err(emu_enqueue(st, [d, v, n] { memset(d, v, n); }, "cudaMemsetAsync"));
@@ -629,7 +631,7 @@ cudaError_t cudaMemcpy2DAsync(void *d, size_t dpitch, const void *s, size_t spit
     if (kd < 0 || ks < 0 || (k != cudaMemcpyDefault && ((kd == 0) != (k == cudaMemcpyHostToDevice || k == cudaMemcpyDeviceToDevice) ||
                                                        (ks == 0) != (k == cudaMemcpyDeviceToHost || k == cudaMemcpyDeviceToDevice)))) {
         fprintf(stderr, "cuemu: cudaMemcpy2DAsync %zu x %zu bytes: destination is %s memory, source %s memory\n", height, width,
-                kind_name(kd), kind_name(ks));
+                emu_kind_name(kd), emu_kind_name(ks));
         return set_err(cudaErrorInvalidValue);
     }
     cudaError_t e = set_err(emu_enqueue(st, [=] {
@@ -695,7 +697,7 @@ cudaError_t emu_launch_grid(const char *k, dim3 g, dim3 b, size_t smem, cudaStre
     std::string name(k);
     return set_err(emu_enqueue(st, [g, b, smem, body, name] {
         const int rev = rev_order();
-        const double t0 = prof_on() ? now_ns() : 0;
+        const double t0 = emu_prof_on() ? now_ns() : 0;
         emu_gridDim = g;
         emu_blockDim = b;
         size_t nb = (size_t)g.x * g.y * g.z;
@@ -706,152 +708,7 @@ cudaError_t emu_launch_grid(const char *k, dim3 g, dim3 b, size_t smem, cudaStre
             run_block((int)(b.x * b.y * b.z), body);
             stats.blocks++;
         }
-        if (prof_on()) prof_kernel(name, nb, b, smem, now_ns() - t0);
+        if (emu_prof_on()) prof_kernel(name, nb, b, smem, now_ns() - t0);
     }, "kernel launch"));
 }
 
-// ================================================================================================
-// cuBLAS (column-major, as the real one), through OpenBLAS
-// ================================================================================================
-extern "C" void cblas_sgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda,
-                            const float *B, int ldb, float beta, float *C, int ldc);
-struct EmuCublas { cudaStream_t s; cublasMath_t math; };
-cublasStatus_t cublasCreate(cublasHandle_t *h) { *h = new EmuCublas{NULL, CUBLAS_DEFAULT_MATH}; return CUBLAS_STATUS_SUCCESS; }
-cublasStatus_t cublasDestroy(cublasHandle_t h) { delete h; return CUBLAS_STATUS_SUCCESS; }
-cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s) { h->s = s; return CUBLAS_STATUS_SUCCESS; }
-cublasStatus_t cublasSetWorkspace(cublasHandle_t, void *ws, size_t n) {
-    return ws && emu_mem_kind(ws, n) == 0 ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
-}
-cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t m) { h->math = m; return CUBLAS_STATUS_SUCCESS; }
-cublasStatus_t cublasGetMathMode(cublasHandle_t h, cublasMath_t *m) { *m = h->math; return CUBLAS_STATUS_SUCCESS; }
-const char *cublasGetStatusString(cublasStatus_t s) {
-    switch (s) {
-    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
-    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
-    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
-    default: return "CUBLAS_STATUS_EXECUTION_FAILED";
-    }
-}
-// an operand of r x c (column-major, leading dimension ld) must lie in one device allocation
-static int operand_ok(const void *p, int r, int c, int ld, size_t esz, const char *what, const char *fn) {
-    if (r <= 0 || c <= 0) return 1;
-    size_t n = ((size_t)(c - 1) * ld + r) * esz;
-    if (ld < r || emu_mem_kind(p, n) != 0) {
-        fprintf(stderr, "cuemu: %s: operand %s (%d x %d, ld %d) is not inside device memory (%s)\n", fn, what, r, c,
-                ld, kind_name(emu_mem_kind(p, n)));
-        return 0;
-    }
-    return 1;
-}
-static float bf16f(uint16_t b) { uint32_t u = (uint32_t)b << 16; float f; memcpy(&f, &u, 4); return f; }
-// one product, any of the supported operand types; runs when the stream gets to it
-static cublasStatus_t gemm_one(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                               float alpha, const void *A, cudaDataType at, int lda, long long sA, const void *B,
-                               cudaDataType bt, int ldb, long long sB, float beta, float *C, int ldc, long long sC,
-                               int batch, const char *fn) {
-    if (m < 0 || n < 0 || k < 0 || batch < 0 || ta > 1 || tb > 1) return CUBLAS_STATUS_INVALID_VALUE;
-    if ((at != CUDA_R_32F && at != CUDA_R_16BF) || bt != at) return CUBLAS_STATUS_NOT_SUPPORTED;
-    size_t esz = at == CUDA_R_32F ? 4 : 2;
-    int ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
-    for (int i = 0; i < batch; i++)
-        if (!operand_ok((const char *)A + i * sA * esz, ar, ac, lda, esz, "A", fn) ||
-            !operand_ok((const char *)B + i * sB * esz, br, bc, ldb, esz, "B", fn) ||
-            !operand_ok(C + i * sC, m, n, ldc, 4, "C", fn))
-            return CUBLAS_STATUS_INVALID_VALUE;
-    if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
-    cudaError_t e = emu_enqueue(h->s, [=] {
-        if (prof_on()) {
-            char key[160];
-            snprintf(key, sizeof key, "%s %c%c m %d n %d k %d batch %d %s", fn, ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k,
-                     batch, at == CUDA_R_16BF ? "bf16" : "fp32");
-            prof_call(key);
-        }
-        std::vector<float> fa, fb;
-        for (int i = 0; i < batch; i++) {
-            const float *a = (const float *)A + i * sA, *b = (const float *)B + i * sB;
-            if (at == CUDA_R_16BF) {  // bf16 -> fp32 is exact; the product accumulates in fp32
-                const uint16_t *a16 = (const uint16_t *)A + i * sA, *b16 = (const uint16_t *)B + i * sB;
-                size_t na = (size_t)(ac - 1) * lda + ar, nb = (size_t)(bc - 1) * ldb + br;
-                fa.resize(na);
-                fb.resize(nb);
-                for (size_t j = 0; j < na; j++) fa[j] = bf16f(a16[j]);
-                for (size_t j = 0; j < nb; j++) fb[j] = bf16f(b16[j]);
-                a = fa.data();
-                b = fb.data();
-            }
-            float *c = C + i * sC;
-            if (k == 0) {  // BLAS: C = beta C (and exactly 0 when beta is 0)
-                for (int col = 0; col < n; col++)
-                    for (int r = 0; r < m; r++) c[(size_t)col * ldc + r] = beta == 0 ? 0 : beta * c[(size_t)col * ldc + r];
-                continue;
-            }
-            cblas_sgemm(102, ta ? 112 : 111, tb ? 112 : 111, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-        }
-    }, fn);
-    return e == cudaSuccess ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
-}
-cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                           const float *alpha, const float *A, int lda, const float *B, int ldb, const float *beta,
-                           float *C, int ldc) {
-    return gemm_one(h, ta, tb, m, n, k, *alpha, A, CUDA_R_32F, lda, 0, B, CUDA_R_32F, ldb, 0, *beta, C, ldc, 0, 1,
-                    "cublasSgemm");
-}
-cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
-                                         int k, const float *alpha, const float *A, int lda, long long sA,
-                                         const float *B, int ldb, long long sB, const float *beta, float *C, int ldc,
-                                         long long sC, int batch) {
-    return gemm_one(h, ta, tb, m, n, k, *alpha, A, CUDA_R_32F, lda, sA, B, CUDA_R_32F, ldb, sB, *beta, C, ldc, sC,
-                    batch, "cublasSgemmStridedBatched");
-}
-cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                            const void *alpha, const void *A, cudaDataType at, int lda, const void *B, cudaDataType bt,
-                            int ldb, const void *beta, void *C, cudaDataType ct, int ldc, cublasComputeType_t,
-                            cublasGemmAlgo_t) {
-    if (ct != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
-    return gemm_one(h, ta, tb, m, n, k, *(const float *)alpha, A, at, lda, 0, B, bt, ldb, 0, *(const float *)beta,
-                    (float *)C, ldc, 0, 1, "cublasGemmEx");
-}
-cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
-                                          int k, const void *alpha, const void *A, cudaDataType at, int lda,
-                                          long long sA, const void *B, cudaDataType bt, int ldb, long long sB,
-                                          const void *beta, void *C, cudaDataType ct, int ldc, long long sC,
-                                          int batch, cublasComputeType_t, cublasGemmAlgo_t) {
-    if (ct != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
-    return gemm_one(h, ta, tb, m, n, k, *(const float *)alpha, A, at, lda, sA, B, bt, ldb, sB, *(const float *)beta,
-                    (float *)C, ldc, sC, batch, "cublasGemmStridedBatchedEx");
-}
-
-// ================================================================================================
-// cub::DeviceRadixSort::SortPairs
-// ================================================================================================
-cudaError_t cub::emu_sort_pairs_u64(void *tmp, size_t &tmp_bytes, const uint64_t *kin, uint64_t *kout,
-                                    const int *vin, int *vout, int n, int begin_bit, int end_bit, cudaStream_t s) {
-    size_t need = 256 + (size_t)(n > 0 ? n : 0) * 16;
-    if (!tmp) { tmp_bytes = need; return cudaSuccess; }
-    if (tmp_bytes < need || emu_mem_kind(tmp, need) != 0 || begin_bit < 0 || end_bit > 64 || begin_bit >= end_bit)
-        return set_err(cudaErrorInvalidValue);
-    if (n <= 0) return cudaSuccess;
-    if (emu_mem_kind(kin, 8 * (size_t)n) != 0 || emu_mem_kind(kout, 8 * (size_t)n) != 0 ||
-        emu_mem_kind(vin, 4 * (size_t)n) != 0 || emu_mem_kind(vout, 4 * (size_t)n) != 0) {
-        fprintf(stderr, "cuemu: cub SortPairs: keys or values not in device memory\n");
-        return set_err(cudaErrorInvalidValue);
-    }
-    return set_err(emu_enqueue(s, [=] {
-        if (prof_on()) {  // counted where it runs: a graph replay runs it again
-            char key[96];
-            snprintf(key, sizeof key, "cub::SortPairs n %d bits %d", n, end_bit - begin_bit);
-            prof_call(key);
-        }
-        uint64_t mask = end_bit - begin_bit == 64 ? ~0ull : ((1ull << (end_bit - begin_bit)) - 1);
-        std::vector<int> ix(n);
-        for (int i = 0; i < n; i++) ix[i] = i;
-        std::stable_sort(ix.begin(), ix.end(), [&](int a, int b) {
-            return ((kin[a] >> begin_bit) & mask) < ((kin[b] >> begin_bit) & mask);
-        });
-        std::vector<uint64_t> ko(n);
-        std::vector<int> vo(n);
-        for (int i = 0; i < n; i++) { ko[i] = kin[ix[i]]; vo[i] = vin[ix[i]]; }
-        memcpy(kout, ko.data(), 8 * (size_t)n);
-        memcpy(vout, vo.data(), 4 * (size_t)n);
-    }, "cub::DeviceRadixSort::SortPairs"));
-}
