@@ -1,5 +1,5 @@
 // cuemu.cpp — the runtime behind include/cuemu.h: fibers and barriers, grids, streams and
-// capture, memory with kind checks, events, graphs, cuBLAS through OpenBLAS, cub's sort.
+// capture (the device behind the host), memory with kind checks, events, graphs.
 // See include/cuemu.h for what it is for and what it checks; cuBLAS and cub are in cuemu_libs.cpp.
 #include "include/cuemu.h"
 #include "include/cublas_v2.h"
