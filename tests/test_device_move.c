@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "testutil.h"
+#include "engine_fixture.h"
 #include "fenced_backend.h"
 #include "../engine/engine.h"
 #include "../engine/parity.h"
@@ -16,14 +17,6 @@
 #include "../kernels/cpu/blas.h"
 #include "../kernels/guard.h"
 
-// A small structured corpus in a temp file (tests must not need ../shared)
-static void make_corpus(char *path, size_t n) {
-    snprintf(path, n, "/tmp/dmsh_move_%d.txt", (int)getpid());
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    for (int i = 0; i < 3000; i++) fprintf(f, "the %d-th line says %s.\n", i, i % 3 ? "hello" : "goodbye");
-    fclose(f);
-}
 
 static void small_engine(Engine *e, const char *corpus) {
     dm_err err = {0};
@@ -34,11 +27,6 @@ static void small_engine(Engine *e, const char *corpus) {
     assert_int_equal(engine_open_data(e, corpus, NULL, &err), 0);
 }
 
-static real *params_of(Engine *e) {
-    real *h = malloc(sizeof(real) * e->model.n_params);
-    e->model.be->download(h, e->model.params, sizeof(real) * e->model.n_params);
-    return h;
-}
 
 // 2 steps on the CPU, move to the fenced backend, 3 steps, back to the CPU, 1 step == 6 steps
 // on the CPU: losses and every parameter bit for bit; the step counter and rows carry over.

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "testutil.h"
+#include "engine_fixture.h"
 #include "../engine/engine.h"
 #include "../engine/parity.h"
 #include "../kernels/cuda/shape_limits.h"
@@ -48,14 +49,6 @@ static void test_formula(void **st) {
     assert_non_null(strstr(why, "expert rank r = 65536 is more than the CUDA kernels launch (at most 65535"));
 }
 
-// A small structured corpus in a temp file (tests must not need ../shared)
-static void make_corpus(char *path, size_t n) {
-    snprintf(path, n, "/tmp/dmsh_limits_%d.txt", (int)getpid());
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    for (int i = 0; i < 3000; i++) fprintf(f, "the %d-th line says %s.\n", i, i % 3 ? "hello" : "goodbye");
-    fclose(f);
-}
 
 // 32 heads of 2 at seq 2048: the stand-in refuses more than (2^31 - 2^26) / 32 = 65011712 tokens,
 // any batch above 31744 (65536 x 2048 = 2^27); the CPU trains at batch 1 in moments
@@ -69,11 +62,6 @@ static void small_engine(Engine *e, const char *corpus) {
     assert_int_equal(engine_build(e, 11, &err), 0);
 }
 
-static real *params_of(Engine *e) {
-    real *h = malloc(sizeof(real) * e->model.n_params);
-    e->model.be->download(h, e->model.params, sizeof(real) * e->model.n_params);
-    return h;
-}
 
 static const Backend *cpu;
 static int allocs, refuse;  // allocations asked of the stand-in; refuse: every one fails (none may come)
