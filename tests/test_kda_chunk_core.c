@@ -62,12 +62,15 @@ static void case_free(Case *c) {
 // each phase is a strided loop over its outputs, so a missing stride, an output written by two
 // indices, or a read of another index's output inside one phase shows up as a wrong or
 // thread-count-dependent result (the tests also compare nt = 1 and nt = 4 bit for bit).
-// local = 1: the chunk-local views in a separate buffer, as the GPU's shared memory, poisoned
-// with NaN between the forward and the backward (two kernels: shared memory does not survive) —
-// any value the backward took from the forward's local views would turn its results into NaN.
+// local = 1: the chunk-local views in a separate buffer, as the GPU's shared memory, each kernel
+// with its own carving (the backward's shares bytes between views whose lifetimes do not
+// overlap), poisoned with NaN before each kernel (two kernels: shared memory does not survive) —
+// any value the backward took from the forward's local views would turn its results into NaN,
+// and a view that overlaps another one still live changes them (compared with local = 0).
 static void run_core(Case *c, int nt, int local) {
     int B = c->B, T = c->T, H = c->H, D = c->D;
-    size_t HD = (size_t)H * D, nl = kda_core_local_size(D);
+    size_t HD = (size_t)H * D, nlf = kda_core_local_size_fwd(D), nlb = kda_core_local_size_bwd(D);
+    size_t nl = nlf > nlb ? nlf : nlb;
     real *ws = malloc(sizeof(real) * kda_core_ws_size(B, T, H, D));
     real *loc = malloc(sizeof(real) * nl);
     for (int i = 0; i < IN_N; i++) memset(c->dcore[i], 0, sizeof(real) * c->n[i]);
@@ -75,7 +78,7 @@ static void run_core(Case *c, int nt, int local) {
         int b = bh / H, h = bh % H;
         KdaCoreWs w = kda_core_carve(ws, bh, T, D);
         if (local) {
-            kda_core_carve_local(&w, loc, D);
+            kda_core_carve_local_fwd(&w, loc, D);
             for (size_t i = 0; i < nl; i++) loc[i] = NAN;
         }
         size_t r0 = (size_t)b * T * HD + (size_t)h * D, b0 = (size_t)b * T * H + h;
@@ -85,8 +88,11 @@ static void run_core(Case *c, int nt, int local) {
             kda_core_forward(&w, c->ocore + r0, c->in[IN_Q] + r0, c->in[IN_K] + r0, c->in[IN_V] + r0,
                              c->in[IN_BETA] + b0, c->in[IN_G] + r0, HD, H, T, D, tid, n);
         }
-        if (local)
+        if (local) {
+            w = kda_core_carve(ws, bh, T, D);
+            kda_core_carve_local_bwd(&w, loc, D);
             for (size_t i = 0; i < nl; i++) loc[i] = NAN;
+        }
         #pragma omp parallel num_threads(nt)
         {
             int tid = omp_get_thread_num(), n = omp_get_num_threads();

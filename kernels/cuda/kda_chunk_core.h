@@ -33,6 +33,9 @@
 #ifndef DM_SYNC
 #define DM_SYNC()
 #endif
+#ifndef DM_UNROLL        // nvcc: unroll the next loop (its trip count is a constant)
+#define DM_UNROLL
+#endif
 
 #define KDA_GC 16
 
@@ -43,14 +46,15 @@ typedef struct {
     real *Sc;                    // [nsub, D, D] state before each chunk (forward -> backward)
     real *U, *W;                 // [T, D] u rows and W = V - KE S0 rows (forward -> backward)
     real *PM;                    // [nsub, 2, GC, GC] P then M of each chunk (forward -> backward)
-    real *F, *iF, *R, *QF, *KF, *QE, *KE, *KD, *Y;             // [GC, D] chunk operands
-    real *dU, *dKD, *dQE, *dX, *Z, *dKE, *dXq, *dXk, *dY, *dGam;  // [GC, D] chunk gradients
+    real *F, *iF, *R, *QF, *KF, *QE, *KE, *KD, *Y;  // [GC, D] chunk operands
+    real *dKD, *dQE, *dX, *Z, *dGam;                 // [GC, D] chunk gradients
     real *dP, *dM;               // [GC, GC]
     real *dPd;                   // [GC] the diagonal of dP
     real *Em, *eL;               // [D] e^Gam_m, e^Gam_last
     real *dS, *dS0;              // [D, D+1] d loss / d state after / before the chunk (rows padded)
     real *St;                    // [D, D+1] the chunk's S0 transposed: St[a (D+1) + b] = S0[b D + a]
-    real *YT, *UT;               // [D, GC+1] the chunk's Y and U transposed (the P/M and dP/G dots)
+    real *YT, *UT;               // [D, GC+1] the chunk's Y and U transposed (the P/M and dP/G dots);
+                                 // YT is NULL in the backward's shared-memory views (not read there)
 } KdaCoreWs;
 // The backward reads dS and S0 along columns as well as rows; with rows of D + 1 (and S0 staged
 // transposed) a warp's 32 consecutive indices hit 32 different shared-memory banks in both
@@ -61,7 +65,7 @@ typedef struct {
 
 static DM_HDS inline size_t kda_core_per_bh(int T, int D) {
     size_t nsub = (size_t)(T + KDA_GC - 1) / KDA_GC, GD = (size_t)KDA_GC * D, DD = (size_t)D * D;
-    size_t n = 2 * GD + nsub * DD + 2 * (size_t)T * D + nsub * 2 * KDA_GC * KDA_GC + 19 * GD +
+    size_t n = 2 * GD + nsub * DD + 2 * (size_t)T * D + nsub * 2 * KDA_GC * KDA_GC + 14 * GD +
                2 * KDA_GC * KDA_GC + KDA_GC + 2 * (size_t)D + 3 * (size_t)D * KDA_PAD(D) + 2 * (size_t)D * KDA_TP;
     return (n + 1) & ~(size_t)1;  // even: the next (b, h)'s Gam stays 8-byte aligned
 }
@@ -83,9 +87,8 @@ static DM_HDS inline KdaCoreWs kda_core_carve(real *ws, int bh, int T, int D) {
     w.U = p; p += (size_t)T * D;
     w.W = p; p += (size_t)T * D;
     w.PM = p; p += nsub * 2 * KDA_GC * KDA_GC;
-    real **g[] = {&w.F, &w.iF, &w.R, &w.QF, &w.KF, &w.QE, &w.KE, &w.KD, &w.Y, &w.dU, &w.dKD, &w.dQE,
-                  &w.dX, &w.Z, &w.dKE, &w.dXq, &w.dXk, &w.dY, &w.dGam};
-    for (int i = 0; i < 19; i++) { *g[i] = p; p += GD; }
+    real **g[] = {&w.F, &w.iF, &w.R, &w.QF, &w.KF, &w.QE, &w.KE, &w.KD, &w.Y, &w.dKD, &w.dQE, &w.dX, &w.Z, &w.dGam};
+    for (int i = 0; i < 14; i++) { *g[i] = p; p += GD; }
     w.dP = p; p += KDA_GC * KDA_GC;
     w.dM = p; p += KDA_GC * KDA_GC;
     w.dPd = p; p += KDA_GC;
@@ -99,24 +102,51 @@ static DM_HDS inline KdaCoreWs kda_core_carve(real *ws, int bh, int T, int D) {
     return w;
 }
 
-// The chunk-local part of the workspace (Gam, the [GC, D] operands and gradients, dP, dM, dPd,
-// Em, eL, dS, dS0): nothing in it outlives one kernel (forward -> backward goes through Sc, U,
-// W, PM only), so the GPU can keep it in the block's shared memory. Size in reals (even).
-static DM_HDS inline size_t kda_core_local_size(int D) {
+// The chunk-local views (Gam, the [GC, D] operands and gradients, dP, dM, dPd, Em, eL, dS, dS0,
+// St, YT, UT): nothing in them outlives one kernel (forward -> backward goes through Sc, U, W, PM
+// only), so the GPU keeps them in the block's shared memory, and each kernel carves only the views
+// it reads — the fewer bytes a block holds, the more blocks an SM runs at once (two per SM needs
+// <= 113 KB each on an H100/H200; the forward's views are 46 KB at D = 64, the backward's 108 KB).
+// Sizes in reals (even, so the doubles of Gam stay 8-byte aligned).
+static DM_HDS inline size_t kda_core_local_size_fwd(int D) {
     size_t GD = (size_t)KDA_GC * D;
-    size_t n = 2 * GD + 19 * GD + 2 * KDA_GC * KDA_GC + KDA_GC + 2 * (size_t)D + 3 * (size_t)D * KDA_PAD(D) +
-               2 * (size_t)D * KDA_TP;
+    size_t n = 2 * GD + 9 * GD + 2 * (size_t)D + (size_t)D * KDA_TP;
     return (n + 1) & ~(size_t)1;
 }
-// Re-point w's chunk-local views into `local` (8-byte aligned, kda_core_local_size(D) reals);
-// the views carved in the global workspace are then unused.
-static DM_HDS inline void kda_core_carve_local(KdaCoreWs *w, real *local, int D) {
+static DM_HDS inline size_t kda_core_local_size_bwd(int D) {
+    size_t GD = (size_t)KDA_GC * D;
+    size_t n = 13 * GD + 2 * KDA_GC * KDA_GC + KDA_GC + 2 * (size_t)D + 3 * (size_t)D * KDA_PAD(D) +
+               (size_t)D * KDA_TP;
+    return (n + 1) & ~(size_t)1;
+}
+// Re-point the forward's views into `local` (8-byte aligned, kda_core_local_size_fwd(D) reals).
+static DM_HDS inline void kda_core_carve_local_fwd(KdaCoreWs *w, real *local, int D) {
     size_t GD = (size_t)KDA_GC * D;
     real *p = local;
     w->Gam = (double *)p; p += 2 * GD;
-    real **g[] = {&w->F, &w->iF, &w->R, &w->QF, &w->KF, &w->QE, &w->KE, &w->KD, &w->Y, &w->dU, &w->dKD, &w->dQE,
-                  &w->dX, &w->Z, &w->dKE, &w->dXq, &w->dXk, &w->dY, &w->dGam};
-    for (int i = 0; i < 19; i++) { *g[i] = p; p += GD; }
+    real **g[] = {&w->F, &w->iF, &w->R, &w->QF, &w->KF, &w->QE, &w->KE, &w->KD, &w->Y};
+    for (int i = 0; i < 9; i++) { *g[i] = p; p += GD; }
+    w->Em = p; p += D;
+    w->eL = p; p += D;
+    w->YT = p;
+}
+// Re-point the backward's views into `local` (8-byte aligned, kda_core_local_size_bwd(D) reals).
+// Three views share bytes with others whose lifetimes within a chunk do not overlap (each chunk's
+// phases, in order: prep, dU / dS0, the solve, dP / G, dbeta, the per-element gradients, the
+// per-channel sums; a barrier between each):
+//   Gam (2 GD reals: read only inside prep)        over dX and Z (first written after prep);
+//   dGam (written by the per-element phase)        over dX (last read by the dbeta phase, before it).
+// tests/test_kda_chunk_core.c runs these views against the global carving, where every view has
+// its own bytes, bit for bit with real threads: a lifetime got wrong changes the result.
+static DM_HDS inline void kda_core_carve_local_bwd(KdaCoreWs *w, real *local, int D) {
+    size_t GD = (size_t)KDA_GC * D;
+    real *p = local;
+    w->Gam = (double *)p;
+    w->dX = p; p += GD;
+    w->dGam = w->dX;
+    w->Z = p; p += GD;
+    real **g[] = {&w->F, &w->iF, &w->R, &w->QF, &w->KF, &w->QE, &w->KE, &w->KD, &w->Y, &w->dKD, &w->dQE};
+    for (int i = 0; i < 11; i++) { *g[i] = p; p += GD; }
     w->dP = p; p += KDA_GC * KDA_GC;
     w->dM = p; p += KDA_GC * KDA_GC;
     w->dPd = p; p += KDA_GC;
@@ -125,8 +155,8 @@ static DM_HDS inline void kda_core_carve_local(KdaCoreWs *w, real *local, int D)
     w->dS = p; p += (size_t)D * KDA_PAD(D);
     w->dS0 = p; p += (size_t)D * KDA_PAD(D);
     w->St = p; p += (size_t)D * KDA_PAD(D);
-    w->YT = p; p += (size_t)D * KDA_TP;
     w->UT = p;
+    w->YT = NULL;
 }
 
 // Decay factors and scaled operands of the chunk of L tokens whose rows start at q, k, g
@@ -158,7 +188,7 @@ static DM_HD void kda_core_prep(KdaCoreWs *w, const real *q, const real *k, cons
         w->R[x] = (real)exp(Gl - Gt);
         w->KD[x] = kv * w->R[x];
         w->Y[x] = kv * iF;
-        w->YT[c * KDA_TP + t] = kv * iF;
+        if (w->YT) w->YT[c * KDA_TP + t] = kv * iF;
     }
     DM_SYNC();
 }
@@ -208,13 +238,21 @@ static DM_HD void kda_core_forward(KdaCoreWs *w, real *o, const real *q, const r
             P[x] = acc;  // x runs over P then M (side 1): M = P + GC*GC
         }
         DM_SYNC();
-        // U_t = beta_t (W_t - sum_{s<t} M[t,s] U_s): column j depends on column j only
-        for (int j = tid; j < D; j += nt)
-            for (int t = 0; t < L; t++) {
+        // U_t = beta_t (W_t - sum_{s<t} M[t,s] U_s): column j depends on column j only. Its U
+        // values stay in registers (loops unrolled over the chunk's 16 rows): the chain would
+        // otherwise wait on a global-memory round trip per row
+        for (int j = tid; j < D; j += nt) {
+            real uc[KDA_GC];
+            DM_UNROLL
+            for (int t = 0; t < KDA_GC; t++) {
+                if (t >= L) break;
                 real u = W[t * D + j];
-                for (int s = 0; s < t; s++) u -= M[t * KDA_GC + s] * U[s * D + j];
-                U[t * D + j] = u * bc[t * ldb];
+                DM_UNROLL
+                for (int s = 0; s < t; s++) u -= M[t * KDA_GC + s] * uc[s];
+                uc[t] = u * bc[t * ldb];
+                U[t * D + j] = uc[t];
             }
+        }
         DM_SYNC();
         // O += P U; S_next = Diag(eL) S0 + KD^T U (the state after the last chunk is not kept)
         for (int x = tid; x < L * D; x += nt) {
@@ -262,7 +300,7 @@ static DM_HD void kda_core_backward(KdaCoreWs *w, real *dq, real *dk, real *dv, 
         for (int x = tid; x < (int)DD; x += nt) St[(x % D) * lS + x / D] = S0[x];  // S0 transposed
         for (int x = tid; x < L * D; x += nt) w->UT[(x % D) * KDA_TP + x / D] = U[x];  // U transposed
         DM_SYNC();
-        // dU = KD dS + P^T dO;  dKD = U dS^T;  dQE = dO S0^T;  dGam = 0
+        // dU = KD dS + P^T dO (into dX, which the solve turns into dX);  dKD = U dS^T;  dQE = dO S0^T
         for (int x = tid; x < L * D; x += nt) {
             int t = x / D, j = x % D;
             real du = 0, dkd = 0, dqe = 0;
@@ -274,11 +312,9 @@ static DM_HD void kda_core_backward(KdaCoreWs *w, real *dq, real *dk, real *dv, 
             for (int s = t; s < L; s++) du += P[s * KDA_GC + t] * dO[s * ld + j];
             if (!first)
                 for (int i = 0; i < D; i++) dqe += dO[t * ld + i] * St[i * lS + j];  // S0[j, i]
-            w->dU[x] = du;
             w->dX[x] = du;
             w->dKD[x] = dkd;
             w->dQE[x] = dqe;
-            w->dGam[x] = 0;
         }
         // dS0 = Diag(eL) dS + QE^T dO (the -KE^T Z part comes after the solve)
         if (!first)
@@ -289,13 +325,24 @@ static DM_HD void kda_core_backward(KdaCoreWs *w, real *dq, real *dk, real *dv, 
                 dS0[i * lS + j] = acc;
             }
         DM_SYNC();
-        // (I + Diag(beta) M)^T dX = dU from the last row up; Z = Diag(beta) dX (column-private)
-        for (int j = tid; j < D; j += nt)
-            for (int t = L - 1; t >= 0; t--) {
-                real z = bc[t * ldb] * w->dX[t * D + j];
+        // (I + Diag(beta) M)^T dX = dU from the last row up; Z = Diag(beta) dX (column-private;
+        // the column in registers while it is solved, as the forward's U)
+        for (int j = tid; j < D; j += nt) {
+            real xc[KDA_GC];
+            DM_UNROLL
+            for (int t = 0; t < KDA_GC; t++) xc[t] = t < L ? w->dX[t * D + j] : 0;
+            DM_UNROLL
+            for (int t = KDA_GC - 1; t >= 0; t--) {
+                if (t >= L) continue;
+                real z = bc[t * ldb] * xc[t];
                 w->Z[t * D + j] = z;
-                for (int s = 0; s < t; s++) w->dX[s * D + j] -= M[t * KDA_GC + s] * z;
+                DM_UNROLL
+                for (int s = 0; s < t; s++) xc[s] -= M[t * KDA_GC + s] * z;
             }
+            DM_UNROLL
+            for (int t = 0; t < KDA_GC; t++)
+                if (t < L) w->dX[t * D + j] = xc[t];
+        }
         DM_SYNC();
         // dP = dO U^T (s <= t, diagonal set aside), G = dX U^T (s < t) -> dM = -beta_t G
         for (int x = tid; x < 2 * KDA_GC * KDA_GC; x += nt) {
@@ -325,7 +372,9 @@ static DM_HD void kda_core_backward(KdaCoreWs *w, real *dq, real *dk, real *dv, 
             w->dP[t * KDA_GC + t] = 0;  // q_t . k_t has no decay: its gradient goes straight to q, k
         }
         DM_SYNC();
-        // [dXq; dXk] = [dP; dM] Y;  dY = dP^T QF + dM^T KF;  dKE = -Z S0^T
+        // per element: [dXq; dXk] = [dP; dM] Y, dY = dP^T QF + dM^T KF, dKE = -Z S0^T (each
+        // element's own, kept in registers), then the t side, the s side, the e^Gam terms into
+        // dGam; dv += Z
         for (int x = tid; x < L * D; x += nt) {
             int t = x / D, c = x % D;
             real xq = 0, xk = 0, dy = 0, dke = 0;
@@ -337,10 +386,16 @@ static DM_HD void kda_core_backward(KdaCoreWs *w, real *dq, real *dk, real *dv, 
             for (int r = 0; r < L; r++) dy += w->dM[r * KDA_GC + t] * w->KF[r * D + c];
             if (!first)
                 for (int j = 0; j < D; j++) dke -= w->Z[t * D + j] * St[j * lS + c];  // S0[c, j]
-            w->dXq[x] = xq;
-            w->dXk[x] = xk;
-            w->dY[x] = dy;
-            w->dKE[x] = dke;
+            real F = w->F[x], E = w->Em[c] * F, dpd = w->dPd[t];
+            real qv = qc[t * ld + c], kv = kc[t * ld + c];
+            real dqa = xq * F + dpd * kv + w->dQE[x] * E;
+            real dka = xk * F + dpd * qv + dy * w->iF[x] + dke * E + w->dKD[x] * w->R[x];
+            real dG = xq * w->QF[x] + xk * w->KF[x] - dy * w->Y[x] + w->dQE[x] * w->QE[x] + dke * w->KE[x];
+            if (t < L - 1) dG -= w->dKD[x] * w->KD[x];
+            dqc[t * ld + c] += dqa;
+            dkc[t * ld + c] += dka;
+            dvc[t * ld + c] += w->Z[x];
+            w->dGam[x] = dG;  // (over dX in shared memory: nothing in this phase reads dX)
         }
         // dS0 -= KE^T Z
         if (!first)
@@ -350,22 +405,6 @@ static DM_HD void kda_core_backward(KdaCoreWs *w, real *dq, real *dk, real *dv, 
                 for (int t = 0; t < L; t++) acc += w->KE[t * D + i] * w->Z[t * D + j];
                 dS0[i * lS + j] -= acc;
             }
-        DM_SYNC();
-        // per element: the t side, the s side, the e^Gam terms; dv += Z
-        for (int x = tid; x < L * D; x += nt) {
-            int t = x / D, c = x % D;
-            real F = w->F[x], E = w->Em[c] * F, dpd = w->dPd[t];
-            real qv = qc[t * ld + c], kv = kc[t * ld + c];
-            real dqa = w->dXq[x] * F + dpd * kv + w->dQE[x] * E;
-            real dka = w->dXk[x] * F + dpd * qv + w->dY[x] * w->iF[x] + w->dKE[x] * E + w->dKD[x] * w->R[x];
-            real dG = w->dXq[x] * w->QF[x] + w->dXk[x] * w->KF[x] - w->dY[x] * w->Y[x] +
-                      w->dQE[x] * w->QE[x] + w->dKE[x] * w->KE[x];
-            if (t < L - 1) dG -= w->dKD[x] * w->KD[x];
-            dqc[t * ld + c] += dqa;
-            dkc[t * ld + c] += dka;
-            dvc[t * ld + c] += w->Z[x];
-            w->dGam[x] = dG;
-        }
         DM_SYNC();
         // per channel: e^(Gam_last) terms into the last token, then dg = reverse cumsum of dGam
         for (int c = tid; c < D; c += nt) {

@@ -226,7 +226,7 @@ static void kda_inputs(int B, int T, int H, int D, std::vector<float> &q, std::v
     for (auto &x : beta) x = 1.0f / (1.0f + expf(-nrand()));
 }
 
-static void t_kda(int T, int C, int D = 64) {  // D = 64: shared-memory chunk views; 128: global
+static void t_kda(int T, int C, int D = 64) {  // D = 64: shared-memory chunk views; 300: global
     int B = 2, H = 2;
     char nm[80];
     std::vector<float> q, k, v, beta, g;
@@ -463,7 +463,8 @@ int main(void) {
     t_kda(64, 16);   // T a multiple of the chunk
     t_kda(50, 16);   // and not
     t_kda(100, 64);
-    t_kda(40, 16, 128);  // too large for shared memory: the global-workspace path
+    t_kda(40, 16, 128);  // the forward's views in shared memory, the backward's too large: global
+    t_kda(20, 16, 300);  // both too large for shared memory: the global-workspace kernels
     t_kda_step(3, 64);
     t_kda_step(2, 1100);
     t_moe(2, 0);
