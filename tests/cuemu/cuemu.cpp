@@ -261,6 +261,7 @@ const char *cudaGetErrorName(cudaError_t e) {
     case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
     case cudaErrorNoDevice: return "cudaErrorNoDevice";
     case cudaErrorLaunchOutOfResources: return "cudaErrorLaunchOutOfResources";
+    case cudaErrorNotSupported: return "cudaErrorNotSupported";
     }
     return "cudaErrorUnknown";
 }
@@ -271,6 +272,7 @@ const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
     case cudaErrorLaunchOutOfResources: return "too many resources requested for launch";
+    case cudaErrorNotSupported: return "operation not supported";
     case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
     case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
     case cudaErrorStreamCaptureImplicit: return "operation would make the legacy stream depend on a capturing blocking stream";
@@ -664,6 +666,10 @@ int emu_register_bounds(const char *kernel, int max_threads) {
     if (max_threads < 1 || max_threads > 1024) emu_die("__launch_bounds__(%d) on %s: not 1..1024", max_threads, kernel);
     launch_bounds()[kernel] = max_threads;
     return max_threads;
+}
+cudaError_t emu_not_supported(const char *what) {
+    (void)what;  // registers and occupancy are the compiler's and the GPU's: nothing to emulate
+    return set_err(cudaErrorNotSupported);
 }
 cudaError_t emu_func_set_attribute(const char *f, cudaFuncAttribute a, int v) {
     if (a != cudaFuncAttributeMaxDynamicSharedMemorySize || v < 0 || v > EMU_SMEM_OPTIN) return set_err(cudaErrorInvalidValue);

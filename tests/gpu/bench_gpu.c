@@ -57,6 +57,7 @@ typedef struct { const char *preset; int B, T; } Case;
 // at P rounded up to 8 and 64, the three products summed, so a device run says whether padding
 // the layout (a checkpoint format change) is worth it.
 double cuda_gemm_bf16_ms(int tA, int tB, int M, int N, int K);  // kernels/cuda/device_cuda.cu
+void cuda_kda_report(int D, char *buf, size_t n);                 // kernels/cuda/kda_chunk_cuda.cu
 static void proj_align_probe(const char *preset, int B, int T) {
     Config c;
     dm_err err = {0};
@@ -128,6 +129,9 @@ int main(int argc, char **argv) {
     cu->describe(desc, sizeof desc);
     double peak = cu->peak_tflops();
     printf("%s\n", desc);
+    char kda[400];
+    cuda_kda_report(64, kda, sizeof kda);  // the head size of every preset
+    printf("%s\n", kda);
     const char *data = corpus();
     // the cases, or the ones named after K as PRESET:B:T (e.g. the emulator's smoke run,
     // `bench_gpu 2 nano:2:64`)

@@ -99,7 +99,7 @@ typedef enum cudaError {
     cudaErrorInvalidConfiguration = 9, cudaErrorInvalidDevice = 101, cudaErrorInvalidResourceHandle = 400,
     cudaErrorNotReady = 600, cudaErrorStreamCaptureUnsupported = 900, cudaErrorStreamCaptureInvalidated = 901,
     cudaErrorStreamCaptureImplicit = 906, cudaErrorIllegalState = 401, cudaErrorLaunchFailure = 719,
-    cudaErrorNoDevice = 100, cudaErrorLaunchOutOfResources = 701
+    cudaErrorNoDevice = 100, cudaErrorLaunchOutOfResources = 701, cudaErrorNotSupported = 801
 } cudaError_t;
 typedef enum cudaMemcpyKind {
     cudaMemcpyHostToHost = 0, cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2,
@@ -184,6 +184,12 @@ template <typename T> inline cudaError_t cudaMalloc(T **p, size_t n) { return cu
 template <typename T> inline cudaError_t cudaHostAlloc(T **p, size_t n, unsigned f) { return cudaHostAlloc((void **)p, n, f); }
 cudaError_t emu_func_set_attribute(const char *kernel, cudaFuncAttribute a, int v);
 #define cudaFuncSetAttribute(f, a, v) emu_func_set_attribute(#f, a, v)  // by the kernel's name
+// A kernel's registers and occupancy: the emulator has neither, and says so (cudaErrorNotSupported)
+struct cudaFuncAttributes { size_t sharedSizeBytes, constSizeBytes, localSizeBytes; int maxThreadsPerBlock, numRegs; };
+cudaError_t emu_not_supported(const char *what);
+#define cudaFuncGetAttributes(attr, f) ((void)(attr), emu_not_supported("cudaFuncGetAttributes(" #f ")"))
+#define cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, f, threads, smem) \
+    ((void)(n), (void)(threads), (void)(smem), emu_not_supported("cudaOccupancyMaxActiveBlocksPerMultiprocessor(" #f ")"))
 
 // ---- stream operations (the emulator's own interface; cuBLAS and cub use it too) ----
 // Runs `op` now, or records it when `s` is being captured. Returns the error a real runtime
