@@ -10,8 +10,8 @@ barrier names, sanitizer reports and debuggers point into IN.cu.
                                                fills the arrays with NaN bytes (shared memory starts
                                                as garbage on a GPU; here a read before a write shows)
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t))  ->  t = emu_globaltimer()
-  __global__ void __launch_bounds__(N) name(  ->  unchanged (the macro is empty), and at the end of
-                                               the file a line registering N for `name`
+  __global__ void __launch_bounds__(N[, M])   ->  unchanged (the macro is empty), and at the end of
+    name(  (on the same line or the next)        the file a line registering N for `name`
                                                (emu_register_bounds: a launch with more threads
                                                per block is refused, as on a GPU); N a number or
                                                a name #defined to one in the same file
@@ -45,15 +45,17 @@ def main():
     with open(src) as f:
         lines = f.readlines()
     defines, bounds = {}, []
-    for n, l in enumerate(lines, 1):
+    for l in lines:
         m = DEFINE.match(l)
         if m:
             defines[m.group(1)] = int(m.group(2))
-        for b in BOUNDS.finditer(l):
-            v = b.group(1)
-            if not v.isdigit() and v not in defines:
-                sys.exit('%s:%d: __launch_bounds__(%s): not a number nor a name #defined to one above' % (src, n, v))
-            bounds.append((b.group(2), int(v) if v.isdigit() else defines[v]))
+    # over the whole text: the kernel's name may be on the line after the bound
+    text = ''.join(lines)
+    for b in BOUNDS.finditer(text):
+        v, n = b.group(1), text.count('\n', 0, b.start()) + 1
+        if not v.isdigit() and v not in defines:
+            sys.exit('%s:%d: __launch_bounds__(%s): not a number nor a name #defined to one in the file' % (src, n, v))
+        bounds.append((b.group(2), int(v) if v.isdigit() else defines[v]))
     with open(dst, 'w') as f:
         f.write('#line 1 "%s"\n' % src)
         f.writelines(convert(l) for l in lines)

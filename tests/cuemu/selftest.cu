@@ -73,6 +73,8 @@ __global__ void shared_unwritten(float *out) {  // block 0 writes all of sh, blo
 __global__ void add_scalar(float *x, float a, const float *hp) { x[threadIdx.x] += a + *hp; }
 #define SELF_BOUND 64
 __global__ void __launch_bounds__(SELF_BOUND) bounded(int *out) { out[threadIdx.x] = 1; }
+__global__ void __launch_bounds__(SELF_BOUND, 2)
+bounded2(int *out) { out[threadIdx.x] = 2; }  // the name on the next line, a minimum of blocks
 __global__ void wmma_kernel(float *c, const __nv_bfloat16 *a, const __nv_bfloat16 *b, int lda = 16) {
     using namespace nvcuda;
     wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
@@ -142,6 +144,9 @@ int main(int argc, char **argv) {
           cudaGetLastError() == cudaErrorLaunchOutOfResources);
     bounded<<<1, SELF_BOUND>>>((int *)dout);
     check("... and as many runs", cudaGetLastError() == cudaSuccess);
+    bounded2<<<1, 2 * SELF_BOUND>>>((int *)dout);
+    check("... also a bound with a minimum of blocks, the kernel's name on the next line",
+          cudaGetLastError() == cudaErrorLaunchOutOfResources);
     idx_kernel<<<1, 512>>>((int *)dout);  // no __launch_bounds__: 256 threads at most (the project's rule)
     check("512 threads for a kernel without __launch_bounds__ is refused (project rule)",
           cudaGetLastError() == cudaErrorLaunchOutOfResources);
