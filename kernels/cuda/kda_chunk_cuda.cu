@@ -110,6 +110,14 @@ static size_t kda_smem_bytes(size_t floats) {
         }                                                                                                 \
     } while (0)
 static size_t kda_raised_fwd = 48 * 1024, kda_raised_bwd = 48 * 1024;  // the default limit needs no attribute
+// The shared memory of both kernels at head size D (0: global views), both attributes raised:
+// whichever of the two runs first (eagerly, before any step is captured) raises the other's too.
+static void kda_smem_prepare(int D, size_t *sf, size_t *sb) {
+    *sf = kda_smem_bytes(kda_core_local_size_fwd(D));
+    *sb = kda_smem_bytes(kda_core_local_size_bwd(D));
+    KDA_RAISE(kda_chunk_fwd_smem_kernel, kda_raised_fwd, *sf);
+    KDA_RAISE(kda_chunk_bwd_smem_kernel, kda_raised_bwd, *sb);
+}
 
 // For bench_gpu: what each KDA kernel gets on this device at head size D — registers, local
 // memory (spills), shared memory, blocks resident per SM (two is what the launch bounds and the
@@ -121,9 +129,8 @@ static size_t kda_raised_fwd = 48 * 1024, kda_raised_bwd = 48 * 1024;  // the de
                ? cudaGetLastError()                                                                       \
                : cudaSuccess)
 extern "C" void cuda_kda_report(int D, char *buf, size_t n) {
-    size_t sf = kda_smem_bytes(kda_core_local_size_fwd(D)), sb = kda_smem_bytes(kda_core_local_size_bwd(D));
-    KDA_RAISE(kda_chunk_fwd_smem_kernel, kda_raised_fwd, sf);
-    KDA_RAISE(kda_chunk_bwd_smem_kernel, kda_raised_bwd, sb);
+    size_t sf, sb;
+    kda_smem_prepare(D, &sf, &sb);
     cudaFuncAttributes af = {}, ab = {};
     int nf = 0, nb = 0;
     cudaError_t ef = sf ? KDA_OCC(kda_chunk_fwd_smem_kernel, sf, af, nf) : KDA_OCC(kda_chunk_fwd_kernel, 0, af, nf);
@@ -149,8 +156,8 @@ void cuda_kda_forward(real *o, real *ws, const real *q, const real *k, const rea
                       const real *beta, const real *g, int B, int T, int H, int D, int C) {
     (void)C;
     if (B * H <= 0 || T <= 0) return;
-    size_t sm = kda_smem_bytes(kda_core_local_size_fwd(D));
-    KDA_RAISE(kda_chunk_fwd_smem_kernel, kda_raised_fwd, sm);
+    size_t sm, sb;
+    kda_smem_prepare(D, &sm, &sb);
     if (sm)
         kda_chunk_fwd_smem_kernel<<<B * H, KDA_THREADS, sm, dm_stream>>>(o, ws, q, k, v, beta, g, T, H, D);
     else
@@ -163,8 +170,8 @@ void cuda_kda_backward(real *dq, real *dk, real *dv, real *dbeta, real *dg, cons
                        const real *g, real *ws, int B, int T, int H, int D, int C) {
     (void)C; (void)v;  // v enters the backward only through W, which the forward kept
     if (B * H <= 0 || T <= 0) return;
-    size_t sm = kda_smem_bytes(kda_core_local_size_bwd(D));
-    KDA_RAISE(kda_chunk_bwd_smem_kernel, kda_raised_bwd, sm);
+    size_t sf, sm;
+    kda_smem_prepare(D, &sf, &sm);
     if (sm)
         kda_chunk_bwd_smem_kernel<<<B * H, KDA_THREADS, sm, dm_stream>>>(dq, dk, dv, dbeta, dg, dout, q, k, beta, g,
                                                                          ws, T, H, D);
