@@ -213,9 +213,13 @@ static DM_HD void moe_core_plan(const MoeView *v, real *aux, int *load, int tid,
     // 1. per chunk: expert histogram of its assignments, router mass of its tokens per expert
     for (int c = tid; c < MOE_NCH; c += nt) {
         int *cc = v->cnt + (size_t)c * E;  // [E]
-        for (int e = 0; e < E; e++) cc[e] = 0;
+        // counted in the thread's own array, then stored: in backend memory each increment
+        // would wait for the previous one's store
+        int h[MOE_MAXE];
+        for (int e = 0; e < E; e++) h[e] = 0;
         int a1 = (c + 1) * CA < A ? (c + 1) * CA : A;
-        for (int a = c * CA; a < a1; a++) cc[v->idx[a]]++;
+        for (int a = c * CA; a < a1; a++) h[v->idx[a]]++;
+        for (int e = 0; e < E; e++) cc[e] = h[e];
         int t1 = (c + 1) * CN < N ? (c + 1) * CN : N;
         for (int e = 0; e < E; e++) {
             double s = 0;
