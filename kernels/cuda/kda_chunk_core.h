@@ -106,7 +106,7 @@ static DM_HDS inline KdaCoreWs kda_core_carve(real *ws, int bh, int T, int D) {
 // St, YT, UT): nothing in them outlives one kernel (forward -> backward goes through Sc, U, W, PM
 // only), so the GPU keeps them in the block's shared memory, and each kernel carves only the views
 // it reads — the fewer bytes a block holds, the more blocks an SM runs at once (two per SM needs
-// <= 113 KB each on an H100/H200; the forward's views are 46 KB at D = 64, the backward's 108 KB).
+// <= 113 KB each on an H100/H200; the forward's views are 48.8 KiB at D = 64, the backward's 107.6 KiB).
 // Sizes in reals (even, so the doubles of Gam stay 8-byte aligned).
 static DM_HDS inline size_t kda_core_local_size_fwd(int D) {
     size_t GD = (size_t)KDA_GC * D;

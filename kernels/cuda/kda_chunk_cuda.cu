@@ -11,7 +11,7 @@
 // gradients, dS, dS0, S0 Y U transposed), only those each kernel reads, live in the block's shared
 // memory when they fit the device's opt-in limit (227 KB on an H200), else in the global workspace
 // — a choice made from D and the device only. At D = 64, the head size of every preset, that is
-// 46 KB for the forward and 108 KB for the backward, so two blocks of each fit an SM; the forward's
+// 48.8 KiB for the forward and 107.6 KiB for the backward, so two blocks of each fit an SM; the forward's
 // fit up to D = 298, the backward's up to D = 105. The host test runs the shared-memory carvings
 // with the local buffer poisoned between forward and backward.
 #include "cuda_common.cuh"
@@ -31,7 +31,7 @@ static_assert(KDA_GC == 16, "backend_cuda.cu sets Backend.kda_fixed_chunk = 16: 
 // Two blocks per SM: the chunk loop is a chain of barriers with short, latency-bound phases
 // (the 16-row solves run 64 of the 256 threads), so a second block's phases fill the gaps. It
 // caps the registers at 65 536 / (2 * 256) = 128 a thread, and each kernel's shared memory must
-// stay under half an SM's (kda_core_local_size_fwd / _bwd: 46 KB and 108 KB at D = 64).
+// stay under half an SM's (kda_core_local_size_fwd / _bwd: 48.8 and 107.6 KiB at D = 64).
 #define KDA_MIN_BLOCKS 2
 
 extern __shared__ __align__(16) float kda_smem[];  // kda_core_local_size_fwd / _bwd(D) floats when use_smem
