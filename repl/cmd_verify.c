@@ -8,6 +8,7 @@
 #include "../engine/engine.h"
 #include "../engine/parity.h"
 #include "../engine/snapshot.h"
+#include "../engine/stress.h"
 #include "shell.h"
 
 #define E_ (sh->eng)
@@ -198,83 +199,21 @@ int cmd_stress(Shell *sh, Words *w, dm_err *err) {
     if (!sh_kv(w, "lr_mult") || !sh_kv(w, "steps")) return dm_fail(err, "usage: :stress lr_mult=X steps=N (both required)");
     double mult = 1;
     long long n = 100;
-    if (sh_kv(w, "lr_mult") && sh_parse_real(sh_kv(w, "lr_mult"), 1e-6, 1e6, "lr_mult", &mult, err)) return 1;
-    if (sh_kv(w, "steps") && sh_parse_int(sh_kv(w, "steps"), 1, 1LL << 30, "steps", &n, err)) return 1;
-    Engine *e = E_;
-    if (!e->live || !e->has_data) return dm_fail(err, !e->live ? "no model: :init builds one" : "no data: :data PATH opens a corpus");
-    Config saved = e->cfg;
-    e->cfg.lr *= mult; e->cfg.lr_muon *= mult; e->cfg.lr_cosine = 0; e->cfg.warmup = 0;
-    e->model.cfg = e->cfg;
-    double *loss = mallocCheck(sizeof(double) * n), *gn = mallocCheck(sizeof(double) * n);
-    double amax[3] = {0};
-    long long spikes = 0, nonfinite = 0, done = 0, judged = 0;
-    int rc = 0;
-    for (long long i = 0; i < n; i++) {
-        if (e->interrupt && *e->interrupt) { e->intr_honored++; break; }
-        MetricRow r;
-        rc = engine_step(e, &r, err);
-        if (rc && r.kind != 0) break;  // refused before it ran (no row): not a step of the protocol
-        loss[i] = r.loss; gn[i] = r.gnorm; done++;
-        // spike: loss above the median of the last 201 finite losses + 0.1; a non-finite loss is
-        // counted on its own (it compares false with everything: it would count as no spike)
-        if (!isfinite(r.loss)) {
-            nonfinite++;
-        } else {
-            long long lo = i - 201 < 0 ? 0 : i - 201;
-            double *tmp = mallocCheck(sizeof(double) * (size_t)(i - lo + 1));
-            int m = 0;
-            for (long long a = lo; a < i; a++)
-                if (isfinite(loss[a])) tmp[m++] = loss[a];
-            if (m >= 10) {  // (a median of fewer says little: such steps are not judged, and the line says so)
-                judged++;
-                for (int a = 1; a < m; a++) { double v = tmp[a]; int b = a - 1; while (b >= 0 && tmp[b] > v) { tmp[b + 1] = tmp[b]; b--; } tmp[b + 1] = v; }
-                if (r.loss > tmp[m / 2] + 0.1) spikes++;
-            }
-            free(tmp);
-        }
-        // the arm outputs are backend memory: each is downloaded into host scratch to scan it
-        Model *md = &e->model;
-        size_t Nd = (size_t)md->acts.B * md->acts.T * md->cfg.d;
-        real *hbuf = mallocCheck(sizeof(real) * (Nd ? Nd : 1));
-        const int arm_of[3] = {ARM_KDA, ARM_ENGRAM, ARM_MOE};
-        for (int it = 0; it < md->last_depth; it++) {
-            IterActs *t = &md->acts.it[it];
-            const real *src[3] = {t->a, t->e, t->gout};
-            for (int k = 0; k < 3; k++) {
-                if (!md->arms.on[arm_of[k]]) continue;
-                md->be->download(hbuf, src[k], sizeof(real) * Nd);
-                for (size_t j = 0; j < Nd; j++) if (fabs(hbuf[j]) > amax[k]) amax[k] = fabs(hbuf[j]);
-            }
-        }
-        free(hbuf);
-        if (rc) break;
-    }
-    e->cfg = saved;
-    e->model.cfg = saved;
-    // 99.9th percentile of the pre-clip gradient norm, nearest rank: the ceil(0.999 n)-th
-    // smallest (for n <= 1000 that is the largest: the tail is never left out)
-    // over the finite norms (a NaN would break the sort's order); the non-finite are counted
-    long long ng = 0, gbad = 0;
-    for (long long a = 0; a < done; a++) {
-        if (isfinite(gn[a])) gn[ng++] = gn[a];
-        else gbad++;
-    }
-    for (long long a = 1; a < ng; a++) { double v = gn[a]; long long b = a - 1; while (b >= 0 && gn[b] > v) { gn[b + 1] = gn[b]; b--; } gn[b + 1] = v; }
-    long long rank = (long long)ceil(0.999 * (double)ng);
-    double p999 = ng ? gn[(rank < 1 ? 1 : rank) - 1] : NAN;
-    if (!done) {  // no step ran: no report (a refused first step said "steps=1 ... final loss 0.0000";
+    if (sh_parse_real(sh_kv(w, "lr_mult"), 1e-6, 1e6, "lr_mult", &mult, err)) return 1;
+    if (sh_parse_int(sh_kv(w, "steps"), 1, 1LL << 30, "steps", &n, err)) return 1;
+    StressReport r;
+    int rc = engine_stress(E_, mult, n, &r, err);
+    if (!r.done) {  // no step ran: no report (a refused first step said "steps=1 ... final loss 0.0000";
         // Ctrl-C before the first, "steps=0 ... final loss nan")
         if (!rc) fprintf(OUT, "stress lr_mult=%g: interrupted before its first step, nothing to report\n", mult);
-        free(loss); free(gn);
         return rc;
     }
     char jd[128] = "";
-    if (judged < done - nonfinite)  // QA: 10 steps from 5.5 to 102 said "loss spikes 0"
-        snprintf(jd, sizeof jd, " (judged %lld of %lld steps: a step needs 10 earlier finite losses)", judged, done);
+    if (r.judged < r.done - r.nonfinite)  // QA: 10 steps from 5.5 to 102 said "loss spikes 0"
+        snprintf(jd, sizeof jd, " (judged %lld of %lld steps: a step needs 10 earlier finite losses)", r.judged, r.done);
     fprintf(OUT, "stress lr_mult=%g steps=%lld: loss spikes %lld%s, non-finite losses %lld, gnorm p99.9 %.3f%s, final loss %.4f, arm maxima |kda| %.3g |engram| %.3g |moe| %.3g, skipped %lld\n",
-            mult, done, spikes, jd, nonfinite, p999, gbad ? " (of the finite norms)" : "", done ? loss[done - 1] : NAN, amax[0],
-            amax[1], amax[2], (long long)e->opt.total_skips);
-    free(loss); free(gn);
+            mult, r.done, r.spikes, jd, r.nonfinite, r.gnorm_p999, r.gnorm_bad ? " (of the finite norms)" : "", r.final_loss,
+            r.amax[0], r.amax[1], r.amax[2], (long long)E_->opt.total_skips);
     return rc;
 }
 

@@ -1,0 +1,83 @@
+// stress.c — the stability stress protocol (stress.h; SPEC §7). The REPL's :stress prints the
+// report; the counting lives here so the tests drive it without a shell.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "stress.h"
+
+// loss spike: above the median of the last <= 201 finite losses + 0.1, judged only with at least
+// 10 of them (a median of fewer says little)
+static int judge(const double *loss, long long i, int *spike) {
+    long long lo = i - 201 < 0 ? 0 : i - 201;
+    double *tmp = mallocCheck(sizeof(double) * (size_t)(i - lo + 1));
+    int m = 0;
+    for (long long a = lo; a < i; a++)
+        if (isfinite(loss[a])) tmp[m++] = loss[a];
+    int judged = m >= 10;
+    if (judged) {
+        for (int a = 1; a < m; a++) { double v = tmp[a]; int b = a - 1; while (b >= 0 && tmp[b] > v) { tmp[b + 1] = tmp[b]; b--; } tmp[b + 1] = v; }
+        *spike = loss[i] > tmp[m / 2] + 0.1;
+    }
+    free(tmp);
+    return judged;
+}
+
+// max |x| of each arm's output over the iterations of the last forward; the outputs are backend
+// memory: each is downloaded into host scratch to scan it
+static void arm_maxima(Model *md, double amax[3]) {
+    size_t Nd = (size_t)md->acts.B * md->acts.T * md->cfg.d;
+    real *hbuf = mallocCheck(sizeof(real) * (Nd ? Nd : 1));
+    const int arm_of[3] = {ARM_KDA, ARM_ENGRAM, ARM_MOE};
+    for (int it = 0; it < md->last_depth; it++) {
+        IterActs *t = &md->acts.it[it];
+        const real *src[3] = {t->a, t->e, t->gout};
+        for (int k = 0; k < 3; k++) {
+            if (!md->arms.on[arm_of[k]]) continue;
+            md->be->download(hbuf, src[k], sizeof(real) * Nd);
+            for (size_t j = 0; j < Nd; j++) if (fabs(hbuf[j]) > amax[k]) amax[k] = fabs(hbuf[j]);
+        }
+    }
+    free(hbuf);
+}
+
+int engine_stress(Engine *e, double mult, long long n, StressReport *rep, dm_err *err) {
+    memset(rep, 0, sizeof *rep);
+    rep->gnorm_p999 = NAN;
+    rep->final_loss = NAN;
+    if (!e->live || !e->has_data) return dm_fail(err, !e->live ? "no model: :init builds one" : "no data: :data PATH opens a corpus");
+    Config saved = e->cfg;
+    e->cfg.lr *= mult; e->cfg.lr_muon *= mult; e->cfg.lr_cosine = 0; e->cfg.warmup = 0;
+    e->model.cfg = e->cfg;
+    double *loss = mallocCheck(sizeof(double) * n), *gn = mallocCheck(sizeof(double) * n);
+    int rc = 0;
+    for (long long i = 0; i < n; i++) {
+        if (e->interrupt && *e->interrupt) { e->intr_honored++; rep->interrupted = 1; break; }
+        MetricRow r;
+        rc = engine_step(e, &r, err);
+        if (rc && r.kind != 0) break;  // refused before it ran (no row): not a step of the protocol
+        loss[i] = r.loss; gn[i] = r.gnorm; rep->done++;
+        // a non-finite loss is counted on its own (it compares false with everything: it would
+        // count as no spike)
+        int spike = 0;
+        if (!isfinite(r.loss)) rep->nonfinite++;
+        else if (judge(loss, i, &spike)) { rep->judged++; rep->spikes += spike; }
+        arm_maxima(&e->model, rep->amax);
+        if (rc) break;
+    }
+    e->cfg = saved;
+    e->model.cfg = saved;
+    // 99.9th percentile of the pre-clip gradient norm, nearest rank: the ceil(0.999 n)-th
+    // smallest (for n <= 1000 that is the largest: the tail is never left out), over the finite
+    // norms (a NaN would break the sort's order); the non-finite are counted
+    long long ng = 0;
+    for (long long a = 0; a < rep->done; a++) {
+        if (isfinite(gn[a])) gn[ng++] = gn[a];
+        else rep->gnorm_bad++;
+    }
+    for (long long a = 1; a < ng; a++) { double v = gn[a]; long long b = a - 1; while (b >= 0 && gn[b] > v) { gn[b + 1] = gn[b]; b--; } gn[b + 1] = v; }
+    long long rank = (long long)ceil(0.999 * (double)ng);
+    if (ng) rep->gnorm_p999 = gn[(rank < 1 ? 1 : rank) - 1];
+    if (rep->done) rep->final_loss = loss[rep->done - 1];
+    free(loss); free(gn);
+    return rc;
+}

@@ -1,0 +1,140 @@
+// test_stress.c — the stress protocol (engine/stress.c, :stress; SPEC §7) on a tiny live model:
+// interrupted before its first step it reports nothing and changes nothing; a run trains at a
+// constant LR of X times the base from its first step (no warm-up, no cosine), counts and judges
+// what it says it does, and gives the config back as it was.
+#include <math.h>
+#include <signal.h>
+#include <string.h>
+#include "engine_fixture.h"
+#include "../engine/stress.h"
+
+static char corpus[256];
+
+static void tiny_engine(Engine *e) {
+    dm_err err = {0};
+    engine_init(e);
+    assert_int_equal(config_preset(&e->cfg, "nano", &err), 0);
+    e->cfg.d = 32; e->cfg.H = 2; e->cfg.f = 64; e->cfg.r = 8; e->cfg.seq = 32; e->cfg.batch = 2;
+    e->cfg.kda_chunk = 16; e->cfg.engram_rows = 97; e->cfg.warmup = 50;  // warm-up and cosine on
+    assert_int_equal(engine_open_data(e, corpus, NULL, &err), 0);
+    assert_int_equal(engine_build(e, 5, &err), 0);
+    MetricRow r;
+    assert_int_equal(engine_step(e, &r, &err), 0);  // one ordinary step first: it has a history
+}
+
+static void same_schedule(const Config *a, const Config *b) {
+    assert_memory_equal(&a->lr, &b->lr, sizeof a->lr);
+    assert_memory_equal(&a->lr_muon, &b->lr_muon, sizeof a->lr_muon);
+    assert_int_equal(a->lr_cosine, b->lr_cosine);
+    assert_int_equal(a->warmup, b->warmup);
+}
+
+static void test_interrupted_before_first_step(void **st) {
+    (void)st;
+    Engine e;
+    tiny_engine(&e);
+    volatile sig_atomic_t flag = 1;  // Ctrl-C came before the first step
+    e.interrupt = &flag;
+    Config cfg0 = e.cfg;
+    int64_t step0 = e.step, honored0 = e.intr_honored;
+    int rows0 = e.nrows;
+    real *p0 = params_of(&e);
+    StressReport r;
+    dm_err err = {0};
+    assert_int_equal(engine_stress(&e, 4.0, 5, &r, &err), 0);
+    assert_int_equal(r.done, 0);
+    assert_true(r.interrupted);
+    assert_int_equal(e.intr_honored, honored0 + 1);  // the transcript comments the line out
+    assert_true(isnan(r.final_loss) && isnan(r.gnorm_p999));
+    assert_int_equal(e.step, step0);
+    assert_int_equal(e.nrows, rows0);
+    same_schedule(&e.cfg, &cfg0);
+    same_schedule(&e.model.cfg, &cfg0);
+    real *p1 = params_of(&e);
+    assert_memory_equal(p0, p1, sizeof(real) * e.model.n_params);
+    free(p0); free(p1);
+    engine_free(&e);
+}
+
+static void test_run_counts_and_restores(void **st) {
+    (void)st;
+    Engine e;
+    tiny_engine(&e);
+    volatile sig_atomic_t flag = 0;
+    e.interrupt = &flag;
+    Config cfg0 = e.cfg;
+    int64_t step0 = e.step;
+    int rows0 = e.nrows;
+    const double mult = 3;
+    StressReport r;
+    dm_err err = {0};
+    assert_int_equal(engine_stress(&e, mult, 12, &r, &err), 0);
+    assert_int_equal(r.done, 12);
+    assert_false(r.interrupted);
+    assert_int_equal(e.step, step0 + 12);
+    assert_int_equal(e.nrows, rows0 + 12);
+    // every step at base x 3 from the first (in warm-up, at step 1 of 50, the schedule would
+    // give 2 % of that)
+    double gmax = 0;
+    for (int i = rows0; i < e.nrows; i++) {
+        const MetricRow *m = &e.rows[i];
+        if (fabs(m->lr - mult * cfg0.lr) > 1e-12 * mult * cfg0.lr) print_error("row %d lr %g\n", i, m->lr);
+        assert_true(fabs(m->lr - mult * cfg0.lr) <= 1e-12 * mult * cfg0.lr);
+        assert_true(isfinite(m->loss));
+        if (m->gnorm > gmax) gmax = m->gnorm;
+    }
+    // a step is judged with 10 earlier finite losses of the run: steps 11 and 12 of 12
+    assert_int_equal(r.judged, 2);
+    assert_true(r.spikes >= 0 && r.spikes <= r.judged);
+    assert_int_equal(r.nonfinite, 0);
+    assert_int_equal(r.gnorm_bad, 0);
+    assert_memory_equal(&r.gnorm_p999, &gmax, sizeof gmax);  // n <= 1000: the largest norm
+    assert_memory_equal(&r.final_loss, &e.rows[e.nrows - 1].loss, sizeof(double));
+    for (int k = 0; k < 3; k++) assert_true(r.amax[k] > 0 && isfinite(r.amax[k]));
+    same_schedule(&e.cfg, &cfg0);
+    same_schedule(&e.model.cfg, &cfg0);
+    // the next ordinary step is back on the schedule (in warm-up: below the base)
+    MetricRow m;
+    assert_int_equal(engine_step(&e, &m, &err), 0);
+    assert_true(m.lr < cfg0.lr);
+    engine_free(&e);
+}
+
+static void test_arm_off_has_no_maximum(void **st) {
+    (void)st;
+    Engine e;
+    tiny_engine(&e);
+    e.model.arms.on[ARM_MOE] = 0;
+    StressReport r;
+    dm_err err = {0};
+    assert_int_equal(engine_stress(&e, 1.0, 2, &r, &err), 0);
+    assert_int_equal(r.done, 2);
+    assert_true(r.amax[0] > 0 && r.amax[1] > 0);
+    assert_true(r.amax[2] == 0);
+    engine_free(&e);
+}
+
+static void test_needs_a_model(void **st) {
+    (void)st;
+    Engine e;
+    engine_init(&e);
+    StressReport r;
+    dm_err err = {0};
+    assert_int_equal(engine_stress(&e, 2.0, 3, &r, &err), 1);
+    assert_non_null(strstr(err.msg, "no model"));
+    assert_int_equal(r.done, 0);
+    engine_free(&e);
+}
+
+int main(void) {
+    make_corpus(corpus, sizeof corpus);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_interrupted_before_first_step),
+        cmocka_unit_test(test_run_counts_and_restores),
+        cmocka_unit_test(test_arm_off_has_no_maximum),
+        cmocka_unit_test(test_needs_a_model),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    remove(corpus);
+    return rc;
+}
