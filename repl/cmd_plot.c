@@ -520,20 +520,34 @@ int cmd_plot(Shell *sh, Words *w, dm_err *err) {
     build_timeline(&cx);
     Panel *panels = calloc(np, sizeof(Panel));
     VizChart charts[MAX_PANELS];
-    int rc = 0;
+    int rc = 0, nc = 0;
+    // a metric with nothing to plot yet (no evals, no routed tokens) in a list of several is left
+    // out and said below; alone, or when every one of the list has nothing, it is the error
+    char left[MAX_PANELS][sizeof err->msg + 32];
+    int nleft = 0;
+    const char *const nothing = "nothing to plot yet";
     for (int k = 0; k < np && !rc; k++) {
-        Panel *p = &panels[k];
+        Panel *p = &panels[nc];
         const char *m = names[k];
         if (!strcmp(m, "bpb")) rc = panel_bpb(&cx, p, err);
         else if (!strcmp(m, "depths")) rc = panel_depths(&cx, p, err);
         else if (!strcmp(m, "experts")) rc = panel_experts(&cx, p, err);
         else rc = panel_train(&cx, p, m, err);
+        if (rc && np > 1 && !strncmp(err->msg, nothing, strlen(nothing))) {
+            snprintf(left[nleft++], sizeof left[0], "%s not drawn: %s", m, err->msg);
+            free(p->buf);
+            memset(p, 0, sizeof *p);
+            if (nleft < np) { rc = 0; memset(err, 0, sizeof *err); }
+            continue;  // (all of them: rc and err stay, the last one's reason)
+        }
+        if (rc) break;
+        if (nc != k) snprintf(names[nc], sizeof names[0], "%s", m);  // the drawn metrics, in order (nc < k)
         p->chart.title = p->title; p->chart.subtitle = p->subtitle;
         p->chart.xlabel = p->xlabel; p->chart.ylabel = p->ylabel;
         p->chart.series = p->series; p->chart.refs = p->refs;
         p->chart.share_x = strcmp(m, "depths") && !(!strcmp(m, "experts") && p->chart.xint);   // the time series line up
         if (p->chart.share_x && cx.xq != X_TIME) p->chart.xint = 1;  // steps and tokens are counts: no 0.5 ticks
-        charts[k] = p->chart;
+        charts[nc++] = p->chart;
     }
     char path[1400];
     if (!rc) {
@@ -544,14 +558,15 @@ int cmd_plot(Shell *sh, Words *w, dm_err *err) {
             snprintf(dir, sizeof dir, "%splots", session_default_dir(e, dd, sizeof dd));
             if (mkdir_p(dir)) rc = dm_fail(err, ":plot: cannot create %s: %s", dir, strerror(errno));
             int n = snprintf(path, sizeof path, "%s/", dir);
-            for (int k = 0; k < np; k++) n += snprintf(path + n, sizeof path - n, "%s%s", k ? "-" : "", names[k]);
+            for (int k = 0; k < nc; k++) n += snprintf(path + n, sizeof path - n, "%s%s", k ? "-" : "", names[k]);
             snprintf(path + n, sizeof path - n, ".png");
         }
     }
     if (!rc) {
         char msg[512];
-        if (viz_charts_png(path, charts, np, W, H, msg, sizeof msg)) rc = dm_fail(err, ":plot: %s", msg);
+        if (viz_charts_png(path, charts, nc, W, H, msg, sizeof msg)) rc = dm_fail(err, ":plot: %s", msg);
         else fprintf(sh->out, "wrote %s\n", path);
+        for (int k = 0; !rc && k < nleft; k++) fprintf(sh->out, "note: %s\n", left[k]);
         if (!rc && cx.nsets > 1)  // said here too: the subtitle is easy to miss
             fprintf(sh->out, "note: the eval curves show the latest of %d eval sets (%d eval%s); evals of another corpus, split or window size are not on them\n",
                     cx.nsets, cx.set_evals, cx.set_evals == 1 ? "" : "s");

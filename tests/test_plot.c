@@ -198,6 +198,7 @@ static void fill_engine(void) {
     engine_init(&eng);
     expect_plot_error(":plot loss", "nothing to plot yet: train first");
     expect_plot_error(":plot bpb", "nothing to plot yet");
+    expect_plot_error(":plot loss,bpb", "nothing to plot yet");  // every metric of the list empty
     for (int s = 0; s < 400; s++) {
         MetricRow r = {0};
         r.step = s; r.tokens = (int64_t)(s + 1) * 2048;
@@ -270,6 +271,17 @@ static void test_cmd_plot(void **state) {
     expect_plot_error(":plot loss colour=red", "unknown option 'colour'");
     expect_plot_error(":plot", "usage: :plot");
     expect_plot_error(":plot experts", "nothing to plot yet");
+    // in a list, a metric with nothing to plot yet is left out and said; the others are drawn,
+    // and the default file name is theirs
+    snprintf(eng.session_dir, sizeof eng.session_dir, "%s/run2", dir);
+    if (plot(":plot experts,loss,bpb", &err)) fail_msg("%s", err.msg);
+    snprintf(path, sizeof path, "%s/run2/plots/loss-bpb.png", dir);
+    char want[900];
+    snprintf(want, sizeof want, "wrote %s\nnote: experts not drawn: nothing to plot yet", path);
+    if (strncmp(outbuf, want, strlen(want))) print_error("printed '%s', want '%s...'\n", outbuf, want);
+    assert_memory_equal(outbuf, want, strlen(want));
+    check_chart(path, 960, 720);  // two panels
+    eng.session_dir[0] = 0;
     expect_plot_error(":plot loss out=/nonexistent-dir/a.png", "cannot write /nonexistent-dir/a.png");
 }
 
