@@ -137,23 +137,26 @@ static void run_steps(const MoeStep *st, int ns, const MoeView *v, int nt) {
     free(sA); free(sB);
 }
 
-static Result run_core(const Case *c, real daux, int nt) {
+// nosplit: every row reduction in one piece (the weight GEMMs and s-gradients of these small
+// shapes are otherwise split, moe_wg_split / moe_sg_split)
+static Result run_core(const Case *c, real daux, int nt, int nosplit) {
     Result r = result_new(c);
     size_t nws = moe_core_ws_size(c->s);
     real *ws = malloc(sizeof(real) * nws);
     for (size_t i = 0; i < nws; i++) ws[i] = (real)NAN;  // nothing may be read before it is written
     MoeView v = moe_core_view(ws, c->s);
+    v.nosplit = nosplit;
     // the device outputs aux / load: backend memory, here plain host arrays
     real *aux = malloc(sizeof(real));
     int *load = malloc(sizeof(int) * c->s.E);
-    MoeStep st[16];
+    MoeStep st[MOE_MAX_STEPS];
     int ns = moe_core_forward_steps(st, &v, r.out, aux, load, c->n, c->z, case_params(c));
-    assert_true(ns <= 16);
+    assert_true(ns <= MOE_MAX_STEPS);
     run_steps(st, ns, &v, nt);
     r.aux = *aux;
     memcpy(r.load, load, sizeof(int) * c->s.E);
     ns = moe_core_backward_steps(st, &v, r.g[G_DN], r.g[G_DZ], result_grads(&r), c->dout, daux, c->n, case_params(c));
-    assert_true(ns <= 16);
+    assert_true(ns <= MOE_MAX_STEPS);
     run_steps(st, ns, &v, nt);
     free(aux); free(load); free(ws);
     return r;
@@ -202,16 +205,20 @@ static double compare(const Case *c, const Result *core, const Result *ref, int 
 static double check(MoEShape s, int router, int ex, uint64_t seed) {
     Case c = case_new(s, router, ex, seed);
     const real daux = (real)0.3;
-    Result ref = run_cpu(&c, daux), c4 = run_core(&c, daux, 4), c1 = run_core(&c, daux, 1);
+    Result ref = run_cpu(&c, daux), c4 = run_core(&c, daux, 4, 0), c1 = run_core(&c, daux, 1, 0);
+    Result cn = run_core(&c, daux, 1, 1);
     assert_true(same_result(&c, &c4, &c1));  // nt and block / item order change nothing
     if (router == 1)  // every token on one expert: the others really are empty
         for (int e = 0; e < s.E; e++) assert_int_equal(c1.load[e], e == ex ? s.N : 0);
     if (router == 2) assert_int_equal(c1.load[ex], 0);
-    print_message("N=%d d=%d E=%d k=%d r=%d f=%d router=%d  load", s.N, s.d, s.E, s.k, s.r, s.f, router);
+    print_message("N=%d d=%d E=%d k=%d r=%d f=%d router=%d  slices: wg %d/%d sg %d  load", s.N, s.d, s.E, s.k, s.r,
+                  s.f, router, moe_wg_split(s.d, s.r, s.E), moe_wg_split(s.f, s.r, s.E), moe_sg_split(s.E, s.r));
     for (int e = 0; e < s.E; e++) print_message(" %d", c1.load[e]);
     print_message("\n");
     double w = compare(&c, &c1, &ref, 1);
-    result_free(&ref); result_free(&c4); result_free(&c1);
+    print_message("  unsplit:");
+    w = fmax(w, compare(&c, &cn, &ref, 1));
+    result_free(&ref); result_free(&c4); result_free(&c1); result_free(&cn);
     case_free(&c);
     return w;
 }
@@ -236,6 +243,10 @@ static void test_core_vs_cpu(void **state) {
     w = fmax(w, check(a, 3, 0, 10));        // exact ties (lower index wins)
     MoEShape one = {1, 8, 4, 2, 4, 12};     // the decoder's single token
     w = fmax(w, check(one, 0, 0, 11));
+    // every row on expert 0: 2040 rows, so each of the weight GEMMs' 8 slices (256 rows) and the
+    // s-gradients' 64 (32 rows) has rows, the last one short
+    MoEShape big = {2040, 8, 2, 1, 4, 12};
+    w = fmax(w, check(big, 1, 0, 12));
     print_message("worst %.2e (bar %.0e)\n", w, BAR);
     assert_true(w <= BAR);
 }
@@ -246,11 +257,11 @@ static void test_checker_catches(void **state) {
     (void)state;
     MoEShape s = {50, 24, 4, 2, 8, 40};
     Case c = case_new(s, 0, 0, 12);
-    Result ref = run_cpu(&c, (real)0.3), core = run_core(&c, (real)0.3, 1);
+    Result ref = run_cpu(&c, (real)0.3), core = run_core(&c, (real)0.3, 1, 0);
     assert_true(compare(&c, &core, &ref, 0) <= BAR);
     core.g[G_U1][7] += (real)1e-3 * (real)fabs((double)core.g[G_U1][7]) + (real)1e-4;
     assert_true(compare(&c, &core, &ref, 0) > BAR);
-    Result core2 = run_core(&c, (real)0.3, 4);
+    Result core2 = run_core(&c, (real)0.3, 4, 0);
     assert_false(same_result(&c, &core, &core2));
     core2.out[3] *= (real)1.0001;
     assert_true(compare(&c, &core2, &ref, 0) > BAR);

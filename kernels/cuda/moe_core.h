@@ -16,7 +16,11 @@
 //              end exit. Gathers (row i reads token asg[i] / k), the s-scaling, silu and silu'
 //              are folded into the operand loads / the store, so the chain needs no [A, f] copy.
 //   weight GEMM ("wg")  dW_e += A_e^T B_e over expert e's rows: grid E x output tiles, the K loop
-//              runs over the expert's rows read from off[] (an expert with no rows exits).
+//              runs over the expert's rows read from off[] (an expert with no rows exits). Where
+//              that grid is small, each expert's rows are cut into S slices (moe_wg_split: a
+//              function of the shapes), one block per (tile, expert, slice) writes its partial
+//              tile, and a second step adds the S partials in slice order ("wsum"); the
+//              s-gradients' row sums are cut the same way (moe_sg_split, "sgsum").
 //   combine    one item per output element: a token's k rows added in increasing expert order
 //              (the CPU's order), so no atomics and a fixed sum.
 // Every sum runs in a fixed order inside one thread; nothing depends on the thread count.
@@ -83,13 +87,41 @@
 //   ints: idx [N, k] chosen experts | asg [A] sorted position -> assignment | pos [A] its inverse |
 //         off [E+1] expert offsets | tstart [E+1] first tile slot per expert | tiles [MT, 3]
 //         (expert or -1, first row, rows) | cnt [NCH, E] per-chunk counts, then their prefix
+//   part      backward: the partial sums of a split row reduction (moe_core_part_size reals)
 // Backward is destructive on h, as on the CPU: run forward again before a second backward.
 typedef struct {
     int N, d, E, k, r, f, A, MT;
+    int nosplit;  // 1: every row reduction in one piece (the tests run both ways; 0 from the view)
     double *Ppart, *PE;
-    real *P, *W, *a1, *a2, *h, *y, *t1, *t2, *dw;
+    real *P, *W, *a1, *a2, *h, *y, *t1, *t2, *dw, *part;
     int *idx, *asg, *pos, *off, *tstart, *tiles, *cnt;
 } MoeView;
+
+// Slices of a reduction over an expert's rows, a function of the shapes alone (never of the
+// routing or of timing). A weight GEMM has one block per (output tile, expert), each walking all
+// of its expert's rows — thousands in a row at small b32, on fewer blocks than an H200 has SMs
+// for the [d, r] weights: cut so that the grid has >= 512 blocks, at most 8 slices. The
+// s-gradients have one thread per (expert, column): cut to >= 32768 threads, at most 64 slices.
+static DM_HDS inline int moe_wg_split(int P, int Q, int E) {
+    long blocks = (long)((P + MOE_TM - 1) / MOE_TM) * ((Q + MOE_TN - 1) / MOE_TN) * E;
+    if (blocks >= 512) return 1;
+    long s = (512 + blocks - 1) / blocks;
+    return s > 8 ? 8 : (int)s;
+}
+static DM_HDS inline int moe_sg_split(int E, int r) {
+    long items = (long)E * r, s = (32768 + items - 1) / items;
+    return s > 64 ? 64 : s < 1 ? 1 : (int)s;
+}
+// Reals of the partial sums: the largest split reduction of the backward (its weight GEMMs are
+// [d, r] and [f, r] per expert; its s-gradients [r] per expert).
+static DM_HDS inline size_t moe_core_part_size(MoEShape s) {
+    size_t n = 0, E = (size_t)s.E;
+    int Sd = moe_wg_split(s.d, s.r, s.E), Sf = moe_wg_split(s.f, s.r, s.E), Sg = moe_sg_split(s.E, s.r);
+    if (Sd > 1 && (size_t)Sd * E * s.d * s.r > n) n = (size_t)Sd * E * s.d * s.r;
+    if (Sf > 1 && (size_t)Sf * E * s.f * s.r > n) n = (size_t)Sf * E * s.f * s.r;
+    if (Sg > 1 && (size_t)Sg * E * s.r > n) n = (size_t)Sg * E * s.r;
+    return n;
+}
 
 // row-tile slots of the grouped GEMM: enough for any routing (each expert wastes < TM rows)
 static DM_HDS inline int moe_core_slots(int A, int E) { return (A + E * (MOE_TM - 1) + MOE_TM - 1) / MOE_TM; }
@@ -99,13 +131,14 @@ static DM_HDS inline size_t moe_core_ws_size(MoEShape s) {
     size_t dbl = 2 * ((size_t)MOE_NCH * E + E);
     size_t rl = N * E + N * s.k + 2 * A * s.r + A * s.f + A * s.d + 2 * A * s.r + A;
     size_t ints = 3 * A + 2 * (E + 1) + 3 * MT + (size_t)MOE_NCH * E;
-    return 2 + dbl + rl + (ints * sizeof(int) + sizeof(real) - 1) / sizeof(real);
+    return 2 + dbl + rl + (ints * sizeof(int) + sizeof(real) - 1) / sizeof(real) + moe_core_part_size(s);
 }
 
 static DM_HDS inline MoeView moe_core_view(real *ws, MoEShape s) {
     MoeView v;
     size_t N = (size_t)s.N, A = N * s.k, E = (size_t)s.E;
     v.N = s.N; v.d = s.d; v.E = s.E; v.k = s.k; v.r = s.r; v.f = s.f; v.A = (int)A;  // <= 2^31 - 2^26: shape_limits.h
+    v.nosplit = 0;
     v.MT = moe_core_slots((int)A, s.E);
     real *p = (real *)(((size_t)ws + 7) & ~(size_t)7);
     v.Ppart = (double *)p; p += 2 * (size_t)MOE_NCH * E;
@@ -127,6 +160,8 @@ static DM_HDS inline MoeView moe_core_view(real *ws, MoEShape s) {
     v.tstart = q; q += E + 1;
     v.tiles = q;  q += 3 * (size_t)v.MT;
     v.cnt = q;
+    size_t ints = 3 * A + 2 * (E + 1) + 3 * (size_t)v.MT + (size_t)MOE_NCH * E;
+    v.part = p + (ints * sizeof(int) + sizeof(real) - 1) / sizeof(real);
     return v;
 }
 
@@ -171,7 +206,18 @@ typedef struct {
     MoeRows A, B;
     real *C;
     int P, Q;
+    int S;        // row slices (1: C_e += the whole sum; > 1: partial tiles into part, then wsum)
+    real *part;   // [S, E, P, Q] when S > 1
 } MoeWG;
+
+// Rows [*i0, *i1) of expert e's slice sl of S: whole 32-row steps (both GEMM paths step 16 or 32
+// rows), the last slices short or empty. S = 1: all of e's rows.
+static DM_HD inline void moe_slice_rows(const MoeView *v, int e, int sl, int S, int *i0, int *i1) {
+    const int o = v->off[e], c = v->off[e + 1] - o;
+    const long per = ((long)(c + S - 1) / S + 31) / 32 * 32, b = sl * per, t = b + per;
+    *i0 = o + (int)(b < c ? b : c);
+    *i1 = o + (int)(t < c ? t : c);
+}
 
 // ---- route: one item per token t (kernels/cpu/moe.c's moe_route, operation for operation) ----
 static DM_HD void moe_core_route(const MoeView *v, const real *z, int t) {
@@ -335,12 +381,16 @@ static DM_HD void moe_core_rg_tile(const MoeRG *g, const MoeView *v, int slot, i
     }
 }
 
-// ---- weight GEMM, one (output tile, expert) block ----
-static DM_HD void moe_core_wg_tile(const MoeWG *g, const MoeView *v, int tile, int e, real *sA, real *sB,
+// ---- weight GEMM, one (output tile, expert, row slice) block: by = slice * E + expert ----
+static DM_HD void moe_core_wg_tile(const MoeWG *g, const MoeView *v, int tile, int by, real *sA, real *sB,
                                    int tid, int nt) {
-    const int o = v->off[e], c = v->off[e + 1] - o, P = g->P, Q = g->Q;
+    const int E = v->E, e = by % E, sl = by / E, P = g->P, Q = g->Q;
+    int o, o1;
+    moe_slice_rows(v, e, sl, g->S, &o, &o1);
+    const int c = o1 - o;
     const int ntq = (Q + MOE_TN - 1) / MOE_TN, p0 = (tile / ntq) * MOE_TM, q0 = (tile % ntq) * MOE_TN;
-    if (c == 0 || p0 >= P) return;  // block-uniform
+    // block-uniform; a slice of a split reduction writes its partial tile even without rows
+    if (p0 >= P || (c == 0 && g->S == 1)) return;
     real acc[MOE_ACC];
     MOE_UNROLL
     for (int s = 0; s < MOE_ACC; s++) acc[s] = 0;
@@ -365,13 +415,22 @@ static DM_HD void moe_core_wg_tile(const MoeWG *g, const MoeView *v, int tile, i
         }
         DM_SYNC();
     }
-    real *Ce = g->C + (size_t)e * P * Q;
+    real *Ce = g->S > 1 ? g->part + ((size_t)sl * E + e) * P * Q : g->C + (size_t)e * P * Q;
     MOE_UNROLL
     for (int s = 0; s < MOE_ACC; s++) {
         int x = tid + s * nt, p = x / MOE_TN, q = x % MOE_TN;
         if (x >= MOE_TM * MOE_TN || p0 + p >= P || q0 + q >= Q) continue;
-        Ce[(size_t)(p0 + p) * Q + q0 + q] += acc[s];
+        if (g->S > 1) Ce[(size_t)(p0 + p) * Q + q0 + q] = acc[s];
+        else Ce[(size_t)(p0 + p) * Q + q0 + q] += acc[s];
     }
+}
+
+// ---- wsum: item x of [E, P, Q]. C[x] += the S partial tiles' sums, in slice order ----
+static DM_HD void moe_core_wsum(const MoeView *v, const MoeWG *g, size_t x) {
+    const size_t EPQ = (size_t)v->E * g->P * g->Q;
+    real acc = g->part[x];
+    for (int s = 1; s < g->S; s++) acc += g->part[(size_t)s * EPQ + x];
+    g->C[x] += acc;
 }
 
 // ---- combine: item x of [N, d]. dst[t, q] = (accumulate ? dst : 0) + sum over t's k assignments
@@ -408,23 +467,34 @@ static DM_HD void moe_core_dw(const MoeView *v, real *D, const real *s2, int i) 
     for (int q = 0; q < r; q++) Di[q] *= wa;
 }
 
-// ---- sgrad: item x of [E, r]. gs[e, q] += sum_i t[i, q] a[i, q] over e's rows in order (the
-// CPU accumulates into gs the same way); t[i, q] *= s[e, q] ----
+// ---- sgrad: item x of [S, E, r] (slice, expert, column). S = 1: gs[e, q] += sum_i t[i, q]
+// a[i, q] over e's rows in order (the CPU accumulates into gs the same way); S > 1: the slice's
+// rows summed from 0 into part[x], which sgsum adds to gs in slice order. t[i, q] *= s[e, q] ----
 // (t and a are distinct buffers: __restrict__ lets the loads of the next rows be issued before
-// this row's store, so a thread walking thousands of rows has several loads in flight)
+// this row's store, so a thread walking many rows has several loads in flight)
 static DM_HD void moe_core_sgrad(const MoeView *v, real *gs, real *__restrict__ t, const real *__restrict__ a,
-                                 const real *s, int x) {
-    const int r = v->r, e = x / r, q = x % r;
-    real acc = gs[x], sq = s[x];
+                                 const real *s, int S, real *part, int x) {
+    const int r = v->r, Er = v->E * r, sl = x / Er, y = x % Er, e = y / r, q = y % r;
+    int i0, i1;
+    moe_slice_rows(v, e, sl, S, &i0, &i1);
+    real acc = S > 1 ? (real)0 : gs[y], sq = s[y];
 #ifdef __CUDA_ARCH__
 #pragma unroll 4
 #endif
-    for (int i = v->off[e]; i < v->off[e + 1]; i++) {
+    for (int i = i0; i < i1; i++) {
         real tv = t[(size_t)i * r + q];
         acc += tv * a[(size_t)i * r + q];
         t[(size_t)i * r + q] = tv * sq;
     }
-    gs[x] = acc;
+    if (S > 1) part[x] = acc;
+    else gs[y] = acc;
+}
+// ---- sgsum: item y of [E, r]. gs[y] += the S slices' sums, in slice order ----
+static DM_HD void moe_core_sgsum(const MoeView *v, real *gs, int S, const real *part, int y) {
+    const size_t Er = (size_t)v->E * v->r;
+    real acc = part[y];
+    for (int s = 1; s < S; s++) acc += part[(size_t)s * Er + y];
+    gs[y] += acc;
 }
 
 // ---- router backward: item t (kernels/cpu/moe.c's formulas, same order) ----
@@ -451,7 +521,9 @@ static DM_HD void moe_core_router_bwd(const MoeView *v, real *dz, real daux, int
 }
 
 // ---- the algorithm as a list of steps ----
-enum { MOE_K_ROUTE, MOE_K_PLAN, MOE_K_RG, MOE_K_WG, MOE_K_COMBINE, MOE_K_DW, MOE_K_SGRAD, MOE_K_ROUTER };
+enum { MOE_K_ROUTE, MOE_K_PLAN, MOE_K_RG, MOE_K_WG, MOE_K_COMBINE, MOE_K_DW, MOE_K_SGRAD, MOE_K_ROUTER, MOE_K_WSUM,
+       MOE_K_SGSUM };
+#define MOE_MAX_STEPS 24  // the backward's 13, a wsum after each of 4 weight GEMMs, an sgsum after each of 2 sgrads
 typedef struct {
     int kind;
     MoeRG rg;                          // RG
@@ -461,6 +533,7 @@ typedef struct {
     real *dst; const real *src;        // COMBINE: dst [N, d], rows src [A, d]
     int weighted, accumulate;          // COMBINE
     real *gs, *t; const real *a, *s;   // SGRAD: gs [E, r] +=, t [A, r], a [A, r], s [E, r]; DW: t = D, s = s2
+    int split; real *part;             // SGRAD, SGSUM: slices, partials [split, E, r]
     real *dz; real daux;               // ROUTER
 } MoeStep;
 
@@ -471,12 +544,14 @@ static DM_HDS inline void moe_core_shape(const MoeStep *st, const MoeView *v, si
     case MOE_K_ROUTE: case MOE_K_ROUTER: *items = (size_t)v->N; break;
     case MOE_K_COMBINE: *items = (size_t)v->N * v->d; break;
     case MOE_K_DW: *items = (size_t)v->A; break;
-    case MOE_K_SGRAD: *items = (size_t)v->E * v->r; break;
+    case MOE_K_SGRAD: *items = (size_t)st->split * v->E * v->r; break;
+    case MOE_K_SGSUM: *items = (size_t)v->E * v->r; break;
+    case MOE_K_WSUM: *items = (size_t)v->E * st->wg.P * st->wg.Q; break;
     case MOE_K_PLAN: *gx = 1; *gy = 1; break;
     case MOE_K_RG: *gx = v->MT; *gy = (st->rg.Nc + MOE_TN - 1) / MOE_TN; break;
     case MOE_K_WG:
         *gx = ((st->wg.P + MOE_TM - 1) / MOE_TM) * ((st->wg.Q + MOE_TN - 1) / MOE_TN);
-        *gy = v->E;
+        *gy = v->E * st->wg.S;
         break;
     }
 }
@@ -498,10 +573,26 @@ static inline MoeStep moe_step_rg(MoeRows A, const real *B, int btrans, int K, i
     st.rg.C = C; st.rg.ldc = ldc; st.rg.epi = epi;
     return st;
 }
-static inline MoeStep moe_step_wg(MoeRows A, MoeRows B, real *C, int P, int Q) {
-    MoeStep st = moe_step(MOE_K_WG);
-    st.wg.A = A; st.wg.B = B; st.wg.C = C; st.wg.P = P; st.wg.Q = Q;
-    return st;
+// a weight GEMM, and after it its wsum when the rows are split: appended to st, the new count
+static inline int moe_add_wg(MoeStep *st, int ns, const MoeView *v, MoeRows A, MoeRows B, real *C, int P, int Q) {
+    MoeStep w = moe_step(MOE_K_WG);
+    w.wg.A = A; w.wg.B = B; w.wg.C = C; w.wg.P = P; w.wg.Q = Q;
+    w.wg.S = v->nosplit ? 1 : moe_wg_split(P, Q, v->E);
+    w.wg.part = v->part;
+    st[ns++] = w;
+    if (w.wg.S > 1) { st[ns] = w; st[ns].kind = MOE_K_WSUM; ns++; }
+    return ns;
+}
+// an s-gradient (gs [E, r] +=, t [A, r] *= s), and after it its sgsum when the rows are split
+static inline int moe_add_sgrad(MoeStep *st, int ns, const MoeView *v, real *gs, real *t, const real *a,
+                                const real *s) {
+    MoeStep g = moe_step(MOE_K_SGRAD);
+    g.gs = gs; g.t = t; g.a = a; g.s = s;
+    g.split = v->nosplit ? 1 : moe_sg_split(v->E, v->r);
+    g.part = v->part;
+    st[ns++] = g;
+    if (g.split > 1) { st[ns] = g; st[ns].kind = MOE_K_SGSUM; ns++; }
+    return ns;
 }
 
 // Forward: out [N, d] written; aux [1], load [E] backend memory (may be NULL); n [N, d]; z [N, E].
@@ -526,7 +617,7 @@ static inline int moe_core_forward_steps(MoeStep *st, const MoeView *v, real *ou
 }
 
 // Backward (the CPU's chain, expert-grouped): accumulates into dn [N, d], dz [N, E] and g.
-// Returns the number of steps (<= 16).
+// Returns the number of steps (<= MOE_MAX_STEPS).
 static inline int moe_core_backward_steps(MoeStep *st, const MoeView *v, real *dn, real *dz, MoEGrads g,
                                           const real *dout, real daux, const real *n, MoEParams p) {
     const int d = v->d, r = v->r, f = v->f;
@@ -536,25 +627,25 @@ static inline int moe_core_backward_steps(MoeStep *st, const MoeView *v, real *d
     // dw = D . b2; D *= w (now d loss / d b2)
     st[ns] = moe_step(MOE_K_DW); st[ns].t = v->t1; st[ns].s = p.s2; ns++;
     // dU2 += (w G)^T (a2 s2)
-    st[ns++] = moe_step_wg(moe_rows(dout, d, 1, MOE_OP_WROW, NULL), moe_rows(v->a2, r, 0, MOE_OP_SCALE, p.s2),
-                           g.U2, d, r);
+    ns = moe_add_wg(st, ns, v, moe_rows(dout, d, 1, MOE_OP_WROW, NULL), moe_rows(v->a2, r, 0, MOE_OP_SCALE, p.s2),
+                    g.U2, d, r);
     // ds2 += sum db2 a2; da2 = db2 s2 (in t1)
-    st[ns] = moe_step(MOE_K_SGRAD); st[ns].gs = g.s2; st[ns].t = v->t1; st[ns].a = v->a2; st[ns].s = p.s2; ns++;
+    ns = moe_add_sgrad(st, ns, v, g.s2, v->t1, v->a2, p.s2);
     // dV2 += silu(h)^T da2
-    st[ns++] = moe_step_wg(moe_rows(v->h, f, 0, MOE_OP_SILU, NULL), moe_rows(v->t1, r, 0, MOE_OP_PLAIN, NULL),
-                           g.V2, f, r);
+    ns = moe_add_wg(st, ns, v, moe_rows(v->h, f, 0, MOE_OP_SILU, NULL), moe_rows(v->t1, r, 0, MOE_OP_PLAIN, NULL),
+                    g.V2, f, r);
     // dh = (da2 V2^T) silu'(h), over h
     st[ns++] = moe_step_rg(moe_rows(v->t1, r, 0, MOE_OP_PLAIN, NULL), p.V2, 1, r, f, v->h, f, MOE_EPI_DSILU);
     // dU1 += dh^T (a1 s1)
-    st[ns++] = moe_step_wg(moe_rows(v->h, f, 0, MOE_OP_PLAIN, NULL), moe_rows(v->a1, r, 0, MOE_OP_SCALE, p.s1),
-                           g.U1, f, r);
+    ns = moe_add_wg(st, ns, v, moe_rows(v->h, f, 0, MOE_OP_PLAIN, NULL), moe_rows(v->a1, r, 0, MOE_OP_SCALE, p.s1),
+                    g.U1, f, r);
     // db1 = dh U1 (in t2)
     st[ns++] = moe_step_rg(moe_rows(v->h, f, 0, MOE_OP_PLAIN, NULL), p.U1, 0, f, r, v->t2, r, MOE_EPI_STORE);
     // ds1 += sum db1 a1; da1 = db1 s1
-    st[ns] = moe_step(MOE_K_SGRAD); st[ns].gs = g.s1; st[ns].t = v->t2; st[ns].a = v->a1; st[ns].s = p.s1; ns++;
+    ns = moe_add_sgrad(st, ns, v, g.s1, v->t2, v->a1, p.s1);
     // dV1 += X^T da1
-    st[ns++] = moe_step_wg(moe_rows(n, d, 1, MOE_OP_PLAIN, NULL), moe_rows(v->t2, r, 0, MOE_OP_PLAIN, NULL),
-                           g.V1, d, r);
+    ns = moe_add_wg(st, ns, v, moe_rows(n, d, 1, MOE_OP_PLAIN, NULL), moe_rows(v->t2, r, 0, MOE_OP_PLAIN, NULL),
+                    g.V1, d, r);
     // dX = da1 V1^T (in y), then dn[t] += dX rows in expert order
     st[ns++] = moe_step_rg(moe_rows(v->t2, r, 0, MOE_OP_PLAIN, NULL), p.V1, 1, r, d, v->y, d, MOE_EPI_STORE);
     st[ns] = moe_step(MOE_K_COMBINE); st[ns].dst = dn; st[ns].src = v->y; st[ns].accumulate = 1; ns++;
@@ -569,7 +660,9 @@ static DM_HD inline void moe_core_item(const MoeStep *st, const MoeView *v, size
     case MOE_K_ROUTE: moe_core_route(v, st->z, (int)x); break;
     case MOE_K_COMBINE: moe_core_combine(v, st->dst, st->src, st->weighted, st->accumulate, x); break;
     case MOE_K_DW: moe_core_dw(v, st->t, st->s, (int)x); break;
-    case MOE_K_SGRAD: moe_core_sgrad(v, st->gs, st->t, st->a, st->s, (int)x); break;
+    case MOE_K_SGRAD: moe_core_sgrad(v, st->gs, st->t, st->a, st->s, st->split, st->part, (int)x); break;
+    case MOE_K_SGSUM: moe_core_sgsum(v, st->gs, st->split, st->part, (int)x); break;
+    case MOE_K_WSUM: moe_core_wsum(v, &st->wg, x); break;
     case MOE_K_ROUTER: moe_core_router_bwd(v, st->dz, st->daux, (int)x); break;
     }
 }

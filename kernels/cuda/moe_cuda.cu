@@ -138,9 +138,14 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_gemm_bf16_kernel(MoeStep st, 
         }
     } else {  // MOE_K_WG: C_e[p, q] += sum over expert e's rows of A(i, p) B(i, q)
         const MoeWG *g = &st.wg;
-        const int e = blockIdx.y, o = v.off[e], cnt = v.off[e + 1] - o, P = g->P, Q = g->Q;
+        // blockIdx.y = slice * E + expert: the slice's rows (moe_core.h's weight GEMM)
+        const int e = blockIdx.y % v.E, sl = blockIdx.y / v.E, P = g->P, Q = g->Q;
+        int o, o1;
+        moe_slice_rows(&v, e, sl, g->S, &o, &o1);
+        const int cnt = o1 - o;
         const int ntq = (Q + MOE_TN - 1) / MOE_TN, p0 = (blockIdx.x / ntq) * MOE_TM, q0 = (blockIdx.x % ntq) * MOE_TN;
-        if (cnt == 0 || p0 >= P) return;  // block-uniform
+        // block-uniform; a slice of a split reduction writes its partial tile even without rows
+        if (p0 >= P || (cnt == 0 && g->S == 1)) return;
         for (int k0 = 0; k0 < cnt; k0 += MB_K) {
             const int kw = cnt - k0 < MB_K ? cnt - k0 : MB_K;
             for (int x = tid; x < MB_K * MOE_TM; x += nt) {  // sA[kk][p]: row o+k0+kk of A, p fastest
@@ -159,11 +164,12 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_gemm_bf16_kernel(MoeStep st, 
             __syncthreads();
         }
         mb_store(sC, c0, c1, wr, wc);
-        float *Ce = g->C + (size_t)e * P * Q;
+        float *Ce = g->S > 1 ? g->part + ((size_t)sl * v.E + e) * P * Q : g->C + (size_t)e * P * Q;
         for (int x = tid; x < MOE_TM * MOE_TN; x += nt) {
             int p = x / MOE_TN, q = x % MOE_TN;
             if (p0 + p >= P || q0 + q >= Q) continue;
-            Ce[(size_t)(p0 + p) * Q + q0 + q] += sC[p * MB_LDC + q];
+            if (g->S > 1) Ce[(size_t)(p0 + p) * Q + q0 + q] = sC[p * MB_LDC + q];
+            else Ce[(size_t)(p0 + p) * Q + q0 + q] += sC[p * MB_LDC + q];
         }
     }
 }
@@ -207,7 +213,7 @@ void cuda_moe_forward(real *out, real *aux, int *load, real *ws, const real *n, 
         return;
     }
     MoeView v = moe_core_view(ws, s);
-    MoeStep st[16];
+    MoeStep st[MOE_MAX_STEPS];
     int ns = moe_core_forward_steps(st, &v, out, aux, load, n, z, p);
     moe_run(st, ns, &v);
 }
@@ -219,7 +225,7 @@ void cuda_moe_backward(real *dn, real *dz, MoEGrads g, const real *dout, real da
     moe_check(s);
     if (s.N <= 0) return;
     MoeView v = moe_core_view(ws, s);
-    MoeStep st[16];
+    MoeStep st[MOE_MAX_STEPS];
     int ns = moe_core_backward_steps(st, &v, dn, dz, g, dout, daux, n, p);
     moe_run(st, ns, &v);
 }
