@@ -201,7 +201,7 @@ typedef struct {
 } MoeRG;
 
 // Weight GEMM: C_e[p, q] += sum over expert e's rows i (in order) of A(i, p) B(i, q);
-// C_e = C + e * P * Q, p < P, q < Q. An expert with no rows leaves C_e untouched.
+// C_e = C + e * P * Q, p < P, q < Q. An expert with no rows leaves C_e untouched (split: adds zeros).
 typedef struct {
     MoeRows A, B;
     real *C;
