@@ -14,6 +14,8 @@
 //   memory      peak bytes held by the backend allocator, and the device's used memory at peak
 //   phases      under each row: forward, backward and the rest of a step timed apart, eager
 //               (phase_probe), and what the graph saves
+//   kernels     with CUPTI, the top kernels by device time, then every kernel's time summed by
+//               the part of the model it works for (busy_part: cuBLAS, bf16 packing, KDA, MoE, ...)
 // Data: shared-data/tinyshakespeare.txt if present (run.sh copies it), else generated text.
 // Usage: bench_gpu [K [PRESET:B:T ...]] (K = 20 and the three cases above by default).
 #include <cuda_runtime_api.h>

@@ -13,6 +13,31 @@
 #include <stdlib.h>
 #include <string.h>
 
+// The part of the model a kernel (its name as the per-kernel table prints it) works for, so the
+// table's sum can be read as "where a step goes" at a glance. Names are the backend's own
+// (kernels/cuda/*.cu); cuBLAS's and cub's are recognised by their usual words; the rest is other.
+#define BUSY_NPARTS 9
+static const char *const busy_part_names[BUSY_NPARTS] = {
+    "matrix products (cuBLAS)", "bf16 packing", "KDA", "MoE", "Engram and embedding",
+    "norms, activations, loss", "optimizer", "sorts", "other"};
+static inline int busy_part(const char *name) {
+    static const struct { const char *pre; int part; } map[] = {
+        {"to_bf16", 1}, {"kda_", 2}, {"decay_gate", 2}, {"moe_", 3}, {"engram_", 4}, {"mem_gate", 4},
+        {"scatter_sorted", 4}, {"embed", 4}, {"rmsnorm", 5}, {"l2norm", 5}, {"silu", 5}, {"sigmoid", 5},
+        {"mix_", 5}, {"gate_mul", 5}, {"add_", 5}, {"running_mean", 5}, {"scale_by", 5}, {"colsum", 5},
+        {"softmax_ce", 5}, {"ce_logits", 5}, {"adam", 6}, {"muon", 6}, {"ns_poly", 6}, {"poly_", 6},
+        {"frob", 6}, {"sumsq", 6}, {"scale_batched", 6}, {"scaled_copy", 6}, {"clip", 6}, {"decide", 6},
+        {"gated_copy", 6}, {"retract", 6}, {"orth_", 6}, {"gersh", 6}, {"row_normalize", 6},
+        {"col_normalize", 6}, {"rows_keys", 6}, {"red_", 5}, {"scale_mat", 6}, {"step_", 6}, {"cub::", 7}};
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+        if (!strncmp(name, map[i].pre, strlen(map[i].pre))) return map[i].part;
+    if (strstr(name, "RadixSort") || strstr(name, "Onesweep")) return 7;
+    const char *blas[] = {"gemm", "gemv", "nvjet", "xmma", "cutlass", "splitK", "cublas", "Kernel2"};
+    for (size_t i = 0; i < sizeof blas / sizeof blas[0]; i++)
+        if (strstr(name, blas[i])) return 0;
+    return 8;
+}
+
 #ifdef DM_HAVE_CUPTI
 #include <cupti.h>
 
@@ -76,6 +101,12 @@ static void busy_print_top(int steps, int top) {
     for (int i = 0; i < busy_nk && i < top; i++)
         printf("         %-48s %8.3f ms %6.1f launches %5.1f%%\n", busy_k[i].name, busy_k[i].ns / 1e6 / steps,
                (double)busy_k[i].n / steps, all > 0 ? 100 * busy_k[i].ns / all : 0);
+    double part[BUSY_NPARTS] = {0};
+    for (int i = 0; i < busy_nk; i++) part[busy_part(busy_k[i].name)] += busy_k[i].ns;
+    printf("       by part (ms per step, share of kernel time):");
+    for (int p = 0; p < BUSY_NPARTS; p++)
+        if (part[p] > 0) printf("%s %s %.3f (%.0f%%)", p ? "," : "", busy_part_names[p], part[p] / 1e6 / steps, all > 0 ? 100 * part[p] / all : 0);
+    printf("\n");
 }
 
 static void CUPTIAPI busy_buf_req(uint8_t **buf, size_t *size, size_t *maxrec) {
