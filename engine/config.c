@@ -183,6 +183,11 @@ int config_validate(const Config *c, dm_err *err) {
     if (c->r > mn) return dm_fail(err, "r=%d > min(d, f)=%d: the expert rank must be at most min(d, f)", c->r, mn);
     if (c->warmup < 0) return dm_fail(err, "warmup must be >= 0");
     if ((c->engram_rows >> 31) != 0) return dm_fail(err, "engram_rows=%lld exceeds 2^31-1 (row indices are int32)", (long long)c->engram_rows);
+    // the engine counts a step's tokens in int (N = batch x seq): refused here, before any
+    // allocation could succeed on a machine large enough and the count wrap
+    if ((long long)c->batch * c->seq > 2147483647LL)
+        return dm_fail(err, "batch x seq = %d x %d = %lld tokens a step exceeds 2^31-1 (token counts are int32): lower batch or seq",
+                       c->batch, c->seq, (long long)c->batch * c->seq);
     return 0;
 }
 

@@ -134,6 +134,13 @@ static void test_validate(void **s) {
     c.r = 600;
     assert_int_not_equal(config_validate(&c, &e), 0);
     assert_non_null(strstr(e.msg, "r=600"));
+    // a step's token count is int32: 65536 x 32768 = 2^31 is one too many, 65535 x 32768 fits
+    config_defaults(&c);
+    c.batch = 65536; c.seq = 32768;
+    assert_int_not_equal(config_validate(&c, &e), 0);
+    assert_non_null(strstr(e.msg, "65536 x 32768 = 2147483648 tokens a step exceeds 2^31-1"));
+    c.batch = 65535;
+    assert_int_equal(config_validate(&c, &e), 0);
     // apply_text reports origin and line
     config_defaults(&c);
     assert_int_not_equal(config_apply_text(&c, ":set d=128\n:set H=5\n", "x.dm", &e), 0);
