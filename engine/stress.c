@@ -5,6 +5,11 @@
 #include <string.h>
 #include "stress.h"
 
+// ascending insertion sort (the inputs are at most 201 losses, or the run's norms once)
+static void sort_up(double *x, long long n) {
+    for (long long a = 1; a < n; a++) { double v = x[a]; long long b = a - 1; while (b >= 0 && x[b] > v) { x[b + 1] = x[b]; b--; } x[b + 1] = v; }
+}
+
 // loss spike: above the median of the last <= 201 finite losses + 0.1, judged only with at least
 // 10 of them (a median of fewer says little)
 static int judge(const double *loss, long long i, int *spike) {
@@ -15,7 +20,7 @@ static int judge(const double *loss, long long i, int *spike) {
         if (isfinite(loss[a])) tmp[m++] = loss[a];
     int judged = m >= 10;
     if (judged) {
-        for (int a = 1; a < m; a++) { double v = tmp[a]; int b = a - 1; while (b >= 0 && tmp[b] > v) { tmp[b + 1] = tmp[b]; b--; } tmp[b + 1] = v; }
+        sort_up(tmp, m);
         *spike = loss[i] > tmp[m / 2] + 0.1;
     }
     free(tmp);
@@ -74,7 +79,7 @@ int engine_stress(Engine *e, double mult, long long n, StressReport *rep, dm_err
         if (isfinite(gn[a])) gn[ng++] = gn[a];
         else rep->gnorm_bad++;
     }
-    for (long long a = 1; a < ng; a++) { double v = gn[a]; long long b = a - 1; while (b >= 0 && gn[b] > v) { gn[b + 1] = gn[b]; b--; } gn[b + 1] = v; }
+    sort_up(gn, ng);
     long long rank = (long long)ceil(0.999 * (double)ng);
     if (ng) rep->gnorm_p999 = gn[(rank < 1 ? 1 : rank) - 1];
     if (rep->done) rep->final_loss = loss[rep->done - 1];

@@ -197,8 +197,8 @@ int cmd_stress(Shell *sh, Words *w, dm_err *err) {
     if (sh_check_keys(w, 0, keys, err)) return 1;
     // both are the protocol (SPEC §7): no silent default multiplier or length
     if (!sh_kv(w, "lr_mult") || !sh_kv(w, "steps")) return dm_fail(err, "usage: :stress lr_mult=X steps=N (both required)");
-    double mult = 1;
-    long long n = 100;
+    double mult;
+    long long n;
     if (sh_parse_real(sh_kv(w, "lr_mult"), 1e-6, 1e6, "lr_mult", &mult, err)) return 1;
     if (sh_parse_int(sh_kv(w, "steps"), 1, 1LL << 30, "steps", &n, err)) return 1;
     StressReport r;
