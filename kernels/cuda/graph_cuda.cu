@@ -16,8 +16,10 @@
 // the node READS THE STAGING BUFFER WHEN IT EXECUTES, i.e. at every replay. That is how a replay
 // gets its step's batch and StepHyper: the host rewrites the staging before each launch. After
 // each copy an event is recorded (inside a capture with cudaEventRecordExternal, so the graph
-// records it at every replay too); upload_wait waits for it, so the host never overwrites
-// staging a copy has not read yet.
+// records it at every replay too); upload_wait waits for them, so the host never overwrites
+// staging a copy has not read yet. Each upload since the last wait records its OWN event: a
+// graph then holds one record node per event, and which of several nodes recording one event a
+// later wait refers to is not something to rely on.
 //
 // Determinism: the graph replays the same kernels with the same launch configurations and the
 // same cuBLAS algorithms as the eager step (cuBLAS gets a fixed workspace at start-up, so its
@@ -34,7 +36,12 @@
 int dm_capturing = 0;        // a capture is open on dm_stream
 long dm_nallocs = 0;         // device + pinned allocations so far (Backend.allocs)
 static char cap_err[256];    // the first reason the open capture failed, "" when none
-static cudaEvent_t stage_ev; // recorded after each upload_async (staging read up to here)
+// recorded after the uploads since the last upload_wait, one each (staging read up to there)
+#define STAGE_EVENTS 8
+static cudaEvent_t stage_ev[STAGE_EVENTS];
+static int stage_next;  // the event the next upload records
+static int stage_used;  // events recorded at least once: upload_wait waits for all of them (an
+                        // older record is earlier work, so waiting for it costs nothing extra)
 
 void dm_capture_fail(const char *what) {
     if (!cap_err[0]) snprintf(cap_err, sizeof cap_err, "%s", what);
@@ -104,10 +111,23 @@ static void cu_host_free(void *p) {
 static void cu_upload_async(void *dst, const void *src, size_t bytes) {
     if (!bytes) return;
     cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, dm_stream));
-    if (dm_capturing) cudaCheck(cudaEventRecordWithFlags(stage_ev, dm_stream, cudaEventRecordExternal));
-    else cudaCheck(cudaEventRecord(stage_ev, dm_stream));
+    int k = stage_next;
+    if (k == STAGE_EVENTS) {  // more uploads than events before a wait
+        // eager: recording the last event again covers the earlier copies (one stream, in order);
+        // a capture would get two record nodes for it: refused, the step runs eagerly
+        if (dm_capturing) { dm_capture_fail("more than 8 uploads in one captured step (graph_cuda.cu STAGE_EVENTS)"); return; }
+        k = STAGE_EVENTS - 1;
+    } else {
+        stage_next++;
+    }
+    if (stage_used < k + 1) stage_used = k + 1;
+    if (dm_capturing) cudaCheck(cudaEventRecordWithFlags(stage_ev[k], dm_stream, cudaEventRecordExternal));
+    else cudaCheck(cudaEventRecord(stage_ev[k], dm_stream));
 }
-static void cu_upload_wait(void) { cudaCheck(cudaEventSynchronize(stage_ev)); }
+static void cu_upload_wait(void) {
+    for (int k = 0; k < stage_used; k++) cudaCheck(cudaEventSynchronize(stage_ev[k]));
+    stage_next = 0;
+}
 static void cu_sync(void) { cudaCheck(cudaStreamSynchronize(dm_stream)); }
 static long cu_allocs(void) { return dm_nallocs; }
 
@@ -145,7 +165,13 @@ static void *cu_graph_end(char *why, size_t n) {
         (void)cudaGetLastError();
         return NULL;
     }
-    cudaCheck(cudaGraphUpload(x, dm_stream));  // the first launch does not pay for setting it up
+    e = cudaGraphUpload(x, dm_stream);  // the first launch does not pay for setting it up
+    if (e != cudaSuccess) {  // as a failed instantiate: the step runs eagerly, the reason said once
+        snprintf(why, n, "cudaGraphUpload: %s", cudaGetErrorString(e));
+        (void)cudaGetLastError();
+        cudaGraphExecDestroy(x);
+        return NULL;
+    }
     return (void *)x;
 }
 
@@ -154,7 +180,8 @@ static void cu_graph_launch(void *g) { cudaCheck(cudaGraphLaunch((cudaGraphExec_
 static void cu_graph_free(void *g) { if (g) cudaCheck(cudaGraphExecDestroy((cudaGraphExec_t)g)); }
 
 void cuda_graph_fill(Backend *b) {
-    if (!stage_ev) cudaCheck(cudaEventCreateWithFlags(&stage_ev, cudaEventDisableTiming));
+    for (int k = 0; k < STAGE_EVENTS; k++)
+        if (!stage_ev[k]) cudaCheck(cudaEventCreateWithFlags(&stage_ev[k], cudaEventDisableTiming));
     b->step_loss = cu_step_loss; b->step_begin = cu_step_begin; b->step_end = cu_step_end;
     b->host_alloc = cu_host_alloc; b->host_free = cu_host_free;
     b->upload_async = cu_upload_async; b->upload_wait = cu_upload_wait; b->sync = cu_sync;

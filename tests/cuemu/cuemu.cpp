@@ -423,6 +423,10 @@ cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t s, unsigned f) 
     if (cap_stream && s == cap_stream) {
         e->in_capture = 1;
         if (!(f & cudaEventRecordExternal)) return cudaSuccess;  // a dependency inside the graph, no node
+        // the project's rule, not CUDA's: one record node per event in a graph (graph_cuda.cu's
+        // staging events), so a later wait on it can only mean that node
+        for (EmuEvent *x : cap_graph->events)
+            if (x == e) emu_die("cudaEventRecordWithFlags: an event recorded twice in one capture (one record node per event)");
         if (cap_invalid == cudaSuccess) cap_graph->events.push_back(e);
         return emu_enqueue(s, [e] { e->recorded = 1; e->in_capture = 0; e->ms = now_ms(); }, "cudaEventRecordWithFlags");
     }
