@@ -91,7 +91,9 @@ void *dm_scratch(int slot, size_t bytes) {
         }
         dm_nallocs++;
         size_t cap = bytes + bytes / 4 + 256;  // headroom so a slowly growing shape does not thrash
-        if (scr_ptr[slot]) cudaCheck(cudaFree(scr_ptr[slot]));
+        // ops already enqueued (or a replay in flight) may still read the old slot: wait for
+        // them rather than rely on cudaFree's implicit synchronisation
+        if (scr_ptr[slot]) { cudaCheck(cudaStreamSynchronize(dm_stream)); cudaCheck(cudaFree(scr_ptr[slot])); }
         scr_ptr[slot] = NULL;
         scr_cap[slot] = 0;
         cudaError_t e = cudaMalloc(&scr_ptr[slot], cap);
@@ -162,6 +164,7 @@ static void cu_free(void *p) {
     // as host_free: a free inside a capture fails the capture and keeps the buffer (and its count)
     if (dm_capturing) { dm_capture_fail("free inside the captured step"); return; }
     mem_forget(p);
+    cudaCheck(cudaStreamSynchronize(dm_stream));  // as the scratch slots: enqueued work may still read p
     cudaCheck(cudaFree(p));
 }
 static void cu_zero(void *p, size_t bytes) { if (bytes) cudaCheck(cudaMemsetAsync(p, 0, bytes, dm_stream)); }
