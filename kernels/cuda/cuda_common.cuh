@@ -76,6 +76,13 @@ void dm_gemm_batched_ws(int tA, int tB, int M, int N, int K, float alpha, const 
                         const float *B, int ldb, long long sB, float beta, float *C, int ldc, long long sC,
                         int batch, int lowp, void *ws);
 size_t dm_gemm_ws_size(size_t na, size_t nb);
+// The bf16 products themselves, on operands the caller has already packed (A as stored [ar, ac]
+// at leading dimension lda, matrix i sA elements after matrix i-1; likewise B): the cuBLAS call
+// the two above make after packing (batch 1: one GemmEx, else strided-batched), for a caller that
+// packs an operand once and uses it twice (Muon's Newton-Schulz: X X^T, then X again)
+void dm_gemm_bf16(int tA, int tB, int M, int N, int K, float alpha, const __nv_bfloat16 *A, int lda, long long sA,
+                  const __nv_bfloat16 *B, int ldb, long long sB, float beta, float *C, int ldc, long long sC,
+                  int batch);
 
 // Stable device radix sort of (key, value) pairs, keys in [0, 2^bits): values with equal keys
 // keep their input order, so a fixed-order walk of each key's run is deterministic.

@@ -56,6 +56,21 @@ static void bf16_room(void *ws, size_t na, size_t nb, __nv_bfloat16 **Ab, __nv_b
 }
 size_t dm_gemm_ws_size(size_t na, size_t nb) { return sizeof(__nv_bfloat16) * (((na + 7) & ~(size_t)7) + nb); }
 
+void dm_gemm_bf16(int tA, int tB, int M, int N, int K, float alpha, const __nv_bfloat16 *A, int lda, long long sA,
+                  const __nv_bfloat16 *B, int ldb, long long sB, float beta, float *C, int ldc, long long sC,
+                  int batch) {
+    // row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands
+    cublasOperation_t oa = tA ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tB ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (batch == 1) {
+        cublasCheck(cublasGemmEx(dm_cublas, ob, oa, N, M, K, &alpha, B, CUDA_R_16BF, ldb, A, CUDA_R_16BF, lda, &beta,
+                                 C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        return;
+    }
+    cublasCheck(cublasGemmStridedBatchedEx(dm_cublas, ob, oa, N, M, K, &alpha, B, CUDA_R_16BF, ldb, sB, A,
+                                           CUDA_R_16BF, lda, sA, &beta, C, CUDA_R_32F, ldc, sC, batch,
+                                           CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
 void dm_gemm_ws(int tA, int tB, int M, int N, int K, float alpha, const float *A, int lda,
                 const float *B, int ldb, float beta, float *C, int ldc, int lowp, void *ws) {
     if (M <= 0 || N <= 0) return;
@@ -76,9 +91,7 @@ void dm_gemm_ws(int tA, int tB, int M, int N, int K, float alpha, const float *A
     __nv_bfloat16 *Ab, *Bb;
     bf16_room(ws, (size_t)ar * ac, (size_t)br * bc, &Ab, &Bb);
     pack_pair(Ab, A, ar, ac, lda, Bb, B, br, bc, ldb);
-    cublasCheck(cublasGemmEx(dm_cublas, ob, oa, N, M, K, &alpha, Bb, CUDA_R_16BF, bc, Ab,
-                             CUDA_R_16BF, ac, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
-                             CUBLAS_GEMM_DEFAULT));
+    dm_gemm_bf16(tA, tB, M, N, K, alpha, Ab, ac, 0, Bb, bc, 0, beta, C, ldc, 0, 1);
 }
 
 void dm_gemm(int tA, int tB, int M, int N, int K, float alpha, const float *A, int lda,
@@ -109,9 +122,7 @@ void dm_gemm_batched_ws(int tA, int tB, int M, int N, int K, float alpha, const 
     __nv_bfloat16 *Ab, *Bb;
     bf16_room(ws, (size_t)sA * batch, (size_t)sB * batch, &Ab, &Bb);
     pack_pair(Ab, A, ar * batch, lda, lda, Bb, B, br * batch, ldb, ldb);
-    cublasCheck(cublasGemmStridedBatchedEx(dm_cublas, ob, oa, N, M, K, &alpha, Bb, CUDA_R_16BF, ldb, sB, Ab,
-                                           CUDA_R_16BF, lda, sA, &beta, C, CUDA_R_32F, ldc, sC, batch,
-                                           CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    dm_gemm_bf16(tA, tB, M, N, K, alpha, Ab, lda, sA, Bb, ldb, sB, beta, C, ldc, sC, batch);
 }
 
 void dm_gemm_batched(int tA, int tB, int M, int N, int K, float alpha, const float *A, int lda, long long sA,

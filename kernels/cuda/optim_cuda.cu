@@ -230,10 +230,11 @@ void cuda_opt_adam_rows(real *p, const real *g, real *m, real *v, int64_t *row_s
 // the same sums as when it is alone (the batch only shares launches).
 // scratch: U [n_mats, rows, cols] | Y [n_mats, rows, cols] | A [n_mats, s, s] | Bm [n_mats, s, s] |
 //          inv [n_mats] floats | partial sums [n_mats, DM_RED_MAX_BLOCKS] doubles (8-aligned) |
-//          the products' packed bf16 operands, each at most [n_mats, rows, cols] (16-aligned)
+//          the bf16 copies of X, A and Bm (16-aligned each; ns_bf16_room)
+static size_t r8(size_t n) { return (n + 7) & ~(size_t)7; }
 size_t cuda_opt_muon_scratch_size(int n_mats, int rows, int cols) {
     size_t s = (size_t)(rows < cols ? rows : cols), E = (size_t)(n_mats > 0 ? n_mats : 1), n = (size_t)rows * cols;
-    size_t ws = (dm_gemm_ws_size(E * n, E * n) + sizeof(float) - 1) / sizeof(float);
+    size_t ws = (sizeof(__nv_bfloat16) * (r8(E * n) + 2 * r8(E * s * s)) + sizeof(float) - 1) / sizeof(float);
     return E * (2 * n + 2 * s * s) + E + 2 * E * DM_RED_MAX_BLOCKS + 64 + ws + 4;
 }
 
@@ -271,13 +272,9 @@ __global__ void scale_batched_kernel(float *X, const float *s, size_t n, size_t 
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < total) X[i] *= s[i / n];
 }
-// Y = a X (whole tensor)
-__global__ void scaled_copy_kernel(float *Y, const float *X, float a, size_t n) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) Y[i] = a * X[i];
-}
-// M += b A (+ a I when a != 0), every one of the [count, s, s] matrices
-__global__ void poly_kernel(float *M, const float *A, int s, float a, float b, size_t count) {
+// M += b A (+ a I when a != 0), every one of the [count, s, s] matrices; Mb (when not NULL) gets
+// M's bf16 copy, the operand of the next product, packed here rather than by a launch of its own
+__global__ void poly_kernel(float *M, const float *A, int s, float a, float b, size_t count, __nv_bfloat16 *Mb) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     size_t ss = (size_t)s * s;
     if (i >= ss * count) return;
@@ -285,6 +282,19 @@ __global__ void poly_kernel(float *M, const float *A, int s, float a, float b, s
     float v = M[i] + b * A[i];
     if (a != 0 && l / s == l % s) v += a;
     M[i] = v;
+    if (Mb) Mb[i] = __float2bfloat16_rn(v);
+}
+// Y = a X, and Xb = X in bf16 when Xb is not NULL (the iterate's one packing per iteration)
+__global__ void ns_start_kernel(float *Y, __nv_bfloat16 *Xb, const float *X, float a, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float x = X[i];
+    Y[i] = a * x;
+    if (Xb) Xb[i] = __float2bfloat16_rn(x);
+}
+__global__ void pack_bf16_kernel(__nv_bfloat16 *Mb, const float *M, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) Mb[i] = __float2bfloat16_rn(M[i]);
 }
 // colrow: block per (column, matrix), then per (row, matrix): RMS in double over a fixed tree,
 // scaled in place
@@ -319,10 +329,14 @@ __global__ void muon_apply_kernel(float *p, const float *U, size_t n, double sca
 }
 
 // G [E, rows, cols] (device) -> NS5 of each G_e / (||G_e||_F + eps); returns the buffer holding
-// the result (G or Y: the iterate ping-pongs, no copy). Products go through dm_gemm_batched_ws
-// with lowp = 1: bf16 operands and fp32 accumulation in the default precision (as Muon is usually
-// run), fp32 under precision=fp32. The packed operands go to ws, the optimizer's own workspace:
-// the update runs after the point of no return (kernels/guard.h), where nothing may allocate.
+// the result (G or Y: the iterate ping-pongs, no copy). One iteration, X -> a X + (b A + c A A) X
+// with A = X X^T (X^T X when tall): in bf16 mode (as Muon is usually run: bf16 operands, fp32
+// accumulation) each operand is packed ONCE — X with Y = a X (ns_start), A after its product, Bm
+// inside the polynomial — and the products run on the packed copies (dm_gemm_bf16): 6 launches
+// an iteration instead of 8, the same bf16 values and cuBLAS calls as packing per product.
+// precision=fp32 runs fp32 products on X, A, Bm directly. The bf16 copies live in ws, the
+// optimizer's own workspace: the update runs after the point of no return (kernels/guard.h),
+// where nothing may allocate.
 static float *ns5(float *G, float *Y, float *A, float *Bm, float *inv, double *part, void *ws, int E, int rows,
                   int cols) {
     const float a = 3.4445f, b = -4.7750f, c = 2.0315f;
@@ -337,17 +351,37 @@ static float *ns5(float *G, float *Y, float *A, float *Bm, float *inv, double *p
     cudaLaunchCheck();
     scale_batched_kernel<<<ceil_div((long long)tot, 256), 256, 0, dm_stream>>>(G, inv, n, tot);
     cudaLaunchCheck();
+    int lowp = !dm_fp32;
+    __nv_bfloat16 *Xb = NULL, *Ab = NULL, *Bmb = NULL;  // bf16 copies [E, rows, cols], [E, s, s] x 2
+    if (lowp) {
+        Xb = (__nv_bfloat16 *)ws;
+        Ab = Xb + r8(tot);
+        Bmb = Ab + r8((size_t)ss * E);
+    }
     float *X = G;
     for (int it = 0; it < 5; it++) {
-        if (tall) dm_gemm_batched_ws(1, 0, s, s, rows, 1, X, cols, n, X, cols, n, 0, A, s, ss, E, 1, ws);  // A = X^T X
-        else      dm_gemm_batched_ws(0, 1, s, s, cols, 1, X, cols, n, X, cols, n, 0, A, s, ss, E, 1, ws);  // A = X X^T
-        dm_gemm_batched_ws(0, 0, s, s, s, c, A, s, ss, A, s, ss, 0, Bm, s, ss, E, 1, ws);                  // Bm = c A A
-        poly_kernel<<<ceil_div(ss * E, 256), 256, 0, dm_stream>>>(Bm, A, s, 0.0f, b, (size_t)E);      // += b A
+        ns_start_kernel<<<ceil_div((long long)tot, 256), 256, 0, dm_stream>>>(Y, Xb, X, a, tot);  // Y = a X
         cudaLaunchCheck();
-        scaled_copy_kernel<<<ceil_div((long long)tot, 256), 256, 0, dm_stream>>>(Y, X, a, tot);    // Y = a X
+        if (lowp) {
+            if (tall) dm_gemm_bf16(1, 0, s, s, rows, 1, Xb, cols, n, Xb, cols, n, 0, A, s, ss, E);  // A = X^T X
+            else      dm_gemm_bf16(0, 1, s, s, cols, 1, Xb, cols, n, Xb, cols, n, 0, A, s, ss, E);  // A = X X^T
+            pack_bf16_kernel<<<ceil_div(ss * E, 256), 256, 0, dm_stream>>>(Ab, A, (size_t)(ss * E));
+            cudaLaunchCheck();
+            dm_gemm_bf16(0, 0, s, s, s, c, Ab, s, ss, Ab, s, ss, 0, Bm, s, ss, E);                   // Bm = c A A
+        } else {
+            if (tall) dm_gemm_batched_ws(1, 0, s, s, rows, 1, X, cols, n, X, cols, n, 0, A, s, ss, E, 0, NULL);
+            else      dm_gemm_batched_ws(0, 1, s, s, cols, 1, X, cols, n, X, cols, n, 0, A, s, ss, E, 0, NULL);
+            dm_gemm_batched_ws(0, 0, s, s, s, c, A, s, ss, A, s, ss, 0, Bm, s, ss, E, 0, NULL);
+        }
+        poly_kernel<<<ceil_div(ss * E, 256), 256, 0, dm_stream>>>(Bm, A, s, 0.0f, b, (size_t)E, Bmb);  // += b A
         cudaLaunchCheck();
-        if (tall) dm_gemm_batched_ws(0, 0, rows, cols, cols, 1, X, cols, n, Bm, s, ss, 1, Y, cols, n, E, 1, ws);  // Y += X Bm
-        else      dm_gemm_batched_ws(0, 0, rows, cols, rows, 1, Bm, s, ss, X, cols, n, 1, Y, cols, n, E, 1, ws);  // Y += Bm X
+        if (lowp) {
+            if (tall) dm_gemm_bf16(0, 0, rows, cols, cols, 1, Xb, cols, n, Bmb, s, ss, 1, Y, cols, n, E);  // Y += X Bm
+            else      dm_gemm_bf16(0, 0, rows, cols, rows, 1, Bmb, s, ss, Xb, cols, n, 1, Y, cols, n, E);  // Y += Bm X
+        } else {
+            if (tall) dm_gemm_batched_ws(0, 0, rows, cols, cols, 1, X, cols, n, Bm, s, ss, 1, Y, cols, n, E, 0, NULL);
+            else      dm_gemm_batched_ws(0, 0, rows, cols, rows, 1, Bm, s, ss, X, cols, n, 1, Y, cols, n, E, 0, NULL);
+        }
         float *t = X; X = Y; Y = t;
     }
     return X;
@@ -504,7 +538,7 @@ void cuda_opt_retract(real *X, int n_mats, int rows, int r, int iters, real *scr
             cudaLaunchCheck();
         }
         dm_gemm_batched(0, 0, r, r, r, 0.375f, A, r, ss, A, r, ss, 0, M, r, ss, n_mats, 0);  // M = c A^2
-        poly_kernel<<<ceil_div(ss * n_mats, 256), 256, 0, dm_stream>>>(M, A, r, 1.875f, -1.25f, E);
+        poly_kernel<<<ceil_div(ss * n_mats, 256), 256, 0, dm_stream>>>(M, A, r, 1.875f, -1.25f, E, (__nv_bfloat16 *)NULL);
         cudaLaunchCheck();
         dm_gemm_batched(0, 0, rows, r, r, 1, Xs, r, n, M, r, ss, 0, Y, r, n, n_mats, 0);      // Y = X M
         float *t = Xs; Xs = Y; Y = t;

@@ -93,8 +93,8 @@ void t_optim() {
     int shapes[2][2] = {{48, 80}, {96, 40}};
     for (int lowp = 0; lowp < 2; lowp++) {
         cuda_set_precision(!lowp);
-        for (int k = 0; k < 4; k++) {
-            int rr = shapes[k & 1][0], cc = shapes[k & 1][1], nm = 2 + (k & 1);
+        for (int k = 0; k < 6; k++) {  // k 4, 5: one matrix (the un-batched product calls)
+            int rr = shapes[k & 1][0], cc = shapes[k & 1][1], nm = k >= 4 ? 1 : 2 + (k & 1), cr = k == 2 || k == 3;
             size_t mn = (size_t)rr * cc * nm;
             auto mp = randv(mn), mg = randv(mn), mb = randv(mn, 0.1f);
             std::vector<float> p0 = mp;
@@ -103,13 +103,13 @@ void t_optim() {
             Dev dscr(sizeof(float) * G_->opt_muon_scratch_size(nm, rr, cc));
             // at bf16 the reference rounds the same Newton-Schulz operands (Backend.emulate_bf16)
             C_->emulate_bf16(lowp);
-            C_->opt_muon(mp.data(), mg.data(), mb.data(), nm, rr, cc, k >= 2, scr.data(), &hh, &sc);
+            C_->opt_muon(mp.data(), mg.data(), mb.data(), nm, rr, cc, cr, scr.data(), &hh, &sc);
             C_->emulate_bf16(0);
-            G_->opt_muon(dmp->f(), dmg->f(), dmb->f(), nm, rr, cc, k >= 2, dscr.f(), ghp, (OptStatus *)dst.p);
+            G_->opt_muon(dmp->f(), dmg->f(), dmb->f(), nm, rr, cc, cr, dscr.f(), ghp, (OptStatus *)dst.p);
             std::vector<float> gp = down<float>(dmp, mn), uc(mn), ug(mn);
             for (size_t i = 0; i < mn; i++) { uc[i] = mp[i] - p0[i]; ug[i] = gp[i] - p0[i]; }
             char nmm[80];
-            snprintf(nmm, sizeof nmm, "opt_muon %dx%dx%d%s%s update", nm, rr, cc, k >= 2 ? " colrow" : "",
+            snprintf(nmm, sizeof nmm, "opt_muon %dx%dx%d%s%s update", nm, rr, cc, cr ? " colrow" : "",
                      lowp ? " bf16" : "");
             report(nmm, relerr(uc.data(), ug.data(), mn), lowp ? 1e-1 : 2e-3);
             if (lowp && k == 0) {  // the bf16 row must not pass by running fp32: the same step on
@@ -127,7 +127,7 @@ void t_optim() {
                 report("opt_muon bf16 mode rounds the products", e > 1e-6 ? 0 : 1, 0, note);
                 delete pa; delete ba; delete pb; delete bb;
             }
-            snprintf(nmm, sizeof nmm, "opt_muon %dx%dx%d%s%s momentum", nm, rr, cc, k >= 2 ? " colrow" : "",
+            snprintf(nmm, sizeof nmm, "opt_muon %dx%dx%d%s%s momentum", nm, rr, cc, cr ? " colrow" : "",
                      lowp ? " bf16" : "");
             cmp(nmm, mb, dmb, 1e-6);
             delete dmp; delete dmg; delete dmb;
