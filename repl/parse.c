@@ -211,6 +211,7 @@ const Command *sh_resolve(const char *word, dm_err *err) {
 #define NOT_REPLAYABLE "# not replayable"
 #define INTERRUPTED "# interrupted during the command below"
 #define FAILED_PART "# failed part-way during the command below"
+#define UNFINISHED "# started, never finished"  // a command's mark while it runs (session.h)
 
 // One command as a transcript line. A line break inside quotes (typed with -e) would split it
 // into two lines that no longer parse (or, after a '#', into a live line that never ran): such a
@@ -266,7 +267,20 @@ int sh_exec_line(Shell *sh, const char *line, dm_err *err) {
             session_transcript(e, t);
             free(t);
         }
+        // while it runs, the transcript holds a mark that says so: a process killed during it
+        // leaves the mark, so the transcript names the command whose effects it lacks
+        TranscriptMark mark = {.len = 0};
+        if (e && !is_run) {
+            char *t = transcript_text(cmds[i].text, cmds[i].textlen, 0);
+            size_t ml = strlen(t) + 128;
+            char *ml_line = malloc(ml);
+            snprintf(ml_line, ml, UNFINISHED " (the process ended during it; a -r resumes from its last checkpoint): %s", t);
+            session_transcript_begin(e, ml_line, &mark);
+            free(ml_line);
+            free(t);
+        }
         rc = c->fn(sh, &cmds[i], err);
+        session_transcript_end(&mark);
         built |= !rc && (!strcmp(c->name, ":init") || !strcmp(c->name, ":load"));
         fflush(sh->out);
         // An interrupt (Ctrl-C; SIGINT or SIGTERM in a script) stopped the running command at a
@@ -367,7 +381,7 @@ int sh_run_file_as_err(Shell *sh, const char *path, const char *name, dm_err *er
         // a transcript's marks of what it cannot replay: said, not skipped in silence
         const char *lp = line + strspn(line, " \t");
         if (!strncmp(lp, NOT_REPLAYABLE, strlen(NOT_REPLAYABLE)) || !strncmp(lp, INTERRUPTED, strlen(INTERRUPTED)) ||
-            !strncmp(lp, FAILED_PART, strlen(FAILED_PART)))
+            !strncmp(lp, FAILED_PART, strlen(FAILED_PART)) || !strncmp(lp, UNFINISHED, strlen(UNFINISHED)))
             fprintf(stderr, "%s:%d: note: this line is not run: %.*s\n", name, sh->line, (int)strcspn(lp + 2, "\n"), lp + 2);
         if (sh_exec_line(sh, line, &e1)) {
             // FILE:LINE: then the message (a nested script's own FILE:LINE: comes with it): one

@@ -183,6 +183,41 @@ void session_transcript(const Engine *e, const char *line) {
     session_write_config(e, &err);  // config.dm follows :set / :data (best effort, as the transcript)
 }
 
+void session_transcript_begin(const Engine *e, const char *line, TranscriptMark *m) {
+    m->len = 0;
+    if (!e->session_dir[0]) return;  // no session: nothing to resume, nothing to mark
+    session_transcript(e, line);
+    snprintf(m->path, sizeof m->path, "%s/transcript.dm", e->session_dir);
+    struct stat st;
+    long len = (long)strlen(line) + 1;  // (append_line adds the line break)
+    if (stat(m->path, &st) != 0 || st.st_size < len) return;
+    m->off = (long)st.st_size - len;
+    m->len = len;
+}
+
+void session_transcript_end(TranscriptMark *m) {
+    long len = m->len;
+    if (!len) return;
+    m->len = 0;
+    struct stat st;
+    if (stat(m->path, &st) != 0) return;
+    // nothing written after the mark (the usual case): cut it off
+    if (st.st_size == m->off + len && truncate(m->path, m->off) == 0) return;
+    // the command wrote lines of its own after it (a session header, a note): blank the mark in
+    // place, a comment of the same length, so what follows stays where it is
+    FILE *f = fopen(m->path, "r+");
+    if (!f) return;
+    char *b = malloc((size_t)len);
+    if (b && fseek(f, m->off, SEEK_SET) == 0 && fread(b, 1, (size_t)len, f) == (size_t)len && b[0] == '#' &&
+        b[len - 1] == '\n') {
+        static const char done[] = "# (finished)";
+        for (long k = 1; k < len - 1; k++) b[k] = k < (long)sizeof done - 1 ? done[k] : ' ';
+        if (fseek(f, m->off, SEEK_SET) == 0) fwrite(b, 1, (size_t)len, f);
+    }
+    free(b);
+    fclose(f);
+}
+
 // ---- checkpoints of a session ----------------------------------------------------------------
 // ckpt/step-N.ckpt is the state at step N; a second state of step N (the run went back with :load
 // and came to N again) is step-N-bK.ckpt, never written over the first. ckpt/LATEST names the
@@ -487,13 +522,18 @@ int session_resume(Engine *e, const char *dir_in, dm_err *err) {
     if (lost) put_latest(e, e->synced_path);  // (said above)
     // A checkpoint holds no device (it loads anywhere): -r starts on the CPU. When the session's
     // transcript last moved to another device, say so rather than continue there silently.
-    char last_dev[64] = "";
+    char last_dev[64] = "", cut[160] = "";
     snprintf(path, sizeof path, "%s/transcript.dm", dir);
     FILE *tf = fopen(path, "r");
     if (tf) {
         char tl[4096];
         while (fgets(tl, sizeof tl, tf)) {
             const char *q = tl + strspn(tl, " \t");
+            // the mark a command leaves while it runs (repl/parse.c): the last one of a killed run
+            static const char mark[] = "# started, never finished";
+            const char *c = strncmp(q, mark, sizeof mark - 1) ? NULL : strstr(q, "): ");
+            if (c) snprintf(cut, sizeof cut, "%.*s", (int)strcspn(c + 3, "\r\n"), c + 3);
+            else if (*q && *q != '\n' && *q != '#') cut[0] = 0;  // a command ran after it
             if (strncmp(q, ":device", 7) || (q[7] != ' ' && q[7] != '\t')) continue;
             q += 7 + strspn(q + 7, " \t");
             size_t w = strcspn(q, " \t\r\n;#");
@@ -501,6 +541,9 @@ int session_resume(Engine *e, const char *dir_in, dm_err *err) {
         }
         fclose(tf);
     }
+    if (cut[0])
+        engine_note(e, "the process ended during `%s` (its transcript's last command): resumed from its last checkpoint, step %lld; a replay of the transcript does not rebuild what it did",
+                    cut, (long long)e->step);
     if (last_dev[0] && strcmp(last_dev, "cpu") && strcmp(last_dev, e->device))
         engine_note(e, "this session last ran on %s (its transcript's last :device); resumed on %s: `:device %s` to go back",
                     last_dev, e->device[0] ? e->device : "cpu", last_dev);

@@ -126,6 +126,38 @@ static void test_resume_names_the_device(void **s) {
     assert_non_null(strstr(out, "`:device cuda:0` to go back"));
 }
 
+// Found by a QA pass (session 21): a process killed during a :train (SIGKILL, the OOM killer)
+// left that :train out of the transcript, whose checkpoints -r then resumed from: the transcript
+// said nothing of the steps it lacked, and its replay trained a different run without a word.
+// Now the command's mark stays in the transcript, -r names the command, and a replay names the
+// line it does not run. A command that returns takes its mark out again.
+static void test_killed_command_is_named(void **s) {
+    (void)s;
+    char cmd[1400];
+    int cl = snprintf(cmd, sizeof cmd,
+             "(%s --norc -e ':session kil' -e '%s' -e ':data %s' -e ':init seed=1' "
+             "-e ':train 1000000 ckpt_every=2 eval_every=0 log_every=100000' > k.out 2>&1 & p=$!; "
+             "for i in $(seq 1200); do ls runs/kil/ckpt/step-*.ckpt > /dev/null 2>&1 && break; sleep 0.05; done; "
+             "kill -9 $p; wait $p; true)", dmsh, ":preset nano; :set d=32 H=2 L=2 E=2 k=1 r=8 f=64 engram_rows=257 engram_dim=8 seq=32 batch=4 warmup=5", corpus);
+    assert_true(cl > 0 && cl < (int)sizeof cmd);
+    assert_int_equal(sh_in_dir("%s", cmd), 0);
+    char tp[600];
+    snprintf(tp, sizeof tp, "%s/runs/kil/transcript.dm", dir);
+    char *t = slurp(tp);
+    assert_non_null(t);
+    if (!strstr(t, "# started, never finished")) print_error("%s\n", t);
+    assert_non_null(strstr(t, "): :train 1000000 ckpt_every=2 eval_every=0 log_every=100000\n"));
+    assert_non_null(strstr(t, "\n:init seed=1\n"));  // the commands that returned: no mark left
+    free(t);
+    assert_int_equal(sh_in_dir("%s --norc -r runs/kil -e ':quit' > out.txt 2> err.txt", dmsh), 0);
+    slurp_to("out.txt", out, sizeof out);
+    if (!strstr(out, "note: the process ended during `:train 1000000")) print_error("%s\n", out);
+    assert_non_null(strstr(out, "note: the process ended during `:train 1000000 ckpt_every=2 eval_every=0 log_every=100000`"));
+    assert_int_equal(sh_in_dir("cp runs/kil/transcript.dm kil.dm && %s --norc -b kil.dm > out.txt 2> err.txt", dmsh), 0);
+    slurp_to("err.txt", err_, sizeof err_);
+    assert_non_null(strstr(err_, "note: this line is not run: started, never finished"));
+}
+
 // Found by QA (session 17): a :load in a session dropped the steps since the last save (in no
 // file, and their rows left metrics.tsv) and put back the checkpoint's settings without a word;
 // a resumed run whose settings went back to the saved ones wrote the same bytes again as a new
@@ -329,6 +361,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_saves_keep_what_was_there),
         cmocka_unit_test(test_resume_names_the_device),
+        cmocka_unit_test(test_killed_command_is_named),
         cmocka_unit_test(test_load_keeps_the_replaced_state),
         cmocka_unit_test(test_latest_names_a_missing_file),
         cmocka_unit_test(test_resume_fallbacks_agree),

@@ -18,6 +18,7 @@
 #include "testutil.h"
 #include "graph_backend.h"
 #include "../engine/engine.h"
+#include "../sessions/session.h"
 
 static char corpus[64] = "";
 
@@ -573,6 +574,60 @@ static void test_tsv_failure_is_loud(void **s) {
     engine_free(&e);
 }
 
+// the whole file, NUL-terminated (malloc'd)
+static char *slurp_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)n + 1);
+    assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
+    b[n] = 0;
+    fclose(f);
+    return b;
+}
+
+// A command's transcript mark (sessions/session.h): taken out when the command returns, so the
+// transcript holds only what ran; when the command wrote lines of its own after the mark, the
+// mark is blanked in place (still a comment, the same length) and those lines stay as they were
+static void test_transcript_mark(void **s) {
+    (void)s;
+    Engine e;
+    memset(&e, 0, sizeof e);
+    assert_int_equal(mkdir("test_step_mark", 0755) == 0 || errno == EEXIST, 1);
+    unlink("test_step_mark/transcript.dm");
+    snprintf(e.session_dir, sizeof e.session_dir, "test_step_mark");
+    session_transcript(&e, ":set seed=2");
+    TranscriptMark m;
+    session_transcript_begin(&e, "# started, never finished: :step 3", &m);
+    char *t = slurp_file("test_step_mark/transcript.dm");
+    assert_non_null(strstr(t, "\n# started, never finished: :step 3\n"));  // a kill now leaves it
+    free(t);
+    session_transcript_end(&m);
+    session_transcript(&e, ":step 3");
+    t = slurp_file("test_step_mark/transcript.dm");
+    assert_null(strstr(t, "started"));
+    assert_non_null(strstr(t, "\n:set seed=2\n:step 3\n"));
+    free(t);
+    // lines written during the command: the mark becomes a blank comment, they stay
+    session_transcript_begin(&e, "# started, never finished: :x", &m);
+    session_transcript(&e, "# a line of its own");
+    session_transcript_end(&m);
+    t = slurp_file("test_step_mark/transcript.dm");
+    assert_null(strstr(t, "started"));
+    assert_non_null(strstr(t, "\n:step 3\n# (finished)                 \n# a line of its own\n"));
+    free(t);
+    // no session: no mark, nothing written
+    e.session_dir[0] = 0;
+    session_transcript_begin(&e, "# started, never finished: :y", &m);
+    assert_int_equal(m.len, 0);
+    session_transcript_end(&m);
+    unlink("test_step_mark/transcript.dm");
+    unlink("test_step_mark/config.dm");
+    rmdir("test_step_mark");
+}
+
 // Steps timed on the emulated device (tests/cuemu: the CUDA code on the CPU) are marked, so no
 // log line or metrics.tsv row passes the CPU's times off as a GPU's (they carried no word of it):
 // the row engine_step returns, its metrics.tsv line (a last column, timing), and the row a
@@ -654,6 +709,7 @@ int main(void) {
         cmocka_unit_test(test_report_every_10),
         cmocka_unit_test(test_graph_replay_matches_eager),
         cmocka_unit_test(test_graph_fallback),
+        cmocka_unit_test(test_transcript_mark),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
