@@ -1,6 +1,7 @@
 // main.c — dmsh: interactive prompt, `-b FILE.dm` batch, `-e 'cmds'`.
 #include <errno.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <termios.h>
@@ -107,6 +108,12 @@ static void omp_wait_passive(char **argv) {
 
 int main(int argc, char **argv) {
     omp_wait_passive(argv);
+    // after the exec above the kernel names the process "exe" (the path's last part): pgrep,
+    // killall and top would not find a dmsh; give it back its own name
+    if (argc > 0 && argv[0] && argv[0][0]) {
+        const char *b = strrchr(argv[0], '/');
+        prctl(PR_SET_NAME, (unsigned long)(b ? b + 1 : argv[0]), 0, 0, 0);
+    }
     Engine eng;
     engine_init(&eng);
     eng.interrupt = &g_interrupt;

@@ -235,6 +235,15 @@ static void test_omp_wait_policy(void **s) {
                                "2> err.txt && grep -q '(GOMP_SPINCOUNT=1000)' out.txt",
                                dmsh),
                      0);
+    // the process run again with the policy keeps its name (QA, session 21: the exec through
+    // /proc/self/exe named it "exe", so pgrep / killall / top found no dmsh): read once the
+    // exec has happened (its environment holds the policy), within 5 s of it (main names it)
+    assert_int_equal(sh_in_dir("{ { sleep 20; echo :quit; } | env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT %s --norc --no-tui > /dev/null 2>&1 & "
+                               "p=$!; for i in $(seq 200); do tr '\\0' '\\n' < /proc/$p/environ 2>/dev/null | grep -qx OMP_WAIT_POLICY=passive && break; sleep 0.05; done; "
+                               "for i in $(seq 100); do c=$(cat /proc/$p/comm); [ \"$c\" = dmsh ] && break; sleep 0.05; done; "
+                               "kill $p; [ \"$c\" = dmsh ]; }",  // (in braces: the & takes the pipeline alone)
+                               dmsh),
+                     0);
 }
 
 static void test_schedule_inside_warmup_text(void **s) {
