@@ -245,6 +245,10 @@ int probe_get(Engine *e, const char *name, double **vals, ProbeInfo *info, dm_er
             if (tab[i].w == 1) set_shape(info, 2, B, T, 0);
             else set_shape(info, 3, B, T, tab[i].w);
             *vals = copy_real(m->be, tab[i].p, (size_t)N * tab[i].w);
+            // the forward keeps q with the readout's dh^-1/2 already in it (one multiply fewer
+            // per step); the probe shows q as SPEC §2 defines it, unit norm per head
+            if (!strcmp(nm, "kda.q"))
+                for (size_t j = 0; j < (size_t)N * d; j++) (*vals)[j] *= sqrt((double)dh);
             return 0;
         }
     return dm_fail(err, "internal: probe '%s' has no source", name);

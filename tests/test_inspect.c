@@ -1,6 +1,7 @@
 // test_inspect.c — :probe and :gen (repl/cmd_inspect.c) as dmsh runs them: empty option values,
 // the iteration suffix of a probe name, unknown names before a forward, the histogram's labels
 // and file name, and how :gen shows control bytes. A tiny model on a generated corpus: seconds.
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -97,6 +98,20 @@ static void test_probe_names(void **s) {
     // beyond L before any forward: the range, not "run a forward" (QA, session 17)
     expect_error(":probe h@7\n", "'h@7': iteration 7 out of range 1..2 (the model has L=2)");
     expect_error(":probe h\n", "'h' is per iteration: name one, e.g. h@1");
+}
+
+// kda.q is shown as SPEC §2 defines it, unit norm per head (QA, session 21: the probe showed
+// the forward's stored q, with the readout's dh^-1/2 in it): its rms is 1/sqrt(dh) as k's
+static void test_probe_q_is_the_spec_q(void **s) {
+    (void)s;
+    expect_ok(":step\n:probe kda.q@1\n:probe kda.k@1\n");
+    const char *q = strstr(out, "kda.q@1 "), *k = strstr(out, "kda.k@1 ");
+    assert_non_null(q);
+    assert_non_null(k);
+    double rq = atof(strstr(q, " rms ") + 5), rk = atof(strstr(k, " rms ") + 5);
+    if (fabs(rq - 1 / sqrt(32.0)) > 1e-5) print_error("%s\n", out);
+    assert_true(fabs(rq - 1 / sqrt(32.0)) < 1e-5);  // d 64, H 2: dh 32
+    assert_true(fabs(rk - 1 / sqrt(32.0)) < 1e-5);
 }
 
 // A bare :probe listed kda.*@i (and mem.*, moe.*) after a forward that ran with that arm off:
@@ -223,6 +238,7 @@ int main(void) {
         cmocka_unit_test(test_gen_empty_values),
         cmocka_unit_test(test_probe_names),
         cmocka_unit_test(test_probe_lists_what_ran),
+        cmocka_unit_test(test_probe_q_is_the_spec_q),
         cmocka_unit_test(test_hist_labels),
         cmocka_unit_test(test_gen_byte_display),
     };
