@@ -198,8 +198,10 @@ static int ckpt_write_impl(const char *path, const CkptSection *sec, int nsec, i
         if (slash && slash != path && (size_t)(slash - path) < sizeof dir) {
             memcpy(dir, path, (size_t)(slash - path));
             dir[slash - path] = 0;
-            if (stat(dir, &ps) != 0 || !S_ISDIR(ps.st_mode))
+            if (stat(dir, &ps) != 0)
                 return dm_fail(err, "%s: cannot save checkpoint: directory %s does not exist", path, dir);
+            if (!S_ISDIR(ps.st_mode))
+                return dm_fail(err, "%s: cannot save checkpoint: %s is not a directory", path, dir);
         }
     }
     char tmp[PATH_MAX + 8];

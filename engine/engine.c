@@ -779,6 +779,9 @@ int engine_session(Engine *e, const char *dir, dm_err *err) {
         for (char *p = path + 1; *p; p++)
             if (*p == '/') { *p = 0; mkdir(path, 0755); *p = '/'; }
         if (mkdir(path, 0755) != 0 && errno != EEXIST) return dm_fail(err, "cannot create %s: %s", path, strerror(errno));
+        struct stat st;  // EEXIST: a file there would take every save, plot and resume
+        if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+            return dm_fail(err, "%s exists and is not a directory: move it away, or choose another session", path);
     }
     snprintf(e->session_dir, sizeof e->session_dir, "%s", dir);
     return 0;

@@ -104,6 +104,13 @@ static void test_saves_keep_what_was_there(void **s) {
     expect_error(":check determinism route=own\n", ":check determinism takes steps=N only");
     // :check parity's options are checked before it looks for CUDA (any machine gets the error)
     expect_error(":check parity route=sideways\n", "route=sideways: device (the CPU follows CUDA's top-k) or own");
+    // a file where a session's ckpt/ goes: refused at :session with one line that says so (QA,
+    // session 21: accepted, then every save failed with "directory ... does not exist"), and a
+    // :save into it says what is there
+    assert_int_equal(sh_in_dir("mkdir -p runs/badck && echo keep > runs/badck/ckpt%s", ""), 0);
+    expect_error(":session badck\n", "runs/badck/ckpt exists and is not a directory: move it away, or choose another session");
+    expect_error(":preset nano\n:init\n:save runs/badck/ckpt/m.ckpt\n", "runs/badck/ckpt/m.ckpt: cannot save checkpoint: runs/badck/ckpt is not a directory");
+    assert_int_equal(sh_in_dir("grep -qx keep runs/badck/ckpt%s", ""), 0);
 }
 
 // A checkpoint holds no device, so `dmsh -r` starts on the CPU; a session whose transcript last
