@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include "ckpt.h"
+#include "ckpt_values.h"
 #include "snapshot.h"
 
 void engine_init(Engine *e) {
@@ -633,8 +634,9 @@ int engine_load(Engine *e, const char *path, dm_err *err) {
         engine_free(&fresh);
         goto done;
     }
-    if (smet->size % sizeof(MetricRow)) {
-        dm_fail(err, "%s: section 'metrics' has a partial row", path);
+    if (ckpt_check_values(path, sp->data, sm->data, sv->data, smo->data, fresh.model.n_params, srs->data,
+                          (size_t)c.n_orders * c.engram_rows, st.step > st.opt_t ? st.step : st.opt_t, err) ||
+        (smet->size % sizeof(MetricRow) && dm_fail(err, "%s: section 'metrics' has a partial row", path))) {
         engine_free(&fresh);
         goto done;
     }

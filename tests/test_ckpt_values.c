@@ -1,0 +1,114 @@
+// test_ckpt_values.c — a checkpoint whose CRCs are right but whose numbers no run writes is
+// refused at load, with one line naming the section (engine/ckpt_values.c; SPEC §6: loading
+// verifies everything). Found by a QA pass (session 21): a hand-edited file with a negative row
+// count loaded, and its next step wrote NaN into the Engram tables with the firewall blind to it.
+// Each case rewrites one value of a real checkpoint and recomputes the CRCs (ckpt_write); the
+// same rewrite of an untouched copy loads, so a refusal is the value's doing.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "testutil.h"
+#include "../engine/engine.h"
+#include "../engine/ckpt.h"
+
+static char corpus[64] = "", good[64] = "";
+
+static int setup(void **s) {
+    (void)s;
+    snprintf(corpus, sizeof corpus, "/tmp/dm_ckv_corpus_XXXXXX");
+    int fd = mkstemp(corpus);
+    if (fd < 0) return 1;
+    FILE *f = fdopen(fd, "w");
+    Rng r = {7};
+    const char *words[] = {"the ", "cat ", "sat ", "on ", "a ", "mat, ", "and ", "dog ", "ran.\n", "so "};
+    for (int i = 0; i < 12000; i++) fputs(words[rng_next(&r) % 10], f);
+    fclose(f);
+    // a model trained 4 steps, saved
+    Engine e;
+    engine_init(&e);
+    config_defaults(&e.cfg);
+    Config *c = &e.cfg;
+    c->d = 8; c->H = 2; c->L = 2; c->E = 2; c->k = 1; c->r = 2; c->f = 6;
+    c->engram_rows = 13; c->engram_dim = 3; c->n_orders = 2; c->engram_orders[0] = 2; c->engram_orders[1] = 3;
+    c->seq = 9; c->batch = 2; c->warmup = 2; c->eval_bytes = 64;
+    e.be = backend_cpu();
+    dm_err err = {0};
+    if (engine_build(&e, 5, &err) || engine_open_data(&e, corpus, NULL, &err)) return 1;
+    MetricRow row;
+    for (int i = 0; i < 4; i++)
+        if (engine_step(&e, &row, &err)) return 1;
+    snprintf(good, sizeof good, "/tmp/dm_ckv_good_%d.ckpt", (int)getpid());
+    if (engine_save(&e, good, &err)) return 1;
+    engine_free(&e);
+    return 0;
+}
+static int teardown(void **s) {
+    (void)s;
+    unlink(corpus);
+    unlink(good);
+    return 0;
+}
+
+// good with element i of section NAME set to the value (a real, or an int64 for row counts),
+// written to a new file; engine_load of it into a fresh engine: its status and message
+static int load_edited(const char *name, size_t i, double val, dm_err *err) {
+    CkptFile f;
+    dm_err e0 = {0};
+    if (ckpt_read(good, &f, &e0)) fail_msg("%s", e0.msg);
+    CkptSection *sec = malloc(sizeof *sec * (size_t)f.nsec);
+    void *copy = NULL;
+    for (int k = 0; k < f.nsec; k++) {
+        sec[k] = f.sec[k];
+        if (name && !strcmp(f.sec[k].name, name)) {
+            copy = malloc(f.sec[k].size);
+            memcpy(copy, f.sec[k].data, f.sec[k].size);
+            if (!strcmp(name, "optim.row_steps")) ((int64_t *)copy)[i] = (int64_t)val;
+            else ((real *)copy)[i] = (real)val;
+            sec[k].data = copy;
+        }
+    }
+    if (name && !copy) fail_msg("no section %s", name);
+    char path[80];
+    snprintf(path, sizeof path, "/tmp/dm_ckv_edit_%d.ckpt", (int)getpid());
+    if (ckpt_write(path, sec, f.nsec, &e0)) fail_msg("%s", e0.msg);
+    free(copy);
+    free(sec);
+    ckpt_close(&f);
+    Engine b;
+    engine_init(&b);
+    b.be = backend_cpu();
+    int rc = engine_load(&b, path, err);
+    engine_free(&b);
+    unlink(path);
+    return rc;
+}
+
+static void expect_refused(const char *name, size_t i, double val, const char *needle) {
+    dm_err err = {0};
+    int rc = load_edited(name, i, val, &err);
+    if (!rc || !strstr(err.msg, needle)) print_error("%s[%zu] = %g: rc %d, %s\n", name, i, val, rc, err.msg);
+    assert_int_equal(rc, 1);
+    assert_non_null(strstr(err.msg, needle));
+}
+
+static void test_values_checked(void **s) {
+    (void)s;
+    dm_err err = {0};
+    if (load_edited(NULL, 0, 0, &err)) print_error("%s\n", err.msg);
+    assert_int_equal(load_edited(NULL, 0, 0, &err), 0);  // the rewrite itself loads
+    assert_int_equal(load_edited("optim.row_steps", 3, 2, &err), 0);  // a count within the run's steps
+    expect_refused("optim.row_steps", 3, -1, "section 'optim.row_steps' holds -1 at row 3");
+    expect_refused("optim.row_steps", 0, 5, "section 'optim.row_steps' holds 5 at row 0 (a row's update count is 0..4");
+    expect_refused("params", 7, NAN, "section 'params' holds nan at index 7 (not finite)");
+    expect_refused("optim.m", 2, INFINITY, "section 'optim.m' holds inf at index 2");
+    expect_refused("optim.v", 11, -1e-9, "section 'optim.v' holds -1e-09 at index 11 (a second moment must be finite and >= 0)");
+    expect_refused("optim.mom", 0, -INFINITY, "section 'optim.mom' holds -inf at index 0");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_values_checked),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
