@@ -460,19 +460,26 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
             if (r.kind != 0) continue;
             if (stop && k == e->nrows - 1) { print_step(sh, &r); break; }  // the step that stopped the run
             last = r;
-            if (panel) {
+            if (panel) {  // drawn once the chunk's rows are in (below): its newest row
                 if (nloss == closs) { closs = closs ? 2 * closs : 1024; losses = realloc(losses, closs * sizeof *losses); }
                 losses[nloss++] = r.loss;
                 skipped += r.skipped;
-                PanelInfo pi = {.step = r.step + 1, .start_step = start, .end_step = end, .loss = losses, .nloss = nloss,
-                                .loss_last = r.loss, .bpb = bpb, .tok_s = r.tok_s, .eta_s = eta, .skipped = skipped,
-                                .lr = r.lr, .gnorm = r.gnorm, .emulated = r.emulated};
-                panel_update(panel, &pi);
             } else if ((r.step + 1) % lg == 0 || r.step + 1 == end || r.skipped) {
                 fprintf(OUT, "step %lld loss %.4f lr %.3e gnorm %.3f ms %.1f tok/s %.0f skipped %d eta %.0fs%s\n",
                         (long long)r.step, r.loss, r.lr, r.gnorm, r.ms, r.tok_s, r.skipped, eta, emulated_tag(&r));
                 fflush(OUT);
             }
+        }
+        if (panel && nloss) {
+            // the newest step (QA, session 21: every row of a chunk went to the panel in turn, and
+            // its 0.1 s redraw limit left it on the chunk's FIRST row: log_every - 1 steps behind,
+            // through the eval or checkpoint that follows); drawn even inside that limit when an
+            // eval, a checkpoint or the end comes next, which hold the screen for a while
+            int held = e->step >= end || (ev > 0 && e->step % ev == 0) || (ck > 0 && e->step % ck == 0);
+            PanelInfo pi = {.step = last.step + 1, .start_step = start, .end_step = end, .loss = losses, .nloss = nloss,
+                            .loss_last = last.loss, .bpb = bpb, .tok_s = last.tok_s, .eta_s = eta, .skipped = skipped,
+                            .lr = last.lr, .gnorm = last.gnorm, .emulated = last.emulated, .force = held};
+            panel_update(panel, &pi);
         }
         if (stop) rc = 1;
         if (stopped || rc) break;

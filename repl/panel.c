@@ -211,7 +211,7 @@ void panel_update(Panel *p, const PanelInfo *info) {
     if (!p || !info) return;
     drain_output(p, 0);
     double t = now_s();
-    if (!p->dirty && t - p->last_draw < 0.1 && info->step < info->end_step) return;
+    if (!p->dirty && !info->force && t - p->last_draw < 0.1 && info->step < info->end_step) return;
     p->last_draw = t;
     p->dirty = 0;
     draw(p, info);

@@ -20,6 +20,7 @@ typedef struct {
     int skipped;                // steps skipped by the NaN firewall in this run
     double lr, gnorm;
     int emulated;               // tok_s timed on the emulated device (tests/cuemu), not a GPU
+    int force;                  // draw now, even within 0.1 s of the last draw (an eval comes next)
 } PanelInfo;
 
 extern int dm_no_tui;           // --no-tui (main.c sets it): never open the panel

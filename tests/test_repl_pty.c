@@ -248,6 +248,31 @@ static void test_panel(void **s) {
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 
+// The panel shows the newest step of each chunk of steps reported together (QA, session 21: it
+// drew the chunk's FIRST row and the 0.1 s redraw limit skipped the rest, so at log_every=20 it
+// sat 19 steps behind). The first frame comes after the first chunk: 20 losses in its chart.
+static void test_panel_shows_newest(void **s) {
+    (void)s;
+    spawn(1, 1);
+    small_model(1);
+    command(":train 40 log_every=20 eval_every=0");
+    const char *smcup = "\x1b[?1049h";
+    double t0 = now_s();
+    while (!strstr(tty + seen, smcup) && !strstr(tty + seen, "\nstep ") && now_s() - t0 < 60) pump(50);
+    if (strstr(tty + seen, smcup)) {
+        const char *hit = expect_out("loss, ", 30);
+        int n = atoi(hit + strlen("loss, "));
+        if (n != 20) print_error("the first frame's chart holds %d losses (want 20)\n", n);
+        assert_int_equal(n, 20);
+    } else {
+        print_message("no panel: :train does not open it\n");
+    }
+    expect_out("dmsh> ", 60);
+    type("\x04");
+    int st = wait_exit(20);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
 // Ctrl-C while :train is inside one of its periodic evals stops the run as one between its steps
 // does: "interrupted at step N", where (the eval), state intact, no error, the prompt back. (It
 // ended the :train as an error, "interrupted: the eval stopped ...", naming no step.)
@@ -514,6 +539,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_session, teardown_one),
         cmocka_unit_test_teardown(test_panel, teardown_one),
+        cmocka_unit_test_teardown(test_panel_shows_newest, teardown_one),
         cmocka_unit_test_teardown(test_interrupt_in_eval, teardown_one),
         cmocka_unit_test_teardown(test_rc_files, teardown_one),
         cmocka_unit_test_teardown(test_interrupts_and_completion, teardown_one),
