@@ -18,3 +18,6 @@ typedef struct {
 // Runs the protocol; 0 with *rep filled, or 1 with err set when a step failed (rep still says
 // what ran before it). The config (lr, lr_muon, lr_cosine, warmup) is restored either way.
 int engine_stress(Engine *e, double mult, long long n, StressReport *rep, dm_err *err);
+// Whether loss[i] is judged (1: at least 10 finite losses among loss[i-201 .. i-1]) and, if so,
+// whether it is a spike: above their median + 0.1 (an even count: the mean of the middle two).
+int stress_judge(const double *loss, long long i, int *spike);

@@ -114,6 +114,41 @@ static void test_arm_off_has_no_maximum(void **st) {
     engine_free(&e);
 }
 
+// The spike rule's median (QA, session 21: an even window used its upper middle value, so a
+// loss between the true median + 0.1 and the upper value + 0.1 was missed)
+static void test_spike_median(void **st) {
+    (void)st;
+    double loss[300];
+    int spike = -1;
+    for (int a = 0; a < 10; a++) loss[a] = a < 5 ? 1.0 : 2.0;  // 10 losses: middle two 1 and 2, median 1.5
+    loss[10] = 1.65;
+    assert_int_equal(stress_judge(loss, 10, &spike), 1);
+    assert_int_equal(spike, 1);
+    loss[10] = 1.55;
+    assert_int_equal(stress_judge(loss, 10, &spike), 1);
+    assert_int_equal(spike, 0);
+    for (int a = 0; a < 11; a++) loss[a] = a;  // 11 losses 0..10: median 5
+    loss[11] = 5.11;
+    assert_int_equal(stress_judge(loss, 11, &spike), 1);
+    assert_int_equal(spike, 1);
+    loss[11] = 5.09;
+    assert_int_equal(stress_judge(loss, 11, &spike), 1);
+    assert_int_equal(spike, 0);
+    loss[3] = NAN;  // 10 finite left (0..10 without 3): median (5 + 6) / 2
+    assert_int_equal(stress_judge(loss, 11, &spike), 1);
+    assert_int_equal(spike, 0);
+    loss[11] = 5.61;
+    assert_int_equal(stress_judge(loss, 11, &spike), 1);
+    assert_int_equal(spike, 1);
+    loss[4] = NAN;  // 9 finite: not judged
+    assert_int_equal(stress_judge(loss, 11, &spike), 0);
+    // the window is the last 201: losses before it do not count
+    for (int a = 0; a < 300; a++) loss[a] = a < 99 ? 100.0 : 1.0;
+    loss[299] = 1.05;
+    assert_int_equal(stress_judge(loss, 299, &spike), 1);
+    assert_int_equal(spike, 0);
+}
+
 static void test_needs_a_model(void **st) {
     (void)st;
     Engine e;
@@ -133,6 +168,7 @@ int main(void) {
         cmocka_unit_test(test_run_counts_and_restores),
         cmocka_unit_test(test_arm_off_has_no_maximum),
         cmocka_unit_test(test_needs_a_model),
+        cmocka_unit_test(test_spike_median),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     remove(corpus);
