@@ -541,6 +541,7 @@ int engine_save(Engine *e, const char *path, dm_err *err) {
         {"data", e->data_path, strlen(e->data_path)},
         {"data.eval", e->eval_path, strlen(e->eval_path)},  // empty: the held-out tail of data
         {"data.fingerprint", &fpv, e->has_data ? sizeof fpv : 0},
+        {"anchors", &e->anchors, e->has_anchors ? sizeof e->anchors : 0},  // (on these bytes: data.fingerprint)
     };
     int rc = ckpt_write(path, sec, (int)(sizeof sec / sizeof sec[0]), err);
     if (!rc) mark_synced(e, path);
@@ -706,6 +707,13 @@ int engine_load(Engine *e, const char *path, dm_err *err) {
         if (same_path && want != e->data_fp)
             engine_note(e, "the corpus %s changed since this checkpoint was written (its size or bytes differ): the batches from here are not the original run's",
                         e->data_path);
+        // the anchors come back when they were computed on these very bytes (each user still
+        // checks its eval window); a -r lost them, and its evals and plots their lines
+        const CkptSection *san = ckpt_find(&f, "anchors");
+        if (want == e->data_fp && san && san->size == sizeof e->anchors) {
+            memcpy(&e->anchors, san->data, sizeof e->anchors);
+            e->has_anchors = 1;
+        }
     }
     mark_synced(e, path);
     rc = 0;

@@ -165,6 +165,23 @@ static void test_killed_command_is_named(void **s) {
     assert_non_null(strstr(err_, "note: this line is not run: started, never finished"));
 }
 
+// Found by a QA pass (session 21): the anchors (:anchors) were not in the checkpoint, so after
+// -r the evals lost their "| unigram ... 5-gram ..." comparison and :plot bpb its anchor lines.
+// They come back when the corpus is the same bytes.
+static void test_resume_keeps_anchors(void **s) {
+    (void)s;
+    char script[2000];
+    snprintf(script, sizeof script, ":session anc\n%s:data %s\n:init seed=1\n:anchors\n:train 4 eval_every=4 log_every=4\n", SMALL, corpus);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    assert_non_null(strstr(out, " | unigram "));
+    assert_int_equal(sh_in_dir("%s --norc -r runs/anc -e ':eval' > out.txt 2> err.txt", dmsh), 0);
+    slurp_to("out.txt", out, sizeof out);
+    const char *ev = strstr(out, "eval step 4 ");
+    if (!ev || !strstr(ev, " | unigram ")) print_error("%s\n", out);
+    assert_non_null(ev);
+    assert_non_null(strstr(ev, " | unigram "));
+}
+
 // Found by QA (session 17): a :load in a session dropped the steps since the last save (in no
 // file, and their rows left metrics.tsv) and put back the checkpoint's settings without a word;
 // a resumed run whose settings went back to the saved ones wrote the same bytes again as a new
@@ -369,6 +386,7 @@ int main(void) {
         cmocka_unit_test(test_saves_keep_what_was_there),
         cmocka_unit_test(test_resume_names_the_device),
         cmocka_unit_test(test_killed_command_is_named),
+        cmocka_unit_test(test_resume_keeps_anchors),
         cmocka_unit_test(test_load_keeps_the_replaced_state),
         cmocka_unit_test(test_latest_names_a_missing_file),
         cmocka_unit_test(test_resume_fallbacks_agree),
