@@ -146,6 +146,9 @@ int repl_interactive(Shell *sh) {
     rl_filename_quote_characters = needs_quote;
     rl_filename_quoting_function = quote_path;
     rl_variable_bind("expand-tilde", "on");
+    // the candidates carry their own '/' (dm_complete); in filename mode (a name with a blank
+    // among them) readline's listing added another ("bin//")
+    rl_variable_bind("mark-directories", "off");
 
     char hist[1100] = "";
     const char *home = getenv("HOME");
