@@ -24,19 +24,7 @@ static char g_dir[64];
 
 static void path_in(char *buf, size_t n, const char *name) { snprintf(buf, n, "%s/%s", g_dir, name); }
 
-static uint8_t *slurp(const char *path, size_t *n) {
-    FILE *fp = fopen(path, "rb");
-    assert_non_null(fp);
-    fseek(fp, 0, SEEK_END);
-    long sz = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    uint8_t *p = malloc((size_t)sz + 1);
-    assert_non_null(p);
-    assert_int_equal(fread(p, 1, (size_t)sz, fp), (size_t)sz);
-    fclose(fp);
-    *n = (size_t)sz;
-    return p;
-}
+static uint8_t *slurp(const char *path, size_t *n) { return (uint8_t *)read_whole_file(path, n); }
 
 static void spit(const char *path, const void *p, size_t n) {
     FILE *fp = fopen(path, "wb");

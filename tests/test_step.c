@@ -574,19 +574,6 @@ static void test_tsv_failure_is_loud(void **s) {
     engine_free(&e);
 }
 
-// the whole file, NUL-terminated (malloc'd)
-static char *slurp_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
-    b[n] = 0;
-    fclose(f);
-    return b;
-}
 
 // A command's transcript mark (sessions/session.h): taken out when the command returns, so the
 // transcript holds only what ran; when the command wrote lines of its own after the mark, the
@@ -601,12 +588,12 @@ static void test_transcript_mark(void **s) {
     session_transcript(&e, ":set seed=2");
     TranscriptMark m;
     session_transcript_begin(&e, "# started, never finished: :step 3", &m);
-    char *t = slurp_file("test_step_mark/transcript.dm");
+    char *t = read_whole_file("test_step_mark/transcript.dm", NULL);
     assert_non_null(strstr(t, "\n# started, never finished: :step 3\n"));  // a kill now leaves it
     free(t);
     session_transcript_end(&m);
     session_transcript(&e, ":step 3");
-    t = slurp_file("test_step_mark/transcript.dm");
+    t = read_whole_file("test_step_mark/transcript.dm", NULL);
     assert_null(strstr(t, "started"));
     assert_non_null(strstr(t, "\n:set seed=2\n:step 3\n"));
     free(t);
@@ -614,7 +601,7 @@ static void test_transcript_mark(void **s) {
     session_transcript_begin(&e, "# started, never finished: :x", &m);
     session_transcript(&e, "# a line of its own");
     session_transcript_end(&m);
-    t = slurp_file("test_step_mark/transcript.dm");
+    t = read_whole_file("test_step_mark/transcript.dm", NULL);
     assert_null(strstr(t, "started"));
     assert_non_null(strstr(t, "\n:step 3\n# (finished)                 \n# a line of its own\n"));
     free(t);

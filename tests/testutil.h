@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <cmocka.h>
 #include "../engine/rng.h"
 #include "../kernels/real.h"
@@ -51,4 +52,21 @@ static inline double tensor_rel_err(const real *a, const real *b, size_t n) {
         diff = fmax(diff, fabs((double)a[i] - (double)b[i]));
     }
     return diff / fmax(mx, 1e-30);
+}
+
+// The whole file at path, NUL-terminated (malloc'd); its length in *n when n is not NULL. A
+// missing or unreadable file fails the test.
+static inline char *read_whole_file(const char *path, size_t *n) {
+    FILE *fp = fopen(path, "rb");
+    assert_non_null(fp);
+    fseek(fp, 0, SEEK_END);
+    long sz = ftell(fp);
+    fseek(fp, 0, SEEK_SET);
+    char *p = malloc((size_t)sz + 1);
+    assert_non_null(p);
+    assert_int_equal(fread(p, 1, (size_t)sz, fp), (size_t)sz);
+    fclose(fp);
+    p[sz] = 0;
+    if (n) *n = (size_t)sz;
+    return p;
 }
