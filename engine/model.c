@@ -236,7 +236,7 @@ void model_free(Model *m) {
     free(m->tab);
     free(m->tab_grad);
     if (m->stage_m) m->be->host_free(m->stage_m);
-    free(m->host_rows);
+    if (m->host_rows) m->be->host_free(m->host_rows);
     free(m->dirty_rows);
     memset(m, 0, sizeof *m);
 }
@@ -262,7 +262,11 @@ int model_ram_reserve(Model *m, int N) {
     if (m->stage_m) m->be->host_free(m->stage_m);
     m->stage_m = m->be->host_alloc(sizeof(real) * (size_t)N * OD);
     size_t nr = (size_t)N * m->cfg.n_orders;
-    m->host_rows = realloc(m->host_rows, sizeof(int32_t) * nr);
+    // pinned, as stage_m: an upload from pageable memory makes CUDA wait for the stream first,
+    // so the host could not run ahead of the device in the forward (its contents are rewritten
+    // by the next forward; the waits that keep stage_m keep it too)
+    if (m->host_rows) m->be->host_free(m->host_rows);
+    m->host_rows = m->be->host_alloc(sizeof(int32_t) * nr);
     // (realloc keeps the dirty list, [O, dirty_n] at the front: those rows are still to be cleared)
     m->dirty_rows = realloc(m->dirty_rows, sizeof(int32_t) * nr);
     m->stage_n = m->stage_m && m->host_rows && m->dirty_rows ? N : 0;
