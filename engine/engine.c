@@ -12,6 +12,7 @@
 #include "ckpt.h"
 #include "ckpt_values.h"
 #include "snapshot.h"
+#include "engine_internal.h"
 
 void engine_init(Engine *e) {
     memset(e, 0, sizeof *e);
@@ -59,7 +60,7 @@ int engine_unsaved(const Engine *e) {
 }
 
 // after a save or load: this state (step, rows) is the one in PATH
-static void mark_synced(Engine *e, const char *path) {
+void engine_mark_synced(Engine *e, const char *path) {
     e->synced_step = e->step;
     e->synced_nrows = e->nrows;
     e->synced_settings = engine_settings_hash(e);
@@ -68,7 +69,7 @@ static void mark_synced(Engine *e, const char *path) {
     snprintf(e->synced_path, sizeof e->synced_path, "%s", p);
 }
 
-static void free_model(Engine *e) {
+void engine_free_model(Engine *e) {
     if (!e->live) return;
     dm_err ignore = {0};
     engine_report(e, NULL, &ignore);  // steps still pending become rows before the model goes
@@ -79,7 +80,7 @@ static void free_model(Engine *e) {
 }
 
 void engine_free(Engine *e) {
-    free_model(e);
+    engine_free_model(e);
     if (e->has_data) data_close(&e->data);
     free(e->rows);
     memset(e, 0, sizeof *e);
@@ -97,7 +98,7 @@ int engine_build(Engine *e, uint64_t seed, dm_err *err) {
     // (not config_validate_eval: the weights do not depend on the eval window; the REPL notes it)
     if (config_validate(&e->cfg, err) || model_shape_check(e->be, &e->cfg, e->cfg.batch, e->cfg.seq, err)) return 1;
     if (!e->be) e->be = backend_cpu();
-    free_model(e);
+    engine_free_model(e);
     e->cfg.seed = seed;
     if (e->be->set_precision) e->be->set_precision(e->cfg.precision_fp32);
     if (model_create(&e->model, &e->cfg, e->be, seed, err)) return 1;
@@ -211,7 +212,7 @@ int engine_resplit(Engine *e, double old_frac, dm_err *err) {
     return 0;
 }
 
-static int need(const Engine *e, int data, dm_err *err) {
+int engine_need(const Engine *e, int data, dm_err *err) {
     if (!e->live) return dm_fail(err, "no model: :init builds one (after :preset / :set)");
     if (data && !e->has_data) return dm_fail(err, "no data: :data PATH opens a corpus");
     return 0;
@@ -363,7 +364,7 @@ static int eval_forward(Model *m, int *x, int *y, int B, int T, int depth, int m
 }
 
 int engine_eval(Engine *e, int depth, EvalResult *r, dm_err *err) {
-    if (need(e, 1, err)) return 1;
+    if (engine_need(e, 1, err)) return 1;
     if (engine_report(e, NULL, err)) return 1;  // the train rows before the eval rows
     const Config *c = &e->cfg;
     if (depth < 0 || depth > c->L) return dm_fail(err, "depth=%d out of range: 1..%d (L), or :eval-depths for all", depth, c->L);
@@ -475,257 +476,10 @@ void engine_config_text(const Config *c, char *buf, size_t n) {
 
 // The parameter buffer's layout (name, shape, offset of every tensor): a checkpoint whose layout
 // differs from this build's would load weights into the wrong tensors, so it is refused.
-static void tensor_layout(const Model *m, char *buf, size_t n) {
-    size_t used = 0;
-    buf[0] = 0;
-    for (int i = 0; i < P_COUNT && used < n; i++)
-        used += snprintf(buf + used, n - used, "%s %d %d %d %zu\n", m->t[i].name, m->t[i].shape[0], m->t[i].shape[1],
-                         m->t[i].shape[2], m->t[i].offset);
-}
-
-typedef struct {
-    uint32_t real_size;
-    uint32_t n_arms;
-    int64_t step, tokens, opt_t, total_skips;
-    int32_t consecutive_skips, pad;
-    uint64_t n_params, n_rows_tables;
-    double last_orth_err;
-    int32_t arms_on[ARM_COUNT];
-    int64_t arms_fwd[ARM_COUNT], arms_bwd[ARM_COUNT];
-} CkptState;
-
-int engine_save(Engine *e, const char *path, dm_err *err) {
-    if (need(e, 0, err)) return 1;
-    if (engine_report(e, NULL, err)) return 1;  // counters and rows of every step taken
-    char *cfgtext = mallocCheck(16384);
-    engine_config_text(&e->cfg, cfgtext, 16384);
-    CkptState st = {0};
-    st.real_size = sizeof(real);
-    st.n_arms = ARM_COUNT;
-    st.step = e->step; st.tokens = e->tokens; st.opt_t = e->opt.t; st.total_skips = e->opt.total_skips;
-    st.consecutive_skips = e->opt.consecutive_skips;
-    st.n_params = e->model.n_params;
-    st.n_rows_tables = (uint64_t)e->cfg.n_orders * e->cfg.engram_rows;
-    st.last_orth_err = e->last_orth_err;
-    for (int a = 0; a < ARM_COUNT; a++) {
-        st.arms_on[a] = e->model.arms.on[a];
-        st.arms_fwd[a] = e->model.arms.fwd[a];
-        st.arms_bwd[a] = e->model.arms.bwd[a];
-    }
-    size_t P = sizeof(real) * e->model.n_params;
-    real *params = mallocCheck(P);  // the parameters are backend memory: a host copy to write
-    model_params_get(&e->model, params);  // (the same file wherever the tables live)
-    // so is the optimizer state
-    size_t RS = sizeof(int64_t) * st.n_rows_tables;
-    real *om = mallocCheck(P), *ov = mallocCheck(P), *omom = mallocCheck(P);
-    int64_t *ors = mallocCheck(RS ? RS : 1);
-    optim_state_get(&e->opt, &e->model, om, ov, omom, ors);
-    char *layout = mallocCheck(8192);
-    tensor_layout(&e->model, layout, 8192);
-    // the rows' eval-set ids on their own (a reader of the raw rows cannot tell the old padding
-    // from an id)
-    uint32_t *eset = mallocCheck(sizeof(uint32_t) * (size_t)(e->nrows ? e->nrows : 1));
-    uint64_t fpv = e->data_fp;  // which bytes the run was trained on (data_fingerprint)
-    for (int i = 0; i < e->nrows; i++) eset[i] = e->rows[i].eval_set;
-    CkptSection sec[] = {
-        {"layout", layout, strlen(layout)},
-        {"config", cfgtext, strlen(cfgtext)},
-        {"state", &st, sizeof st},
-        {"params", params, P},
-        {"optim.m", om, P},
-        {"optim.v", ov, P},
-        {"optim.mom", omom, P},
-        {"optim.row_steps", ors, RS},
-        {"metrics", e->rows, sizeof(MetricRow) * (size_t)e->nrows},
-        {"metrics.eval_set", eset, sizeof(uint32_t) * (size_t)e->nrows},
-        {"data", e->data_path, strlen(e->data_path)},
-        {"data.eval", e->eval_path, strlen(e->eval_path)},  // empty: the held-out tail of data
-        {"data.fingerprint", &fpv, e->has_data ? sizeof fpv : 0},
-        {"anchors", &e->anchors, e->has_anchors ? sizeof e->anchors : 0},  // (on these bytes: data.fingerprint)
-    };
-    int rc = ckpt_write(path, sec, (int)(sizeof sec / sizeof sec[0]), err);
-    if (!rc) mark_synced(e, path);
-    free(cfgtext);
-    free(layout);
-    free(eset);
-    free(params);
-    free(om); free(ov); free(omom); free(ors);
-    return rc;
-}
-
-static const CkptSection *need_sec(const CkptFile *f, const char *name, uint64_t size, const char *path, dm_err *err) {
-    const CkptSection *s = ckpt_find(f, name);
-    if (!s) { dm_fail(err, "%s: section '%s' missing", path, name); return NULL; }
-    if (size != UINT64_MAX && s->size != size) {
-        dm_fail(err, "%s: section '%s' holds %llu bytes, this model needs %llu", path, name,
-                (unsigned long long)s->size, (unsigned long long)size);
-        return NULL;
-    }
-    return s;
-}
-
-int engine_load(Engine *e, const char *path, dm_err *err) {
-    CkptFile f;
-    if (ckpt_read(path, &f, err)) return 1;
-    int rc = 1;
-    const CkptSection *sc = need_sec(&f, "config", UINT64_MAX, path, err), *ss;
-    if (!sc || !(ss = need_sec(&f, "state", sizeof(CkptState), path, err))) goto done;
-    CkptState st;
-    memcpy(&st, ss->data, sizeof st);
-    if (st.real_size != sizeof(real)) {
-        dm_fail(err, "%s: written by a %s build, this dmsh is %s (make DM_REAL=%s)", path,
-                st.real_size == 8 ? "double" : "float", REAL_NAME, st.real_size == 8 ? "double" : "float");
-        goto done;
-    }
-    // CRCs prove the bytes are the ones written, not that a hand-made file makes sense
-    if (st.step < 0 || st.step > (1LL << 50) || st.tokens < 0 || st.opt_t < 0 || st.opt_t > (1LL << 50) || st.total_skips < 0 ||
-        st.consecutive_skips < 0) {
-        dm_fail(err, "%s: impossible counters in the state section (step %lld, tokens %lld, optimizer steps %lld, skips %lld): not loaded",
-                path, (long long)st.step, (long long)st.tokens, (long long)st.opt_t, (long long)st.total_skips);
-        goto done;
-    }
-    char *text = mallocCheck(sc->size + 1);
-    memcpy(text, sc->data, sc->size);
-    text[sc->size] = 0;
-    Config c;
-    config_defaults(&c);
-    int bad = config_apply_text(&c, text, path, err);
-    free(text);
-    if (bad) goto done;
-    // A checkpoint loads as written, eval_bytes < seq too (an older build took it): it is no
-    // architecture key and weights and optimizer state do not depend on it. Not raised to seq
-    // either: the loaded state would then differ from its file (unsaved at once, and a -r resume
-    // would carry another value than the one saved) and the bytes later evals score would change
-    // without the user asking. The REPL says the window holds no sequence and names the fix;
-    // :eval and a :train that evals refuse until it is fixed (engine_eval_window).
-    if (e->live) {
-        // where the tables live is the session's placement, as the device is, not the weights'
-        // (the same numbers either way, tests/test_engram_ram.c): the live model's stays
-        c.engram_ram = e->model.cfg.engram_ram;
-        char diff[512];
-        if (config_arch_diff(&e->model.cfg, &c, diff, sizeof diff)) {
-            dm_fail(err, "%s: architecture differs from the live model: %s (:init with the checkpoint's config or load into a fresh session)", path, diff);
-            goto done;
-        }
-    }
-    // verify every size against a model of that config before touching the live one
-    Engine fresh;
-    engine_init(&fresh);
-    fresh.cfg = c;
-    fresh.be = e->be;  // the checkpoint loads onto the current device
-    if (engine_build(&fresh, c.seed, err)) goto done;
-    size_t P = sizeof(real) * fresh.model.n_params;
-    {
-        char *want = mallocCheck(8192);
-        tensor_layout(&fresh.model, want, 8192);
-        const CkptSection *sl = ckpt_find(&f, "layout");
-        int same = sl && sl->size == strlen(want) && memcmp(sl->data, want, sl->size) == 0;
-        free(want);
-        if (!same) {
-            dm_fail(err, "%s: its parameter layout differs from this dmsh's (written by an older build): it cannot be loaded by this version", path);
-            engine_free(&fresh);
-            goto done;
-        }
-    }
-    const CkptSection *sp, *sm, *sv, *smo, *srs, *smet;
-    if (!(sp = need_sec(&f, "params", P, path, err)) || !(sm = need_sec(&f, "optim.m", P, path, err)) ||
-        !(sv = need_sec(&f, "optim.v", P, path, err)) || !(smo = need_sec(&f, "optim.mom", P, path, err)) ||
-        !(srs = need_sec(&f, "optim.row_steps", sizeof(int64_t) * (uint64_t)c.n_orders * c.engram_rows, path, err)) ||
-        !(smet = need_sec(&f, "metrics", UINT64_MAX, path, err))) {
-        engine_free(&fresh);
-        goto done;
-    }
-    if (ckpt_check_values(path, sp->data, sm->data, sv->data, smo->data, fresh.model.n_params, srs->data,
-                          (size_t)c.n_orders * c.engram_rows, st.step > st.opt_t ? st.step : st.opt_t, err) ||
-        (smet->size % sizeof(MetricRow) && dm_fail(err, "%s: section 'metrics' has a partial row", path))) {
-        engine_free(&fresh);
-        goto done;
-    }
-    model_params_put(&fresh.model, sp->data);  // backend memory (and host tables under engram_ram)
-    optim_state_put(&fresh.opt, &fresh.model, sm->data, sv->data, smo->data, srs->data);
-    optim_set_counters(&fresh.opt, st.opt_t, st.total_skips, st.consecutive_skips);
-    for (int a = 0; a < ARM_COUNT && a < (int)st.n_arms; a++) {
-        fresh.model.arms.on[a] = st.arms_on[a];
-        fresh.model.arms.fwd[a] = st.arms_fwd[a];
-        fresh.model.arms.bwd[a] = st.arms_bwd[a];
-    }
-    // swap in: model, optimizer, counters, metrics; data and session stay
-    free_model(e);
-    e->cfg = c;
-    e->model = fresh.model;
-    e->opt = fresh.opt;
-    e->live = 1;
-    e->step = st.step;
-    e->tokens = st.tokens;
-    e->last_orth_err = st.last_orth_err;
-    e->nrows = 0;
-    free(fresh.rows);
-    int nr = (int)(smet->size / sizeof(MetricRow));
-    if (nr > e->caprows) {
-        e->rows = realloc(e->rows, sizeof(MetricRow) * nr);
-        e->caprows = nr;
-    }
-    if (nr) memcpy(e->rows, smet->data, smet->size);
-    // eval-set ids: from their section; a checkpoint written before it existed has none (and
-    // arbitrary padding bytes in their place): 0, "unknown", which :plot joins by window alone
-    const CkptSection *ses = ckpt_find(&f, "metrics.eval_set");
-    int have_es = ses && ses->size == sizeof(uint32_t) * (uint64_t)nr;
-    for (int i = 0; i < nr; i++) {
-        uint32_t id = 0;
-        if (have_es) memcpy(&id, (const char *)ses->data + sizeof(uint32_t) * (size_t)i, sizeof id);
-        e->rows[i].eval_set = id;
-    }
-    e->nrows = nr;
-    e->has_anchors = 0;
-    // reopen the checkpoint's corpus when none is open (a resumed session continues on it)
-    const CkptSection *sd = ckpt_find(&f, "data"), *se = ckpt_find(&f, "data.eval");
-    if (!e->has_data && sd && sd->size && sd->size < sizeof e->data_path) {
-        char dp[1024], ep[1024] = "";
-        memcpy(dp, sd->data, sd->size);
-        dp[sd->size] = 0;
-        if (se && se->size && se->size < sizeof ep) {  // the eval file the run was opened with
-            memcpy(ep, se->data, se->size);
-            ep[se->size] = 0;
-        }
-        dm_err derr = {0};
-        if (engine_open_data(e, dp, ep[0] ? ep : NULL, &derr)) {
-            snprintf(e->data_path, sizeof e->data_path, "%s", dp);
-            snprintf(e->eval_path, sizeof e->eval_path, "%s", ep);
-            engine_note(e, "the checkpoint's corpus did not open, so no corpus is open (%s); :data PATH opens one", derr.msg);
-        }
-    } else if (e->has_data && sd && sd->size && (sd->size != strlen(e->data_path) || memcmp(sd->data, e->data_path, sd->size))) {
-        engine_note(e, "this checkpoint was trained on %.*s; the corpus already open stays (%s): :data switches",
-                    (int)(sd->size < 400 ? sd->size : 400), (const char *)sd->data, e->data_path);
-    }
-    // the same path with other bytes (a regenerated or edited file): the windows from here are
-    // not the original run's, which a resume must not hide
-    const CkptSection *sfp = ckpt_find(&f, "data.fingerprint");
-    if (e->has_data && sfp && sfp->size == sizeof(uint64_t)) {
-        uint64_t want;
-        memcpy(&want, sfp->data, sizeof want);
-        int same_path = sd && sd->size == strlen(e->data_path) && !memcmp(sd->data, e->data_path, sd->size);
-        if (same_path && want != e->data_fp)
-            engine_note(e, "the corpus %s changed since this checkpoint was written (its size or bytes differ): the batches from here are not the original run's",
-                        e->data_path);
-        // the anchors come back when they were computed on these very bytes (each user still
-        // checks its eval window); a -r lost them, and its evals and plots their lines
-        const CkptSection *san = ckpt_find(&f, "anchors");
-        if (want == e->data_fp && san && san->size == sizeof e->anchors) {
-            memcpy(&e->anchors, san->data, sizeof e->anchors);
-            e->has_anchors = 1;
-        }
-    }
-    mark_synced(e, path);
-    rc = 0;
-done:
-    ckpt_close(&f);
-    return rc;
-}
-
 // ---- determinism -------------------------------------------------------------------------
 
 int engine_check_determinism(Engine *e, int n, int *ok, char *msg, size_t nmsg, dm_err *err) {
-    if (need(e, 1, err)) return 1;
+    if (engine_need(e, 1, err)) return 1;
     if (engine_report(e, NULL, err)) return 1;
     if (n < 1) return dm_fail(err, "steps must be >= 1");
     size_t P = e->model.n_params;
