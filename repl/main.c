@@ -19,8 +19,8 @@ static void on_sigint(int sig) {
     g_interrupt = 1;
     // the exit status names the signal that ends the process: a Ctrl-C after a SIGTERM or
     // SIGHUP does not turn a terminated run (143, 129) into an interrupted one (1)
-    if (g_signal != SIGTERM && g_signal != SIGHUP) g_signal = sig;
-    if (sig == SIGTERM) dm_leave_signal = sig;
+    if (g_signal != SIGTERM && g_signal != SIGHUP && g_signal != SIGPIPE) g_signal = sig;
+    if (sig == SIGTERM || sig == SIGPIPE) dm_leave_signal = sig;
 }
 
 static void usage(void) {
@@ -28,7 +28,10 @@ static void usage(void) {
             "usage: dmsh [--norc] [--no-tui] [-b FILE.dm] [-e 'cmds; cmds']... [-r runs/NAME]\n"
             "       dmsh --replay FILE.dm   (the script in two processes, compared bit for bit)\n"
             "       dmsh --commands-md   (the command table as Markdown: docs/commands.md)\n"
-            "  (no arguments: interactive prompt; a non-terminal stdin runs like a script)\n");
+            "  (no arguments: interactive prompt; a non-terminal stdin runs like a script)\n"
+            "  exit status: 0 done, 1 a command failed or an interrupt (Ctrl-C) stopped a script,\n"
+            "  2 bad arguments, 128+N ended by signal N at a step boundary with the session saved\n"
+            "  (129 SIGHUP: terminal closed, 141 SIGPIPE: the reader of stdout went away, 143 SIGTERM)\n");
 }
 
 int repl_interactive(Shell *sh);  // readline.c (or the plain line reader when built headless)
@@ -48,7 +51,7 @@ static int catch_unless_ignored(int sig, const struct sigaction *sa) {
 // first. (Not when SIGHUP is ignored: `nohup` asked for the plain exit.)
 static void hangup_if_terminal_gone(int hup_caught, int tty_lost) {
     struct termios t;
-    if (hup_caught && g_signal != SIGTERM && g_signal != SIGHUP && (tty_lost || (tcgetattr(0, &t) != 0 && errno == EIO)))
+    if (hup_caught && g_signal != SIGTERM && g_signal != SIGHUP && g_signal != SIGPIPE && (tty_lost || (tcgetattr(0, &t) != 0 && errno == EIO)))
         g_signal = SIGHUP;
 }
 
@@ -185,6 +188,15 @@ int main(int argc, char **argv) {
     // boundary, the prompt reads end-of-file, and the session is saved on the way out. (Not
     // under `nohup`, which ignores it on purpose: the job must outlive the terminal.)
     int hup_caught = catch_unless_ignored(SIGHUP, &sa);
+    // The reader of stdout went away (`| head`, a tee or an ssh pipe that closed): by default
+    // the next write killed dmsh on the spot, the session unsaved and the transcript missing the
+    // command. Now it is a hangup of the output: the running command stops at a step boundary,
+    // the session is saved, exit 141. (Left ignored when the parent ignores it: the run goes on
+    // and the lost output is said on stderr at the end.)
+    catch_unless_ignored(SIGPIPE, &sa);
+    // A file-size limit (ulimit -f) is a failed write like a full disk (EFBIG: the save or the
+    // metrics row that hit it says so, and nothing saved before is touched), not a kill.
+    signal(SIGXFSZ, SIG_IGN);
     int rc = 0;
     if (resume) {
         dm_err err = {0};
@@ -261,11 +273,20 @@ int main(int argc, char **argv) {
         rc = rc ? rc : 1;
     }
     if (eng.tsv_failed) {
-        fprintf(stderr, "dmsh: %lld metric rows could not be written to %s/metrics.tsv (the checkpoints hold them; dmsh -r rewrites it)\n",
-                (long long)eng.tsv_failed, eng.session_dir);
+        fprintf(stderr, "dmsh: %lld metric rows could not be written to %s/metrics.tsv %s\n", (long long)eng.tsv_failed,
+                eng.session_dir, aerr.msg[0] ? "(and the exit save failed: the rows after the last checkpoint are in no file)"
+                                             : "(the checkpoints hold them; dmsh -r rewrites it)");
         rc = rc ? rc : 1;
     }
-    if (g_signal == SIGTERM || g_signal == SIGHUP) rc = 128 + g_signal;
+    // output that never reached its reader (stdout a closed pipe while SIGPIPE is ignored, a
+    // full disk under `> log`): said where it can still be seen
+    int out_bad = fflush(stdout) != 0;
+    const char *why = out_bad ? strerror(errno) : "an earlier write failed";
+    if ((out_bad || ferror(stdout)) && g_signal != SIGPIPE) {
+        fprintf(stderr, "dmsh: writing to standard output failed (%s): some output was lost\n", why);
+        rc = rc ? rc : 1;
+    }
+    if (g_signal == SIGTERM || g_signal == SIGHUP || g_signal == SIGPIPE) rc = 128 + g_signal;
     engine_free(&eng);
     free(exprs);
     return rc;

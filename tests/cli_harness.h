@@ -86,7 +86,7 @@ static inline void slurp_to(const char *name, char *buf, size_t n) {
     snprintf(p, sizeof p, "%s/%s", dir, name);
     char *t = slurp(p);
     assert_non_null(t);
-    snprintf(buf, n, "%s", t);
+    snprintf(buf, n, "%s", t ? t : "");
     free(t);
 }
 

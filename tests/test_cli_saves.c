@@ -165,6 +165,45 @@ static void test_killed_command_is_named(void **s) {
     assert_non_null(strstr(err_, "note: this line is not run: started, never finished"));
 }
 
+// Found by a QA pass (session 22): a reader of stdout that went away (`dmsh -b run.dm | head`)
+// killed dmsh at its next write (SIGPIPE's default), with nothing saved and the running command
+// in no transcript; a file-size limit (ulimit -f, SIGXFSZ) killed it in the middle of a save. Now
+// the first stops the run at a step boundary, saves it and exits 141; the second is a failed
+// write like a full disk, said in one line, with no partial file left.
+static void test_output_and_size_limits(void **s) {
+    (void)s;
+    char cmd[1400];
+    int cl = snprintf(cmd, sizeof cmd,
+             "bash -c \"%s --norc -e ':session pip' -e '%s' -e ':data %s' -e ':init seed=1' "
+             "-e ':train 1000000 log_every=1 eval_every=0' 2> pip.err | grep -m 1 '^step 2 ' > /dev/null; exit \\${PIPESTATUS[0]}\"", dmsh,
+             ":preset nano; :set d=32 H=2 L=2 E=2 k=1 r=8 f=64 engram_rows=257 engram_dim=8 seq=32 batch=4 warmup=5", corpus);
+    assert_true(cl > 0 && cl < (int)sizeof cmd);
+    int rc = sh_in_dir("%s", cmd);
+    slurp_to("pip.err", err_, sizeof err_);
+    if (rc != 141) print_error("rc %d, stderr: %s\n", rc, err_);
+    assert_int_equal(rc, 141);
+    assert_non_null(strstr(err_, "dmsh: saved runs/pip/ckpt/step-"));
+    char tp[600];
+    snprintf(tp, sizeof tp, "%s/runs/pip/transcript.dm", dir);
+    char *t = slurp(tp);
+    assert_non_null(t);
+    assert_non_null(strstr(t, "# interrupted during the command below"));
+    assert_non_null(strstr(t, "# :train 1000000 log_every=1 eval_every=0\n"));
+    free(t);
+    // -r resumes the saved state
+    assert_int_equal(sh_in_dir("%s --norc -r runs/pip -e ':quit' > out.txt 2> err.txt", dmsh), 0);
+
+    char script[2000];
+    snprintf(script, sizeof script, ":session fsz\n%s:data %s\n:init seed=1\n:train 2\n:save\n", SMALL, corpus);
+    write_file("fsz.dm", script);
+    rc = sh_in_dir("bash -c 'ulimit -f 64; %s --norc -b fsz.dm > out.txt 2> err.txt'", dmsh);
+    slurp_to("err.txt", err_, sizeof err_);
+    if (rc != 1 || !strstr(err_, "fsz.dm:7: error: ")) print_error("rc %d, stderr: %s\n", rc, err_);
+    assert_int_equal(rc, 1);
+    assert_non_null(strstr(err_, "File too large (the previous file, if any, is untouched)"));
+    assert_int_equal(sh_in_dir("ls runs/fsz/ckpt | grep -c tmp%s", ""), 1);  // (grep -c found none: status 1)
+}
+
 // Found by a QA pass (session 21): the anchors (:anchors) were not in the checkpoint, so after
 // -r the evals lost their "| unigram ... 5-gram ..." comparison and :plot bpb its anchor lines.
 // They come back when the corpus is the same bytes.
@@ -387,6 +426,7 @@ int main(void) {
         cmocka_unit_test(test_resume_names_the_device),
         cmocka_unit_test(test_killed_command_is_named),
         cmocka_unit_test(test_resume_keeps_anchors),
+        cmocka_unit_test(test_output_and_size_limits),
         cmocka_unit_test(test_load_keeps_the_replaced_state),
         cmocka_unit_test(test_latest_names_a_missing_file),
         cmocka_unit_test(test_resume_fallbacks_agree),
