@@ -26,14 +26,17 @@
 // first 20 bytes (magic, version, count, header CRC), so this reader can tell "written by a
 // newer dmsh" (CRC fine, version > 1) apart from "corrupted" (CRC wrong).
 //
-// Writing goes to PATH.tmp, which is fsynced, closed, renamed onto PATH, and then the directory
+// Writing goes to PATH.<pid>.tmp (one name per writer), which is fsynced, closed, renamed onto PATH, and then the directory
 // is fsynced, so the name PATH always holds either the old or the new complete file.
 #include "ckpt.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -182,7 +185,73 @@ static int fsync_dir_of(const char *path) {
     return 0;
 }
 
-static int ckpt_write_impl(const char *path, const CkptSection *sec, int nsec, int do_rename, dm_err *err) {
+void ckpt_tmp_path(const char *path, char *buf, size_t n) {
+    snprintf(buf, n, "%s.%ld.tmp", path, (long)getpid());
+}
+
+// The pid in NAME when it is BASE.<pid>.tmp (a temp file of a checkpoint write to BASE), else 0.
+static long tmp_owner(const char *name, const char *base) {
+    size_t bl = strlen(base), nl = strlen(name);
+    if (nl < bl + 6 || strncmp(name, base, bl) || name[bl] != '.' || strcmp(name + nl - 4, ".tmp")) return 0;
+    long pid = 0;
+    for (size_t i = bl + 1; i < nl - 4; i++) {
+        if (name[i] < '0' || name[i] > '9' || pid > 100000000L) return 0;
+        pid = pid * 10 + (name[i] - '0');
+    }
+    return pid;
+}
+
+// 1 when the file at p is empty or begins like a checkpoint (a write of ours, cut short)
+static int looks_like_our_tmp(const char *p) {
+    struct stat st;
+    if (lstat(p, &st) != 0 || !S_ISREG(st.st_mode)) return 0;
+    if (st.st_size == 0) return 1;
+    char magic[8] = {0};
+    int tf = open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    ssize_t got = tf >= 0 ? read(tf, magic, 8) : -1;
+    if (tf >= 0) close(tf);
+    return got > 0 && memcmp(magic, CK_MAGIC, (size_t)got) == 0;
+}
+
+// Temp files of writes to PATH by processes that no longer exist (killed during a save) are
+// removed: each writer has its own PATH.<pid>.tmp, so one that is still running (another dmsh
+// saving to the same name) is never touched. (PATH.tmp, the name older builds used, is left: it
+// may be a user's file; a session removes its own under its lock.)
+static void remove_dead_tmps(const char *path) {
+    char dir[PATH_MAX];
+    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+    if (slash) snprintf(dir, sizeof dir, "%.*s", (int)(slash - path == 0 ? 1 : slash - path), path);
+    else snprintf(dir, sizeof dir, ".");
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        long pid = tmp_owner(de->d_name, base);
+        int dead = pid > 0 && pid != (long)getpid() && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+        if (!dead) continue;
+        char p[PATH_MAX + NAME_MAX + 2];
+        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+        if (looks_like_our_tmp(p)) unlink(p);
+    }
+    closedir(d);
+}
+
+// Put the finished temp file at PATH without replacing anything there (a second process chose
+// the same free name since): 2 when PATH exists. renameat2(RENAME_NOREPLACE), or link() where
+// the filesystem lacks it; a filesystem with neither gets a check-then-rename.
+static int place_new(const char *tmp, const char *path) {
+    if (renameat2(AT_FDCWD, tmp, AT_FDCWD, path, RENAME_NOREPLACE) == 0) return 0;
+    if (errno == EEXIST) return 2;
+    if (errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP) return -1;
+    if (link(tmp, path) == 0) { unlink(tmp); return 0; }
+    if (errno == EEXIST) return 2;
+    struct stat st;
+    if (lstat(path, &st) == 0) return 2;
+    return rename(tmp, path) == 0 ? 0 : -1;
+}
+
+static int ckpt_write_impl(const char *path, const CkptSection *sec, int nsec, int mode, dm_err *err) {
+    int do_rename = mode != CK_STOP_BEFORE_RENAME;
     if (!host_is_le()) return dm_fail(err, "%s: cannot save checkpoint: big-endian hosts are not supported", path);
     if (check_sections(path, sec, nsec, err)) return 1;
     // the path itself first: its errors would otherwise surface as a failed create or rename of
@@ -204,11 +273,11 @@ static int ckpt_write_impl(const char *path, const CkptSection *sec, int nsec, i
                 return dm_fail(err, "%s: cannot save checkpoint: %s is not a directory", path, dir);
         }
     }
-    char tmp[PATH_MAX + 8];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
-        return dm_fail(err, "%s: cannot save checkpoint: path too long", path);
+    char tmp[PATH_MAX + 32];
+    ckpt_tmp_path(path, tmp, sizeof tmp);
+    if (strlen(tmp) >= PATH_MAX) return dm_fail(err, "%s: cannot save checkpoint: path too long", path);
 
-    if (do_rename) {  // never replace a file that is not a checkpoint (a corpus, a script, ...)
+    if (mode == CK_REPLACE) {  // never replace a file that is not a checkpoint (a corpus, a script, ...)
         int pf = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
         if (pf >= 0) {
             struct stat pst;
@@ -220,10 +289,13 @@ static int ckpt_write_impl(const char *path, const CkptSection *sec, int nsec, i
                 return dm_fail(err, "%s: exists and is not a dmsh checkpoint: not replaced (choose another path)", path);
         }
     }
-    // PATH.tmp is this writer's name: a stale one (a crash cut a write short) or a link is
-    // removed, never written through (O_EXCL | O_NOFOLLOW: a symlink there cannot redirect the
-    // write). A regular file there that is not a checkpoint's beginning is someone else's
-    // (notes.tmp beside `:save notes`): refused, never deleted.
+    // PATH.<pid>.tmp is this writer's name: a stale one (a crash of an earlier process with
+    // this pid) or a link is removed, never written through (O_EXCL | O_NOFOLLOW: a symlink
+    // there cannot redirect the write). A regular file there that is not a checkpoint's
+    // beginning is someone else's: refused, never deleted. Another live writer's temp file for
+    // the same PATH has another name and is left alone (two runs saving dmsh-step-N.ckpt in one
+    // directory each deleted the other's and lost a save).
+    remove_dead_tmps(path);
     struct stat tst;
     if (lstat(tmp, &tst) == 0 && S_ISREG(tst.st_mode) && tst.st_size > 0) {
         char magic[8] = {0};
@@ -278,7 +350,16 @@ static int ckpt_write_impl(const char *path, const CkptSection *sec, int nsec, i
     if (rc < 0) goto fail;
     if (!do_rename) return 0;
     what = "rename";
-    if (rename(tmp, path) < 0) goto fail;
+    if (mode == CK_NEW) {
+        int pr = place_new(tmp, path);
+        if (pr == 2) {
+            unlink(tmp);
+            dm_fail(err, "%s: cannot save checkpoint: the file appeared while this one was written (another process saved there): not replaced",
+                    path);
+            return 2;
+        }
+        if (pr < 0) goto fail;
+    } else if (rename(tmp, path) < 0) goto fail;
     if (fsync_dir_of(path) < 0)
         return dm_fail(err, "%s: checkpoint renamed into place, but syncing its directory failed: %s",
                        path, strerror(errno));
@@ -293,11 +374,15 @@ fail:;
 }
 
 int ckpt_write(const char *path, const CkptSection *sec, int nsec, dm_err *err) {
-    return ckpt_write_impl(path, sec, nsec, 1, err);
+    return ckpt_write_impl(path, sec, nsec, CK_REPLACE, err);
+}
+
+int ckpt_write_mode(const char *path, const CkptSection *sec, int nsec, int mode, dm_err *err) {
+    return ckpt_write_impl(path, sec, nsec, mode, err);
 }
 
 int ckpt_write_no_rename(const char *path, const CkptSection *sec, int nsec, dm_err *err) {
-    return ckpt_write_impl(path, sec, nsec, 0, err);
+    return ckpt_write_impl(path, sec, nsec, CK_STOP_BEFORE_RENAME, err);
 }
 
 // ---------------------------------------------------------------------------------------------

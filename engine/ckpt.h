@@ -1,5 +1,5 @@
 // ckpt.h — the checkpoint container (SPEC §6 "Checkpoints"): magic, format version, then named
-// sections each with its length and CRC32; written to PATH.tmp, fsynced, renamed into place
+// sections each with its length and CRC32; written to PATH.<pid>.tmp, fsynced, renamed into place
 // (and the directory fsynced), so a crash never leaves a half-written file under the real
 // name. Reading verifies every CRC and length before handing anything out.
 #pragma once
@@ -22,8 +22,15 @@ typedef struct {
 } CkptFile;
 
 uint32_t crc32_update(uint32_t crc, const void *data, size_t n);
-// Write the sections atomically to path.
+// Write the sections atomically to path (replacing a checkpoint there; never a file that is
+// not one).
 int ckpt_write(const char *path, const CkptSection *sec, int nsec, dm_err *err);
+enum { CK_STOP_BEFORE_RENAME = 0, CK_REPLACE = 1, CK_NEW = 2 };
+// mode CK_NEW: the file must not exist when it is put in place; 2 (err set) when it does: another
+// process saved to the same name while this one wrote, and its file stays.
+int ckpt_write_mode(const char *path, const CkptSection *sec, int nsec, int mode, dm_err *err);
+// This process's temp file for a write to path (PATH.<pid>.tmp).
+void ckpt_tmp_path(const char *path, char *buf, size_t n);
 // Test hook: write everything, fsync the temp file, and stop before the rename (a crash there).
 int ckpt_write_no_rename(const char *path, const CkptSection *sec, int nsec, dm_err *err);
 // Read and verify. Errors name the path and the section (e.g. "section 'params': CRC mismatch",

@@ -124,6 +124,8 @@ int engine_eval_window(const Engine *e, int64_t *nseq, dm_err *err);
 int engine_eval(Engine *e, int depth, EvalResult *r, dm_err *err);
 int engine_anchors(Engine *e, dm_err *err);
 int engine_save(Engine *e, const char *path, dm_err *err);
+// mode: CK_REPLACE (engine_save) or CK_NEW (engine/ckpt.h: 2 when the file appeared meanwhile)
+int engine_save_mode(Engine *e, const char *path, int mode, dm_err *err);
 int engine_load(Engine *e, const char *path, dm_err *err);
 // Set a key; on a live model architecture keys are refused (their own value again is a no-op).
 int engine_set(Engine *e, const char *key, const char *value, dm_err *err);

@@ -28,7 +28,9 @@ typedef struct {
     int64_t arms_fwd[ARM_COUNT], arms_bwd[ARM_COUNT];
 } CkptState;
 
-int engine_save(Engine *e, const char *path, dm_err *err) {
+int engine_save(Engine *e, const char *path, dm_err *err) { return engine_save_mode(e, path, CK_REPLACE, err); }
+
+int engine_save_mode(Engine *e, const char *path, int mode, dm_err *err) {
     if (engine_need(e, 0, err)) return 1;
     if (engine_report(e, NULL, err)) return 1;  // counters and rows of every step taken
     char *cfgtext = mallocCheck(16384);
@@ -77,7 +79,7 @@ int engine_save(Engine *e, const char *path, dm_err *err) {
         {"data.fingerprint", &fpv, e->has_data ? sizeof fpv : 0},
         {"anchors", &e->anchors, e->has_anchors ? sizeof e->anchors : 0},  // (on these bytes: data.fingerprint)
     };
-    int rc = ckpt_write(path, sec, (int)(sizeof sec / sizeof sec[0]), err);
+    int rc = ckpt_write_mode(path, sec, (int)(sizeof sec / sizeof sec[0]), mode, err);
     if (!rc) engine_mark_synced(e, path);
     free(cfgtext);
     free(layout);

@@ -1,5 +1,6 @@
 // session.c — see session.h.
 #include "session.h"
+#include "../engine/ckpt.h"
 #include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -446,7 +447,7 @@ static void session_lock_commit(int ok) {
     new_fd = -1;
 }
 
-// With the lock held no other dmsh writes here: a ckpt/*.ckpt.tmp is a write a crash cut short
+// With the lock held no other dmsh writes here: a ckpt/*.ckpt.<pid>.tmp is a write a crash cut short
 // (never renamed into place, never a checkpoint anyone resumes from). Removed, and said.
 static void remove_stale_tmp(const char *dir) {
     char ck[1100];
@@ -455,8 +456,13 @@ static void remove_stale_tmp(const char *dir) {
     if (!d) return;
     struct dirent *de;
     while ((de = readdir(d))) {
+        // NAME.ckpt.<pid>.tmp (NAME.ckpt.tmp: older builds)
         size_t len = strlen(de->d_name);
-        if (len < 10 || strcmp(de->d_name + len - 9, ".ckpt.tmp")) continue;
+        const char *ck_at = strstr(de->d_name, ".ckpt.");
+        if (len < 10 || strcmp(de->d_name + len - 4, ".tmp") || !ck_at) continue;
+        int digits = 1;
+        for (const char *q = ck_at + 6; q < de->d_name + len - 4; q++) digits &= *q >= '0' && *q <= '9';
+        if (!digits) continue;
         char p[1400];
         snprintf(p, sizeof p, "%s/%s", ck, de->d_name);
         if (!unlink(p)) fprintf(stderr, "dmsh: removed %s (a checkpoint write cut short by a crash)\n", p);
@@ -601,9 +607,19 @@ static int same_bytes(const char *a, const char *b) {
 // ones saved there came to the same state, which was written again as "another state" before).
 static int save_step(Engine *e, const char *prefix, char *path, size_t n, char *note, size_t nnote, dm_err *err) {
     note[0] = 0;
-    int branch;
-    free_ckpt_path(e, prefix, path, n, &branch);
-    if (engine_save(e, path, err)) return 1;
+    int branch, rc;
+    // a name that was free is taken only if it still is when the file is put in place: a second
+    // dmsh saving dmsh-step-N.ckpt in the same directory got there first, so this state takes
+    // the next free name (the same file again, this state's own, is replaced as before)
+    for (int tries = 0;; tries++) {
+        free_ckpt_path(e, prefix, path, n, &branch);
+        struct stat st;
+        int fresh = stat(path, &st) != 0;
+        rc = engine_save_mode(e, path, fresh ? CK_NEW : CK_REPLACE, err);
+        if (rc != 2 || tries == 20) break;
+        branch = 1;
+    }
+    if (rc) return 1;
     if (!branch) return 0;
     char other[1300], abs[PATH_MAX];
     for (int k = 0;; k++) {

@@ -347,7 +347,7 @@ static void test_crash_before_rename(void **s) {
     (void)s;
     char path[256], tmp[300];
     path_in(path, sizeof path, "crash.ckpt");
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    ckpt_tmp_path(path, tmp, sizeof tmp);
     dm_err e = {0};
     CkptSection v1 = {.name = "params", .data = "version-1", .size = 9};
     CkptSection v2 = {.name = "params", .data = "version-two", .size = 11};
@@ -390,7 +390,7 @@ static void test_write_failures(void **s) {
 
     // the temp name is taken by a directory: creating it fails, the old checkpoint stays
     path_in(path, sizeof path, "keep.ckpt");
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    ckpt_tmp_path(path, tmp, sizeof tmp);
     if (ckpt_write(path, &v1, 1, &e)) fail_msg("%s", e.msg);
     assert_int_equal(mkdir(tmp, 0755), 0);
     CkptSection v2 = {.name = "params", .data = "version-two", .size = 11};
@@ -491,7 +491,7 @@ static void test_foreign_files_kept(void **s) {
     fputs("keep", f);
     fclose(f);
     path_in(path, sizeof path, "linked.ckpt");
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    ckpt_tmp_path(path, tmp, sizeof tmp);
     assert_int_equal(symlink(other, tmp), 0);
     if (ckpt_write(path, &v, 1, &e)) fail_msg("%s", e.msg);
     b = slurp(other, &n);
@@ -505,6 +505,50 @@ static void test_foreign_files_kept(void **s) {
     if (ckpt_write(path, &v, 1, &e)) fail_msg("%s", e.msg);  // a checkpoint is replaced as before
 }
 
+// Found by a QA pass (session 22): two runs saving dmsh-step-N.ckpt in one directory shared
+// the temp name PATH.tmp (each removed the other's as stale, and one save failed) and the free
+// name each chose (the later rename replaced the earlier file: a state lost without a word).
+// Now each writer has PATH.<pid>.tmp, a live writer's is left alone, a dead one's is removed,
+// and CK_NEW never puts a file over one that appeared meanwhile.
+static void test_concurrent_writers(void **s) {
+    (void)s;
+    char path[256], live[300], dead[300], foreign[300];
+    dm_err e = {0};
+    CkptSection v = {.name = "params", .data = "abc", .size = 3}, w = {.name = "params", .data = "other", .size = 5};
+    path_in(path, sizeof path, "race.ckpt");
+    // another live process's temp file (our parent's pid) and a dead one's, both checkpoint-like
+    snprintf(live, sizeof live, "%s.%ld.tmp", path, (long)getppid());
+    long dpid = 4194000;
+    while (dpid > 1000 && !(kill((pid_t)dpid, 0) != 0 && errno == ESRCH)) dpid--;
+    snprintf(dead, sizeof dead, "%s.%ld.tmp", path, dpid);
+    snprintf(foreign, sizeof foreign, "%s.%ld.tmp", path, dpid - 1);
+    FILE *f = fopen(live, "w"); fputs("DMSHCKPT partial", f); fclose(f);
+    f = fopen(dead, "w"); fputs("DMSHCKPT partial", f); fclose(f);
+    f = fopen(foreign, "w"); fputs("a user's notes", f); fclose(f);
+    if (kill((pid_t)(dpid - 1), 0) == 0) unlink(foreign);  // (that pid lives: not a case here)
+    if (ckpt_write_mode(path, &v, 1, CK_NEW, &e)) fail_msg("%s", e.msg);
+    assert_int_equal(access(live, F_OK), 0);          // a writer still running: left alone
+    assert_int_not_equal(access(dead, F_OK), 0);      // killed during its save: removed
+    if (!access(foreign, F_OK) || errno != ENOENT) {  // not a checkpoint's beginning: kept
+        size_t n = 0;
+        uint8_t *b = slurp(foreign, &n);
+        assert_int_equal(n, 14);
+        free(b);
+        unlink(foreign);
+    }
+    // the name is taken now: CK_NEW refuses (2), the file there stays, no temp file is left
+    assert_int_equal(ckpt_write_mode(path, &w, 1, CK_NEW, &e), 2);
+    assert_non_null(strstr(e.msg, "another process saved there"));
+    CkptFile cf;
+    if (ckpt_read(path, &cf, &e)) fail_msg("%s", e.msg);
+    assert_memory_equal(cf.sec[0].data, "abc", 3);
+    ckpt_close(&cf);
+    char mine[300];
+    ckpt_tmp_path(path, mine, sizeof mine);
+    assert_int_not_equal(access(mine, F_OK), 0);
+    unlink(live);
+}
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/dmsh_ckpt_XXXXXX");
     if (!mkdtemp(g_dir)) { perror("mkdtemp"); return 1; }
@@ -514,6 +558,7 @@ int main(void) {
         cmocka_unit_test(test_bit_flips),      cmocka_unit_test(test_newer_version_and_junk),
         cmocka_unit_test(test_crash_before_rename), cmocka_unit_test(test_write_failures),
         cmocka_unit_test(test_foreign_files_kept),
+        cmocka_unit_test(test_concurrent_writers),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     const char *bdir = getenv("DMSH_CKPT_BENCH");
