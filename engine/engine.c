@@ -9,6 +9,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include "ckpt.h"
 #include "ckpt_values.h"
 #include "snapshot.h"
@@ -21,6 +23,7 @@ void engine_init(Engine *e) {
     snprintf(e->device, sizeof e->device, "cpu");
     e->synced_step = -1;
     e->synced_nrows = -1;
+    e->session_fd = -1;
 }
 
 // A second note before the first was read joins it (one command can have two things to say,
@@ -80,10 +83,12 @@ void engine_free_model(Engine *e) {
 }
 
 void engine_free(Engine *e) {
+    if (e->session_ino && e->session_fd >= 0) close(e->session_fd);
     engine_free_model(e);
     if (e->has_data) data_close(&e->data);
     free(e->rows);
     memset(e, 0, sizeof *e);
+    e->session_fd = -1;
 }
 
 int engine_build(Engine *e, uint64_t seed, dm_err *err) {
@@ -237,29 +242,60 @@ void engine_tsv_row(FILE *f, const MetricRow *r) {
                 r->bpb, (long long)r->window, r->depth);
 }
 
-static void append_tsv(Engine *e, const MetricRow *r) {
+// Appends the rows metrics.tsv lacks (the new one, and any a failed write left out before) in
+// one write; a write that fails part-way is cut back to the last whole row. A full disk for a
+// while used to leave half a row, the next row glued onto it, and the rows in between missing
+// for good while the run went on.
+static void append_tsv(Engine *e) {
     if (!e->session_dir[0]) return;
+    if (e->tsv_failed > e->nrows - 1) e->tsv_failed = e->nrows - 1;  // (rows replaced since: a :load)
+    int64_t from = e->nrows - 1 - e->tsv_failed;
     char path[1100];
-    snprintf(path, sizeof path, "%s/metrics.tsv", e->session_dir);
-    struct stat st;
-    int fresh = stat(path, &st) != 0 || st.st_size == 0;
-    FILE *f = fopen(path, "a");
-    int ok = f != NULL, why = errno;
-    if (f) {
-        if (fresh) engine_tsv_header(f);
-        engine_tsv_row(f, r);
-        ok = !ferror(f);
-        why = errno;
-        if (fclose(f)) { ok = 0; why = errno; }
+    dm_err derr = {0};
+    int ok = 0, why = 0;
+    const char *whymsg = NULL;
+    if (engine_session_dir_check(e, &derr)) {
+        whymsg = derr.msg;
+    } else {
+        snprintf(path, sizeof path, "%s/metrics.tsv", e->session_dir);
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *m = open_memstream(&buf, &len);
+        int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+        struct stat st;
+        if (fd >= 0 && m && fstat(fd, &st) == 0) {
+            if (st.st_size == 0) engine_tsv_header(m);
+            for (int64_t k = from; k < e->nrows; k++) engine_tsv_row(m, &e->rows[k]);
+            fflush(m);
+            size_t done = 0;
+            while (done < len) {
+                ssize_t w = write(fd, buf + done, len - done);
+                if (w < 0 && errno == EINTR) continue;
+                if (w <= 0) { why = w < 0 ? errno : EIO; break; }
+                done += (size_t)w;
+            }
+            ok = done == len;
+            if (!ok && done && ftruncate(fd, st.st_size) != 0) {}  // no half row left behind
+        } else {
+            why = errno;
+        }
+        if (fd >= 0 && close(fd) != 0 && ok) { ok = 0; why = errno; }
+        if (m) fclose(m);
+        free(buf);
     }
     if (ok) {
-        e->tsv_streak = 0;
+        if (e->tsv_failed)
+            engine_note(e, "%s is written again: the %lld rows it had missed are in it now", path, (long long)e->tsv_failed);
+        e->tsv_failed = 0;
         return;
     }
-    // loud, once per streak: the rows stay in memory and go into the next checkpoint (-r
-    // rewrites metrics.tsv from it), and dmsh exits non-zero at the end
-    if (!e->tsv_streak++)
-        engine_note(e, "cannot write %s: %s (metric rows stay in memory and in the next checkpoint)", path, strerror(why));
+    // loud, once per streak: the rows stay in memory (and go into the next checkpoint: -r
+    // rewrites metrics.tsv from it); they are written with the next row that can be, and dmsh
+    // exits non-zero if some never are
+    if (!e->tsv_failed) {
+        if (whymsg) engine_note(e, "metric rows not written: %s (they stay in memory and in the next checkpoint)", whymsg);
+        else engine_note(e, "cannot write %s: %s (metric rows stay in memory and in the next checkpoint)", path, strerror(why));
+    }
     e->tsv_failed++;
 }
 
@@ -272,7 +308,7 @@ void engine_add_row(Engine *e, const MetricRow *r) {
     MetricRow *row = &e->rows[e->nrows++];
     *row = *r;
     if (row->kind == 0) row->emulated = e->emulated;  // (the backend that ran the step: a move reports first)
-    append_tsv(e, row);
+    append_tsv(e);
 }
 
 int engine_step(Engine *e, MetricRow *row, dm_err *err) {
@@ -547,6 +583,42 @@ int engine_session(Engine *e, const char *dir, dm_err *err) {
         if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
             return dm_fail(err, "%s exists and is not a directory: move it away, or choose another session", path);
     }
+    int fd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        int why = errno;
+        if (fd >= 0) close(fd);
+        return dm_fail(err, "cannot open %s: %s", dir, strerror(why));
+    }
+    if (e->session_ino && e->session_fd >= 0) close(e->session_fd);
+    e->session_fd = fd;
+    e->session_dev = (uint64_t)st.st_dev;
+    e->session_ino = (uint64_t)st.st_ino;
     snprintf(e->session_dir, sizeof e->session_dir, "%s", dir);
     return 0;
+}
+
+// The session is held by identity, not by name: every write under session_dir checks the name
+// still leads to the directory opened (a run whose directory was renamed wrote under the old
+// name into a new run's session, mixing two runs' checkpoints, metrics and transcripts).
+int engine_session_dir_check(Engine *e, dm_err *err) {
+    if (!e->session_dir[0] || e->session_fd < 0 || !e->session_ino) return 0;  // (an Engine the tests set up by hand)
+    struct stat st;
+    if (stat(e->session_dir, &st) == 0 && (uint64_t)st.st_dev == e->session_dev && (uint64_t)st.st_ino == e->session_ino)
+        return 0;
+    char link[64], now[sizeof e->session_dir];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", e->session_fd);
+    ssize_t n = readlink(link, now, sizeof now - 1);
+    if (n >= (ssize_t)sizeof now - 1) n = 0;  // (a new path too long to keep: as if deleted)
+    now[n > 0 ? n : 0] = 0;
+    struct stat ns;
+    if (n > 0 && !strstr(now, " (deleted)") && stat(now, &ns) == 0 && (uint64_t)ns.st_dev == e->session_dev &&
+        (uint64_t)ns.st_ino == e->session_ino) {
+        engine_note(e, "the session directory %s was moved to %s while this run held it: the run's files follow it there (nothing more is written to %s)",
+                    e->session_dir, now, e->session_dir);
+        snprintf(e->session_dir, sizeof e->session_dir, "%s", now);
+        return 0;
+    }
+    return dm_fail(err, "the session directory %s was deleted while this run held it: nothing is written there (:save PATH keeps this state, :session NAME opens another session)",
+                   e->session_dir);
 }

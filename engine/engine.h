@@ -71,8 +71,8 @@ typedef struct Engine {
                                 // model (:init) starts without it, as a fresh process would
     char note[800];             // a pending message for the user (engine_notice), e.g. a resume
     int note_new;               // that left no corpus open
-    int64_t tsv_failed;         // metric rows metrics.tsv could not take (they stay in memory)
-    int tsv_streak;             // consecutive failed rows (the note is given once per streak)
+    int64_t tsv_failed;         // the last rows metrics.tsv lacks (a write failed; they stay in
+                                // memory and go in with the next write that works)
     int64_t intr_honored;       // interrupts a command acted on (the transcript comments out only those lines)
     int fwd_kind;               // the activations in memory: 0 none (or stale), 1 training step, 2 eval
     int fwd_undone;             // a restore (:bench) dropped the activations of steps it undid
@@ -82,6 +82,10 @@ typedef struct Engine {
     int64_t fwd_step;           // ... of step fwd_step (train: the step's index; eval: e->step then)
     // session (runs/NAME); empty: none
     char session_dir[1024];
+    // the session directory's identity (engine_session): an O_PATH descriptor (-1: none), and its
+    // device and inode, so a directory renamed or deleted under a running session is noticed
+    int session_fd;
+    uint64_t session_dev, session_ino;
     volatile sig_atomic_t *interrupt;   // set by Ctrl-C; checked at step boundaries
     StepRunner run;             // the training step's staging, record ring and graph (step.c)
 } Engine;
@@ -145,4 +149,8 @@ void engine_tsv_row(FILE *f, const MetricRow *r);
 void engine_counters(const Engine *e, char *buf, size_t n);
 // Resolved config as commands that rebuild it (config.dm)
 void engine_config_text(const Config *c, char *buf, size_t n);
-int engine_session(Engine *e, const char *dir, dm_err *err);     // use/create runs dir
+int engine_session(Engine *e, const char *dir, dm_err *err);  // use/create runs dir
+// Before a session write: the directory still has its name. Renamed while the run held it (mv
+// runs/X runs/Y): the run follows it (session_dir becomes its new path, said in a note). Deleted:
+// 1 with err set (nothing is written under the name, which may now be another run's).
+int engine_session_dir_check(Engine *e, dm_err *err);

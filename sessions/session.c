@@ -60,8 +60,9 @@ int session_write_config(const Engine *e, dm_err *err) {
     return 0;
 }
 
-int session_rewrite_metrics(const Engine *e, dm_err *err) {
+int session_rewrite_metrics(Engine *e, dm_err *err) {
     if (!e->session_dir[0]) return 0;
+    if (engine_session_dir_check(e, err)) return 1;
     char path[1200], tmp[1300];
     snprintf(path, sizeof path, "%s/metrics.tsv", e->session_dir);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
@@ -79,6 +80,7 @@ int session_rewrite_metrics(const Engine *e, dm_err *err) {
         return dm_fail(err, "cannot write %s: %s (metrics.tsv left as it was)", tmp, strerror(why));
     }
     if (rename(tmp, path)) return dm_fail(err, "cannot replace %s: %s", path, strerror(errno));
+    e->tsv_failed = 0;  // every row is in it now
     return 0;
 }
 
@@ -144,7 +146,7 @@ static void append_line(FILE *f, const char *line) {
     fprintf(f, "%s%s", line, n && line[n - 1] == '\n' ? "" : "\n");
 }
 
-void session_transcript(const Engine *e, const char *line) {
+void session_transcript(Engine *e, const char *line) {
     if (!e->session_dir[0]) {
         size_t n = strlen(line);
         if (pre_len + n + 2 > PRE_MAX) { pre_dropped++; return; }  // a pathological amount of typing: keep the head
@@ -161,6 +163,8 @@ void session_transcript(const Engine *e, const char *line) {
         if (!n || line[n - 1] != '\n') pre_lines[pre_len++] = '\n';
         return;
     }
+    dm_err derr = {0};
+    if (engine_session_dir_check(e, &derr)) return;  // deleted: said by the next save or metrics row
     char path[1200];
     snprintf(path, sizeof path, "%s/transcript.dm", e->session_dir);
     FILE *f = fopen(path, "a");
@@ -184,14 +188,19 @@ void session_transcript(const Engine *e, const char *line) {
     session_write_config(e, &err);  // config.dm follows :set / :data (best effort, as the transcript)
 }
 
-void session_transcript_begin(const Engine *e, const char *line, TranscriptMark *m) {
+void session_transcript_begin(Engine *e, const char *line, TranscriptMark *m) {
     m->len = 0;
     if (!e->session_dir[0]) return;  // no session: nothing to resume, nothing to mark
     session_transcript(e, line);
     snprintf(m->path, sizeof m->path, "%s/transcript.dm", e->session_dir);
     struct stat st;
     long len = (long)strlen(line) + 1;  // (append_line adds the line break)
-    if (stat(m->path, &st) != 0 || st.st_size < len) return;
+    // the file itself is held (not its name): the session directory may be renamed during the
+    // command, and the name it left may be another run's
+    int fd = open(m->path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) return;
+    if (fstat(fd, &st) != 0 || st.st_size < len) { close(fd); return; }
+    m->fd = fd;
     m->off = (long)st.st_size - len;
     m->len = len;
 }
@@ -200,23 +209,20 @@ void session_transcript_end(TranscriptMark *m) {
     long len = m->len;
     if (!len) return;
     m->len = 0;
+    int fd = m->fd;
     struct stat st;
-    if (stat(m->path, &st) != 0) return;
     // nothing written after the mark (the usual case): cut it off
-    if (st.st_size == m->off + len && truncate(m->path, m->off) == 0) return;
+    if (fstat(fd, &st) == 0 && st.st_size == m->off + len && ftruncate(fd, m->off) == 0) { close(fd); return; }
     // the command wrote lines of its own after it (a session header, a note): blank the mark in
     // place, a comment of the same length, so what follows stays where it is
-    FILE *f = fopen(m->path, "r+");
-    if (!f) return;
     char *b = malloc((size_t)len);
-    if (b && fseek(f, m->off, SEEK_SET) == 0 && fread(b, 1, (size_t)len, f) == (size_t)len && b[0] == '#' &&
-        b[len - 1] == '\n') {
+    if (b && pread(fd, b, (size_t)len, m->off) == (ssize_t)len && b[0] == '#' && b[len - 1] == '\n') {
         static const char done[] = "# (finished)";
         for (long k = 1; k < len - 1; k++) b[k] = k < (long)sizeof done - 1 ? done[k] : ' ';
-        if (fseek(f, m->off, SEEK_SET) == 0) fwrite(b, 1, (size_t)len, f);
+        if (pwrite(fd, b, (size_t)len, m->off) != (ssize_t)len) {}  // (best effort, as every transcript write)
     }
     free(b);
-    fclose(f);
+    close(fd);
 }
 
 // ---- checkpoints of a session ----------------------------------------------------------------
@@ -376,7 +382,6 @@ int session_latest_ckpt(const char *dir, char *path, size_t n, long long *step) 
 
 // ---- one dmsh per session: an advisory lock on DIR/.lock, held while the session is open ----
 static int lock_fd = -1, new_fd = -1;
-static char lock_dir[1024], new_dir[1024];
 
 // the directory we hold, however it is spelled (runs/X, runs/X/, ./runs/X, a link to it):
 // compared as files, so our own lock is never taken for another dmsh's
@@ -393,7 +398,15 @@ int session_same_dir(const char *a, const char *b) {
     struct stat sa, sb;
     return a[0] && b[0] && stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
-static int held_dir(const char *dir) { return lock_fd >= 0 && session_same_dir(lock_dir, dir); }
+// (by the lock file's identity, not lock_dir's name: a session directory renamed while held is
+// still ours under its new name, and the name it left may be another run's now)
+static int held_dir(const char *dir) {
+    if (lock_fd < 0) return 0;
+    char p[1100];
+    snprintf(p, sizeof p, "%s/.lock", dir);
+    struct stat a, b;
+    return fstat(lock_fd, &a) == 0 && stat(p, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
 
 static int session_lock(const char *dir, dm_err *err) {
     if (held_dir(dir)) return 0;
@@ -412,7 +425,6 @@ static int session_lock(const char *dir, dm_err *err) {
     }
     if (ftruncate(fd, 0) == 0) dprintf(fd, "%ld\n", (long)getpid());
     new_fd = fd;
-    snprintf(new_dir, sizeof new_dir, "%s", dir);
     return 0;
 }
 
@@ -440,7 +452,6 @@ static void session_lock_commit(int ok) {
     if (ok) {
         if (lock_fd >= 0) close(lock_fd);
         lock_fd = new_fd;
-        snprintf(lock_dir, sizeof lock_dir, "%s", new_dir);
     } else {
         close(new_fd);
     }
@@ -646,9 +657,18 @@ int session_save_default(Engine *e, char *path, size_t n, char *note, size_t nno
 }
 
 int session_save(Engine *e, char *path, size_t n, char *note, size_t nnote, dm_err *err) {
-    char prefix[1200];
+    if (engine_session_dir_check(e, err)) return 1;
+    char prefix[1200], before[sizeof e->session_dir];
+    snprintf(before, sizeof before, "%s", e->session_dir);
     snprintf(prefix, sizeof prefix, "%s/ckpt/step-", e->session_dir);
-    if (save_step(e, prefix, path, n, note, nnote, err)) return 1;
+    if (save_step(e, prefix, path, n, note, nnote, err)) {
+        // the directory was renamed during the save (after the check, before the write): once
+        // more where it is now
+        dm_err e2 = {0};
+        if (engine_session_dir_check(e, &e2) || !strcmp(before, e->session_dir)) return 1;
+        snprintf(prefix, sizeof prefix, "%s/ckpt/step-", e->session_dir);
+        if (save_step(e, prefix, path, n, note, nnote, err)) return 1;
+    }
     write_latest(e, path, note, nnote);
     return 0;
 }
@@ -677,6 +697,7 @@ int session_autosave(Engine *e, char *path, size_t n, dm_err *err) {
     // (step 0 too: a session left right after :init, or after an :eval of the fresh model, must
     // resume with -r like any other)
     if (!e->session_dir[0] || !e->live) return 0;
+    if (engine_session_dir_check(e, err)) return 1;
     // this state and its rows are in a file already: enough only when that file is one of this
     // session's checkpoints (a :save elsewhere or a :load does not put it where -r looks), and
     // then LATEST must name it (-r resumes where the user stopped)

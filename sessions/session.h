@@ -8,19 +8,19 @@
 // and, when the engine already holds metric rows, rewrites metrics.tsv from them.
 int session_open(Engine *e, const char *dir, dm_err *err);
 // Append one typed line to transcript.dm (no-op without a session).
-void session_transcript(const Engine *e, const char *line);
+void session_transcript(Engine *e, const char *line);
 // A command's mark while it runs: session_transcript_begin appends LINE (a comment that says the
 // command started and never finished) and remembers where; session_transcript_end takes it out
 // again once the command has returned, before its own line is written. A process killed during
 // the command (SIGKILL, the OOM killer, a power cut) leaves the mark: the transcript then says
 // which command it was, and a -b replay names it instead of silently missing what it did.
-typedef struct { char path[1200]; long off, len; } TranscriptMark;
-void session_transcript_begin(const Engine *e, const char *line, TranscriptMark *m);
+typedef struct { char path[1200]; long off, len; int fd; } TranscriptMark;
+void session_transcript_begin(Engine *e, const char *line, TranscriptMark *m);
 void session_transcript_end(TranscriptMark *m);
 // Rewrite config.dm from the engine's config.
 int session_write_config(const Engine *e, dm_err *err);
 // Rewrite metrics.tsv from the engine's rows (after a resume: no duplicated or lost rows).
-int session_rewrite_metrics(const Engine *e, dm_err *err);
+int session_rewrite_metrics(Engine *e, dm_err *err);
 // The latest checkpoint under DIR/ckpt: the one ckpt/LATEST names (the file the session wrote
 // last), else the checkpoint file written most recently (its time; ties: the larger step, then
 // the later branch step-N-bK); 0 when found.

@@ -91,7 +91,7 @@ static inline void slurp_to(const char *name, char *buf, size_t n) {
 }
 
 static inline int sh_in_dir(const char *fmt, const char *arg) {
-    char c[1600], cmd[2000];
+    char c[4000], cmd[4400];
     snprintf(c, sizeof c, fmt, arg, arg, arg);
     snprintf(cmd, sizeof cmd, "cd %s && export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 && %s", dir, c);
     int st = system(cmd);

@@ -206,6 +206,60 @@ static void test_output_and_size_limits(void **s) {
     assert_int_equal(sh_in_dir("ls runs/fsz/ckpt | grep -c tmp%s", ""), 1);  // (grep -c found none: status 1)
 }
 
+// Found by a QA pass (session 22): the session lock is held on the directory, but every write
+// went by its name. A session directory renamed while a run trained (mv runs/X runs/X-old) let a
+// second dmsh open a new runs/X, and the first run's checkpoints, metrics rows and LATEST then
+// went into it: two runs mixed in one session, and -r resumed one under the other's transcript.
+// Now a renamed directory is followed (said in a note), and a deleted one is written to no more.
+static void test_session_moved_or_deleted(void **s) {
+    (void)s;
+    const char *shape = ":preset nano; :set d=32 H=2 L=2 E=2 k=1 r=8 f=64 engram_rows=257 engram_dim=8 seq=32 batch=4 warmup=5";
+    char cmd[1800];
+    int cl = snprintf(cmd, sizeof cmd,
+             "(%s --norc -e ':session mv' -e '%s' -e ':data %s' -e ':init seed=1' "
+             "-e ':train 1000000 ckpt_every=5 eval_every=0 log_every=100000' > mv1.out 2> mv1.err & p=$!; "
+             "for i in $(seq 1200); do ls runs/mv/ckpt/step-*.ckpt > /dev/null 2>&1 && break; sleep 0.05; done; "
+             "mv runs/mv runs/mv-old; "
+             "%s --norc -e ':session mv' -e '%s' -e ':data %s' -e ':init seed=2' -e ':train 3' > mv2.out 2>&1; "
+             "sleep 0.3; kill -TERM $p; wait $p; echo $? > mv1.rc)", dmsh, shape, corpus, dmsh, shape, corpus);
+    assert_true(cl > 0 && cl < (int)sizeof cmd);
+    assert_int_equal(sh_in_dir("%s", cmd), 0);
+    slurp_to("mv1.out", out, sizeof out);
+    if (!strstr(out, "note: the session directory runs/mv was moved to ")) print_error("%s\n", out);
+    assert_non_null(strstr(out, "note: the session directory runs/mv was moved to "));
+    slurp_to("mv1.rc", err_, sizeof err_);
+    int rc1 = atoi(err_);
+    slurp_to("mv1.err", err_, sizeof err_);
+    if (rc1 != 143) print_error("rc %d: %s\n", rc1, err_);
+    assert_int_equal(rc1, 143);
+    // the second run's session holds only its own: 3 rows, step-3, and LATEST names it
+    slurp_to("runs/mv/metrics.tsv", out, sizeof out);
+    assert_int_equal(count_lines(out), 4);
+    slurp_to("runs/mv/ckpt/LATEST", out, sizeof out);
+    assert_string_equal(out, "step-3.ckpt\n");
+    assert_int_equal(sh_in_dir("ls runs/mv/ckpt | grep -c '^step-' | grep -qx 1%s", ""), 0);
+    // the first run's files followed it, its transcript without the running command's mark
+    slurp_to("runs/mv-old/transcript.dm", out, sizeof out);
+    assert_null(strstr(out, "started, never finished"));
+    assert_non_null(strstr(out, "# :train 1000000 ckpt_every=5"));
+    assert_int_equal(sh_in_dir("%s --norc -r runs/mv-old -e ':quit' > out.txt 2> err.txt", dmsh), 0);
+
+    cl = snprintf(cmd, sizeof cmd,
+             "(%s --norc -e ':session rm' -e '%s' -e ':data %s' -e ':init seed=1' "
+             "-e ':train 1000000 ckpt_every=5 eval_every=0 log_every=100000' > rm1.out 2> rm1.err & p=$!; "
+             "for i in $(seq 1200); do ls runs/rm/ckpt/step-*.ckpt > /dev/null 2>&1 && break; sleep 0.05; done; "
+             "for i in $(seq 100); do rm -rf runs/rm 2> /dev/null; [ -e runs/rm ] || break; done; sleep 0.3; kill -TERM $p 2> /dev/null; wait $p; echo $? > rm1.rc)", dmsh, shape, corpus);
+    assert_true(cl > 0 && cl < (int)sizeof cmd);
+    assert_int_equal(sh_in_dir("%s", cmd), 0);
+    slurp_to("rm1.out", out, sizeof out);
+    slurp_to("rm1.err", err_, sizeof err_);
+    // (rm -rf takes the files first: a save in between finds ckpt/ gone, which says so too)
+    if (!strstr(err_, "dmsh: autosave failed: ")) print_error("%s\n%s\n", out, err_);
+    assert_non_null(strstr(err_, "dmsh: autosave failed: "));
+    assert_true(strstr(err_, "was deleted while this run held it") || strstr(err_, "runs/rm/ckpt does not exist"));
+    assert_int_equal(file_size("runs/rm"), -1);  // nothing made again under the name
+}
+
 // Found by a QA pass (session 21): the anchors (:anchors) were not in the checkpoint, so after
 // -r the evals lost their "| unigram ... 5-gram ..." comparison and :plot bpb its anchor lines.
 // They come back when the corpus is the same bytes.
@@ -429,6 +483,7 @@ int main(void) {
         cmocka_unit_test(test_killed_command_is_named),
         cmocka_unit_test(test_resume_keeps_anchors),
         cmocka_unit_test(test_output_and_size_limits),
+        cmocka_unit_test(test_session_moved_or_deleted),
         cmocka_unit_test(test_load_keeps_the_replaced_state),
         cmocka_unit_test(test_latest_names_a_missing_file),
         cmocka_unit_test(test_resume_fallbacks_agree),

@@ -11,6 +11,8 @@
 //     and cuda_graph=off; a capture that fails (a host round trip, an allocation inside it) is
 //     reported once and the step runs eagerly with the same results.
 #include <errno.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
@@ -568,7 +570,53 @@ static void test_tsv_failure_is_loud(void **s) {
     assert_non_null(n);
     assert_non_null(strstr(n, "cannot write test_step_tsv/metrics.tsv"));
     assert_null(engine_notice(&e));  // once
+    // writable again: the rows it missed go in with the next one, in order (session 22: they
+    // were lost for good)
     rmdir("test_step_tsv/metrics.tsv");
+    assert_int_equal(engine_step(&e, &row, &err), 0);
+    assert_int_equal(e.tsv_failed, 0);
+    n = engine_notice(&e);
+    assert_non_null(n);
+    assert_non_null(strstr(n, "the 3 rows it had missed are in it now"));
+    size_t len = 0;
+    char *t = read_whole_file("test_step_tsv/metrics.tsv", &len);
+    assert_non_null(t);
+    int lines = 0;
+    for (size_t k = 0; k < len; k++) lines += t[k] == '\n';
+    assert_int_equal(lines, 5);  // the header and steps 0..3
+    for (int k = 0; k < 4; k++) {
+        char want[32];
+        snprintf(want, sizeof want, "\ntrain\t%d\t", k);
+        assert_non_null(strstr(t, want));
+    }
+    free(t);
+    // a write cut short (a file-size limit here, a full disk in life) leaves no half row: the file
+    // is cut back to its last whole row, and the row goes in later with the rest
+    struct rlimit old, lim;
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+    void (*oldsig)(int) = signal(SIGXFSZ, SIG_IGN);
+    struct stat st;
+    assert_int_equal(stat("test_step_tsv/metrics.tsv", &st), 0);
+    lim = old;
+    lim.rlim_cur = (rlim_t)st.st_size + 20;  // room for part of one row
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    for (int i = 0; i < 2; i++) assert_int_equal(engine_step(&e, &row, &err), 0);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+    signal(SIGXFSZ, oldsig);
+    assert_int_equal(e.tsv_failed, 2);
+    struct stat st2;
+    assert_int_equal(stat("test_step_tsv/metrics.tsv", &st2), 0);
+    assert_int_equal(st2.st_size, st.st_size);  // not a byte of a half row
+    engine_notice(&e);
+    assert_int_equal(engine_step(&e, &row, &err), 0);
+    assert_int_equal(e.tsv_failed, 0);
+    t = read_whole_file("test_step_tsv/metrics.tsv", &len);
+    lines = 0;
+    for (size_t k = 0; k < len; k++) lines += t[k] == '\n';
+    assert_int_equal(lines, 8);  // steps 0..6, each once
+    assert_non_null(strstr(t, "\ntrain\t6\t"));
+    free(t);
+    unlink("test_step_tsv/metrics.tsv");
     rmdir("test_step_tsv");
     e.session_dir[0] = 0;
     engine_free(&e);
