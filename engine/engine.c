@@ -521,7 +521,11 @@ int engine_check_determinism(Engine *e, int n, int *ok, char *msg, size_t nmsg, 
     size_t P = e->model.n_params;
     Snapshot s0;
     snapshot_take(&s0, e);
-    real *p1 = mallocCheck(sizeof(real) * P);
+    // the state after each pass: parameters, and the optimizer's moments, momentum and row
+    // step counts (the next steps depend on them as much as on the weights)
+    size_t R = (size_t)e->cfg.n_orders * e->cfg.engram_rows;
+    real *p1 = mallocCheck(sizeof(real) * P * 4);
+    int64_t *r1 = mallocCheck(sizeof(int64_t) * (R ? R : 1));
     double *l1 = mallocCheck(sizeof(double) * n);
     char sess[1024];
     snprintf(sess, sizeof sess, "%s", e->session_dir);
@@ -531,12 +535,13 @@ int engine_check_determinism(Engine *e, int n, int *ok, char *msg, size_t nmsg, 
     int stop1 = 0;
     for (int i = 0; i < n && !rc && !(stop1 = interrupted(e)); i++) { rc = engine_step(e, &row, err); l1[i] = row.loss; }
     model_params_get(&e->model, p1);  // wherever they live
+    optim_state_get(&e->opt, &e->model, p1 + P, p1 + 2 * P, p1 + 3 * P, r1);
     snapshot_restore(&s0, e);
     snprintf(e->session_dir, sizeof e->session_dir, "%s", sess);
     if (stop1 && !rc) {  // Ctrl-C in the first pass: the state is back where it started
         e->intr_honored++;
         snapshot_free(&s0);
-        free(p1); free(l1);
+        free(p1); free(r1); free(l1);
         return dm_fail(err, "interrupted in the first pass: nothing checked; the model is back at step %lld", (long long)e->step);
     }
     int first_diff = -1, stop2 = 0;
@@ -547,26 +552,31 @@ int engine_check_determinism(Engine *e, int n, int *ok, char *msg, size_t nmsg, 
     if (stop2 && !rc) {  // in the second pass: its steps are the run's (in the metrics), kept
         e->intr_honored++;
         snapshot_free(&s0);
-        free(p1); free(l1);
+        free(p1); free(r1); free(l1);
         return dm_fail(err, "interrupted in the second pass: nothing checked; the model keeps the steps it took, now at step %lld",
                        (long long)e->step);
     }
-    real *p2 = mallocCheck(sizeof(real) * P);
+    real *p2 = mallocCheck(sizeof(real) * P * 4);
+    int64_t *r2 = mallocCheck(sizeof(int64_t) * (R ? R : 1));
     model_params_get(&e->model, p2);
-    size_t pdiff = 0;
+    optim_state_get(&e->opt, &e->model, p2 + P, p2 + 2 * P, p2 + 3 * P, r2);
+    size_t pdiff = 0, odiff = 0;
     for (size_t j = 0; j < P; j++) pdiff += memcmp(&p1[j], &p2[j], sizeof(real)) != 0;
-    free(p2);
-    *ok = !rc && first_diff < 0 && pdiff == 0;
+    for (size_t j = P; j < 4 * P; j++) odiff += memcmp(&p1[j], &p2[j], sizeof(real)) != 0;
+    for (size_t j = 0; j < R; j++) odiff += r1[j] != r2[j];
+    free(p2); free(r2);
+    *ok = !rc && first_diff < 0 && pdiff == 0 && odiff == 0;
     if (!rc) {
         char ld[64];
         if (first_diff < 0) snprintf(ld, sizeof ld, "identical");
         else snprintf(ld, sizeof ld, "DIFFER from step %lld", (long long)(s0.step + first_diff));
         // the second pass is the run's own (its steps are in the metrics): say where it now is
-        snprintf(msg, nmsg, "%d steps twice from step %lld: losses %s, parameters %s (%zu of %zu differ); the model kept the second pass, now at step %lld",
-                 n, (long long)s0.step, ld, pdiff ? "DIFFER" : "bit-identical", pdiff, P, (long long)e->step);
+        snprintf(msg, nmsg, "%d steps twice from step %lld: losses %s, parameters %s (%zu of %zu differ), optimizer state %s (%zu of %zu moments, momenta and row counts differ); the model kept the second pass, now at step %lld",
+                 n, (long long)s0.step, ld, pdiff ? "DIFFER" : "bit-identical", pdiff, P, odiff ? "DIFFERS" : "bit-identical", odiff,
+                 3 * P + R, (long long)e->step);
     }
     snapshot_free(&s0);
-    free(p1); free(l1);
+    free(p1); free(r1); free(l1);
     return rc;
 }
 

@@ -126,7 +126,7 @@ int cmd_check(Shell *sh, Words *w, dm_err *err) {
         long long n = 3;
         if (sh_kv(w, "steps") && sh_parse_int(sh_kv(w, "steps"), 1, 100000, "steps", &n, err)) return 1;
         int ok;
-        char msg[300];
+        char msg[700];
         if (engine_check_determinism(E_, (int)n, &ok, msg, sizeof msg, err)) return 1;
         fprintf(OUT, "determinism: %s — %s\n", ok ? "PASS" : "FAIL", msg);
         return ok ? 0 : dm_fail(err, "determinism check failed: %s", msg);

@@ -732,10 +732,48 @@ static void test_emulated_rows_are_marked(void **s) {
     engine_free(&e);
 }
 
+// :check determinism compares the optimizer state too (session 22: it compared the losses and
+// the weights only, so a second moment that came out different, which changes every later step,
+// passed). A backend whose AdamW leaves v[0] a little different at each call: one step, the
+// same losses and weights, another v.
+static void (*real_adamw)(real *, const real *, real *, real *, size_t, int, const StepHyper *, const OptStatus *);
+static long adamw_calls;
+static void drifting_adamw(real *p, const real *g, real *m, real *v, size_t n, int decay, const StepHyper *hp,
+                           const OptStatus *st) {
+    real_adamw(p, g, m, v, n, decay, hp, st);
+    if (n) v[0] *= (real)(1 + 1e-5 * (double)++adamw_calls);
+}
+
+static void test_determinism_checks_optimizer_state(void **s) {
+    (void)s;
+    Engine e;
+    make_engine(&e, backend_cpu(), tiny_config());
+    dm_err err = {0};
+    int ok = 0;
+    char msg[700];
+    assert_int_equal(engine_check_determinism(&e, 2, &ok, msg, sizeof msg, &err), 0);
+    if (!ok) print_error("%s\n", msg);
+    assert_true(ok);
+    assert_non_null(strstr(msg, "optimizer state bit-identical (0 of "));
+    engine_free(&e);
+
+    static Backend drift;
+    drift = *backend_cpu();
+    real_adamw = drift.opt_adamw;
+    drift.opt_adamw = drifting_adamw;
+    make_engine(&e, &drift, tiny_config());
+    assert_int_equal(engine_check_determinism(&e, 1, &ok, msg, sizeof msg, &err), 0);
+    assert_false(ok);
+    assert_non_null(strstr(msg, "losses identical, parameters bit-identical"));
+    assert_non_null(strstr(msg, "optimizer state DIFFERS"));
+    engine_free(&e);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_emulated_rows_are_marked),
         cmocka_unit_test(test_arm_off_freezes),
+        cmocka_unit_test(test_determinism_checks_optimizer_state),
         cmocka_unit_test(test_seq_against_split),
         cmocka_unit_test(test_live_kda_chunk),
         cmocka_unit_test(test_resume_with_eval_file),
