@@ -611,6 +611,10 @@ static int cmd_load(Shell *sh, Words *w, dm_err *err) {
     char diff[1024];
     if (had && config_live_diff(&cfg0, &E_->cfg, diff, sizeof diff))
         fprintf(OUT, "note: settings set by the checkpoint (it keeps its own): %s\n", diff);
+    // no model was live: the checkpoint's config is the model's, and what was set before it is
+    // replaced, said (it was silent: a :set d=64 lr=0.01 before the :load just went away)
+    if (!had && config_set_diff(&cfg0, &E_->cfg, diff, sizeof diff))
+        fprintf(OUT, "note: the checkpoint's config replaces what was set before it: %s\n", diff);
     // in a session, metrics.tsv follows the loaded rows (the rows after them belong to the state
     // left behind, which its own checkpoints keep)
     if (E_->session_dir[0] && session_rewrite_metrics(E_, err)) return 1;

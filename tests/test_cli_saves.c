@@ -260,6 +260,21 @@ static void test_session_moved_or_deleted(void **s) {
     assert_int_equal(file_size("runs/rm"), -1);  // nothing made again under the name
 }
 
+// Found by a QA pass (session 22): a :load with no model live took the checkpoint's config over
+// the keys set before it without a word (the note named them only with a live model).
+static void test_load_names_replaced_settings(void **s) {
+    (void)s;
+    char script[2000];
+    snprintf(script, sizeof script, "%s:data %s\n:init seed=3\n:save base.ckpt\n", SMALL, corpus);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    assert_int_equal(run(":set d=64 lr=0.01\n:load base.ckpt\n", out, sizeof out, err_, sizeof err_), 0);
+    if (!strstr(out, "note: the checkpoint's config replaces what was set before it: d 64 -> 32")) print_error("%s\n", out);
+    assert_non_null(strstr(out, "note: the checkpoint's config replaces what was set before it: d 64 -> 32"));
+    assert_non_null(strstr(out, "lr 0.01 -> 0.003"));
+    assert_int_equal(run(":load base.ckpt\n", out, sizeof out, err_, sizeof err_), 0);  // nothing set: nothing said
+    assert_null(strstr(out, "replaces what was set"));
+}
+
 // Found by a QA pass (session 21): the anchors (:anchors) were not in the checkpoint, so after
 // -r the evals lost their "| unigram ... 5-gram ..." comparison and :plot bpb its anchor lines.
 // They come back when the corpus is the same bytes.
@@ -484,6 +499,7 @@ int main(void) {
         cmocka_unit_test(test_resume_keeps_anchors),
         cmocka_unit_test(test_output_and_size_limits),
         cmocka_unit_test(test_session_moved_or_deleted),
+        cmocka_unit_test(test_load_names_replaced_settings),
         cmocka_unit_test(test_load_keeps_the_replaced_state),
         cmocka_unit_test(test_latest_names_a_missing_file),
         cmocka_unit_test(test_resume_fallbacks_agree),
