@@ -62,6 +62,7 @@ int engine_save_mode(Engine *e, const char *path, int mode, dm_err *err) {
     // from an id)
     uint32_t *eset = mallocCheck(sizeof(uint32_t) * (size_t)(e->nrows ? e->nrows : 1));
     uint64_t fpv = e->data_fp;  // which bytes the run was trained on (data_fingerprint)
+    int64_t split[2] = {e->has_data ? e->data.n_train : 0, e->has_data ? e->data.n_eval : 0};  // and how they were split
     for (int i = 0; i < e->nrows; i++) eset[i] = e->rows[i].eval_set;
     CkptSection sec[] = {
         {"layout", layout, strlen(layout)},
@@ -77,6 +78,7 @@ int engine_save_mode(Engine *e, const char *path, int mode, dm_err *err) {
         {"data", e->data_path, strlen(e->data_path)},
         {"data.eval", e->eval_path, strlen(e->eval_path)},  // empty: the held-out tail of data
         {"data.fingerprint", &fpv, e->has_data ? sizeof fpv : 0},
+        {"data.split", split, e->has_data ? sizeof split : 0},  // train, held-out bytes
         {"anchors", &e->anchors, e->has_anchors ? sizeof e->anchors : 0},  // (on these bytes: data.fingerprint)
     };
     int rc = ckpt_write_mode(path, sec, (int)(sizeof sec / sizeof sec[0]), mode, err);
@@ -101,6 +103,7 @@ static const CkptSection *need_sec(const CkptFile *f, const char *name, uint64_t
 }
 
 int engine_load(Engine *e, const char *path, dm_err *err) {
+    double frac0 = e->cfg.eval_frac;  // the split of the corpus open now
     CkptFile f;
     if (ckpt_read(path, &f, err)) return 1;
     int rc = 1;
@@ -233,6 +236,12 @@ int engine_load(Engine *e, const char *path, dm_err *err) {
         engine_note(e, "this checkpoint was trained on %.*s; the corpus already open stays (%s): :data switches",
                     (int)(sd->size < 400 ? sd->size : 400), (const char *)sd->data, e->data_path);
     }
+    // the checkpoint's eval_frac (a live key it keeps) splits the corpus open: the config and the
+    // split the batches and evals come from are one (after :set eval_frac=0.2, :load they disagreed)
+    if (e->has_data && !e->eval_path[0] && e->cfg.eval_frac != frac0) {
+        dm_err rerr = {0};
+        if (engine_resplit(e, frac0, &rerr)) engine_note(e, "the corpus keeps its split at eval_frac %g: %s", frac0, rerr.msg);
+    }
     // the same path with other bytes (a regenerated or edited file): the windows from here are
     // not the original run's, which a resume must not hide
     const CkptSection *sfp = ckpt_find(&f, "data.fingerprint");
@@ -240,7 +249,24 @@ int engine_load(Engine *e, const char *path, dm_err *err) {
         uint64_t want;
         memcpy(&want, sfp->data, sizeof want);
         int same_path = sd && sd->size == strlen(e->data_path) && !memcmp(sd->data, e->data_path, sd->size);
-        if (same_path && want != e->data_fp)
+        // (the fingerprint covers the split too: a split that differs is said as such, not as
+        // a changed file)
+        const CkptSection *ssp = ckpt_find(&f, "data.split");
+        int64_t was[2] = {0, 0};
+        if (ssp && ssp->size == sizeof was) memcpy(was, ssp->data, sizeof was);
+        int resplit = ssp && ssp->size == sizeof was && was[0] + was[1] == e->data.n_train + e->data.n_eval &&
+                      (was[0] != e->data.n_train || was[1] != e->data.n_eval);
+        int eval_was_same = se && se->size == strlen(e->eval_path) && !memcmp(se->data, e->eval_path, se->size);
+        if (!se) eval_was_same = !e->eval_path[0];
+        if (same_path && want != e->data_fp && !eval_was_same)
+            engine_note(e, "this checkpoint's run held out %s%.*s; now %s%s: the batches and the eval window from here are not the original run's",
+                        se && se->size ? "the file " : "the last eval_frac of the corpus", (int)(se && se->size < 400 ? se->size : 0),
+                        se ? (const char *)se->data : "", e->eval_path[0] ? "eval=" : "the last eval_frac of the corpus",
+                        e->eval_path);
+        else if (same_path && want != e->data_fp && resplit)
+            engine_note(e, "the corpus %s is split differently from when this checkpoint was written (train %lld / held-out %lld bytes then, %lld / %lld now: eval_frac or eval= differ): the batches and the eval window from here are not the original run's",
+                        e->data_path, (long long)was[0], (long long)was[1], (long long)e->data.n_train, (long long)e->data.n_eval);
+        else if (same_path && want != e->data_fp)
             engine_note(e, "the corpus %s changed since this checkpoint was written (its size or bytes differ): the batches from here are not the original run's",
                         e->data_path);
         // the anchors come back when they were computed on these very bytes (each user still

@@ -275,6 +275,28 @@ static void test_load_names_replaced_settings(void **s) {
     assert_null(strstr(out, "replaces what was set"));
 }
 
+// Found by a QA pass (session 22): a :load whose open corpus was split another way (eval_frac,
+// eval=) said the corpus "changed since this checkpoint was written (its size or bytes
+// differ)" of a file nobody touched; and after `:set eval_frac=0.2` then `:load`, the config said
+// the checkpoint's 0.1 while the corpus stayed split at 0.2.
+static void test_load_names_a_split_not_a_change(void **s) {
+    (void)s;
+    char script[2000];
+    snprintf(script, sizeof script, "%s:data %s\n:init seed=3\n:save split.ckpt\n", SMALL, corpus);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    snprintf(script, sizeof script, ":data %s\n:set eval_frac=0.2\n:load split.ckpt\n:show data\n", corpus);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    if (strstr(out, "changed since") || !strstr(out, "(last 10%)")) print_error("%s\n", out);
+    assert_null(strstr(out, "changed since"));
+    assert_non_null(strstr(out, "(last 10%)"));  // split as the checkpoint's eval_frac says
+    write_file("heldout.txt", "a held-out file of its own, long enough for a window or two of thirty-two bytes each.\n");
+    snprintf(script, sizeof script, ":set seq=32\n:data %s eval=heldout.txt\n:load split.ckpt\n", corpus);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    if (!strstr(out, "this checkpoint's run held out the last eval_frac of the corpus; now eval=")) print_error("%s\n", out);
+    assert_non_null(strstr(out, "this checkpoint's run held out the last eval_frac of the corpus; now eval="));
+    assert_null(strstr(out, "changed since"));
+}
+
 // Found by a QA pass (session 21): the anchors (:anchors) were not in the checkpoint, so after
 // -r the evals lost their "| unigram ... 5-gram ..." comparison and :plot bpb its anchor lines.
 // They come back when the corpus is the same bytes.
@@ -500,6 +522,7 @@ int main(void) {
         cmocka_unit_test(test_output_and_size_limits),
         cmocka_unit_test(test_session_moved_or_deleted),
         cmocka_unit_test(test_load_names_replaced_settings),
+        cmocka_unit_test(test_load_names_a_split_not_a_change),
         cmocka_unit_test(test_load_keeps_the_replaced_state),
         cmocka_unit_test(test_latest_names_a_missing_file),
         cmocka_unit_test(test_resume_fallbacks_agree),
