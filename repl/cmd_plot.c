@@ -176,9 +176,13 @@ static int panel_train(Ctx *cx, Panel *p, const char *m, dm_err *err) {
             add_series(p, x, y, n, 0x1f77b4, "loss");
         }
     } else if (!strcmp(m, "lr")) {
+        // the logged lr is AdamW's (and the tables'); Muon's follows the same schedule from
+        // lr_muon, which a reader of the chart would otherwise not know
         snprintf(p->title, sizeof p->title, "learning rate");
+        snprintf(p->subtitle, sizeof p->subtitle, "AdamW and tables; Muon: lr_muon (%g) on the same schedule, %g x this curve",
+                 e->cfg.lr_muon, e->cfg.lr > 0 ? e->cfg.lr_muon / e->cfg.lr : 0.0);
         snprintf(p->ylabel, sizeof p->ylabel, "lr%s", p->chart.logy ? " (log scale)" : "");
-        add_series(p, x, y, n, 0x2ca02c, "lr");
+        add_series(p, x, y, n, 0x2ca02c, "lr (AdamW)");
     } else if (!strcmp(m, "gnorm")) {
         snprintf(p->title, sizeof p->title, "gradient norm (before clipping)");
         snprintf(p->ylabel, sizeof p->ylabel, "global L2 norm%s", p->chart.logy ? " (log scale)" : "");
@@ -369,9 +373,21 @@ static int panel_experts_history(Ctx *cx, Panel *p, dm_err *err) {
     double *buf = panel_alloc(p, (size_t)(E + 1) * n);
     double *x = buf + (size_t)E * n;
     for (int k = 0; k < n; k++) x[k] = x_of(cx, &e->rows[cx->train[k]], k);
+    // a step that routed nothing (moe arm off, a skipped step) has no shares: a gap, not 0 % each
+    int unrouted = 0;
+    for (int k = 0; k < n; k++) {
+        float sum = 0;
+        for (int j = 0; j < E; j++) sum += e->rows[cx->train[k]].expert_frac[j];
+        unrouted += sum <= 0;
+    }
     for (int j = 0; j < E && j < MAX_SERIES; j++) {
         double *y = buf + (size_t)j * n;
-        for (int k = 0; k < n; k++) y[k] = 100.0 * e->rows[cx->train[k]].expert_frac[j];
+        for (int k = 0; k < n; k++) {
+            const MetricRow *r = &e->rows[cx->train[k]];
+            float sum = 0;
+            for (int q = 0; q < E; q++) sum += r->expert_frac[q];
+            y[k] = sum > 0 ? 100.0 * r->expert_frac[j] : NAN;
+        }
         char lab[32];
         snprintf(lab, sizeof lab, "expert %d", j);
         add_series(p, x, y, n, E == 1 ? 0x1f77b4 : viz_ramp(0.9 * j / (E - 1)), lab);
@@ -379,6 +395,11 @@ static int panel_experts_history(Ctx *cx, Panel *p, dm_err *err) {
     add_ref(p, 100.0 / E, 0x555555, "uniform %.1f%%", 100.0 / E);
     snprintf(p->title, sizeof p->title, "expert load over training");
     snprintf(p->subtitle, sizeof p->subtitle, "%d experts, top-%d routing; share of each step's assignments, all iterations", E, e->cfg.k);
+    if (unrouted) {
+        snprintf(p->subtitle + strlen(p->subtitle), sizeof p->subtitle - strlen(p->subtitle),
+                 "; %d step%s routed nothing (moe off or skipped): gaps", unrouted, unrouted == 1 ? "" : "s");
+        p->chart.gaps = (long)unrouted * (E < MAX_SERIES ? E : MAX_SERIES);
+    }
     snprintf(p->ylabel, sizeof p->ylabel, "assignments (%%)");
     snprintf(p->xlabel, sizeof p->xlabel, "%s", x_label(cx));
     p->chart.logy = cx->log_set && cx->log_on;

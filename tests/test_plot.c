@@ -34,11 +34,17 @@ static char dir[200];
 int __real_viz_charts_png(const char *path, const VizChart *c, int ncharts, int width, int height, char *err, size_t n);
 static char seen_subtitle[400];
 static int seen_series, seen_labels;
+static long seen_nan, seen_gaps;  // NaN points in the first panel's series; what it says are gaps
 int __wrap_viz_charts_png(const char *path, const VizChart *c, int ncharts, int width, int height, char *err, size_t n) {
     snprintf(seen_subtitle, sizeof seen_subtitle, "%s", ncharts > 0 && c[0].subtitle ? c[0].subtitle : "");
     seen_series = ncharts > 0 ? c[0].nseries : 0;
     seen_labels = 0;
-    for (int k = 0; k < seen_series; k++) seen_labels += c[0].series[k].label != NULL;
+    seen_nan = 0;
+    seen_gaps = ncharts > 0 ? c[0].gaps : 0;
+    for (int k = 0; k < seen_series; k++) {
+        seen_labels += c[0].series[k].label != NULL;
+        for (int i = 0; i < c[0].series[k].n; i++) seen_nan += isnan(c[0].series[k].y[i]);
+    }
     return __real_viz_charts_png(path, c, ncharts, width, height, err, n);
 }
 
@@ -399,6 +405,31 @@ static void test_cmd_plot_experts(void **state) {
     engine_free(&eng);
 }
 
+// Found by a QA pass (session 22): steps that routed nothing (moe arm off) were drawn as 0 % for
+// every expert, shares that sum to 0 %; they are gaps now, said in the subtitle
+static void test_cmd_plot_expert_gaps(void **state) {
+    (void)state;
+    engine_init(&eng);
+    eng.cfg.E = 2; eng.cfg.k = 1;
+    for (int s = 0; s < 60; s++) {
+        MetricRow r = {0};
+        r.step = s; r.tokens = (int64_t)(s + 1) * 256; r.loss = 3.0; r.lr = 1e-3; r.gnorm = 1; r.ms = 5; r.tok_s = 5e4;
+        if (s < 20 || s >= 30) { r.expert_frac[0] = 0.4f + 0.001f * s; r.expert_frac[1] = 1 - r.expert_frac[0]; }
+        engine_add_row(&eng, &r);
+    }
+    eng.step = 60;
+    dm_err err;
+    char path[400], line[600];
+    tmp_path(path, sizeof path, "expert_gaps.png");
+    snprintf(line, sizeof line, ":plot experts out=%s", path);
+    if (plot(line, &err)) fail_msg("%s", err.msg);
+    if (!strstr(seen_subtitle, "; 10 steps routed nothing (moe off or skipped): gaps")) print_error("'%s'\n", seen_subtitle);
+    assert_non_null(strstr(seen_subtitle, "; 10 steps routed nothing (moe off or skipped): gaps"));
+    assert_int_equal(seen_nan, 20);  // 10 steps x 2 experts
+    assert_int_equal(seen_gaps, 20);
+    engine_free(&eng);
+}
+
 static void test_complete(void **state) {
     (void)state;
     char **v = complete_plot(NULL, 1, "loss,d");
@@ -429,6 +460,7 @@ int main(void) {
         cmocka_unit_test(test_bad_path),
         cmocka_unit_test(test_cmd_plot),
         cmocka_unit_test(test_cmd_plot_experts),
+        cmocka_unit_test(test_cmd_plot_expert_gaps),
         cmocka_unit_test(test_cmd_plot_eval_sets),
         cmocka_unit_test(test_cmd_plot_depths_one_eval),
         cmocka_unit_test(test_complete),

@@ -89,6 +89,7 @@ static int chart_prepare(VizCanvas *cv, const VizChart *c, VizAxes *a, char *sub
     if (chart_ranges(c, a, &nonfinite, &nonpos, xr, err, n)) return 1;
     sub[0] = 0;
     if (c->subtitle && *c->subtitle) snprintf(sub, nsub, "%s", c->subtitle);
+    nonfinite -= c->gaps < nonfinite ? c->gaps : nonfinite;
     if (nonfinite) snprintf(sub + strlen(sub), nsub - strlen(sub), "%s%ld non-finite skipped", sub[0] ? "; " : "", nonfinite);
     if (nonpos) snprintf(sub + strlen(sub), nsub - strlen(sub), "%s%ld values <= 0 not shown on the log scale", sub[0] ? "; " : "", nonpos);
     a->title = c->title; a->subtitle = sub; a->xlabel = c->xlabel; a->ylabel = c->ylabel;

@@ -28,6 +28,8 @@ typedef struct {
     const char *subtitle;       // second title line (grey), optional
     int xint;                   // x is an index (depth, expert): integer ticks
     int share_x;                // stacked panels with share_x all get the union of their x ranges
+    long gaps;                  // NaN points left on purpose (a gap the subtitle explains): not
+                                // counted as "non-finite skipped"
 } VizChart;
 
 // One chart, width x height (default 960 x 540 when 0).
