@@ -63,10 +63,14 @@ static void print_eval(Shell *sh, const EvalResult *r) {
         fprintf(OUT, "\n");
     }
     // a short last batch is filled with copies (same shapes): they ran, and are said apart
+    // (with the engram arm off no copy read a row: the copies are said without a row count)
     char pad[128] = "";
-    if (r->pad_seqs)
+    if (r->pad_seqs && r->engram_pad_rows)
         snprintf(pad, sizeof pad, " (+%lld for %lld padding cop%s of the last batch, not scored)", (long long)r->engram_pad_rows,
                  (long long)r->pad_seqs, r->pad_seqs == 1 ? "y" : "ies");
+    else if (r->pad_seqs)
+        snprintf(pad, sizeof pad, " (the forwards include %lld padding cop%s of the last batch, not scored)", (long long)r->pad_seqs,
+                 r->pad_seqs == 1 ? "y" : "ies");
     fprintf(OUT, "  ran%s: kda=%lld moe=%lld forward iterations, engram=%lld table rows%s | %s\n",
             r->depth_hi > r->depth_lo ? " (one forward for every depth above)" : "", (long long)r->arm_fwd[ARM_KDA],
             (long long)r->arm_fwd[ARM_MOE], (long long)r->engram_rows, pad, counters);
@@ -241,8 +245,9 @@ static int cmd_show(Shell *sh, Words *w, dm_err *err) {
         int64_t nseq = 0;
         dm_err why = {0};  // a window of no sequence says why (it printed "0 B (0 x 32)" alone)
         engine_eval_window(e, &nseq, &why);
-        fprintf(OUT, "%s\neval window: %lld B (%lld x %d) from the start of the held-out split%s%s\n", e->data.desc,
-                (long long)(nseq * e->cfg.seq), (long long)nseq, e->cfg.seq, why.msg[0] ? ": " : "", why.msg);
+        fprintf(OUT, "%s\neval window: %lld B (%lld x %d) from the start of %s%s%s\n", e->data.desc,
+                (long long)(nseq * e->cfg.seq), (long long)nseq, e->cfg.seq,
+                e->eval_path[0] ? "the eval file" : "the held-out split", why.msg[0] ? ": " : "", why.msg);
         return 0;
     }
     if (!strcmp(what, "arms")) {

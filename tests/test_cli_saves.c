@@ -290,8 +290,9 @@ static void test_load_names_a_split_not_a_change(void **s) {
     assert_null(strstr(out, "changed since"));
     assert_non_null(strstr(out, "(last 10%)"));  // split as the checkpoint's eval_frac says
     write_file("heldout.txt", "a held-out file of its own, long enough for a window or two of thirty-two bytes each.\n");
-    snprintf(script, sizeof script, ":set seq=32\n:data %s eval=heldout.txt\n:load split.ckpt\n", corpus);
+    snprintf(script, sizeof script, ":set seq=32\n:data %s eval=heldout.txt\n:load split.ckpt\n:show data\n", corpus);
     assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    assert_non_null(strstr(out, "x 32) from the start of the eval file\n"));
     if (!strstr(out, "this checkpoint's run held out the last eval_frac of the corpus; now eval=")) print_error("%s\n", out);
     assert_non_null(strstr(out, "this checkpoint's run held out the last eval_frac of the corpus; now eval="));
     assert_null(strstr(out, "changed since"));
