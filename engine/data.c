@@ -22,6 +22,8 @@
 
 typedef struct { char **v; int n, cap; } PathList;
 
+static const char *plural(int n) { return n == 1 ? "" : "s"; }
+
 static void pl_push(PathList *pl, const char *s) {
     if (pl->n == pl->cap) {
         int cap = pl->cap ? 2 * pl->cap : 16;
@@ -46,10 +48,15 @@ static void pl_free(PathList *pl) {
 // strcmp compares as unsigned char, i.e. bytewise: the order does not depend on the locale.
 static int cmp_path(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
+// What a directory walk left out, counted so :data can say it (it was silent: a symlinked
+// directory of books dropped without a word, a file linked twice read twice).
+typedef struct { int dirlinks, other, dups; } WalkSkips;
+
 // Walk `dir` recursively, pushing regular files (and symlinks to regular files). We recurse only
 // into real directories (lstat), never through symlinked ones: that rules out cycles. Anything
-// else (sockets, fifos, devices, dangling links) is skipped: it is not text we can map.
-static int walk_dir(const char *dir, PathList *pl, dm_err *err) {
+// else (sockets, fifos, devices, dangling links) is skipped: it is not text we can map. Each
+// skip is counted.
+static int walk_dir(const char *dir, PathList *pl, WalkSkips *sk, dm_err *err) {
     DIR *dp = opendir(dir);
     if (!dp) return dm_fail(err, "data: cannot read directory '%s': %s (check its permissions)", dir, strerror(errno));
     struct dirent *de;
@@ -65,15 +72,49 @@ static int walk_dir(const char *dir, PathList *pl, dm_err *err) {
         memcpy(p + o, de->d_name, nl + 1);
         struct stat ls, st;
         if (lstat(p, &ls) == 0) {
-            if (S_ISDIR(ls.st_mode)) rc = walk_dir(p, pl, err);
-            else if (S_ISREG(ls.st_mode) || (S_ISLNK(ls.st_mode) && stat(p, &st) == 0 && S_ISREG(st.st_mode)))
-                pl_push(pl, p);
+            int to_reg = 0, to_dir = 0;
+            if (S_ISLNK(ls.st_mode) && stat(p, &st) == 0) { to_reg = S_ISREG(st.st_mode); to_dir = S_ISDIR(st.st_mode); }
+            if (S_ISDIR(ls.st_mode)) rc = walk_dir(p, pl, sk, err);
+            else if (S_ISREG(ls.st_mode) || to_reg) pl_push(pl, p);
+            else if (to_dir) sk->dirlinks++;
+            else sk->other++;
         }
         free(p);
         if (rc) break;
     }
     closedir(dp);
     return rc;
+}
+
+typedef struct { uint64_t dev, ino; int idx; } FileId;
+static int cmp_fileid(const void *a, const void *b) {
+    const FileId *x = a, *y = b;
+    if (x->dev != y->dev) return x->dev < y->dev ? -1 : 1;
+    if (x->ino != y->ino) return x->ino < y->ino ? -1 : 1;
+    return x->idx - y->idx;
+}
+
+// One path per file: a file reached twice (a symlink beside its target, two links to it) is read
+// once, under its first name in path order; the others are counted.
+static void drop_duplicate_files(PathList *pl, WalkSkips *sk) {
+    FileId *id = mallocCheck(sizeof(FileId) * (size_t)(pl->n ? pl->n : 1));
+    int m = 0;
+    for (int i = 0; i < pl->n; i++) {
+        struct stat st;
+        if (stat(pl->v[i], &st) == 0) id[m++] = (FileId){(uint64_t)st.st_dev, (uint64_t)st.st_ino, i};
+    }
+    qsort(id, (size_t)m, sizeof *id, cmp_fileid);
+    for (int k = 1; k < m; k++)
+        if (id[k].dev == id[k - 1].dev && id[k].ino == id[k - 1].ino) {
+            free(pl->v[id[k].idx]);
+            pl->v[id[k].idx] = NULL;
+            sk->dups++;
+        }
+    free(id);
+    int w = 0;
+    for (int i = 0; i < pl->n; i++)
+        if (pl->v[i]) pl->v[w++] = pl->v[i];
+    pl->n = w;
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -100,12 +141,23 @@ static int corpus_open(Corpus *c, const char *path, dm_err *err) {
     PathList pl = {0};
     int is_dir = S_ISDIR(st.st_mode);
     if (is_dir) {
-        if (walk_dir(path, &pl, err)) { pl_free(&pl); return 1; }
+        WalkSkips sk = {0};
+        if (walk_dir(path, &pl, &sk, err)) { pl_free(&pl); return 1; }
         if (pl.n == 0) {
             pl_free(&pl);
-            return dm_fail(err, "data: directory '%s' holds no regular files (put text files in it, or point :data at a file)", path);
+            return dm_fail(err, "data: directory '%s' holds no regular files (put text files in it, or point :data at a file)%s", path,
+                           sk.dirlinks ? "; symlinked directories are not followed: link the files, or point :data at the directory itself" : "");
         }
         qsort(pl.v, (size_t)pl.n, sizeof *pl.v, cmp_path);
+        drop_duplicate_files(&pl, &sk);
+        size_t u = 0;
+        char *lo = c->left_out;
+        if (sk.dirlinks) u += snprintf(lo + u, sizeof c->left_out - u, "%d symlinked director%s (not followed)", sk.dirlinks, sk.dirlinks == 1 ? "y" : "ies");
+        if (sk.dups && u < sizeof c->left_out)
+            u += snprintf(lo + u, sizeof c->left_out - u, "%s%d name%s of a file already read", u ? ", " : "", sk.dups, plural(sk.dups));
+        if (sk.other && u < sizeof c->left_out)
+            snprintf(lo + u, sizeof c->left_out - u, "%s%d fifo%s, socket%s, device%s or dangling link%s", u ? ", " : "", sk.other,
+                     plural(sk.other), plural(sk.other), plural(sk.other), plural(sk.other));
     } else if (S_ISREG(st.st_mode)) {
         pl_push(&pl, path);
     } else {
@@ -207,8 +259,6 @@ void data_close(Data *d) {
     memset(d, 0, sizeof *d);
 }
 
-static const char *plural(int n) { return n == 1 ? "" : "s"; }
-
 int data_open(Data *d, const char *path, const char *eval_path, double eval_frac, int T, dm_err *err) {
     memset(d, 0, sizeof *d);
     if (!path || !*path) return dm_fail(err, "data: no path given (usage: :data PATH [eval=PATH2])");
@@ -240,9 +290,9 @@ int data_open(Data *d, const char *path, const char *eval_path, double eval_frac
             return dm_fail(err, "data: held-out split of '%s' is %lld B, shorter than one sequence (seq+1 = %lld B): use a larger eval_frac, a smaller seq, a larger corpus or eval=PATH2",
                            path, (long long)ne2, (long long)T + 1);
         }
-        snprintf(d->desc, sizeof d->desc, "corpus %s: %d file%s, %lld B; train %lld B, held-out %lld B (last %g%%)",
+        snprintf(d->desc, sizeof d->desc, "corpus %s: %d file%s, %lld B; train %lld B, held-out %lld B (last %g%%)%s%s",
                  path, tc->nfiles, plural(tc->nfiles), (long long)tc->n, (long long)d->n_train,
-                 (long long)d->n_eval, eval_frac * 100);
+                 (long long)d->n_eval, eval_frac * 100, tc->left_out[0] ? "; left out: " : "", tc->left_out);
         return 0;
     }
     d->n_train = tc->n;
@@ -261,9 +311,10 @@ int data_open(Data *d, const char *path, const char *eval_path, double eval_frac
         return dm_fail(err, "data: eval corpus '%s' is %lld B, shorter than one sequence (seq+1 = %lld B): use a larger eval file or a smaller seq",
                        eval_path, (long long)ne, (long long)T + 1);
     }
-    snprintf(d->desc, sizeof d->desc, "corpus %s: %d file%s, %lld B (all train); eval %s: %d file%s, %lld B",
-             path, tc->nfiles, plural(tc->nfiles), (long long)tc->n, eval_path, d->eval.nfiles,
-             plural(d->eval.nfiles), (long long)d->n_eval);
+    snprintf(d->desc, sizeof d->desc, "corpus %s: %d file%s, %lld B (all train)%s%s; eval %s: %d file%s, %lld B%s%s",
+             path, tc->nfiles, plural(tc->nfiles), (long long)tc->n, tc->left_out[0] ? ", left out: " : "", tc->left_out,
+             eval_path, d->eval.nfiles, plural(d->eval.nfiles), (long long)d->n_eval,
+             d->eval.left_out[0] ? ", left out: " : "", d->eval.left_out);
     return 0;
 }
 

@@ -12,6 +12,7 @@ typedef struct {
     int64_t *sizes;         // [nfiles]
     int64_t *starts;        // [nfiles + 1] prefix sums: global byte offset of each file
     int64_t n;              // total bytes
+    char left_out[160];     // a directory's entries not read, said by :data ("" when none)
 } Corpus;
 
 typedef struct {

@@ -691,7 +691,7 @@ const Command dm_commands[] = {
     {":preset", cmd_preset, NULL, ":preset NAME", "Apply a preset: nano, mini, small, base, large — the :set lines of configs/NAME.dm (shape, Engram tables, seq, batch) as one :set; other keys keep their values."},
     {":set", cmd_set, NULL, ":set key=value ...", "Set config keys. On a live model only live keys (lr, batch, clip, ...) change; architecture keys are refused."},
     {":show", cmd_show, NULL, ":show [config|model|params|arms|data|device|metrics]", "Inspect the config, the model's tensors and parameter counts, the arms and their forward/backward counters (:help arm: what one count is), the data and its eval window."},
-    {":data", cmd_data, NULL, ":data PATH [eval=PATH2]", "Open a corpus: a file or a directory (regular files, recursive, sorted), memory-mapped. Without eval=, the last eval_frac is held out."},
+    {":data", cmd_data, NULL, ":data PATH [eval=PATH2]", "Open a corpus: a file or a directory (regular files and links to them, recursive, sorted, each file once; symlinked directories, fifos and the like are left out and said), memory-mapped. Without eval=, the last eval_frac is held out."},
     {":init", cmd_init, NULL, ":init [seed=N]", "Build the model and optimizer from the current config (SPEC §4 defaults)."},
     {":step", cmd_step, NULL, ":step [N]", "Take N optimizer steps (default 1), one log line each."},
     {":train", cmd_train, NULL, ":train N [eval_every=..] [ckpt_every=..] [log_every=..]", "Train N steps with periodic log lines, evals and checkpoints. Ctrl-C stops at the next step boundary (or part-way through an eval, which then records no row) with the state intact."},
