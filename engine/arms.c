@@ -23,3 +23,17 @@ void arms_format(const Arms *a, char *buf, unsigned n) {
         used += snprintf(buf + used, n - used, "%s%s=%s(%lld/%lld)", i ? " " : "", dm_arm_names[i],
                          a->on[i] ? "on" : "off", (long long)a->fwd[i], (long long)a->bwd[i]);
 }
+
+uint16_t arms_off_mask(const Arms *a) {
+    uint16_t m = 0;
+    for (int i = 0; i < ARM_COUNT; i++)
+        if (!a->on[i]) m |= (uint16_t)(1u << i);
+    return m;
+}
+
+void arms_mask_names(uint16_t mask, char *buf, unsigned n) {
+    unsigned used = 0;
+    if (n) buf[0] = 0;
+    for (int i = 0; i < ARM_COUNT && used < n; i++)
+        if (mask & (1u << i)) used += (unsigned)snprintf(buf + used, n - used, "%s%s", used ? "," : "", dm_arm_names[i]);
+}

@@ -17,3 +17,10 @@ void arms_init(Arms *a);                       // every arm on, counters 0
 int arms_find(const char *name);               // -1 when unknown
 // "kda=on fwd=4 bwd=4 engram=..." one line
 void arms_format(const Arms *a, char *buf, unsigned n);
+// The arms that are off as a bit mask (bit ArmId), which each metric row keeps: an eval or a step
+// of an ablation is not a point of the run's main curve.
+uint16_t arms_off_mask(const Arms *a);
+// "kda,moe" for a mask ("" for 0)
+void arms_mask_names(uint16_t mask, char *buf, unsigned n);
+// the arms that change what a forward computes (an eval with one of them off is another model's)
+#define ARMS_FORWARD_MASK ((1u << ARM_KDA) | (1u << ARM_ENGRAM) | (1u << ARM_MOE) | (1u << ARM_REZERO))

@@ -226,20 +226,24 @@ int engine_need(const Engine *e, int data, dm_err *err) {
 // metrics.tsv: one header, one line per row (eval_set: the eval rows' set id in hex, empty when
 // unknown — rows of checkpoints older than the id)
 void engine_tsv_header(FILE *f) {
-    fprintf(f, "kind\tstep\ttokens\tloss\tlr\tgnorm\tms\ttok_s\tskipped\tbpb\twindow\tdepth\teval_set\ttiming\n");
+    fprintf(f, "kind\tstep\ttokens\tloss\tlr\tgnorm\tms\ttok_s\tskipped\tbpb\twindow\tdepth\teval_set\ttiming\tarms_off\n");
 }
-// timing (the last column: readers by position or by name see the others where they were):
-// "emulated" on a train row timed on the emulated device, whose ms and tok_s are the CPU's
+// timing (a column after the SPEC's: readers by position or by name see the others where they
+// were): "emulated" on a train row timed on the emulated device, whose ms and tok_s are the
+// CPU's; arms_off (the last): the arms that were off for the row ("kda,moe"; empty: all on), so
+// an ablation's steps and evals are told apart from the run's
 void engine_tsv_row(FILE *f, const MetricRow *r) {
+    char arms[64];
+    arms_mask_names(r->arms_off, arms, sizeof arms);
     if (r->kind == 0)
-        fprintf(f, "train\t%lld\t%lld\t%.6f\t%.6g\t%.6g\t%.3f\t%.1f\t%d\t\t\t\t\t%s\n", (long long)r->step,
-                (long long)r->tokens, r->loss, r->lr, r->gnorm, r->ms, r->tok_s, r->skipped, r->emulated ? "emulated" : "");
+        fprintf(f, "train\t%lld\t%lld\t%.6f\t%.6g\t%.6g\t%.3f\t%.1f\t%d\t\t\t\t\t%s\t%s\n", (long long)r->step,
+                (long long)r->tokens, r->loss, r->lr, r->gnorm, r->ms, r->tok_s, r->skipped, r->emulated ? "emulated" : "", arms);
     else if (r->eval_set)
-        fprintf(f, "eval\t%lld\t%lld\t\t\t\t\t\t\t%.6f\t%lld\t%d\t%08x\t\n", (long long)r->step, (long long)r->tokens,
-                r->bpb, (long long)r->window, r->depth, (unsigned)r->eval_set);
+        fprintf(f, "eval\t%lld\t%lld\t\t\t\t\t\t\t%.6f\t%lld\t%d\t%08x\t\t%s\n", (long long)r->step, (long long)r->tokens,
+                r->bpb, (long long)r->window, r->depth, (unsigned)r->eval_set, arms);
     else
-        fprintf(f, "eval\t%lld\t%lld\t\t\t\t\t\t\t%.6f\t%lld\t%d\t\t\n", (long long)r->step, (long long)r->tokens,
-                r->bpb, (long long)r->window, r->depth);
+        fprintf(f, "eval\t%lld\t%lld\t\t\t\t\t\t\t%.6f\t%lld\t%d\t\t\t%s\n", (long long)r->step, (long long)r->tokens,
+                r->bpb, (long long)r->window, r->depth, arms);
 }
 
 // Appends the rows metrics.tsv lacks (the new one, and any a failed write left out before) in
@@ -473,6 +477,7 @@ int engine_eval(Engine *e, int depth, EvalResult *r, dm_err *err) {
         MetricRow row = {0};
         row.kind = 1; row.step = e->step; row.tokens = e->tokens;
         row.bpb = r->bpb[d - 1]; row.window = r->window; row.depth = d; row.eval_set = r->eval_set;
+        row.arms_off = arms_off_mask(&m->arms);
         engine_add_row(e, &row);
     }
     return 0;

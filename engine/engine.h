@@ -15,7 +15,9 @@
 typedef struct {
     int64_t step, tokens;       // step index (0-based) of the row, tokens seen after it
     double loss, lr, gnorm, ms, tok_s;
-    int skipped;
+    int16_t skipped;            // 1: the firewall skipped this step's update
+    uint16_t arms_off;          // the arms that were off (bit ArmId: arms_off_mask) when the row was
+                                // made; 0 in checkpoints older than it (the two once were one int)
     float expert_frac[16];      // share of routed assignments per expert this step (E <= 16; else 0)
     // eval rows (kind = 1): bpb at depth over window bytes
     int kind;                   // 0 train, 1 eval (-1: engine_step refused the step, no row)

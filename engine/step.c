@@ -278,6 +278,7 @@ int engine_step_enqueue(Engine *e, dm_err *err) {
     if (run_step_guarded(e, err)) return 1;
     if (m->arms.on[ARM_AUX] && m->arms.on[ARM_MOE]) { m->arms.fwd[ARM_AUX]++; m->arms.bwd[ARM_AUX]++; }
     arms_counters(&m->arms, r->arms_after[r->pending]);
+    r->off_mask[r->pending] = arms_off_mask(&m->arms);
     r->pending++;
     e->fwd_kind = 1;  // the activations in memory are this step's forward
     e->fwd_pad = 0;
@@ -309,7 +310,8 @@ int engine_report(Engine *e, MetricRow *last, dm_err *err) {
         row.gnorm = info.gnorm;
         row.ms = (double)(rec->t1_ns - rec->t0_ns) / 1e6;
         row.tok_s = (double)rec->hp.ntok / (row.ms / 1e3);
-        row.skipped = info.skipped;
+        row.skipped = (int16_t)info.skipped;
+        row.arms_off = r->off_mask[k];
         // a NaN is a NaN: printf writes "-nan" for one with its sign bit set, and lines mixed
         // "loss nan ... gnorm -nan" (the sign of a NaN means nothing)
         if (isnan(row.loss)) row.loss = fabs(row.loss);

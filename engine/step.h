@@ -43,6 +43,7 @@ typedef struct {
     // host
     StepRecord *ring_host;      // [STEP_RING] the downloaded records
     int64_t (*arms_after)[2][ARM_COUNT];  // [STEP_RING] arm counters after each pending step's enqueue
+    uint16_t off_mask[STEP_RING];  // the arms off (arms_off_mask) at each pending step's enqueue
     int pending;                // steps enqueued and not yet reported
     // the captured step
     void *graph;                // be's executable graph; NULL: none

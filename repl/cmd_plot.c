@@ -149,7 +149,7 @@ static int panel_train(Ctx *cx, Panel *p, const char *m, dm_err *err) {
     const Engine *e = cx->e;
     if (!cx->ntrain) return dm_fail(err, "nothing to plot yet: train first (:step or :train)");
     int n = cx->ntrain, is_loss = !strcmp(m, "loss");
-    double *x = panel_alloc(p, 3 * (size_t)n), *y = x + n, *sm = y + n;
+    double *x = panel_alloc(p, 4 * (size_t)n), *y = x + n, *sm = y + n, *ya = sm + n;  // (ya: ablation steps)
     for (int k = 0; k < n; k++) {
         const MetricRow *r = &e->rows[cx->train[k]];
         x[k] = x_of(cx, r, k);
@@ -174,6 +174,25 @@ static int panel_train(Ctx *cx, Panel *p, const char *m, dm_err *err) {
             add_series(p, x, sm, n, 0x1f77b4, lab)->markers = -1;
         } else {
             add_series(p, x, y, n, 0x1f77b4, "loss");
+        }
+        // the steps an ablation took (an arm off): marked over the curve, said in the subtitle
+        int nab = 0;
+        uint16_t any = 0;
+        for (int k = 0; k < n; k++) {
+            uint16_t mk = e->rows[cx->train[k]].arms_off;
+            nab += mk != 0;
+            any |= mk;
+        }
+        if (nab) {
+            for (int k = 0; k < n; k++) ya[k] = e->rows[cx->train[k]].arms_off ? y[k] : NAN;
+            char names[40], lab[48];
+            arms_mask_names(any, names, sizeof names);
+            snprintf(lab, sizeof lab, "%s off", names);
+            VizSeries *sr = add_series(p, x, ya, n, 0xd62728, lab);
+            if (sr) { sr->width = 1.5; sr->markers = nab <= 40 ? 1 : -1; }
+            p->chart.gaps += n - nab;
+            snprintf(p->subtitle + strlen(p->subtitle), sizeof p->subtitle - strlen(p->subtitle), "%s%d step%s with arms off (%s) marked",
+                     p->subtitle[0] ? "; " : "", nab, nab == 1 ? "" : "s", names);
         }
     } else if (!strcmp(m, "lr")) {
         // the logged lr is AdamW's (and the tables'); Muon's follows the same schedule from
@@ -244,25 +263,45 @@ static int panel_bpb(Ctx *cx, Panel *p, dm_err *err) {
     double *buf = panel_alloc(p, 2 * (size_t)nev + 2);
     int64_t *st = malloc(sizeof(int64_t) * (nev + 1));
     size_t off = 0;
-    for (int k = 0; k < nd && k < MAX_SERIES; k++) {
-        double *x = buf + off, *y = buf + nev + 1 + off;
-        int n = 0;
-        for (int i = 0; i < e->nrows; i++) {
-            const MetricRow *r = &e->rows[i];
-            if (!in_set(r, key) || r->depth != depths[k]) continue;
-            // a rewind or a repeated eval at one step: the later row stands (see build_timeline)
-            while (n && st[n - 1] >= r->step) n--;
-            x[n] = x_of(cx, r, -1); y[n] = r->bpb; st[n] = r->step;
-            n++;
+    // an eval with a forward-changing arm off (:arm kda off, then :eval) scored another model: its
+    // own series per arm set, never a point of the depth's curve (it was drawn as a spike on it)
+    uint16_t masks[4] = {0};
+    int nmask = 1, napart = 0, nlost = 0;
+    for (int i = 0; i < e->nrows; i++) {
+        const MetricRow *r = &e->rows[i];
+        uint16_t mk = r->arms_off & ARMS_FORWARD_MASK;
+        if (!in_set(r, key) || !mk) continue;
+        int q = 0;
+        while (q < nmask && masks[q] != mk) q++;
+        if (q == nmask && nmask < 4) masks[nmask++] = mk;
+        if (q < nmask) napart++;
+        else nlost++;
+    }
+    for (int q = 0; q < nmask; q++) {
+        for (int k = 0; k < nd && k < MAX_SERIES; k++) {
+            double *x = buf + off, *y = buf + nev + 1 + off;
+            int n = 0;
+            for (int i = 0; i < e->nrows; i++) {
+                const MetricRow *r = &e->rows[i];
+                if (!in_set(r, key) || r->depth != depths[k] || (r->arms_off & ARMS_FORWARD_MASK) != masks[q]) continue;
+                // a rewind or a repeated eval at one step: the later row stands (see build_timeline)
+                while (n && st[n - 1] >= r->step) n--;
+                x[n] = x_of(cx, r, -1); y[n] = r->bpb; st[n] = r->step;
+                n++;
+            }
+            if (q && !n) continue;
+            uint32_t rgb = nd == 1 ? 0x1f77b4 : viz_ramp(0.9 * k / (nd - 1));
+            char lab[48], names[28];
+            arms_mask_names(masks[q], names, sizeof names);
+            if (q) snprintf(lab, sizeof lab, "depth %d, %s off", depths[k], names);
+            else snprintf(lab, sizeof lab, "depth %d", depths[k]);
+            // many depths: label a handful, the colour ramp carries the rest
+            int labelled = q || nd <= 10 || k == 0 || k == nd - 1 || k % ((nd + 5) / 6) == 0;
+            VizSeries *sr = add_series(p, x, y, n, q ? (q == 1 ? 0xd62728 : q == 2 ? 0xff7f0e : 0x8c564b) : rgb, labelled ? lab : NULL);
+            if (sr && q) { sr->markers = 1; sr->width = 1.2; }
+            off += (size_t)n;
+            if (!q && n > cx->set_evals) cx->set_evals = n;
         }
-        uint32_t rgb = nd == 1 ? 0x1f77b4 : viz_ramp(0.9 * k / (nd - 1));
-        char lab[32];
-        snprintf(lab, sizeof lab, "depth %d", depths[k]);
-        // many depths: label a handful, the colour ramp carries the rest
-        int labelled = nd <= 10 || k == 0 || k == nd - 1 || k % ((nd + 5) / 6) == 0;
-        add_series(p, x, y, n, rgb, labelled ? lab : NULL);
-        off += (size_t)n;
-        if (n > cx->set_evals) cx->set_evals = n;
     }
     cx->nsets = nwin;
     free(st);
@@ -271,6 +310,12 @@ static int panel_bpb(Ctx *cx, Panel *p, dm_err *err) {
     snprintf(p->title, sizeof p->title, "held-out BPB over %lld B%s%s%s", (long long)win, win >= 10240 ? " (" : "",
              win >= 10240 ? wb : "", win >= 10240 ? ")" : "");
     if (nwin > 1) snprintf(p->subtitle, sizeof p->subtitle, "latest of %d eval sets (corpus or window changed)", nwin);
+    if (napart)
+        snprintf(p->subtitle + strlen(p->subtitle), sizeof p->subtitle - strlen(p->subtitle), "%s%d eval%s with arms off drawn apart",
+                 p->subtitle[0] ? "; " : "", napart, napart == 1 ? "" : "s");
+    if (nlost)
+        snprintf(p->subtitle + strlen(p->subtitle), sizeof p->subtitle - strlen(p->subtitle), "%s%d more of other arm sets not drawn",
+                 p->subtitle[0] ? "; " : "", nlost);
     if (e->has_anchors && !anchors_match(e, key))
         snprintf(p->subtitle + strlen(p->subtitle), sizeof p->subtitle - strlen(p->subtitle),
                  "%sanchors were scored on other bytes: not drawn", p->subtitle[0] ? "; " : "");

@@ -430,6 +430,41 @@ static void test_cmd_plot_expert_gaps(void **state) {
     engine_free(&eng);
 }
 
+// Found by a QA pass (session 22): an eval taken with an arm off (:arm kda off; :eval) was a
+// point of the depth's curve (a spike), and an ablation's steps looked like the run's. The rows
+// keep the arms that were off; :plot draws such evals as their own series and marks the steps.
+static void test_cmd_plot_ablations_apart(void **state) {
+    (void)state;
+    engine_init(&eng);
+    for (int s = 0; s < 60; s++) {
+        MetricRow r = {0};
+        r.step = s; r.tokens = (int64_t)(s + 1) * 256; r.loss = 3.0 - 0.01 * s; r.lr = 1e-3; r.gnorm = 1; r.ms = 5; r.tok_s = 5e4;
+        if (s >= 30 && s < 35) r.arms_off = 1u << ARM_KDA;
+        engine_add_row(&eng, &r);
+        if (s % 10 == 9 || s == 34) {
+            MetricRow ev = {0};
+            ev.kind = 1; ev.step = s + 1; ev.tokens = r.tokens; ev.window = 4096; ev.depth = 2; ev.bpb = 3.0 - 0.01 * s;
+            ev.arms_off = s == 34 ? (uint16_t)(1u << ARM_KDA) : 0;
+            if (s == 34) ev.bpb = 3.9;
+            engine_add_row(&eng, &ev);
+        }
+    }
+    eng.step = 60;
+    dm_err err;
+    char path[400], line[600];
+    tmp_path(path, sizeof path, "ablation.png");
+    snprintf(line, sizeof line, ":plot bpb out=%s", path);
+    if (plot(line, &err)) fail_msg("%s", err.msg);
+    if (strcmp(seen_subtitle, "1 eval with arms off drawn apart")) print_error("'%s'\n", seen_subtitle);
+    assert_string_equal(seen_subtitle, "1 eval with arms off drawn apart");
+    assert_int_equal(seen_series, 2);  // depth 2, and depth 2 with kda off
+    snprintf(line, sizeof line, ":plot loss out=%s", path);
+    if (plot(line, &err)) fail_msg("%s", err.msg);
+    assert_string_equal(seen_subtitle, "5 steps with arms off (kda) marked");
+    assert_int_equal(seen_gaps, 55);
+    engine_free(&eng);
+}
+
 static void test_complete(void **state) {
     (void)state;
     char **v = complete_plot(NULL, 1, "loss,d");
@@ -461,6 +496,7 @@ int main(void) {
         cmocka_unit_test(test_cmd_plot),
         cmocka_unit_test(test_cmd_plot_experts),
         cmocka_unit_test(test_cmd_plot_expert_gaps),
+        cmocka_unit_test(test_cmd_plot_ablations_apart),
         cmocka_unit_test(test_cmd_plot_eval_sets),
         cmocka_unit_test(test_cmd_plot_depths_one_eval),
         cmocka_unit_test(test_complete),

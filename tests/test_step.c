@@ -351,6 +351,7 @@ static void test_arm_off_freezes(void **s) {
     dm_err err = {0};
     MetricRow row;
     for (int i = 0; i < 3; i++) assert_int_equal(engine_step(&e, &row, &err), 0);
+    assert_int_equal(row.arms_off, 0);
     Model *m = &e.model;
     const int off[] = {ARM_KDA, ARM_MOE, ARM_REZERO};
     for (int a = 0; a < 3; a++) m->arms.on[off[a]] = 0;
@@ -365,6 +366,9 @@ static void test_arm_off_freezes(void **s) {
     int64_t retracts = m->arms.fwd[ARM_RETRACT];
     for (int i = 0; i < 4; i++) assert_int_equal(engine_step(&e, &row, &err), 0);
     assert_int_equal(engine_report(&e, NULL, &err), 0);
+    // each row keeps the arms that were off for it (the plots draw an ablation apart)
+    assert_int_equal(row.arms_off, (1u << ARM_KDA) | (1u << ARM_MOE) | (1u << ARM_REZERO));
+    assert_int_equal(e.rows[2].arms_off, 0);
     assert_int_equal(m->arms.fwd[ARM_RETRACT], retracts);  // the only factors are the MoE's: none ran
     download_all(&e, m->params, n, p1);
     optim_state_get(&e.opt, m, m1, v1, u1, rs);
@@ -696,15 +700,15 @@ static void test_emulated_rows_are_marked(void **s) {
         t[fread(t, 1, (1 << 16) - 1, f)] = 0;
         fclose(f);
     }
-    assert_non_null(strstr(t, "\teval_set\ttiming\n"));
+    assert_non_null(strstr(t, "\teval_set\ttiming\tarms_off\n"));
     int lines = 0;
-    for (char *l = t; *l; lines++) {  // every line 14 fields: the columns before timing where they were
+    for (char *l = t; *l; lines++) {  // every line 15 fields: the columns before timing where they were
         char *end = strchr(l, '\n');
         assert_non_null(end);
         int tabs = 0;
         for (char *c = l; c < end; c++) tabs += *c == '\t';
-        assert_int_equal(tabs, 13);
-        if (lines == 1 || lines == 2) assert_true(!strncmp(end - 9, "\temulated", 9));
+        assert_int_equal(tabs, 14);
+        if (lines == 1 || lines == 2) assert_true(!strncmp(end - 10, "\temulated\t", 10));
         if (lines == 3) assert_true(!strncmp(l, "train\t2\t", 8) && end[-1] == '\t');
         if (lines == 4) assert_true(!strncmp(l, "eval\t3\t", 7) && end[-1] == '\t');
         l = end + 1;
