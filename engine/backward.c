@@ -136,9 +136,12 @@ void model_backward(Model *m) {
         // controller: ctrl = sigmoid(W_c n + b_c)
         be->sigmoid_rows_backward(a->dproj + pl.c, P, a->dctrl, t->ctrl, N, 3);
         be->bias_backward(GT(m, P_CTRL_B), a->dproj + pl.c, P, N, 3);
-        // the fused projection: dn += dproj W, dW += dproj^T n (W: the [P, d] rows at kda.wq)
-        be->gemm(0, 0, N, d, P, 1, a->dproj, P, PT(m, P_WQ), d, 1, a->dn, d);
-        be->gemm(1, 0, P, d, N, 1, a->dproj, P, t->n, d, 1, GT(m, P_WQ), d);
+        // the fused projection: dn += dproj W, dW += dproj^T n (W: the [P, d] rows at kda.wq);
+        // with kda off over the columns the forward computed, [c0, P) (the KDA rows' gradient
+        // stays 0, as their product's would)
+        int c0 = arms->on[ARM_KDA] ? 0 : pl.c;
+        be->gemm(0, 0, N, d, P - c0, 1, a->dproj + c0, P, PT(m, P_WQ) + (size_t)c0 * d, d, 1, a->dn, d);
+        be->gemm(1, 0, P - c0, d, N, 1, a->dproj + c0, P, t->n, d, 1, GT(m, P_WQ) + (size_t)c0 * d, d);
         // n = RMSNorm_blk(u), u = h_{i-1} + IterEmb[i]
         ZERO(a->dtmp, Nd);
         be->rmsnorm_backward(a->dtmp, GT(m, P_BLK_NORM), a->dn, t->u, PT(m, P_BLK_NORM), t->n_rstd, N, d);

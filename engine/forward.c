@@ -8,11 +8,15 @@
 
 // The projections of n that share one gemm (ProjLayout): proj = n [W_q; W_k; W_v; W_b; W_f1;
 // W_g1; W_c; W_r]^T, then the controller gates and the router logits out of it.
+// With the kda arm off only the controller's and router's columns [c, P) are computed (SPEC §1:
+// an arm that is off costs nothing; the product over every column spent 514 of nano's 519
+// columns on an arm that did not run); the KDA columns are then left as they were, unread.
 static void proj_forward(Model *m, IterActs *t, int N) {
     const Config *c = &m->cfg;
     ProjLayout pl = proj_layout(c);
     int P = pl.P;
-    m->be->matmul_forward(t->proj, t->n, PT(m, P_WQ), NULL, N, c->d, P);
+    if (m->arms.on[ARM_KDA]) m->be->matmul_forward(t->proj, t->n, PT(m, P_WQ), NULL, N, c->d, P);
+    else m->be->gemm(0, 1, N, P - pl.c, c->d, 1, t->n, c->d, PT(m, P_WQ) + (size_t)pl.c * c->d, c->d, 0, t->proj + pl.c, P);
     // ctrl [N,3] = sigmoid(proj[:, c:c+3] + b_c), z [N,E] = proj[:, z:z+E] (z follows c)
     m->be->sigmoid_split_forward(t->ctrl, t->z, t->proj + pl.c, P, PT(m, P_CTRL_B), N, 3, c->E);
 }
