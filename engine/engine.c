@@ -197,12 +197,23 @@ int engine_open_data(Engine *e, const char *path, const char *eval_path, dm_err 
     }
     if (e->has_data) data_close(&e->data);  // only after the new corpus opened: a bad path keeps the old
     e->data_fp = fp;
+    e->data_drift_noted = 0;
     e->data = d;
     e->has_data = 1;
     e->has_anchors = 0;
     memcpy(e->data_path, dp, sizeof dp);
     memcpy(e->eval_path, ep, sizeof ep);
     return 0;
+}
+
+void engine_corpus_check(Engine *e) {
+    if (!e->has_data || e->data_drift_noted) return;
+    dm_err derr = {0};
+    uint64_t fp = data_fingerprint(&e->data, &derr);  // (a shrunk file is the reads' own error)
+    if (!fp || fp == e->data_fp) return;
+    e->data_drift_noted = 1;
+    engine_note(e, "the corpus %s changed on disk since :data opened it (its bytes differ): the batches and evals since read the new bytes; :data %s opens it as it is now",
+                e->data_path, e->data_path);
 }
 
 int engine_resplit(Engine *e, double old_frac, dm_err *err) {
@@ -406,6 +417,7 @@ static int eval_forward(Model *m, int *x, int *y, int B, int T, int depth, int m
 int engine_eval(Engine *e, int depth, EvalResult *r, dm_err *err) {
     if (engine_need(e, 1, err)) return 1;
     if (engine_report(e, NULL, err)) return 1;  // the train rows before the eval rows
+    engine_corpus_check(e);
     const Config *c = &e->cfg;
     if (depth < 0 || depth > c->L) return dm_fail(err, "depth=%d out of range: 1..%d (L), or :eval-depths for all", depth, c->L);
     int T = c->seq, B = c->batch;

@@ -33,6 +33,7 @@ int engine_save(Engine *e, const char *path, dm_err *err) { return engine_save_m
 int engine_save_mode(Engine *e, const char *path, int mode, dm_err *err) {
     if (engine_need(e, 0, err)) return 1;
     if (engine_report(e, NULL, err)) return 1;  // counters and rows of every step taken
+    engine_corpus_check(e);
     char *cfgtext = mallocCheck(16384);
     engine_config_text(&e->cfg, cfgtext, 16384);
     CkptState st = {0};

@@ -736,6 +736,41 @@ static void test_emulated_rows_are_marked(void **s) {
     engine_free(&e);
 }
 
+// Found by a QA pass (session 22): a corpus rewritten in place with the same size (dd
+// conv=notrunc) fed the run other bytes without a word (only a shrink was noticed). An eval or a
+// save compares the sampled bytes with the fingerprint taken at :data, and says so once.
+static void test_corpus_rewritten_in_place(void **s) {
+    (void)s;
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/dm_step_drift_XXXXXX");
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    size_t len = 0;
+    char *text = read_whole_file(corpus, &len);
+    assert_true(write(fd, text, len) == (ssize_t)len);
+    close(fd);
+    Engine e;
+    make_engine(&e, backend_cpu(), tiny_config());
+    dm_err err = {0};
+    assert_int_equal(engine_open_data(&e, path, NULL, &err), 0);
+    engine_corpus_check(&e);
+    assert_null(engine_notice(&e));  // unchanged: nothing to say
+    FILE *f = fopen(path, "r+");
+    for (size_t k = 0; k < len; k += 97) text[k] = (char)('A' + k % 26);
+    fwrite(text, 1, len, f);  // the same size, other bytes
+    fclose(f);
+    EvalResult r;
+    assert_int_equal(engine_eval(&e, 0, &r, &err), 0);
+    const char *n = engine_notice(&e);
+    assert_non_null(n);
+    assert_non_null(strstr(n, "changed on disk since :data opened it"));
+    assert_int_equal(engine_eval(&e, 0, &r, &err), 0);
+    assert_null(engine_notice(&e));  // once
+    engine_free(&e);
+    free(text);
+    unlink(path);
+}
+
 // :check determinism compares the optimizer state too (session 22: it compared the losses and
 // the weights only, so a second moment that came out different, which changes every later step,
 // passed). A backend whose AdamW leaves v[0] a little different at each call: one step, the
@@ -778,6 +813,7 @@ int main(void) {
         cmocka_unit_test(test_emulated_rows_are_marked),
         cmocka_unit_test(test_arm_off_freezes),
         cmocka_unit_test(test_determinism_checks_optimizer_state),
+        cmocka_unit_test(test_corpus_rewritten_in_place),
         cmocka_unit_test(test_seq_against_split),
         cmocka_unit_test(test_live_kda_chunk),
         cmocka_unit_test(test_resume_with_eval_file),
