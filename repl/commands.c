@@ -31,8 +31,15 @@ char **complete_plot(Shell *sh, int argi, const char *prefix);
 // The end of a step line timed on the emulated device (tests/cuemu): its ms and tok/s are the
 // CPU running the CUDA code, and nothing else on the line says so (:bench and :show device do).
 // Last on the line: the fields before it stay where every reader of the line finds them.
+// Before it, the arms that were off for the step ("[off: kda]"): an ablation's lines are told
+// apart from the run's. (One static buffer: one call per printed line.)
 static const char *emulated_tag(const MetricRow *r) {
-    return r->kind == 0 && r->emulated ? " [cuemu: ms and tok/s emulated on the CPU, not a GPU's]" : "";
+    static char buf[160];
+    char arms[64] = "";
+    if (r->kind == 0 && r->arms_off) arms_mask_names(r->arms_off, arms, sizeof arms);
+    snprintf(buf, sizeof buf, "%s%s%s%s", arms[0] ? " [off: " : "", arms, arms[0] ? "]" : "",
+             r->kind == 0 && r->emulated ? " [cuemu: ms and tok/s emulated on the CPU, not a GPU's]" : "");
+    return buf;
 }
 
 static void print_step(Shell *sh, const MetricRow *r) {

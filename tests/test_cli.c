@@ -394,8 +394,9 @@ static void test_reports_are_true(void **s) {
     if (!strstr(out, "(+96 for 1 padding copy of the last batch, not scored)")) print_message("%s", out);
     assert_non_null(strstr(out, "engram=6144 table rows (+96 for 1 padding copy of the last batch, not scored)"));
     // with the engram arm off no copy reads a row: said without "+0 ... rows" (session 22)
-    snprintf(script, sizeof script, "%s:set batch=5 eval_bytes=2049\n:data %s\n:init seed=3\n:arm engram off\n:eval\n", SMALL, corpus);
+    snprintf(script, sizeof script, "%s:set batch=5 eval_bytes=2049\n:data %s\n:init seed=3\n:arm engram off\n:eval\n:step 1\n", SMALL, corpus);
     assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    assert_non_null(strstr(out, " skipped 0 [off: engram]\n"));  // an ablation's step line says so
     assert_non_null(strstr(out, "engram=0 table rows (the forwards include 1 padding copy of the last batch, not scored)"));
     // :load and :init switch arms (the checkpoint's own; all on): said; :show params names the
     // optimizer that steps each tensor (opt=adamw: no Muon)
