@@ -308,18 +308,15 @@ static int keys_diff(const Config *a, const Config *b, int arch, const char *fmt
     return count;
 }
 int config_set_diff(const Config *a, const Config *b, char *buf, size_t n) {
-    Config d;
-    config_defaults(&d);
     int count = 0;
     size_t used = 0;
     buf[0] = 0;
     for (int i = 0; i < dm_n_config_keys; i++) {
         const ConfigKey *k = &dm_config_keys[i];
-        char va[128], vb[128], vd[128];
+        char va[128], vb[128];
         config_get(a, k, va, sizeof va);
         config_get(b, k, vb, sizeof vb);
-        config_get(&d, k, vd, sizeof vd);
-        if (strcmp(va, vd) != 0 && strcmp(va, vb) != 0) {
+        if (strcmp(va, vb) != 0) {
             if (used < n) used += snprintf(buf + used, n - used, "%s%s %s -> %s", count ? ", " : "", k->name, va, vb);
             count++;
         }

@@ -83,6 +83,7 @@ extern const char *dm_preset_names[];
 int config_arch_diff(const Config *a, const Config *b, char *buf, size_t n);
 // the same for the live keys, as "name a -> b" (what a :load replaced)
 int config_live_diff(const Config *a, const Config *b, char *buf, size_t n);
-// The keys set away from their defaults in a (by :set, :preset) whose value b changes, as
-// "name a -> b" (a :load with no model live: what the checkpoint's config replaced)
+// Every key whose value b changes, as "name a -> b" (a :load with no model live: what the
+// checkpoint's config replaced; a key set to its default value counts too, so no filter by
+// default)
 int config_set_diff(const Config *a, const Config *b, char *buf, size_t n);

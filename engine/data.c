@@ -171,6 +171,7 @@ static int corpus_open(Corpus *c, const char *path, dm_err *err) {
     c->sizes = callocCheck((size_t)pl.n * sizeof *c->sizes);
     c->starts = callocCheck((size_t)(pl.n + 1) * sizeof *c->starts);
     int64_t total = 0;
+    int nempty = 0;
     for (int i = 0; i < pl.n; i++) {
         int fd = open(pl.v[i], O_RDONLY);
         if (fd < 0) {
@@ -183,7 +184,7 @@ static int corpus_open(Corpus *c, const char *path, dm_err *err) {
             close(fd);
             goto fail;
         }
-        if (fs.st_size == 0) { close(fd); continue; }
+        if (fs.st_size == 0) { close(fd); nempty++; continue; }
         void *m = mmap(NULL, (size_t)fs.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
         int e = errno;
         close(fd);  // the mapping keeps the file alive
@@ -201,6 +202,11 @@ static int corpus_open(Corpus *c, const char *path, dm_err *err) {
     }
     c->starts[c->nfiles] = total;
     c->n = total;
+    if (is_dir && nempty) {  // (they add no byte, and are said with the rest left out)
+        size_t u = strlen(c->left_out);
+        if (u < sizeof c->left_out)
+            snprintf(c->left_out + u, sizeof c->left_out - u, "%s%d empty file%s", u ? ", " : "", nempty, plural(nempty));
+    }
     pl_free(&pl);
     if (total == 0) {
         corpus_close(c);

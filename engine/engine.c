@@ -207,13 +207,16 @@ int engine_open_data(Engine *e, const char *path, const char *eval_path, dm_err 
 }
 
 void engine_corpus_check(Engine *e) {
-    if (!e->has_data || e->data_drift_noted) return;
+    if (!e->has_data) return;
     dm_err derr = {0};
     uint64_t fp = data_fingerprint(&e->data, &derr);  // (a shrunk file is the reads' own error)
     if (!fp || fp == e->data_fp) return;
+    engine_note(e, "the corpus %s changed on disk since %s (its bytes differ): the batches and evals since read the new bytes; :data %s opens it as it is now",
+                e->data_path, e->data_drift_noted ? "the last time this was said" : ":data opened it", e->data_path);
+    // the bytes the run reads now: what the next checkpoint records (a -r then compares the file
+    // with those, and says nothing of a change the run already went through)
+    e->data_fp = fp;
     e->data_drift_noted = 1;
-    engine_note(e, "the corpus %s changed on disk since :data opened it (its bytes differ): the batches and evals since read the new bytes; :data %s opens it as it is now",
-                e->data_path, e->data_path);
 }
 
 int engine_resplit(Engine *e, double old_frac, dm_err *err) {
@@ -641,7 +644,7 @@ int engine_session_dir_check(Engine *e, dm_err *err) {
     struct stat ns;
     if (n > 0 && !strstr(now, " (deleted)") && stat(now, &ns) == 0 && (uint64_t)ns.st_dev == e->session_dev &&
         (uint64_t)ns.st_ino == e->session_ino) {
-        engine_note(e, "the session directory %s was moved to %s while this run held it: the run's files follow it there (nothing more is written to %s)",
+        engine_note(e, "the session directory %s no longer leads to this run's directory (renamed, or the name now points elsewhere): the run's files go on in %s (nothing more is written under %s)",
                     e->session_dir, now, e->session_dir);
         snprintf(e->session_dir, sizeof e->session_dir, "%s", now);
         return 0;

@@ -59,7 +59,8 @@ typedef struct Engine {
     int has_data;
     char data_path[1024], eval_path[1024];
     uint64_t data_fp;           // data_fingerprint of the open corpus (0: none)
-    int data_drift_noted;       // the corpus's bytes changed on disk since :data opened it: said once
+    int data_drift_noted;       // the corpus's bytes changed on disk since :data opened it (said;
+                                // data_fp then follows the new bytes)
     int64_t step, tokens;       // steps taken (the next step's index), bytes trained on
     Anchors anchors;
     int has_anchors;
@@ -157,6 +158,7 @@ int engine_session(Engine *e, const char *dir, dm_err *err);  // use/create runs
 // runs/X runs/Y): the run follows it (session_dir becomes its new path, said in a note). Deleted:
 // 1 with err set (nothing is written under the name, which may now be another run's).
 int engine_session_dir_check(Engine *e, dm_err *err);
-// The open corpus's sampled bytes against its fingerprint at :data (an eval and a save call it):
-// a file rewritten in place since (the same size: nothing else notices) is said once in a note.
+// The open corpus's sampled bytes against its fingerprint (an eval and a save call it): a file
+// rewritten in place since (the same size: nothing else notices) is said in a note, once per
+// change; the fingerprint then follows the new bytes.
 void engine_corpus_check(Engine *e);

@@ -387,6 +387,7 @@ static int cmd_step(Shell *sh, Words *w, dm_err *err) {
 static int do_eval(Shell *sh, int depth, dm_err *err) {
     EvalResult r;
     if (engine_eval(E_, depth, &r, err)) return 1;
+    print_notice(sh);  // what the eval found before it scored (a corpus that changed on disk)
     print_eval(sh, &r);
     return 0;
 }
@@ -504,6 +505,7 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
                 else rc = 1;
                 break;
             }
+            print_notice(sh);
             print_eval(sh, &er);
             bpb = er.bpb[e->cfg.L - 1];
         }
@@ -626,7 +628,7 @@ static int cmd_load(Shell *sh, Words *w, dm_err *err) {
     // no model was live: the checkpoint's config is the model's, and what was set before it is
     // replaced, said (it was silent: a :set d=64 lr=0.01 before the :load just went away)
     if (!had && config_set_diff(&cfg0, &E_->cfg, diff, sizeof diff))
-        fprintf(OUT, "note: the checkpoint's config replaces what was set before it: %s\n", diff);
+        fprintf(OUT, "note: the checkpoint's config replaces the settings before it: %s\n", diff);
     // in a session, metrics.tsv follows the loaded rows (the rows after them belong to the state
     // left behind, which its own checkpoints keep)
     if (E_->session_dir[0] && session_rewrite_metrics(E_, err)) return 1;

@@ -30,7 +30,8 @@ static void usage(void) {
             "       dmsh --commands-md   (the command table as Markdown: docs/commands.md)\n"
             "  (no arguments: interactive prompt; a non-terminal stdin runs like a script)\n"
             "  exit status: 0 done, 1 a command failed or an interrupt (Ctrl-C) stopped a script,\n"
-            "  2 bad arguments, 128+N ended by signal N at a step boundary with the session saved\n"
+            "  2 bad arguments, 128+N ended by signal N at a step boundary with the state saved\n"
+            "  (in the session; without one, as ./dmsh-step-N.ckpt)\n"
             "  (129 SIGHUP: terminal closed, 141 SIGPIPE: the reader of stdout went away, 143 SIGTERM)\n");
 }
 
@@ -266,6 +267,21 @@ int main(int argc, char **argv) {
         rc = rc ? rc : 1;  // the final state is in no file: not a success
     } else if (saved[0]) {
         fprintf(stderr, "dmsh: saved %s\n", saved);
+    }
+    // Ended by a signal (a scheduler's SIGTERM, a closed terminal, stdout's reader gone) with no
+    // session: the state goes where session-less checkpoints go (./dmsh-step-N.ckpt), since the
+    // user did not choose to leave it unsaved (it was lost, and the script's last line said
+    // "state intact"). A plain exit or Ctrl-C without a session saves nothing, as before.
+    if ((g_signal == SIGTERM || g_signal == SIGHUP || g_signal == SIGPIPE) && !eng.session_dir[0] && eng.live &&
+        engine_unsaved(&eng) && !getenv("DMSH_DIGEST")) {
+        char path[1300], note[1400];
+        dm_err serr = {0};
+        if (session_save_default(&eng, path, sizeof path, note, sizeof note, &serr)) {
+            fprintf(stderr, "dmsh: the state was not saved (no session, and %s)\n", serr.msg);
+            rc = rc ? rc : 1;
+        } else {
+            fprintf(stderr, "dmsh: saved %s (no session: the state the signal stopped)%s%s\n", path, note[0] ? "; " : "", note);
+        }
     }
     const char *digest = getenv("DMSH_DIGEST");  // a --replay child: its state for the comparison
     if (digest && digest[0] && replay_write_digest(&eng, digest)) {

@@ -50,7 +50,7 @@ check ":device cuda:0 on cuda:0 moves nothing; :probe after two moves says why" 
 
 # 4. step times on the emulated device say so (they read as GPU times: :bench and :show device
 # said "cuemu", the step lines and metrics.tsv did not): every step line timed there ends with the
-# mark, metrics.tsv marks the row in its last column (timing; every column before it in place),
+# mark, metrics.tsv marks the row in its column timing (every column before it in place; arms_off after it),
 # the CPU's step after the move is unmarked, and -r brings the marks back from the checkpoint
 "$DMSH" --norc -e ':preset nano' -e "$TINY" -e ':data corpus.txt' -e ':session emu' -e ':init seed=1' -e ':device cuda' \
     -e ':step 1' -e ':train 2 log_every=1 eval_every=3' -e ':device cpu' -e ':step 1' < /dev/null > out4.txt 2> err4.txt
@@ -63,8 +63,8 @@ ends_tagged() {  # FILE PREFIX-REGEX: the lines that match it and end with the m
 }
 [ "$rc" = 0 ] && [ "$rc4r" = 0 ] && [ "$(ends_tagged out4.txt '^step [0-2] loss .* ms [0-9.]+ tok/s [0-9]+ skipped 0')" = 3 ] && \
     grep -q '^step 3 loss .* skipped 0$' out4.txt && [ "$(grep -c 'cuemu: ms and tok/s' out4.txt)" = 3 ] && \
-    head -n 1 runs/emu/metrics.tsv | grep -q $'\tms\ttok_s\tskipped\tbpb\twindow\tdepth\teval_set\ttiming$' && \
-    [ "$(awk -F'\t' 'NF != 14' runs/emu/metrics.tsv | wc -l)" = 0 ] && \
+    head -n 1 runs/emu/metrics.tsv | grep -q $'\tms\ttok_s\tskipped\tbpb\twindow\tdepth\teval_set\ttiming\tarms_off$' && \
+    [ "$(awk -F'\t' 'NF != 15' runs/emu/metrics.tsv | wc -l)" = 0 ] && \
     [ "$(awk -F'\t' '$1 == "train" && $2 <= 2 && $14 == "emulated"' runs/emu/metrics.tsv | wc -l)" = 3 ] && \
     [ "$(awk -F'\t' '($1 == "train" && $2 == 3 || $1 == "eval") && $14 == ""' runs/emu/metrics.tsv | wc -l)" = 2 ] && \
     [ "$(ends_tagged out4r.txt '^  step [0-2] loss ')" = 3 ] && grep -q '^  step 3 loss .* skipped 0$' out4r.txt
