@@ -124,6 +124,7 @@ int main(int argc, char **argv) {
     Shell sh = {0};
     sh.eng = &eng;
     sh.out = stdout;
+    sh.leave_signal = &dm_leave_signal;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_sigint;

@@ -334,7 +334,7 @@ int sh_exec_line(Shell *sh, const char *line, dm_err *err) {
     // a script's own, never inside a :run, whose lines may set seq and eval_bytes apart), when
     // the line changed seq or eval_bytes, built a model or loaded one
     if (e && !rc && sh->depth == 0 && (e->cfg.seq != seq0 || e->cfg.eval_bytes != evb0 || built)) sh_note_eval_window(sh);
-    if (stopped && !rc && dm_leave_signal == SIGPIPE)  // (the Ctrl-C words would not say why)
+    if (stopped && !rc && sh->leave_signal && *sh->leave_signal == SIGPIPE)  // (the Ctrl-C words would not say why)
         rc = dm_fail(err, "stopped at step %lld: the reader of standard output went away (SIGPIPE); the state is saved on the way out", (long long)e->step);
     else if (stopped && !rc) rc = dm_fail(err, "interrupted at step %lld (state intact): the script stops here", (long long)e->step);
     free(buf);

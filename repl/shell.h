@@ -30,6 +30,8 @@ typedef struct Shell {
     int depth;                  // :run nesting depth
     int interactive;
     int tty_lost;                // the prompt's read failed with EIO: the terminal went away (main.c)
+    volatile sig_atomic_t *leave_signal;  // main.c's dm_leave_signal (NULL in the tests that link
+                                          // the parser alone): SIGPIPE's stop says why
 } Shell;
 
 typedef int (*CmdFn)(Shell *sh, Words *w, dm_err *err);
