@@ -1,0 +1,239 @@
+// test_run_files.c — what a run writes and reads on disk, on the CPU: metrics.tsv when it cannot
+// be written (said once, the rows it missed written later in order, no half row), the
+// transcript's mark of a running command, the emulated device's rows marked in metrics.tsv and
+// checkpoints, and a corpus rewritten in place under a run.
+#include <errno.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "step_fixture.h"
+#include "../sessions/session.h"
+
+// metrics.tsv that cannot be written: counted and said once (the rows stay in memory), never
+// silent; the step itself goes on
+static void test_tsv_failure_is_loud(void **s) {
+    (void)s;
+    Engine e;
+    make_engine(&e, backend_cpu(), tiny_config());
+    assert_int_equal(mkdir("test_step_tsv", 0755) == 0 || errno == EEXIST, 1);
+    assert_int_equal(mkdir("test_step_tsv/metrics.tsv", 0755) == 0 || errno == EEXIST, 1);  // a directory: fopen fails
+    snprintf(e.session_dir, sizeof e.session_dir, "test_step_tsv");
+    dm_err err = {0};
+    MetricRow row;
+    for (int i = 0; i < 3; i++) assert_int_equal(engine_step(&e, &row, &err), 0);
+    assert_int_equal(e.tsv_failed, 3);
+    assert_int_equal(e.nrows, 3);
+    const char *n = engine_notice(&e);
+    assert_non_null(n);
+    assert_non_null(strstr(n, "cannot write test_step_tsv/metrics.tsv"));
+    assert_null(engine_notice(&e));  // once
+    // writable again: the rows it missed go in with the next one, in order (session 22: they
+    // were lost for good)
+    rmdir("test_step_tsv/metrics.tsv");
+    assert_int_equal(engine_step(&e, &row, &err), 0);
+    assert_int_equal(e.tsv_failed, 0);
+    n = engine_notice(&e);
+    assert_non_null(n);
+    assert_non_null(strstr(n, "the 3 rows it had missed are in it now"));
+    size_t len = 0;
+    char *t = read_whole_file("test_step_tsv/metrics.tsv", &len);
+    assert_non_null(t);
+    int lines = 0;
+    for (size_t k = 0; k < len; k++) lines += t[k] == '\n';
+    assert_int_equal(lines, 5);  // the header and steps 0..3
+    for (int k = 0; k < 4; k++) {
+        char want[32];
+        snprintf(want, sizeof want, "\ntrain\t%d\t", k);
+        assert_non_null(strstr(t, want));
+    }
+    free(t);
+    // a write cut short (a file-size limit here, a full disk in life) leaves no half row: the file
+    // is cut back to its last whole row, and the row goes in later with the rest
+    struct rlimit old, lim;
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+    void (*oldsig)(int) = signal(SIGXFSZ, SIG_IGN);
+    struct stat st;
+    assert_int_equal(stat("test_step_tsv/metrics.tsv", &st), 0);
+    lim = old;
+    lim.rlim_cur = (rlim_t)st.st_size + 20;  // room for part of one row
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    for (int i = 0; i < 2; i++) assert_int_equal(engine_step(&e, &row, &err), 0);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+    signal(SIGXFSZ, oldsig);
+    assert_int_equal(e.tsv_failed, 2);
+    struct stat st2;
+    assert_int_equal(stat("test_step_tsv/metrics.tsv", &st2), 0);
+    assert_int_equal(st2.st_size, st.st_size);  // not a byte of a half row
+    engine_notice(&e);
+    assert_int_equal(engine_step(&e, &row, &err), 0);
+    assert_int_equal(e.tsv_failed, 0);
+    t = read_whole_file("test_step_tsv/metrics.tsv", &len);
+    lines = 0;
+    for (size_t k = 0; k < len; k++) lines += t[k] == '\n';
+    assert_int_equal(lines, 8);  // steps 0..6, each once
+    assert_non_null(strstr(t, "\ntrain\t6\t"));
+    free(t);
+    unlink("test_step_tsv/metrics.tsv");
+    rmdir("test_step_tsv");
+    e.session_dir[0] = 0;
+    engine_free(&e);
+}
+
+
+// A command's transcript mark (sessions/session.h): taken out when the command returns, so the
+// transcript holds only what ran; when the command wrote lines of its own after the mark, the
+// mark is blanked in place (still a comment, the same length) and those lines stay as they were
+static void test_transcript_mark(void **s) {
+    (void)s;
+    Engine e;
+    memset(&e, 0, sizeof e);
+    assert_int_equal(mkdir("test_step_mark", 0755) == 0 || errno == EEXIST, 1);
+    unlink("test_step_mark/transcript.dm");
+    snprintf(e.session_dir, sizeof e.session_dir, "test_step_mark");
+    session_transcript(&e, ":set seed=2");
+    TranscriptMark m;
+    session_transcript_begin(&e, "# started, never finished: :step 3", &m);
+    char *t = read_whole_file("test_step_mark/transcript.dm", NULL);
+    assert_non_null(strstr(t, "\n# started, never finished: :step 3\n"));  // a kill now leaves it
+    free(t);
+    session_transcript_end(&m);
+    session_transcript(&e, ":step 3");
+    t = read_whole_file("test_step_mark/transcript.dm", NULL);
+    assert_null(strstr(t, "started"));
+    assert_non_null(strstr(t, "\n:set seed=2\n:step 3\n"));
+    free(t);
+    // lines written during the command: the mark becomes a blank comment, they stay
+    session_transcript_begin(&e, "# started, never finished: :x", &m);
+    session_transcript(&e, "# a line of its own");
+    session_transcript_end(&m);
+    t = read_whole_file("test_step_mark/transcript.dm", NULL);
+    assert_null(strstr(t, "started"));
+    assert_non_null(strstr(t, "\n:step 3\n# (finished)                 \n# a line of its own\n"));
+    free(t);
+    // no session: no mark, nothing written
+    e.session_dir[0] = 0;
+    session_transcript_begin(&e, "# started, never finished: :y", &m);
+    assert_int_equal(m.len, 0);
+    session_transcript_end(&m);
+    unlink("test_step_mark/transcript.dm");
+    unlink("test_step_mark/config.dm");
+    rmdir("test_step_mark");
+}
+
+// Steps timed on the emulated device (tests/cuemu: the CUDA code on the CPU) are marked, so no
+// log line or metrics.tsv row passes the CPU's times off as a GPU's (they carried no word of it):
+// the row engine_step returns, its metrics.tsv line (a last column, timing), and the row a
+// checkpoint brings back. The CPU engine stands in for cuemu (engine_set_device sets the mark
+// from the device's name; tests/cuemu/dmsh_device.sh checks that on cuemu itself).
+static void test_emulated_rows_are_marked(void **s) {
+    (void)s;
+    Engine e;
+    make_engine(&e, backend_cpu(), tiny_config());
+    assert_int_equal(e.emulated, 0);  // the CPU is no emulation
+    assert_int_equal(mkdir("test_step_emu", 0755) == 0 || errno == EEXIST, 1);
+    unlink("test_step_emu/metrics.tsv");
+    snprintf(e.session_dir, sizeof e.session_dir, "test_step_emu");
+    dm_err err = {0};
+    MetricRow row;
+    e.emulated = 1;
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(engine_step(&e, &row, &err), 0);
+        assert_int_equal(row.emulated, 1);
+    }
+    e.emulated = 0;  // moved to a real device
+    assert_int_equal(engine_step(&e, &row, &err), 0);
+    assert_int_equal(row.emulated, 0);
+    EvalResult ev;
+    assert_int_equal(engine_eval(&e, 2, &ev, &err), 0);
+    char *t = NULL;
+    {
+        FILE *f = fopen("test_step_emu/metrics.tsv", "r");
+        assert_non_null(f);
+        t = calloc(1, 1 << 16);
+        t[fread(t, 1, (1 << 16) - 1, f)] = 0;
+        fclose(f);
+    }
+    assert_non_null(strstr(t, "\teval_set\ttiming\tarms_off\n"));
+    int lines = 0;
+    for (char *l = t; *l; lines++) {  // every line 15 fields: the columns before timing where they were
+        char *end = strchr(l, '\n');
+        assert_non_null(end);
+        int tabs = 0;
+        for (char *c = l; c < end; c++) tabs += *c == '\t';
+        assert_int_equal(tabs, 14);
+        if (lines == 1 || lines == 2) assert_true(!strncmp(end - 10, "\temulated\t", 10));
+        if (lines == 3) assert_true(!strncmp(l, "train\t2\t", 8) && end[-1] == '\t');
+        if (lines == 4) assert_true(!strncmp(l, "eval\t3\t", 7) && end[-1] == '\t');
+        l = end + 1;
+    }
+    assert_int_equal(lines, 5);
+    free(t);
+    // a checkpoint keeps the mark (the rows are stored raw: it is their depth slot, 0 in older
+    // files), and the eval row's depth is still its depth
+    const char *ck = "test_step_emu/e.ckpt";
+    assert_int_equal(engine_save(&e, ck, &err), 0);
+    Engine b;
+    make_engine(&b, backend_cpu(), tiny_config());
+    assert_int_equal(engine_load(&b, ck, &err), 0);
+    assert_int_equal(b.nrows, 4);
+    assert_int_equal(b.rows[0].emulated, 1);
+    assert_int_equal(b.rows[1].emulated, 1);
+    assert_int_equal(b.rows[2].emulated, 0);
+    assert_int_equal(b.rows[3].kind, 1);
+    assert_int_equal(b.rows[3].depth, 2);
+    engine_free(&b);
+    unlink(ck);
+    unlink("test_step_emu/metrics.tsv");
+    rmdir("test_step_emu");
+    e.session_dir[0] = 0;
+    engine_free(&e);
+}
+
+// Found by a QA pass (session 22): a corpus rewritten in place with the same size (dd
+// conv=notrunc) fed the run other bytes without a word (only a shrink was noticed). An eval or a
+// save compares the sampled bytes with the fingerprint taken at :data, and says so once.
+static void test_corpus_rewritten_in_place(void **s) {
+    (void)s;
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/dm_step_drift_XXXXXX");
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    size_t len = 0;
+    char *text = read_whole_file(corpus, &len);
+    assert_true(write(fd, text, len) == (ssize_t)len);
+    close(fd);
+    Engine e;
+    make_engine(&e, backend_cpu(), tiny_config());
+    dm_err err = {0};
+    assert_int_equal(engine_open_data(&e, path, NULL, &err), 0);
+    engine_corpus_check(&e);
+    assert_null(engine_notice(&e));  // unchanged: nothing to say
+    FILE *f = fopen(path, "r+");
+    for (size_t k = 0; k < len; k += 97) text[k] = (char)('A' + k % 26);
+    fwrite(text, 1, len, f);  // the same size, other bytes
+    fclose(f);
+    EvalResult r;
+    assert_int_equal(engine_eval(&e, 0, &r, &err), 0);
+    const char *n = engine_notice(&e);
+    assert_non_null(n);
+    assert_non_null(strstr(n, "changed on disk since :data opened it"));
+    assert_true(e.data_fp == data_fingerprint(&e.data, &err));  // a checkpoint from here records the new bytes
+    assert_int_equal(engine_eval(&e, 0, &r, &err), 0);
+    assert_null(engine_notice(&e));  // once
+    engine_free(&e);
+    free(text);
+    unlink(path);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tsv_failure_is_loud),
+        cmocka_unit_test(test_transcript_mark),
+        cmocka_unit_test(test_emulated_rows_are_marked),
+        cmocka_unit_test(test_corpus_rewritten_in_place),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
