@@ -719,5 +719,8 @@ int session_autosave(Engine *e, char *path, size_t n, dm_err *err) {
     char note[1600];
     if (session_save(e, path, n, note, sizeof note, err)) return 1;
     if (note[0]) fprintf(stderr, "dmsh: %s\n", note);
+    // the state was that file's already (save_step's note): nothing was written, so the caller's
+    // "saved PATH" would be untrue
+    if (strstr(note, " already held this exact state")) path[0] = 0;
     return 0;
 }

@@ -46,7 +46,8 @@ int session_save_default(Engine *e, char *path, size_t n, char *note, size_t nno
 // directory): another run's checkpoints, which its resume reads.
 int session_foreign_ckpt_dir(const Engine *e, const char *path, char *owner, size_t n);
 // When leaving a session with a state (or metric rows) in no file yet: session_save. path is
-// empty when nothing needed saving.
+// empty when nothing needed saving, or when the state proved to be an earlier file's (no new file;
+// the note on stderr names it).
 int session_autosave(Engine *e, char *path, size_t n, dm_err *err);
 // 1 (and err naming the holder's pid) when another running dmsh has DIR open as its session
 int session_in_use(const char *dir, dm_err *err);

@@ -366,6 +366,7 @@ static void test_load_keeps_the_replaced_state(void **s) {
     slurp_to("err.txt", err_, sizeof err_);
     if (!strstr(err_, "step-3.ckpt already held this exact state: no new file")) print_error("%s\n", err_);
     assert_non_null(strstr(err_, "step-3.ckpt already held this exact state: no new file"));
+    assert_null(strstr(err_, "dmsh: saved "));  // nothing was written: no "saved" line after it
     assert_int_equal(file_size("runs/DUP/ckpt/step-3-b2.ckpt"), -1);
     slurp_to("runs/DUP/ckpt/LATEST", out, sizeof out);
     assert_string_equal(out, "step-3.ckpt\n");
