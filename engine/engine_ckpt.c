@@ -65,6 +65,7 @@ int engine_save_mode(Engine *e, const char *path, int mode, dm_err *err) {
     uint64_t fpv = e->data_fp;  // which bytes the run was trained on (data_fingerprint)
     int64_t split[2] = {e->has_data ? e->data.n_train : 0, e->has_data ? e->data.n_eval : 0};  // and how they were split
     for (int i = 0; i < e->nrows; i++) eset[i] = e->rows[i].eval_set;
+    int32_t steps_auto = e->steps_auto;
     CkptSection sec[] = {
         {"layout", layout, strlen(layout)},
         {"config", cfgtext, strlen(cfgtext)},
@@ -81,6 +82,10 @@ int engine_save_mode(Engine *e, const char *path, int mode, dm_err *err) {
         {"data.fingerprint", &fpv, e->has_data ? sizeof fpv : 0},
         {"data.split", split, e->has_data ? sizeof split : 0},  // train, held-out bytes
         {"anchors", &e->anchors, e->has_anchors ? sizeof e->anchors : 0},  // (on these bytes: data.fingerprint)
+        // 1: config's steps was chosen by the first :train, not by the user, so an :init after a
+        // resume or a :load drops it as it would have in the process that saved (absent in older
+        // files: the user's)
+        {"schedule.auto", &steps_auto, sizeof steps_auto},
     };
     int rc = ckpt_write_mode(path, sec, (int)(sizeof sec / sizeof sec[0]), mode, err);
     if (!rc) engine_mark_synced(e, path);
@@ -198,6 +203,12 @@ int engine_load(Engine *e, const char *path, dm_err *err) {
     e->step = st.step;
     e->tokens = st.tokens;
     e->last_orth_err = st.last_orth_err;
+    // whether the horizon is the user's travels with the state (kept from before the load, an
+    // earlier :train's choice made the :init after it drop the checkpoint's own horizon)
+    const CkptSection *sau = ckpt_find(&f, "schedule.auto");
+    int32_t sa = 0;
+    if (sau && sau->size == sizeof sa) memcpy(&sa, sau->data, sizeof sa);
+    e->steps_auto = sa == 1 && c.steps > 0;
     e->nrows = 0;
     free(fresh.rows);
     int nr = (int)(smet->size / sizeof(MetricRow));

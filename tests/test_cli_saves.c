@@ -88,6 +88,22 @@ static void test_saves_keep_what_was_there(void **s) {
     assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
     assert_non_null(strstr(out, "saved runs/II/ckpt/step-6.ckpt (the model :init replaces)"));
     assert_non_null(strstr(out, "at step 9 (steps=9;"));
+    // whose horizon it is travels with the checkpoint (QA, session 23: after -r, :init kept the
+    // steps=6 the first :train chose, and the new run's lr sat on the floor from step 6; after a
+    // :train and a :load, :init dropped the checkpoint's own steps=40)
+    snprintf(script, sizeof script, ":session IR\n%s:data %s\n:init seed=1\n:train 6 eval_every=0\n", SMALL, corpus);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    snprintf(cmd, sizeof cmd, "%%s --norc -r runs/IR -e ':init seed=2' -e ':train 9 eval_every=0' > out.txt 2> err.txt");
+    assert_int_equal(sh_in_dir(cmd, dmsh), 0);
+    slurp_to("out.txt", out, sizeof out);
+    assert_non_null(strstr(out, "at step 9 (steps=9;"));
+    assert_null(strstr(out, "the schedule ends at steps=6"));
+    snprintf(script, sizeof script, "%s:data %s\n:set steps=40\n:init seed=1\n:step 1\n:save user40.ckpt\n", SMALL, corpus);
+    expect_ok_quiet(script);
+    snprintf(script, sizeof script, "%s:data %s\n:init seed=3\n:train 5 eval_every=0\n:load user40.ckpt\n:init seed=7\n:show config\n",
+             SMALL, corpus);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    assert_non_null(strstr(out, "  steps            40"));
     // :preset is its file's :set lines: other keys keep their values, and on a live model the
     // values :show config shows are the ones the steps use; :set checks the rules between keys
     // on the final values (d=3 H=3 failed in either order)
