@@ -386,6 +386,15 @@ static void test_load_keeps_the_replaced_state(void **s) {
     assert_int_equal(file_size("runs/DUP/ckpt/step-3-b2.ckpt"), -1);
     slurp_to("runs/DUP/ckpt/LATEST", out, sizeof out);
     assert_string_equal(out, "step-3.ckpt\n");
+    // steps redone from an earlier checkpoint reach the same state in other wall-clock times: the
+    // same state, not "another state of step 4" in a duplicate file (QA, session 23)
+    snprintf(script, sizeof script, ":session RD\n%s:data %s\n:init seed=1\n:train 4 ckpt_every=2 eval_every=0\n", SMALL, corpus);
+    expect_ok_quiet(script);
+    snprintf(cmd, sizeof cmd, "%%s --norc -r runs/RD -e ':load runs/RD/ckpt/step-2.ckpt' -e ':train 2 ckpt_every=2 eval_every=0' > out.txt 2> err.txt");
+    assert_int_equal(sh_in_dir(cmd, dmsh), 0);
+    slurp_to("out.txt", out, sizeof out);
+    assert_non_null(strstr(out, "runs/RD/ckpt/step-4.ckpt already held this exact state: no new file"));
+    assert_int_equal(file_size("runs/RD/ckpt/step-4-b1.ckpt"), -1);
 }
 
 // ckpt/LATEST naming a checkpoint that is gone (deleted or moved by hand) was replaced without a
