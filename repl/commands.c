@@ -632,6 +632,14 @@ static int cmd_load(Shell *sh, Words *w, dm_err *err) {
     // in a session, metrics.tsv follows the loaded rows (the rows after them belong to the state
     // left behind, which its own checkpoints keep)
     if (E_->session_dir[0] && session_rewrite_metrics(E_, err)) return 1;
+    // and -r resumes the loaded state from now on, not only after a clean exit: LATEST names it
+    // (a file from elsewhere is copied into ckpt/ first). A crash after a :load resumed the branch
+    // the user had left, as "its last checkpoint" (QA, session 23).
+    if (E_->session_dir[0]) {
+        char saved[1300];
+        if (session_autosave(E_, saved, sizeof saved, err)) return 1;
+        if (saved[0]) fprintf(OUT, "saved %s (the loaded state, where dmsh -r resumes)\n", saved);
+    }
     return 0;
 }
 

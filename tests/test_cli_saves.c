@@ -181,6 +181,25 @@ static void test_killed_command_is_named(void **s) {
     assert_int_equal(sh_in_dir("cp runs/kil/transcript.dm kil.dm && %s --norc -b kil.dm > out.txt 2> err.txt", dmsh), 0);
     slurp_to("err.txt", err_, sizeof err_);
     assert_non_null(strstr(err_, "note: this line is not run: started, never finished"));
+    // a process killed after a :load resumes the loaded branch: LATEST names it at the :load, not
+    // only at a clean exit (QA, session 23: -r took the step-4 branch the user had left, as "its
+    // last checkpoint")
+    const char *tiny = ":preset nano; :set d=32 H=2 L=2 E=2 k=1 r=8 f=64 engram_rows=257 engram_dim=8 seq=32 batch=4 warmup=5";
+    cl = snprintf(cmd, sizeof cmd, "%s --norc -e ':session ld2' -e '%s' -e ':data %s' -e ':init seed=1' "
+                  "-e ':train 4 ckpt_every=2 eval_every=0' > out.txt 2> err.txt", dmsh, tiny, corpus);
+    assert_true(cl > 0 && cl < (int)sizeof cmd);
+    assert_int_equal(sh_in_dir("%s", cmd), 0);
+    cl = snprintf(cmd, sizeof cmd,
+                  "(%s --norc -r runs/ld2 -e ':load runs/ld2/ckpt/step-2.ckpt' "
+                  "-e ':train 1000000 ckpt_every=0 eval_every=0 log_every=100000' > k.out 2>&1 & p=$!; "
+                  "for i in $(seq 1200); do grep -q '^loaded' k.out && break; sleep 0.05; done; sleep 0.2; "
+                  "kill -9 $p; wait $p; true)", dmsh);
+    assert_true(cl > 0 && cl < (int)sizeof cmd);
+    assert_int_equal(sh_in_dir("%s", cmd), 0);
+    assert_int_equal(sh_in_dir("%s --norc -r runs/ld2 -e ':quit' > out.txt 2> err.txt", dmsh), 0);
+    slurp_to("out.txt", out, sizeof out);
+    if (!strstr(out, "resumed runs/ld2 at step 2 from ckpt/step-2.ckpt")) print_error("%s\n", out);
+    assert_non_null(strstr(out, "resumed runs/ld2 at step 2 from ckpt/step-2.ckpt"));
 }
 
 // Found by a QA pass (session 22): a reader of stdout that went away (`dmsh -b run.dm | head`)
