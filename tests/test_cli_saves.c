@@ -200,6 +200,25 @@ static void test_killed_command_is_named(void **s) {
     slurp_to("out.txt", out, sizeof out);
     if (!strstr(out, "resumed runs/ld2 at step 2 from ckpt/step-2.ckpt")) print_error("%s\n", out);
     assert_non_null(strstr(out, "resumed runs/ld2 at step 2 from ckpt/step-2.ckpt"));
+    // settings made after the last checkpoint die with a killed process: -r says which (QA,
+    // session 23: kda stayed on and lr went back without a word, the transcript showing both);
+    // after a clean exit they were saved and nothing is said
+    cl = snprintf(cmd, sizeof cmd,
+                  "(%s --norc -e ':session ak' -e '%s' -e ':data %s' -e ':init seed=1' -e ':train 4 ckpt_every=2 eval_every=0' "
+                  "-e ':arm kda off' -e ':set lr=0.001 clip=0.5' -e ':train 1000000 ckpt_every=0 eval_every=0 log_every=100000' "
+                  "> k.out 2>&1 & p=$!; "
+                  "for i in $(seq 1200); do grep -q '^:set lr' runs/ak/transcript.dm 2>/dev/null && break; sleep 0.05; done; "
+                  "sleep 0.2; kill -9 $p; wait $p; true)", dmsh, tiny, corpus);
+    assert_true(cl > 0 && cl < (int)sizeof cmd);
+    assert_int_equal(sh_in_dir("%s", cmd), 0);
+    assert_int_equal(sh_in_dir("%s --norc -r runs/ak -e ':set lr=0.002' -e ':quit' > out.txt 2> err.txt", dmsh), 0);
+    slurp_to("out.txt", out, sizeof out);
+    if (!strstr(out, "not in it (the process ended before they were saved): lr 0.003 -> 0.001, clip 1 -> 0.5, kda on -> off"))
+        print_error("%s\n", out);
+    assert_non_null(strstr(out, "not in it (the process ended before they were saved): lr 0.003 -> 0.001, clip 1 -> 0.5, kda on -> off"));
+    assert_int_equal(sh_in_dir("%s --norc -r runs/ak -e ':quit' > out.txt 2> err.txt", dmsh), 0);
+    slurp_to("out.txt", out, sizeof out);
+    assert_null(strstr(out, "not in it"));
 }
 
 // Found by a QA pass (session 22): a reader of stdout that went away (`dmsh -b run.dm | head`)
