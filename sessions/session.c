@@ -1,6 +1,7 @@
 // session.c — see session.h.
 #include "session.h"
 #include "../engine/ckpt.h"
+#include "lost_settings.h"
 #include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -479,69 +480,6 @@ static void remove_stale_tmp(const char *dir) {
         if (!unlink(p)) fprintf(stderr, "dmsh: removed %s (a checkpoint write cut short by a crash)\n", p);
     }
     closedir(d);
-}
-
-// Settings a killed process had made after its last checkpoint are in its transcript, not in the
-// state -r resumes (a clean exit saves them; SIGKILL, the OOM killer or a power cut do not). The
-// transcript's :set, :preset and :arm lines since its last reset (a resume, a :load, an :init) are
-// applied to a copy of the resumed config; what then differs is said at the resume, not dropped
-// without a word (QA, session 23: `:arm kda off; :set lr=0.001` were gone after a SIGKILL while the
-// transcript still showed them). Command names are matched whole (a script's abbreviations are
-// not followed).
-typedef struct {
-    char lines[64][512];  // the :set / :preset lines in order (a :preset then a :set of one key)
-    int n;
-    int arm[ARM_COUNT];   // -1: not switched since the reset; else the last :arm's on/off
-} LostSettings;
-
-static void lost_settings_reset(LostSettings *l) {
-    l->n = 0;
-    for (int a = 0; a < ARM_COUNT; a++) l->arm[a] = -1;
-}
-
-static int cmd_is(const char *q, const char *name) {
-    size_t k = strlen(name);
-    return !strncmp(q, name, k) && (q[k] == ' ' || q[k] == '\t' || q[k] == '\n' || q[k] == '\r' || !q[k]);
-}
-
-static void lost_settings_line(LostSettings *l, const char *q) {
-    if (!strncmp(q, "# dmsh -r: resumed", 18) || cmd_is(q, ":load") || cmd_is(q, ":init")) { lost_settings_reset(l); return; }
-    if (cmd_is(q, ":set") || cmd_is(q, ":preset")) {
-        if (l->n < 64) snprintf(l->lines[l->n++], sizeof l->lines[0], "%.*s", (int)strcspn(q, "#\r\n"), q);
-        return;
-    }
-    if (!cmd_is(q, ":arm")) return;
-    char name[32], val[8];
-    if (sscanf(q + 4, " %31s %7s", name, val) != 2) return;
-    for (int a = 0; a < ARM_COUNT; a++)
-        if (!strcmp(name, dm_arm_names[a])) l->arm[a] = !strcmp(val, "on") ? 1 : !strcmp(val, "off") ? 0 : l->arm[a];
-}
-
-static void lost_settings_note(Engine *e, const LostSettings *l) {
-    Config t = e->cfg;
-    for (int i = 0; i < l->n; i++) {
-        char buf[512], *sv = NULL;
-        snprintf(buf, sizeof buf, "%s", l->lines[i]);
-        char *tok = strtok_r(buf, " \t", &sv);
-        int preset = !strcmp(tok, ":preset");
-        dm_err ig = {0};
-        while ((tok = strtok_r(NULL, " \t", &sv))) {
-            char *eq = strchr(tok, '=');
-            if (preset) config_preset(&t, tok, &ig);  // (a line the process refused changes nothing)
-            else if (eq) { *eq = 0; config_set(&t, tok, eq + 1, &ig); }
-        }
-    }
-    char diff[600] = "", arms[200] = "";
-    config_live_diff(&e->cfg, &t, diff, sizeof diff);
-    size_t u = 0;
-    for (int a = 0; a < ARM_COUNT && u < sizeof arms; a++)
-        if (l->arm[a] >= 0 && l->arm[a] != (e->model.arms.on[a] != 0))
-            u += snprintf(arms + u, sizeof arms - u, "%s%s %s -> %s", u ? ", " : "", dm_arm_names[a],
-                          e->model.arms.on[a] ? "on" : "off", l->arm[a] ? "on" : "off");
-    if (diff[0] || arms[0])
-        engine_note(e, "settings the transcript made after this checkpoint are not in it (the process ended before they were "
-                    "saved): %s%s%s (resumed -> the transcript's); :set / :arm them again to continue as it ran",
-                    diff, diff[0] && arms[0] ? ", " : "", arms);
 }
 
 int session_resume(Engine *e, const char *dir_in, dm_err *err) {
