@@ -368,8 +368,8 @@ int engine_set_many(Engine *e, int n, const char *const *keys, const char *const
             if (config_set(&u, keys[i], values[i], err)) return 1;
             config_get(&u, k, nv, sizeof nv);
             if (strcmp(cur, nv) != 0)
-                return dm_fail(err, "'%s' is an architecture key and the model is live (%s=%s): :init rebuilds the model with it",
-                               keys[i], keys[i], cur);
+                return dm_fail(err, "'%s' is an architecture key and the model is live (%s=%s): `:init %s=%s` builds a new model with it "
+                               "(the live one is replaced; in a session, saved first)", keys[i], keys[i], cur, keys[i], nv);
             continue;
         }
         if (config_set(&t, keys[i], values[i], err)) return 1;

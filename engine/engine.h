@@ -135,6 +135,10 @@ int engine_save(Engine *e, const char *path, dm_err *err);
 // mode: CK_REPLACE (engine_save) or CK_NEW (engine/ckpt.h: 2 when the file appeared meanwhile)
 int engine_save_mode(Engine *e, const char *path, int mode, dm_err *err);
 int engine_load(Engine *e, const char *path, dm_err *err);
+// What engine_load refuses before building anything (a file that is no checkpoint, another
+// build's real, impossible counters, another architecture than the live model's): a :load checks
+// it before it saves the state it would replace.
+int engine_load_check(const Engine *e, const char *path, dm_err *err);
 // Set a key; on a live model architecture keys are refused (their own value again is a no-op).
 int engine_set(Engine *e, const char *key, const char *value, dm_err *err);
 // Set n keys at once, all or nothing; the rules between keys are checked on the final values.

@@ -108,51 +108,65 @@ static const CkptSection *need_sec(const CkptFile *f, const char *name, uint64_t
     return s;
 }
 
+// The checks that need no model: the state's counters, the build's real, the config and, with a
+// model live, its architecture. c gets the checkpoint's config.
+static int ckpt_head_check(const Engine *e, const CkptFile *f, const char *path, CkptState *st, Config *c, dm_err *err) {
+    const CkptSection *sc = need_sec(f, "config", UINT64_MAX, path, err), *ss;
+    if (!sc || !(ss = need_sec(f, "state", sizeof(CkptState), path, err))) return 1;
+    memcpy(st, ss->data, sizeof *st);
+    if (st->real_size != sizeof(real))
+        return dm_fail(err, "%s: written by a %s build, this dmsh is %s (make DM_REAL=%s)", path,
+                       st->real_size == 8 ? "double" : "float", REAL_NAME, st->real_size == 8 ? "double" : "float");
+    // CRCs prove the bytes are the ones written, not that a hand-made file makes sense
+    if (st->step < 0 || st->step > (1LL << 50) || st->tokens < 0 || st->opt_t < 0 || st->opt_t > (1LL << 50) || st->total_skips < 0 ||
+        st->consecutive_skips < 0)
+        return dm_fail(err, "%s: impossible counters in the state section (step %lld, tokens %lld, optimizer steps %lld, skips %lld): not loaded",
+                       path, (long long)st->step, (long long)st->tokens, (long long)st->opt_t, (long long)st->total_skips);
+    char *text = mallocCheck(sc->size + 1);
+    memcpy(text, sc->data, sc->size);
+    text[sc->size] = 0;
+    config_defaults(c);
+    int bad = config_apply_text(c, text, path, err);
+    free(text);
+    if (bad) return 1;
+    if (e->live) {
+        // where the tables live is the session's placement, as the device is, not the weights'
+        // (the same numbers either way, tests/test_engram_ram.c): the live model's stays
+        c->engram_ram = e->model.cfg.engram_ram;
+        char diff[512];
+        if (config_arch_diff(&e->model.cfg, c, diff, sizeof diff))
+            return dm_fail(err, "%s: architecture differs from the live model: %s (it loads where no model is live: "
+                           "`dmsh -e ':load %s'`; or `:init` with its shape, then :load)", path, diff, path);
+    }
+    return 0;
+}
+
+int engine_load_check(const Engine *e, const char *path, dm_err *err) {
+    CkptFile f;
+    if (ckpt_read(path, &f, err)) return 1;
+    CkptState st;
+    Config c;
+    int rc = ckpt_head_check(e, &f, path, &st, &c, err);
+    ckpt_close(&f);
+    return rc;
+}
+
 int engine_load(Engine *e, const char *path, dm_err *err) {
     double frac0 = e->cfg.eval_frac;  // the split of the corpus open now
     CkptFile f;
     if (ckpt_read(path, &f, err)) return 1;
     int rc = 1;
-    const CkptSection *sc = need_sec(&f, "config", UINT64_MAX, path, err), *ss;
-    if (!sc || !(ss = need_sec(&f, "state", sizeof(CkptState), path, err))) goto done;
     CkptState st;
-    memcpy(&st, ss->data, sizeof st);
-    if (st.real_size != sizeof(real)) {
-        dm_fail(err, "%s: written by a %s build, this dmsh is %s (make DM_REAL=%s)", path,
-                st.real_size == 8 ? "double" : "float", REAL_NAME, st.real_size == 8 ? "double" : "float");
-        goto done;
-    }
-    // CRCs prove the bytes are the ones written, not that a hand-made file makes sense
-    if (st.step < 0 || st.step > (1LL << 50) || st.tokens < 0 || st.opt_t < 0 || st.opt_t > (1LL << 50) || st.total_skips < 0 ||
-        st.consecutive_skips < 0) {
-        dm_fail(err, "%s: impossible counters in the state section (step %lld, tokens %lld, optimizer steps %lld, skips %lld): not loaded",
-                path, (long long)st.step, (long long)st.tokens, (long long)st.opt_t, (long long)st.total_skips);
-        goto done;
-    }
-    char *text = mallocCheck(sc->size + 1);
-    memcpy(text, sc->data, sc->size);
-    text[sc->size] = 0;
     Config c;
-    config_defaults(&c);
-    int bad = config_apply_text(&c, text, path, err);
-    free(text);
-    if (bad) goto done;
+    if (ckpt_head_check(e, &f, path, &st, &c, err)) goto done;
+
     // A checkpoint loads as written, eval_bytes < seq too (an older build took it): it is no
     // architecture key and weights and optimizer state do not depend on it. Not raised to seq
     // either: the loaded state would then differ from its file (unsaved at once, and a -r resume
     // would carry another value than the one saved) and the bytes later evals score would change
     // without the user asking. The REPL says the window holds no sequence and names the fix;
     // :eval and a :train that evals refuse until it is fixed (engine_eval_window).
-    if (e->live) {
-        // where the tables live is the session's placement, as the device is, not the weights'
-        // (the same numbers either way, tests/test_engram_ram.c): the live model's stays
-        c.engram_ram = e->model.cfg.engram_ram;
-        char diff[512];
-        if (config_arch_diff(&e->model.cfg, &c, diff, sizeof diff)) {
-            dm_fail(err, "%s: architecture differs from the live model: %s (:init with the checkpoint's config or load into a fresh session)", path, diff);
-            goto done;
-        }
-    }
+
     // verify every size against a model of that config before touching the live one
     Engine fresh;
     engine_init(&fresh);

@@ -134,6 +134,13 @@ static int cmd_preset(Shell *sh, Words *w, dm_err *err) {
             vals[n++] = eq + 1;
         }
     }
+    if (E_->live) {  // a live model keeps its shape: say which keys, and what rebuilds it
+        Config t = E_->cfg;
+        char diff[512];
+        if (!config_apply_text(&t, text ? text : "", w->argv[1], err) && config_arch_diff(&E_->model.cfg, &t, diff, sizeof diff))
+            return dm_fail(err, "preset %s not applied (nothing changed): the live model keeps its shape (%s differ): `:init preset=%s` builds a new model of it",
+                           w->argv[1], diff, w->argv[1]);
+    }
     if (engine_set_many(E_, n, keys, vals, err)) {
         char msg[sizeof err->msg];
         snprintf(msg, sizeof msg, "%s", err->msg);
@@ -324,13 +331,46 @@ static void say_arm_changes(Shell *sh, const int *before, int had, const char *w
     if (used) fprintf(OUT, "note: arms switched by %s: %s\n", why, buf);
 }
 
+// :init's key=value words: preset=NAME first (its file's keys), then any config key, the
+// architecture's too. A live model keeps its shape under :set, so this is how one is rebuilt in
+// another (the refusal's hint named :init, which rebuilt the old shape: QA, session 23). All or
+// nothing, checked as engine_build will before anything is saved or replaced.
+static int init_config(Shell *sh, Words *w, Config *t, int *user_steps, dm_err *err) {
+    *t = E_->cfg;
+    *user_steps = 0;
+    const char *pn = NULL;
+    for (int i = 1; i < w->argc; i++) {
+        const char *eq = sh_eq(w, i);
+        if (!eq) return dm_fail(err, ":init: unexpected argument '%s' (key=value: seed=N, preset=NAME or a config key)", w->argv[i]);
+        for (int j = 1; j < i; j++)
+            if (!w->lit[j] && strncmp(w->argv[j], w->argv[i], (size_t)(eq - w->argv[i]) + 1) == 0)
+                return dm_fail(err, ":init: option '%.*s' given twice", (int)(eq - w->argv[i]), w->argv[i]);
+        if (eq - w->argv[i] == 6 && !strncmp(w->argv[i], "preset", 6)) pn = eq + 1;
+    }
+    if (pn) {
+        Config probe;
+        if (config_preset(&probe, pn, err)) return 1;
+        char origin[80];
+        snprintf(origin, sizeof origin, "configs/%.60s.dm", pn);
+        if (config_apply_text(t, config_preset_text(pn), origin, err)) return 1;
+    }
+    for (int i = 1; i < w->argc; i++) {
+        char key[64];
+        const char *eq = sh_eq(w, i);
+        snprintf(key, sizeof key, "%.*s", (int)(eq - w->argv[i] < 63 ? eq - w->argv[i] : 63), w->argv[i]);
+        if (!strcmp(key, "preset")) continue;
+        if (config_set(t, key, eq + 1, err)) return 1;
+        *user_steps |= !strcmp(key, "steps");
+    }
+    if (config_validate(t, err) || model_shape_check(E_->be, t, t->batch, t->seq, err)) return 1;
+    if (E_->has_data && t->seq != E_->cfg.seq && data_fits(&E_->data, t->seq, err)) return 1;
+    return 0;
+}
+
 static int cmd_init(Shell *sh, Words *w, dm_err *err) {
-    static const char *const keys[] = {"seed", NULL};
-    if (sh_check_keys(w, 0, keys, err)) return 1;
-    // the same values as :set seed (config_set parses both)
-    Config tmp = E_->cfg;
-    const char *s = sh_kv(w, "seed");
-    if (s && config_set(&tmp, "seed", s, err)) return 1;
+    Config tmp, cfg_before = E_->cfg;
+    int user_steps;
+    if (init_config(sh, w, &tmp, &user_steps, err)) return 1;
     uint64_t seed = tmp.seed;
     // in a session, the model :init replaces keeps its state: saved first if it is in no file
     // (its rows leave metrics.tsv below; its checkpoint keeps them, as a :session switch does)
@@ -340,12 +380,21 @@ static int cmd_init(Shell *sh, Words *w, dm_err *err) {
         if (saved[0]) fprintf(OUT, "saved %s (the model :init replaces)\n", saved);
     }
     // a horizon the first :train chose belongs to that model's run
-    int64_t steps0 = E_->cfg.steps;
     int auto0 = E_->steps_auto;
-    if (E_->steps_auto) { E_->cfg.steps = 0; E_->steps_auto = 0; }
+    if (E_->steps_auto && !user_steps) tmp.steps = 0;
+    E_->steps_auto = 0;
     int arms0[ARM_COUNT], had = E_->live;
     for (int a = 0; had && a < ARM_COUNT; a++) arms0[a] = E_->model.arms.on[a];
-    if (engine_build(E_, seed, err)) { E_->cfg.steps = steps0; E_->steps_auto = auto0; return 1; }
+    // what the words changed, said (a preset= sets up to a dozen keys); the seed is on the init
+    // line, and a dropped horizon is the rule above
+    char changed[1024] = "";
+    Config was = cfg_before;
+    was.seed = tmp.seed;
+    was.steps = tmp.steps;
+    config_set_diff(&was, &tmp, changed, sizeof changed);
+    E_->cfg = tmp;
+    if (engine_build(E_, seed, err)) { E_->cfg = cfg_before; E_->steps_auto = auto0; return 1; }
+    if (changed[0]) fprintf(OUT, "config: %s\n", changed);
     if (session_write_config(E_, err)) return 1;
     // a new model starts a new run: metrics.tsv holds its rows only (the last model's are in its
     // checkpoints), as after a :load
@@ -609,12 +658,10 @@ static int cmd_load(Shell *sh, Words *w, dm_err *err) {
     Config cfg0 = E_->cfg;
     // in a session, the model :load replaces keeps its state, as with :init: saved first if it is
     // in no file (metrics.tsv is rewritten to the loaded rows below; before, the steps since the
-    // last save were in no file at all). A file that does not read as a checkpoint is refused
-    // first, so a mistyped path writes nothing.
+    // last save were in no file at all). A file that does not read as a checkpoint, or one of
+    // another shape, is refused first, so a mistyped path writes nothing.
     if (E_->session_dir[0] && E_->live && engine_unsaved(E_)) {
-        CkptFile f;
-        if (ckpt_read(w->argv[1], &f, err)) return 1;
-        ckpt_close(&f);
+        if (engine_load_check(E_, w->argv[1], err)) return 1;
         char saved[1300];
         if (session_autosave(E_, saved, sizeof saved, err)) return 1;
         if (saved[0]) fprintf(OUT, "saved %s (the state before this :load)\n", saved);
@@ -709,7 +756,7 @@ const Command dm_commands[] = {
     {":set", cmd_set, NULL, ":set key=value ...", "Set config keys. On a live model only live keys (lr, batch, clip, ...) change; architecture keys are refused."},
     {":show", cmd_show, NULL, ":show [config|model|params|arms|data|device|metrics]", "Inspect the config, the model's tensors and parameter counts, the arms and their forward/backward counters (:help arm: what one count is), the data and its eval window."},
     {":data", cmd_data, NULL, ":data PATH [eval=PATH2]", "Open a corpus: a file or a directory (regular files and links to them, recursive, sorted, each file once; symlinked directories, fifos and the like are left out and said), memory-mapped. Without eval=, the last eval_frac is held out."},
-    {":init", cmd_init, NULL, ":init [seed=N]", "Build the model and optimizer from the current config (SPEC §4 defaults)."},
+    {":init", cmd_init, NULL, ":init [seed=N] [preset=NAME] [key=value ...]", "Build the model and optimizer from the current config (SPEC §4 defaults), with preset=NAME's keys and then the key=values given applied to it first (as :preset and :set would, architecture keys included): how a live model is rebuilt in another shape. A live model is replaced (in a session, saved first if it is in no file)."},
     {":step", cmd_step, NULL, ":step [N]", "Take N optimizer steps (default 1), one log line each."},
     {":train", cmd_train, NULL, ":train N [eval_every=..] [ckpt_every=..] [log_every=..]", "Train N steps with periodic log lines, evals and checkpoints. Ctrl-C stops at the next step boundary (or part-way through an eval, which then records no row) with the state intact."},
     {":eval", cmd_eval, NULL, ":eval [depth=k]", "Held-out BPB on the fixed eval window at depth k (default L)."},
