@@ -36,7 +36,8 @@ void lost_settings_note(Engine *e, const LostSettings *l) {
         dm_err ig = {0};
         while ((tok = strtok_r(NULL, " \t", &sv))) {
             char *eq = strchr(tok, '=');
-            if (preset) config_preset(&t, tok, &ig);  // (a line the process refused changes nothing)
+            // (a preset sets its file's keys only; a line the process refused changes nothing)
+            if (preset) { if (config_preset_text(tok)) config_apply_text(&t, config_preset_text(tok), tok, &ig); }
             else if (eq) { *eq = 0; config_set(&t, tok, eq + 1, &ig); }
         }
     }
