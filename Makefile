@@ -41,6 +41,9 @@ HEADERS  += $(wildcard viz/*.h)
 ifeq ($(HEADLESS)$(wildcard /usr/include/stb/stb_image_write.h),/usr/include/stb/stb_image_write.h)
   CFLAGS += -DDM_HAVE_PNG=1 -I/usr/include/stb
 endif
+ifneq ($(HEADLESS),)
+  CFLAGS += -DDM_HEADLESS   # (the reason :plot gives: viz/png.h)
+endif
 
 .PHONY: all lib test test-float test-double bench deps cuda-check clean demo dmsh headless print-blaslib spec-forward test-sgemm-avx2
 all: lib dmsh
@@ -71,8 +74,14 @@ endif
 REPL    += repl/cmd_plot.c
 REPLOBJ := $(REPL:%.c=$(B)/%.o)
 
+# ./dmsh is the interactive float build; a headless or double build links it only when there is
+# none yet (make test builds both, and left ./dmsh the headless one: no PNG, readline or panel)
 dmsh: $(B)/dmsh
+ifeq ($(HEADLESS)$(DM_REAL),float)
 	@ln -sf $(B)/dmsh dmsh
+else
+	@[ -e dmsh ] || ln -sf $(B)/dmsh dmsh
+endif
 
 # The CUDA backend links into dmsh when nvcc exists (cudart static: no runtime library path to
 # set up); without nvcc a stub answers ":device cuda" with the reason.

@@ -13,6 +13,7 @@
 #include "../engine/engine.h"
 #include "../viz/axes.h"
 #include "../viz/plot.h"
+#include "../viz/png.h"
 #include "../sessions/session.h"
 #include "shell.h"
 
@@ -581,7 +582,7 @@ int cmd_plot(Shell *sh, Words *w, dm_err *err) {
     int timeseries = 0;
     for (int k = 0; k < np; k++) timeseries += strcmp(names[k], "depths") != 0;
     if (xs && !timeseries) return dm_fail(err, ":plot depths: x=%s does not apply (its x axis is the loop depth)", xs);
-    if (!viz_png_available()) return dm_fail(err, "this dmsh was built without PNG support (libstb-dev missing)");
+    if (!viz_png_available()) return dm_fail(err, DM_NO_PNG_WHY);
 
     build_timeline(&cx);
     Panel *panels = calloc(np, sizeof(Panel));

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "font.h"
+#include "png.h"
 
 #ifdef DM_HAVE_PNG
 #pragma GCC diagnostic push
@@ -197,7 +198,7 @@ void viz_text(VizCanvas *c, double x, double y, const char *s, double px, int fa
 #else  // built without stb: no text (the chart functions refuse before drawing anything)
 
 int viz_font_ready(char *errmsg, size_t n) {
-    if (errmsg && n) snprintf(errmsg, n, "this dmsh was built without PNG support (libstb-dev missing)");
+    if (errmsg && n) snprintf(errmsg, n, DM_NO_PNG_WHY);
     return 1;
 }
 int viz_font_is_ttf(void) { return 0; }

@@ -23,7 +23,7 @@ int viz_write_png(const char *path, const VizCanvas *c, char *err, size_t n) {
 }
 #else
 int viz_png_check(char *err, size_t n) {
-    if (err && n) snprintf(err, n, "this dmsh was built without PNG support (libstb-dev missing)");
+    if (err && n) snprintf(err, n, DM_NO_PNG_WHY);
     return 1;
 }
 int viz_write_png(const char *path, const VizCanvas *c, char *err, size_t n) {
