@@ -23,8 +23,9 @@ static void on_sigint(int sig) {
     if (sig == SIGTERM || sig == SIGPIPE) dm_leave_signal = sig;
 }
 
-static void usage(void) {
-    fprintf(stderr,
+// to stdout when asked for (--help: `dmsh --help | less`), to stderr after a bad argument
+static void usage_to(FILE *f) {
+    fprintf(f,
             "usage: dmsh [--norc] [--no-tui] [-b FILE.dm] [-e 'cmds; cmds']... [-r runs/NAME]\n"
             "       dmsh --replay FILE.dm   (the script in two processes, compared bit for bit)\n"
             "       dmsh --commands-md   (the command table as Markdown: docs/commands.md)\n"
@@ -32,8 +33,13 @@ static void usage(void) {
             "  exit status: 0 done, 1 a command failed or an interrupt (Ctrl-C) stopped a script,\n"
             "  2 bad arguments, 128+N ended by signal N at a step boundary with the state saved\n"
             "  (in the session; without one, as ./dmsh-step-N.ckpt)\n"
-            "  (129 SIGHUP: terminal closed, 141 SIGPIPE: the reader of stdout went away, 143 SIGTERM)\n");
+            "  (129 SIGHUP: terminal closed, 141 SIGPIPE: the reader of stdout went away, 143 SIGTERM)\n"
+            "  --norc: skip ~/.dmshrc and ./.dmshrc (read only by the interactive prompt, never by -b, -e or\n"
+            "  a piped stdin); --no-tui (or DMSH_NO_TUI=1): step lines instead of :train's live panel\n"
+            "  environment: DMSH_FONT=FILE.ttf the charts' font (else a system DejaVu Sans, else a built-in\n"
+            "  one); OMP_NUM_THREADS the CPU threads\n");
 }
+static void usage(void) { usage_to(stderr); }
 
 int repl_interactive(Shell *sh);  // readline.c (or the plain line reader when built headless)
 
@@ -169,7 +175,7 @@ int main(int argc, char **argv) {
         }
         else if (!strcmp(argv[i], "--norc")) dm_norc = 1;
         else if (!strcmp(argv[i], "--no-tui")) dm_no_tui = 1;
-        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { usage(); return 0; }
+        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { usage_to(stdout); return 0; }
         else if (!strcmp(argv[i], "--commands-md")) {
             if (argc != 2) { fprintf(stderr, "dmsh: --commands-md takes nothing else (it prints the command table and exits)\n"); free(exprs); return 2; }
             // docs/commands.md is generated from the command table, so it cannot drift

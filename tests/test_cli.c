@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include "cli_harness.h"
 #include "../engine/ckpt.h"
@@ -92,6 +93,17 @@ static void test_e_and_prefixes(void **s) {
     assert_int_not_equal(system(cmd), 0);  // resolves to :eval-depths, which needs a model
     slurp_to("err.txt", err_, sizeof err_);
     assert_non_null(strstr(err_, "-e: error: no model"));
+    // --help is asked for: on stdout (`dmsh --help | less` showed nothing), status 0; after a bad
+    // argument, on stderr with status 2
+    snprintf(cmd, sizeof cmd, "cd %s && %s --help > out.txt 2> err.txt", dir, dmsh);
+    assert_int_equal(system(cmd), 0);
+    slurp_to("out.txt", out, sizeof out);
+    assert_non_null(strstr(out, "usage: dmsh [--norc]"));
+    assert_non_null(strstr(out, "DMSH_FONT"));
+    snprintf(cmd, sizeof cmd, "cd %s && %s --bogus > out.txt 2> err.txt", dir, dmsh);
+    assert_int_equal(WEXITSTATUS(system(cmd)), 2);
+    slurp_to("err.txt", err_, sizeof err_);
+    assert_non_null(strstr(err_, "dmsh: unknown argument '--bogus'\nusage: dmsh"));
     // several -e run in order (none is dropped); the first failing one stops the rest
     snprintf(cmd, sizeof cmd, "cd %s && %s -e ':help step' -e ':h \"eval\"' -e ':nonsense' -e ':help init' > out.txt 2> err.txt",
              dir, dmsh);
