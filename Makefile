@@ -4,6 +4,14 @@
 #   make test            every test, float and double builds (cmocka)
 #   make bench           CPU benchmark (not a test)
 #   make headless        dmsh without readline/ncurses/PNG (machines without those headers)
+#   make demo            the README's main job on the embedded default (nano on tinyshakespeare)
+#   make cuemu           the CUDA backend's own sources built for the CPU (tests/cuemu; no GPU)
+#   make cuemu-check     the GPU test programs on that emulated device (make test runs it too)
+#   make cuda-check      compile every .cu and link the device script's programs (needs nvcc)
+#   make gpu-check       on a GPU machine: tests/gpu/run.sh check (parity, KDA, graph replay)
+#   make gpu-bench       on a GPU machine: tests/gpu/run.sh bench (the issue-5 table)
+#   make spec-forward    the independent SPEC forward check (tests/spec_forward)
+#   make deps            install the missing Debian packages;  make clean  remove build/
 #   CUDA_ARCH=sm_90      choose the GPU architecture (default: the build machine's, else sm_90)
 
 CC      ?= gcc

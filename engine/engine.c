@@ -1,4 +1,5 @@
-// engine.c — the trainer: build, step, eval, anchors, checkpoints, determinism check, metrics.
+// engine.c — the trainer: build, step, eval, anchors, determinism check, metrics (checkpoints:
+// engine_ckpt.c).
 #include "engine.h"
 #include "../kernels/guard.h"
 #include <errno.h>

@@ -136,15 +136,21 @@ static const struct {
     const char *cmd, *keys;
 } options[] = {
     {":train", "eval_every|ckpt_every|log_every"},
-    {":init", "seed"},
+    {":init", "seed|preset"},  // (and every config key: below)
     {":eval", "depth"},
     {":data", "eval"},
     {":plot", "out|x|log|size"},
     {":gen", "n|temp|top_k|seed"},
     {":bench", "steps"},
     {":stress", "lr_mult|steps"},
-    {":check", "steps"},
 };
+// :check's options are its verification's: determinism steps=, grad off=, parity batch= ...
+static const char *check_options(const char *what) {
+    if (!strcmp(what, "determinism")) return "steps";
+    if (!strcmp(what, "grad")) return "off";
+    if (!strcmp(what, "parity")) return "batch|seq|precision|route|floor";
+    return NULL;
+}
 
 // Same resolution as sh_resolve (exact, unique prefix, the one-letter shortcuts) without its
 // messages; sh_resolve lives in parse.c, outside the library.
@@ -222,9 +228,17 @@ char **dm_complete(const Command *table, const char *line, const char *word) {
         snprintf(key, sizeof key, "%.*s", (int)(eq - word), word);
         char pre[140];
         snprintf(pre, sizeof pre, "%s=", key);
-        if (!strcmp(cmd, ":set")) {
+        if (!strcmp(cmd, ":set") || (!strcmp(cmd, ":init") && strcmp(key, "preset"))) {
             const ConfigKey *k = config_find_key(key);
             if (k && k->choices) add_choices(&l, word, pre, k->choices);
+        } else if (!strcmp(cmd, ":init")) {
+            for (int i = 0; dm_preset_names[i]; i++) addf(&l, word, "preset=%s", dm_preset_names[i]);
+        } else if (!strcmp(cmd, ":check") && !strcmp(key, "precision")) {
+            add_choices(&l, word, pre, "fp32|bf16");
+        } else if (!strcmp(cmd, ":check") && !strcmp(key, "route")) {
+            add_choices(&l, word, pre, "device|own");
+        } else if (!strcmp(cmd, ":check") && !strcmp(key, "floor")) {
+            add_choices(&l, word, pre, "on|off");
         } else if (!strcmp(key, "eval") || !strcmp(key, "out")) {
             add_paths(&l, word, pre, eq + 1);
         } else if (!strcmp(cmd, ":plot") && !strcmp(key, "x")) {
@@ -233,8 +247,9 @@ char **dm_complete(const Command *table, const char *line, const char *word) {
         return finish(&l);
     }
 
-    if (!strcmp(cmd, ":set")) {
-        for (int i = 0; i < dm_n_config_keys; i++) addf(&l, word, "%s=", dm_config_keys[i].name);
+    if (!strcmp(cmd, ":set") || !strcmp(cmd, ":init")) {
+        for (int i = 0; i < dm_n_config_keys; i++)
+            if (strcmp(cmd, ":init") || strcmp(dm_config_keys[i].name, "seed")) addf(&l, word, "%s=", dm_config_keys[i].name);
     } else if (!strcmp(cmd, ":preset") && pos == 0) {
         for (int i = 0; dm_preset_names[i]; i++) add(&l, word, dm_preset_names[i]);
     } else if (!strcmp(cmd, ":arm")) {
@@ -263,6 +278,13 @@ char **dm_complete(const Command *table, const char *line, const char *word) {
         add_choices(&l, word, "", "config|model|params|arms|data|device|metrics");
     } else if (!strcmp(cmd, ":check") && pos == 0) {
         add_choices(&l, word, "", "determinism|grad|parity");
+    } else if (!strcmp(cmd, ":check") && pos == 1 && argi > 1 && check_options(words[1])) {
+        const char *p = check_options(words[1]);
+        while (*p) {
+            size_t n = strcspn(p, "|");
+            addf(&l, word, "%.*s=", (int)n, p);
+            p += n + (p[n] == '|');
+        }
     } else if (!strcmp(cmd, ":device") && pos == 0) {
         add_choices(&l, word, "", "cpu|cuda|cuda:0");
     } else if (!strcmp(cmd, ":help") && pos == 0) {

@@ -133,12 +133,18 @@ static void test_arguments(void **s) {
     }
     expect(":show m", (const char *[]){"metrics", "model", NULL});
     expect(":check d", (const char *[]){"determinism", NULL});
-    expect(":check grad s", (const char *[]){"steps=", NULL});
+    // each verification's own options (grad was offered steps=, which it refuses; parity none)
+    expect(":check grad o", (const char *[]){"off=", NULL});
+    assert_null(comp(":check grad s"));
+    expect(":check determinism s", (const char *[]){"steps=", NULL});
+    expect(":check parity p", (const char *[]){"precision=", NULL});
+    expect(":check parity route=", (const char *[]){"route=device", "route=own", NULL});
     expect(":help ev", (const char *[]){"eval", "eval-depths", NULL});
     expect(":help :ev", (const char *[]){":eval", ":eval-depths", NULL});
     expect(":train 100 ", (const char *[]){"ckpt_every=", "eval_every=", "log_every=", NULL});
     expect(":t 100 l", (const char *[]){"log_every=", NULL});
-    expect(":init s", (const char *[]){"seed=", NULL});
+    expect(":init s", (const char *[]){"seed=", "seq=", "steps=", NULL});  // :init d=64 rebuilds a live model's shape
+    expect(":init preset=m", (const char *[]){"preset=mini", NULL});
     expect(":device c", (const char *[]){"cpu", "cuda", "cuda:0", NULL});
     assert_null(comp(":quit "));
 }

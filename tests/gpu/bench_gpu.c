@@ -16,7 +16,8 @@
 //               (phase_probe), and what the graph saves
 //   kernels     with CUPTI, the top kernels by device time, then every kernel's time summed by
 //               the part of the model it works for (busy_part: cuBLAS, bf16 packing, KDA, MoE, ...)
-// Data: shared-data/tinyshakespeare.txt if present (run.sh copies it), else generated text.
+// Data: shared-data/tinyshakespeare.txt if present (copy it there yourself: a device run sends the
+// checkout, not ../shared), else generated text.
 // Usage: bench_gpu [K [PRESET:B:T ...]] (K = 20 and the three cases above by default).
 #include <cuda_runtime_api.h>
 #include <stdio.h>
