@@ -280,9 +280,13 @@ static void append_tsv(Engine *e) {
         char *buf = NULL;
         size_t len = 0;
         FILE *m = open_memstream(&buf, &len);
-        int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+        // O_NONBLOCK: a fifo in its place would block the open until a reader came (a hang);
+        // only a regular file takes rows
+        int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NONBLOCK, 0644);
         struct stat st;
-        if (fd >= 0 && m && fstat(fd, &st) == 0) {
+        int regular = fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+        if (fd >= 0 && !regular) { close(fd); fd = -1; errno = EINVAL; }
+        if (fd >= 0 && m) {
             if (st.st_size == 0) engine_tsv_header(m);
             for (int64_t k = from; k < e->nrows; k++) engine_tsv_row(m, &e->rows[k]);
             fflush(m);

@@ -13,6 +13,21 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+// fopen for a session's own files (transcript.dm): NULL unless it is a regular file. A fifo
+// or device put in its place would block the open (a reader waits for a writer and the other way
+// round) and hang -r or every command with no way out but SIGKILL.
+static FILE *fopen_regular(const char *path, const char *mode) {
+    int fl = (mode[0] == 'r' ? O_RDONLY : O_WRONLY | O_CREAT | O_APPEND) | O_NONBLOCK | O_CLOEXEC;
+    int fd = open(path, fl, 0644);
+    struct stat st;
+    if (fd < 0) return NULL;
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) { close(fd); errno = EINVAL; return NULL; }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    FILE *f = fdopen(fd, mode);
+    if (!f) close(fd);
+    return f;
+}
+
 // One word of the command language (repl/parse.c): bare when it has no blank, quote, ';', '#'
 // or backslash, else in double quotes with '"' and '\\' escaped.
 static void put_word(FILE *f, const char *s) {
@@ -168,7 +183,7 @@ void session_transcript(Engine *e, const char *line) {
     if (engine_session_dir_check(e, &derr)) return;  // deleted: said by the next save or metrics row
     char path[1200];
     snprintf(path, sizeof path, "%s/transcript.dm", e->session_dir);
-    FILE *f = fopen(path, "a");
+    FILE *f = fopen_regular(path, "a");
     if (!f) return;
     struct stat tst;
     if (fstat(fileno(f), &tst) == 0 && tst.st_size == 0) {  // a new transcript: where its relative paths start from
@@ -256,16 +271,29 @@ static long long ckpt_name_step_branch(const char *name, int *branch) {
 static long long ckpt_name_step(const char *name) { return ckpt_name_step_branch(name, NULL); }
 
 // 0 and the name LATEST holds; 1 when there is no LATEST (a session of an older dmsh), 2 when it
-// holds no checkpoint name (its text, cut to a line, in name)
+// holds no checkpoint name (its text, cut to a line, in name), 3 when it is no regular file or
+// cannot be read (what it is, in name)
 static int latest_pointer(const char *dir, char *name, size_t n) {
     char p[1200];
     snprintf(p, sizeof p, "%s/ckpt/LATEST", dir);
-    FILE *f = fopen(p, "r");
-    if (!f) return 1;
+    // O_NONBLOCK: a fifo put there opens without a writer (a blocking open hung -r and every
+    // :sessions until SIGKILL: QA, session 23); only a regular file is read
+    int fd = open(p, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return 1;  // (none, or ckpt/ is no directory: said where that is checked)
+    struct stat st = {0};
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+        snprintf(name, n, "%s", S_ISDIR(st.st_mode)  ? "a directory"
+                        : S_ISFIFO(st.st_mode) ? "a fifo"
+                                               : "a device or socket");
+        close(fd);
+        return 3;
+    }
     char buf[512] = "";
-    int ok = fgets(buf, sizeof buf, f) != NULL;
-    fclose(f);
-    buf[strcspn(buf, "\n")] = 0;
+    ssize_t got = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    int ok = got > 0;
+    buf[ok ? got : 0] = 0;
+    buf[strcspn(buf, "\r\n")] = 0;  // (a LATEST edited on another system ends in CR LF)
     snprintf(name, n, "%s", buf);
     if (!ok || ckpt_name_step(buf) < 0 || strchr(buf, '/')) return 2;
     return 0;
@@ -275,6 +303,10 @@ int session_latest_broken(const char *dir, char *why, size_t n) {
     char name[512], p[1700];
     int r = latest_pointer(dir, name, sizeof name);
     if (r == 1) return 0;
+    if (r == 3) {
+        snprintf(why, n, "%s/ckpt/LATEST is %s, not a file naming a checkpoint", dir, name);
+        return 1;
+    }
     if (r == 2) {
         snprintf(why, n, "%s/ckpt/LATEST holds '%.60s', not a checkpoint name", dir, name);
         return 1;
@@ -542,7 +574,7 @@ int session_resume(Engine *e, const char *dir_in, dm_err *err) {
     // transcript last moved to another device, say so rather than continue there silently.
     char last_dev[64] = "", cut[160] = "";
     snprintf(path, sizeof path, "%s/transcript.dm", dir);
-    FILE *tf = fopen(path, "r");
+    FILE *tf = fopen_regular(path, "r");
     LostSettings lost_set;
     lost_settings_reset(&lost_set);
     if (tf) {

@@ -483,6 +483,19 @@ static void test_latest_names_a_missing_file(void **s) {
     slurp_to("err.txt", err_, sizeof err_);
     assert_non_null(strstr(err_, "dmsh: -r: error: runs/LZ/ckpt/LATEST named step-9.ckpt, which is missing, and no checkpoint is in runs/LZ/ckpt: nothing to resume"));
     expect_error(":session LZ\n", "runs/LZ already holds a run (runs/LZ/ckpt/LATEST named step-9.ckpt, which is missing, and no checkpoint is there");
+    // a fifo as LATEST (or as metrics.tsv, transcript.dm): a blocking open hung -r and every
+    // :sessions until SIGKILL (QA, session 23); now it is said and passed over. (timeout: the
+    // old binary would hang here)
+    assert_int_equal(sh_in_dir("rm runs/LM/ckpt/LATEST && mkfifo runs/LM/ckpt/LATEST && timeout 60 %s --norc -e ':sessions' > out.txt 2> err.txt", dmsh), 0);
+    slurp_to("out.txt", out, sizeof out);
+    assert_non_null(strstr(out, "runs/LM/ckpt/LATEST is a fifo, not a file naming a checkpoint"));
+    assert_int_equal(sh_in_dir("rm runs/LM/transcript.dm runs/LM/metrics.tsv && mkfifo runs/LM/transcript.dm runs/LM/metrics.tsv && "
+                               "timeout 60 %s --norc -r runs/LM -e ':step 1' > out.txt 2> err.txt", dmsh), 0);
+    slurp_to("err.txt", err_, sizeof err_);
+    slurp_to("out.txt", out, sizeof out);
+    if (!strstr(err_, "runs/LM/ckpt/LATEST is a fifo, not a file naming a checkpoint; resuming from")) print_error("%s\n%s\n", out, err_);
+    assert_non_null(strstr(err_, "runs/LM/ckpt/LATEST is a fifo, not a file naming a checkpoint; resuming from"));
+    assert_non_null(strstr(out, "step 5 loss"));
 }
 
 // The two fallbacks of -r chose differently (QA): a LATEST naming a missing file took the
