@@ -10,6 +10,7 @@
 #include "../repl/shell.h"
 #include "../viz/plot.h"
 #include "../viz/png.h"
+#include "../viz/ticks.h"
 
 #ifdef DM_HAVE_PNG
 #pragma GCC diagnostic push
@@ -141,6 +142,26 @@ static void test_log_y(void **state) {
     s.y = nan; s.n = 3; c.logy = 0;
     assert_int_equal(viz_chart_png(path, &c, msg, sizeof msg), 1);
     assert_non_null(strstr(msg, "no finite values"));
+}
+
+// QA, session 23 (under UBSan): a finite value near 1e37 on a linear axis (a diverging run's
+// gnorm) wrote its SI suffix past the 24-byte label; a chart of one point passed NULL to memcpy.
+static void test_huge_values_and_one_point(void **state) {
+    (void)state;
+    VizTicks t;
+    viz_ticks(0, 3e38, 5, 0, 0, &t);
+    assert_true(t.n >= 2);
+    for (int i = 0; i < t.n; i++) assert_true(strlen(t.lab[i]) < 12);
+    assert_non_null(strstr(t.factor, "1e38"));
+    viz_ticks(0, 5e6, 5, 0, 0, &t);  // the SI range keeps its suffixes
+    assert_non_null(strchr(t.lab[t.n - 1], 'M'));
+    double x[1] = {3}, y[1] = {1e37};
+    VizSeries s = {.label = "gnorm", .x = x, .y = y, .n = 1, .rgb = 0x1f77b4};
+    VizChart c = {.title = "gnorm", .xlabel = "step", .ylabel = "norm", .width = 640, .height = 400, .series = &s, .nseries = 1};
+    char path[400], msg[256] = "";
+    tmp_path(path, sizeof path, "one.png");
+    if (viz_chart_png(path, &c, msg, sizeof msg)) fail_msg("%s", msg);
+    check_chart(path, 640, 400);
 }
 
 static void test_hist(void **state) {
@@ -492,6 +513,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chart_two_series_ref),
         cmocka_unit_test(test_log_y),
+        cmocka_unit_test(test_huge_values_and_one_point),
         cmocka_unit_test(test_hist),
         cmocka_unit_test(test_bad_path),
         cmocka_unit_test(test_cmd_plot),

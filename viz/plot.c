@@ -160,7 +160,8 @@ static int chart_draw(VizCanvas *cv, const VizChart *c, int bx, int by, int bw, 
     // vertices first, then the segment samples: one array for the placement tests
     double *tx = realloc(allx, sizeof(double) * (np + extra.n + 1)), *ty = tx ? realloc(ally, sizeof(double) * (np + extra.n + 1)) : NULL;
     if (tx) allx = tx;
-    if (ty) {
+    if (ty) ally = ty;
+    if (ty && extra.n) {  // (one point draws no segment: extra is empty and its arrays NULL)
         ally = ty;
         memcpy(allx + np, extra.x, sizeof(double) * extra.n);
         memcpy(ally + np, extra.y, sizeof(double) * extra.n);

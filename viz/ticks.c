@@ -46,7 +46,17 @@ static void label_linear(VizTicks *t, double step) {
     double amax = 0;
     for (int i = 0; i < t->n; i++) amax = fmax(amax, fabs(t->v[i]));
     t->factor[0] = 0;
-    if (amax >= 1e4) {
+    if (!isfinite(amax)) {  // (an axis is finite; a label is never written past its end)
+        for (int i = 0; i < t->n; i++) snprintf(t->lab[i], 24, "%g", t->v[i]);
+    } else if (amax >= 1e18 || (amax > 0 && amax < 1e-2)) {
+        // beyond the SI suffixes (a diverging run's gnorm: "%.0f" of 1e37 filled the label and
+        // the suffix went past it) and below 1e-2: mantissas and one "×1eK" for the axis
+        int k = (int)floor(log10(amax));
+        double u = pow(10, k);
+        int d = decimals_for(step / u);
+        for (int i = 0; i < t->n; i++) snprintf(t->lab[i], 24, "%.*f", d, t->v[i] / u);
+        snprintf(t->factor, sizeof t->factor, "\xc3\x97" "1e%d", k);   // "×1e-4"
+    } else if (amax >= 1e4) {
         static const char *si = "kMGTP";
         int k = 0;
         double u = 1;
@@ -57,14 +67,8 @@ static void label_linear(VizTicks *t, double step) {
             snprintf(t->lab[i], 24, "%.*f", d, t->v[i] / u);
             strip_zeros(t->lab[i]);
             size_t L = strlen(t->lab[i]);
-            t->lab[i][L] = si[k - 1]; t->lab[i][L + 1] = 0;
+            if (L + 1 < 24) { t->lab[i][L] = si[k - 1]; t->lab[i][L + 1] = 0; }
         }
-    } else if (amax > 0 && amax < 1e-2) {
-        int k = (int)floor(log10(amax));
-        double u = pow(10, k);
-        int d = decimals_for(step / u);
-        for (int i = 0; i < t->n; i++) snprintf(t->lab[i], 24, "%.*f", d, t->v[i] / u);
-        snprintf(t->factor, sizeof t->factor, "\xc3\x97" "1e%d", k);   // "×1e-4"
     } else {
         int d = decimals_for(step);
         for (int i = 0; i < t->n; i++) snprintf(t->lab[i], 24, "%.*f", d, t->v[i]);
