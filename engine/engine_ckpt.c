@@ -3,9 +3,11 @@
 // live one.
 #include "engine.h"
 #include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "ckpt.h"
+#include "ckpt_state.h"
 #include "ckpt_values.h"
 #include "engine_internal.h"
 
@@ -17,16 +19,6 @@ static void tensor_layout(const Model *m, char *buf, size_t n) {
                          m->t[i].shape[2], m->t[i].offset);
 }
 
-typedef struct {
-    uint32_t real_size;
-    uint32_t n_arms;
-    int64_t step, tokens, opt_t, total_skips;
-    int32_t consecutive_skips, pad;
-    uint64_t n_params, n_rows_tables;
-    double last_orth_err;
-    int32_t arms_on[ARM_COUNT];
-    int64_t arms_fwd[ARM_COUNT], arms_bwd[ARM_COUNT];
-} CkptState;
 
 int engine_save(Engine *e, const char *path, dm_err *err) { return engine_save_mode(e, path, CK_REPLACE, err); }
 
@@ -108,20 +100,59 @@ static const CkptSection *need_sec(const CkptFile *f, const char *name, uint64_t
     return s;
 }
 
+// Counters no run reaches (2^56: a step of 2^20 tokens for 2^36 steps); with room below int64's
+// end, so the sums a step adds cannot overflow (a hand-made 2^63 - 1 did, in engine_step)
+#define CK_COUNT_MAX (1LL << 56)
+
+// Metric rows as a run writes them: a train or eval row of a step up to the state's, finite
+// rates, shares in [0, 1], an eval row's depth in 1..L and window >= 0, the flags 0 or 1 (:plot
+// sums and indexes by them). A loss or gnorm may be NaN: the firewall records the step it skipped.
+static int check_rows(const char *path, const void *data, size_t n, int64_t step, int L, dm_err *err) {
+    for (size_t i = 0; i < n; i++) {
+        MetricRow r;
+        memcpy(&r, (const char *)data + i * sizeof r, sizeof r);
+        const char *bad = NULL;
+        if (r.kind != 0 && r.kind != 1) bad = "kind";
+        else if (r.step < 0 || r.step > step) bad = "step";
+        else if (r.tokens < 0 || r.tokens > CK_COUNT_MAX) bad = "tokens";
+        else if (!isfinite(r.lr) || r.lr < 0 || !(r.ms >= 0) || !(r.tok_s >= 0)) bad = "lr, ms or tok_s";
+        else if (r.skipped != 0 && r.skipped != 1) bad = "skipped";
+        else if (r.arms_off >> ARM_COUNT) bad = "arms_off";
+        else if (r.kind == 1 && (r.depth < 1 || r.depth > L || r.window < 0)) bad = "depth or window";
+        else if (r.kind == 0 && r.emulated != 0 && r.emulated != 1) bad = "emulated";
+        for (int x = 0; !bad && x < 16; x++)
+            if (!(r.expert_frac[x] >= 0 && r.expert_frac[x] <= 1)) bad = "expert_frac";
+        if (bad)
+            return dm_fail(err, "%s: section 'metrics' row %zu (step %lld) has an impossible %s: not loaded", path, i,
+                           (long long)r.step, bad);
+    }
+    return 0;
+}
+
 // The checks that need no model: the state's counters, the build's real, the config and, with a
 // model live, its architecture. c gets the checkpoint's config.
 static int ckpt_head_check(const Engine *e, const CkptFile *f, const char *path, CkptState *st, Config *c, dm_err *err) {
     const CkptSection *sc = need_sec(f, "config", UINT64_MAX, path, err), *ss;
     if (!sc || !(ss = need_sec(f, "state", sizeof(CkptState), path, err))) return 1;
     memcpy(st, ss->data, sizeof *st);
+    if (st->real_size != 4 && st->real_size != 8)
+        return dm_fail(err, "%s: the state section names reals of %u bytes (4 or 8 are written): not a checkpoint this dmsh can read",
+                       path, st->real_size);
     if (st->real_size != sizeof(real))
         return dm_fail(err, "%s: written by a %s build, this dmsh is %s (make DM_REAL=%s)", path,
                        st->real_size == 8 ? "double" : "float", REAL_NAME, st->real_size == 8 ? "double" : "float");
     // CRCs prove the bytes are the ones written, not that a hand-made file makes sense
-    if (st->step < 0 || st->step > (1LL << 50) || st->tokens < 0 || st->opt_t < 0 || st->opt_t > (1LL << 50) || st->total_skips < 0 ||
-        st->consecutive_skips < 0)
+    if (st->step < 0 || st->step > (1LL << 50) || st->tokens < 0 || st->tokens > CK_COUNT_MAX || st->opt_t < 0 ||
+        st->opt_t > (1LL << 50) || st->total_skips < 0 || st->consecutive_skips < 0)
         return dm_fail(err, "%s: impossible counters in the state section (step %lld, tokens %lld, optimizer steps %lld, skips %lld): not loaded",
                        path, (long long)st->step, (long long)st->tokens, (long long)st->opt_t, (long long)st->total_skips);
+    for (int a = 0; a < ARM_COUNT && a < (int)st->n_arms; a++)
+        if ((st->arms_on[a] != 0 && st->arms_on[a] != 1) || st->arms_fwd[a] < 0 || st->arms_fwd[a] > CK_COUNT_MAX ||
+            st->arms_bwd[a] < 0 || st->arms_bwd[a] > CK_COUNT_MAX)
+            return dm_fail(err, "%s: impossible arm state in the state section (%s: on %d, forward %lld, backward %lld): not loaded", path,
+                           dm_arm_names[a], st->arms_on[a], (long long)st->arms_fwd[a], (long long)st->arms_bwd[a]);
+    if (!(isfinite(st->last_orth_err) && (st->last_orth_err >= 0 || st->last_orth_err == -1)))
+        return dm_fail(err, "%s: impossible orthogonality error %g in the state section: not loaded", path, st->last_orth_err);
     char *text = mallocCheck(sc->size + 1);
     memcpy(text, sc->data, sc->size);
     text[sc->size] = 0;
@@ -196,7 +227,8 @@ int engine_load(Engine *e, const char *path, dm_err *err) {
     }
     if (ckpt_check_values(path, sp->data, sm->data, sv->data, smo->data, fresh.model.n_params, srs->data,
                           (size_t)c.n_orders * c.engram_rows, st.step > st.opt_t ? st.step : st.opt_t, err) ||
-        (smet->size % sizeof(MetricRow) && dm_fail(err, "%s: section 'metrics' has a partial row", path))) {
+        (smet->size % sizeof(MetricRow) && dm_fail(err, "%s: section 'metrics' has a partial row", path)) ||
+        check_rows(path, smet->data, smet->size / sizeof(MetricRow), st.step, c.L, err)) {
         engine_free(&fresh);
         goto done;
     }

@@ -11,6 +11,8 @@
 #include "testutil.h"
 #include "../engine/engine.h"
 #include "../engine/ckpt.h"
+#include "../engine/ckpt_state.h"
+#include <stddef.h>
 
 static char corpus[64] = "", good[64] = "";
 
@@ -84,6 +86,73 @@ static int load_edited(const char *name, size_t i, double val, dm_err *err) {
     return rc;
 }
 
+// good with n bytes at offset off of section NAME replaced (the state's counters, a metric row)
+static int load_bytes(const char *name, size_t off, const void *bytes, size_t n, dm_err *err) {
+    CkptFile f;
+    dm_err e0 = {0};
+    if (ckpt_read(good, &f, &e0)) fail_msg("%s", e0.msg);
+    CkptSection *sec = malloc(sizeof *sec * (size_t)f.nsec);
+    char *copy = NULL;
+    for (int k = 0; k < f.nsec; k++) {
+        sec[k] = f.sec[k];
+        if (!strcmp(f.sec[k].name, name)) {
+            assert_true(off + n <= f.sec[k].size);
+            copy = malloc(f.sec[k].size);
+            memcpy(copy, f.sec[k].data, f.sec[k].size);
+            memcpy(copy + off, bytes, n);
+            sec[k].data = copy;
+        }
+    }
+    assert_non_null(copy);
+    char path[80];
+    snprintf(path, sizeof path, "/tmp/dm_ckv_edit_%d.ckpt", (int)getpid());
+    if (ckpt_write(path, sec, f.nsec, &e0)) fail_msg("%s", e0.msg);
+    free(copy);
+    free(sec);
+    ckpt_close(&f);
+    Engine b;
+    engine_init(&b);
+    b.be = backend_cpu();
+    int rc = engine_load(&b, path, err);
+    engine_free(&b);
+    unlink(path);
+    return rc;
+}
+
+#define EXPECT_BYTES_REFUSED(name, off, value, needle)                                    \
+    do {                                                                                  \
+        __typeof__(value) v_ = (value);                                                   \
+        dm_err e_ = {0};                                                                  \
+        int rc_ = load_bytes(name, off, &v_, sizeof v_, &e_);                             \
+        if (rc_ != 1 || !strstr(e_.msg, needle)) print_error("%s @%zu: rc %d, %s\n", name, (size_t)(off), rc_, e_.msg); \
+        assert_int_equal(rc_, 1);                                                         \
+        assert_non_null(strstr(e_.msg, needle));                                          \
+    } while (0)
+
+// QA, session 23: counters past what any run reaches loaded, and the next step overflowed them
+// (tokens 2^63 - 1, an arm's forward count); arm flags of 7, NaN orth_err and rows of kind 9,
+// depth 1e9 or shares of 3e38 loaded raw (the last overflowed :plot's sums, and wrote past a
+// tick label); a real size of 0 read as "written by a float build, this dmsh is float"
+static void test_counters_and_rows_checked(void **s) {
+    (void)s;
+    dm_err err = {0};
+    int64_t tok = 12345;
+    assert_int_equal(load_bytes("state", offsetof(CkptState, tokens), &tok, sizeof tok, &err), 0);  // a plausible one loads
+    EXPECT_BYTES_REFUSED("state", offsetof(CkptState, tokens), (int64_t)INT64_MAX, "impossible counters in the state section");
+    EXPECT_BYTES_REFUSED("state", offsetof(CkptState, arms_fwd), (int64_t)INT64_MAX, "impossible arm state in the state section (kda");
+    EXPECT_BYTES_REFUSED("state", offsetof(CkptState, arms_on) + 4, (int32_t)7, "on 7");
+    EXPECT_BYTES_REFUSED("state", offsetof(CkptState, last_orth_err), (double)NAN, "impossible orthogonality error nan");
+    EXPECT_BYTES_REFUSED("state", offsetof(CkptState, real_size), (uint32_t)0, "names reals of 0 bytes (4 or 8 are written)");
+    size_t row1 = sizeof(MetricRow);
+    EXPECT_BYTES_REFUSED("metrics", row1 + offsetof(MetricRow, kind), (int)9, "section 'metrics' row 1 (step 1) has an impossible kind");
+    EXPECT_BYTES_REFUSED("metrics", row1 + offsetof(MetricRow, step), (int64_t)99, "row 1 (step 99) has an impossible step");
+    EXPECT_BYTES_REFUSED("metrics", row1 + offsetof(MetricRow, expert_frac) + 4, (float)3e38f, "impossible expert_frac");
+    EXPECT_BYTES_REFUSED("metrics", row1 + offsetof(MetricRow, emulated), (int)1000000000, "impossible emulated");
+    EXPECT_BYTES_REFUSED("metrics", row1 + offsetof(MetricRow, arms_off), (uint16_t)0x8000, "impossible arms_off");
+    double nan_loss = NAN;  // a step the firewall skipped records its NaN loss: that loads
+    assert_int_equal(load_bytes("metrics", row1 + offsetof(MetricRow, loss), &nan_loss, sizeof nan_loss, &err), 0);
+}
+
 static void expect_refused(const char *name, size_t i, double val, const char *needle) {
     dm_err err = {0};
     int rc = load_edited(name, i, val, &err);
@@ -109,6 +178,7 @@ static void test_values_checked(void **s) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_values_checked),
+        cmocka_unit_test(test_counters_and_rows_checked),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
