@@ -484,6 +484,14 @@ int ckpt_read(const char *path, CkptFile *f, dm_err *err) {
         return dm_fail(err, "%s: not a regular file", path);
     }
     size_t n = (size_t)st.st_size;
+    // the magic before the whole file: a 6 GB file that is no checkpoint was read into memory
+    // first (29 s, 6.4 GB), and one larger than memory would end the process
+    char head[8];
+    ssize_t hn = pread(fd, head, sizeof head, 0);
+    if (hn > 0 && memcmp(head, CK_MAGIC, (size_t)hn) != 0) {
+        close(fd);
+        return dm_fail(err, "%s: not a dmsh checkpoint (bad magic)", path);
+    }
     // plain malloc, not mallocCheck: a checkpoint too big for memory is an error to report, not exit
     uint8_t *img = malloc(n ? n : 1);
     if (!img) {
