@@ -198,6 +198,28 @@ int engine_load(Engine *e, const char *path, dm_err *err) {
     // without the user asking. The REPL says the window holds no sequence and names the fix;
     // :eval and a :train that evals refuse until it is fixed (engine_eval_window).
 
+    // its layout and its parameter count against its config's, before a model of that config is
+    // built (a config edited to d=8192 built a 3 GB model from an 8 MB file, then said "written
+    // by an older build")
+    if (config_validate(&c, err)) goto done;
+    {
+        Model lay;
+        model_layout(&lay, &c);
+        char *want = mallocCheck(8192);
+        tensor_layout(&lay, want, 8192);
+        const CkptSection *sl = ckpt_find(&f, "layout"), *sp0 = ckpt_find(&f, "params");
+        int same = sl && sl->size == strlen(want) && memcmp(sl->data, want, sl->size) == 0;
+        free(want);
+        if (!sp0 || sp0->size != sizeof(real) * (uint64_t)lay.n_params) {
+            dm_fail(err, "%s: its config makes %zu parameters, its params section holds %llu: the file is inconsistent, not loaded", path,
+                    lay.n_params, sp0 ? (unsigned long long)(sp0->size / sizeof(real)) : 0ULL);
+            goto done;
+        }
+        if (!same) {
+            dm_fail(err, "%s: its parameter layout differs from this dmsh's (written by an older build): it cannot be loaded by this version", path);
+            goto done;
+        }
+    }
     // verify every size against a model of that config before touching the live one
     Engine fresh;
     engine_init(&fresh);
@@ -205,18 +227,6 @@ int engine_load(Engine *e, const char *path, dm_err *err) {
     fresh.be = e->be;  // the checkpoint loads onto the current device
     if (engine_build(&fresh, c.seed, err)) goto done;
     size_t P = sizeof(real) * fresh.model.n_params;
-    {
-        char *want = mallocCheck(8192);
-        tensor_layout(&fresh.model, want, 8192);
-        const CkptSection *sl = ckpt_find(&f, "layout");
-        int same = sl && sl->size == strlen(want) && memcmp(sl->data, want, sl->size) == 0;
-        free(want);
-        if (!same) {
-            dm_fail(err, "%s: its parameter layout differs from this dmsh's (written by an older build): it cannot be loaded by this version", path);
-            engine_free(&fresh);
-            goto done;
-        }
-    }
     const CkptSection *sp, *sm, *sv, *smo, *srs, *smet;
     if (!(sp = need_sec(&f, "params", P, path, err)) || !(sm = need_sec(&f, "optim.m", P, path, err)) ||
         !(sv = need_sec(&f, "optim.v", P, path, err)) || !(smo = need_sec(&f, "optim.mom", P, path, err)) ||

@@ -170,6 +170,12 @@ static void init_params(Model *m, real *P, uint64_t seed) {
 }
 
 static int model_create_ex(Model *m, const Config *cfg, const Backend *be, uint64_t seed, int init, dm_err *err);
+void model_layout(Model *m, const Config *cfg) {
+    memset(m, 0, sizeof *m);
+    m->cfg = *cfg;
+    build_table(m);
+}
+
 int model_create(Model *m, const Config *cfg, const Backend *be, uint64_t seed, dm_err *err) {
     return model_create_ex(m, cfg, be, seed, 1, err);
 }

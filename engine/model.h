@@ -149,6 +149,9 @@ typedef struct {
 
 // Build the tensor table for cfg, allocate, and initialise per SPEC §4 "Defaults".
 int model_create(Model *m, const Config *cfg, const Backend *be, uint64_t seed, dm_err *err);
+// Only the tensor table of cfg (names, shapes, offsets, n_params) in m: no memory, nothing to
+// free. What a checkpoint is checked against before a model of its config is built.
+void model_layout(Model *m, const Config *cfg);
 // The same tensors and buffers with every parameter 0 (no initialisation: the caller puts
 // weights in with model_params_put; parity checks copy a model this way).
 int model_create_blank(Model *m, const Config *cfg, const Backend *be, dm_err *err);

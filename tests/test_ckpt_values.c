@@ -13,6 +13,7 @@
 #include "../engine/ckpt.h"
 #include "../engine/ckpt_state.h"
 #include <stddef.h>
+#include <stdint.h>
 
 static char corpus[64] = "", good[64] = "";
 
@@ -86,7 +87,8 @@ static int load_edited(const char *name, size_t i, double val, dm_err *err) {
     return rc;
 }
 
-// good with n bytes at offset off of section NAME replaced (the state's counters, a metric row)
+// good with n bytes at offset off of section NAME replaced (the state's counters, a metric row);
+// off = SIZE_MAX: the whole section becomes those n bytes
 static int load_bytes(const char *name, size_t off, const void *bytes, size_t n, dm_err *err) {
     CkptFile f;
     dm_err e0 = {0};
@@ -95,7 +97,12 @@ static int load_bytes(const char *name, size_t off, const void *bytes, size_t n,
     char *copy = NULL;
     for (int k = 0; k < f.nsec; k++) {
         sec[k] = f.sec[k];
-        if (!strcmp(f.sec[k].name, name)) {
+        if (!strcmp(f.sec[k].name, name) && off == SIZE_MAX) {
+            copy = malloc(n ? n : 1);
+            memcpy(copy, bytes, n);
+            sec[k].data = copy;
+            sec[k].size = n;
+        } else if (!strcmp(f.sec[k].name, name)) {
             assert_true(off + n <= f.sec[k].size);
             copy = malloc(f.sec[k].size);
             memcpy(copy, f.sec[k].data, f.sec[k].size);
@@ -149,6 +156,22 @@ static void test_counters_and_rows_checked(void **s) {
     EXPECT_BYTES_REFUSED("metrics", row1 + offsetof(MetricRow, expert_frac) + 4, (float)3e38f, "impossible expert_frac");
     EXPECT_BYTES_REFUSED("metrics", row1 + offsetof(MetricRow, emulated), (int)1000000000, "impossible emulated");
     EXPECT_BYTES_REFUSED("metrics", row1 + offsetof(MetricRow, arms_off), (uint16_t)0x8000, "impossible arms_off");
+    // a config edited to another shape: refused by its parameter count before a model of it is
+    // built (it built a 3 GB model from an 8 MB file first, then blamed an older build)
+    CkptFile f;
+    dm_err e0 = {0};
+    if (ckpt_read(good, &f, &e0)) fail_msg("%s", e0.msg);
+    const CkptSection *cs = ckpt_find(&f, "config");
+    char *text = malloc(cs->size + 64);
+    memcpy(text, cs->data, cs->size);
+    int tl = (int)cs->size + snprintf(text + cs->size, 64, ":set d=8192 H=8 L=1\n");
+    ckpt_close(&f);
+    int rc = load_bytes("config", SIZE_MAX, text, (size_t)tl, &err);
+    free(text);
+    if (rc != 1 || !strstr(err.msg, "the file is inconsistent")) print_error("%s\n", err.msg);
+    assert_int_equal(rc, 1);
+    assert_non_null(strstr(err.msg, "its config makes "));
+    assert_non_null(strstr(err.msg, "the file is inconsistent, not loaded"));
     double nan_loss = NAN;  // a step the firewall skipped records its NaN loss: that loads
     assert_int_equal(load_bytes("metrics", row1 + offsetof(MetricRow, loss), &nan_loss, sizeof nan_loss, &err), 0);
 }
