@@ -175,7 +175,7 @@ int main(int argc, char **argv) {
         }
         else if (!strcmp(argv[i], "--norc")) dm_norc = 1;
         else if (!strcmp(argv[i], "--no-tui")) dm_no_tui = 1;
-        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { usage_to(stdout); return 0; }
+        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { usage_to(stdout); free(exprs); return 0; }
         else if (!strcmp(argv[i], "--commands-md")) {
             if (argc != 2) { fprintf(stderr, "dmsh: --commands-md takes nothing else (it prints the command table and exits)\n"); free(exprs); return 2; }
             // docs/commands.md is generated from the command table, so it cannot drift
@@ -183,6 +183,7 @@ int main(int argc, char **argv) {
                    "A unique prefix of a name works (`:eval-d`); shortcuts: `:s` step, `:t` train, `:e` eval, `:p` plot, `:h` help, `:q` quit.\n\n"
                    "| command | what it does |\n|---|---|\n");
             for (int c = 0; dm_commands[c].name; c++) printf("| `%s` | %s |\n", dm_commands[c].usage, dm_commands[c].help);
+            free(exprs);
             return 0;
         }
         else { fprintf(stderr, "dmsh: unknown argument '%s'\n", argv[i]); usage(); free(exprs); return 2; }
@@ -208,7 +209,7 @@ int main(int argc, char **argv) {
     int rc = 0;
     if (resume) {
         dm_err err = {0};
-        if (session_resume(&eng, resume, &err)) { fprintf(stderr, "dmsh: -r: error: %s\n", err.msg); engine_free(&eng); return 1; }
+        if (session_resume(&eng, resume, &err)) { fprintf(stderr, "dmsh: -r: error: %s\n", err.msg); engine_free(&eng); free(exprs); return 1; }
         // which checkpoint: LATEST's, or the one a fallback chose (said on stderr, and here)
         const char *ck = strrchr(eng.synced_path, '/') ? strrchr(eng.synced_path, '/') + 1 : eng.synced_path;
         printf("resumed %s at step %lld from ckpt/%s (%d metric rows)%s%s\n", resume, (long long)eng.step, ck, eng.nrows,
