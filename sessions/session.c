@@ -609,6 +609,21 @@ int session_resume(Engine *e, const char *dir_in, dm_err *err) {
     snprintf(line, sizeof line, "# dmsh -r: resumed from %s at step %lld, run in %s (relative paths below are from there)",
              e->synced_path, (long long)e->step, cwd);
     session_transcript(e, line);
+    // metrics.tsv becomes the checkpoint's rows: rows past them (steps a killed process never
+    // saved, or a fallback's newer checkpoint that did not load) leave it, said with their count
+    snprintf(path, sizeof path, "%s/metrics.tsv", dir);
+    FILE *mf = fopen_regular(path, "r");
+    long long lines = 0;
+    if (mf) {
+        int ch, last = '\n';
+        while ((ch = getc(mf)) != EOF) { lines += ch == '\n'; last = ch; }
+        lines += last != '\n';  // (a last row without its line break)
+        fclose(mf);
+    }
+    long long dropped = lines - 1 - e->nrows;  // (the header)
+    if (lines > 1 && dropped > 0)
+        engine_note(e, "metrics.tsv held %lld rows past this checkpoint's %d (steps after it that no checkpoint holds): "
+                    "they leave it, and the steps that made them run again", dropped, e->nrows);
     return session_rewrite_metrics(e, err);
 }
 

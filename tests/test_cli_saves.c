@@ -205,10 +205,11 @@ static void test_killed_command_is_named(void **s) {
     // after a clean exit they were saved and nothing is said
     cl = snprintf(cmd, sizeof cmd,
                   "(%s --norc -e ':session ak' -e '%s' -e ':data %s' -e ':init seed=1' -e ':train 4 ckpt_every=2 eval_every=0' "
-                  "-e ':arm kda off' -e ':set lr=0.001 clip=0.5' -e ':train 1000000 ckpt_every=0 eval_every=0 log_every=100000' "
+                  "-e ':arm kda off' -e ':set lr=0.001 clip=0.5' -e ':train 1000000 ckpt_every=0 eval_every=0 log_every=1' "
                   "> k.out 2>&1 & p=$!; "
                   "for i in $(seq 1200); do grep -q '^:set lr' runs/ak/transcript.dm 2>/dev/null && break; sleep 0.05; done; "
-                  "sleep 0.2; kill -9 $p; wait $p; true)", dmsh, tiny, corpus);
+                  "for i in $(seq 1200); do grep -q '^step 6 ' k.out && break; sleep 0.05; done; "
+                  "kill -9 $p; wait $p; true)", dmsh, tiny, corpus);
     assert_true(cl > 0 && cl < (int)sizeof cmd);
     assert_int_equal(sh_in_dir("%s", cmd), 0);
     assert_int_equal(sh_in_dir("%s --norc -r runs/ak -e ':set lr=0.002' -e ':quit' > out.txt 2> err.txt", dmsh), 0);
@@ -216,6 +217,8 @@ static void test_killed_command_is_named(void **s) {
     if (!strstr(out, "not in it (the process ended before they were saved): lr 0.003 -> 0.001, clip 1 -> 0.5, kda on -> off"))
         print_error("%s\n", out);
     assert_non_null(strstr(out, "not in it (the process ended before they were saved): lr 0.003 -> 0.001, clip 1 -> 0.5, kda on -> off"));
+    // and the rows metrics.tsv held past the checkpoint (steps 4, 5, ...) leave it, counted
+    assert_non_null(strstr(out, " rows past this checkpoint's 4 (steps after it that no checkpoint holds)"));
     assert_int_equal(sh_in_dir("%s --norc -r runs/ak -e ':quit' > out.txt 2> err.txt", dmsh), 0);
     slurp_to("out.txt", out, sizeof out);
     assert_null(strstr(out, "not in it"));
