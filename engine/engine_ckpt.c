@@ -300,6 +300,9 @@ int engine_load(Engine *e, const char *path, dm_err *err) {
             snprintf(e->eval_path, sizeof e->eval_path, "%s", ep);
             engine_note(e, "the checkpoint's corpus did not open, so no corpus is open (%s); :data PATH opens one", derr.msg);
         }
+    } else if (!e->has_data && sd && sd->size >= sizeof e->data_path) {
+        engine_note(e, "the checkpoint's corpus path is %llu bytes, longer than this dmsh takes (%zu), so no corpus is open; :data PATH opens one",
+                    (unsigned long long)sd->size, sizeof e->data_path - 1);
     } else if (e->has_data && sd && sd->size && (sd->size != strlen(e->data_path) || memcmp(sd->data, e->data_path, sd->size))) {
         engine_note(e, "this checkpoint was trained on %.*s; the corpus already open stays (%s): :data switches",
                     (int)(sd->size < 400 ? sd->size : 400), (const char *)sd->data, e->data_path);
