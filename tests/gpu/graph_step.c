@@ -6,7 +6,8 @@
 //      the table row counts and the counters;
 //   2. the same 20 steps in TWO PROCESSES give bit-identical losses and weights (this program
 //      runs itself twice with `dump FILE` and compares the files);
-//   3. the host really only enqueues: with reports every 10 steps, the enqueue of a replayed step
+//   3. a capture with more uploads than staging events is refused, not recorded wrongly;
+//   4. the host really only enqueues: with reports every 10 steps, the enqueue of a replayed step
 //      returns before the device has run it (ms per enqueue, printed) — informational; `quick`
 //      (the CPU emulation's run, tests/cuemu) leaves it out: its times would say nothing.
 // Every arm on, nano's shapes at batch 4 x seq 128, default precision (bf16 operands).
@@ -178,6 +179,27 @@ int main(int argc, char **argv) {
     if (!quick) printf("  %-58s info  %s\n", "enqueue vs device time (30 replayed steps)", buf);
     engine_free(&eg);
     engine_free(&ee);
+
+    // the capture guard: a step with more uploads before a wait than staging events (8) cannot be
+    // captured (two record nodes for one event); graph_end says why and nothing of it ran, so the
+    // engine runs that step eagerly. No step has that many today: this proves the refusal itself.
+    {
+        float host_src[16] = {0};
+        float *hs = cu->host_alloc(sizeof host_src), *d = cu->alloc(sizeof host_src);
+        memcpy(hs, host_src, sizeof host_src);
+        char w1[300] = "", w2[300] = "";
+        int began = cu->graph_begin(w1, sizeof w1) == 0;
+        for (int i = 0; i < 9 && began; i++) cu->upload_async(d, hs, sizeof host_src);
+        void *g = began ? cu->graph_end(w2, sizeof w2) : NULL;
+        row("a capture of 9 uploads before a wait is refused (8 events)", began && !g && strstr(w2, "more than 8 uploads"),
+            began ? w2 : w1);
+        if (g) cu->graph_free(g);
+        cu->upload_async(d, hs, sizeof host_src);  // and eager uploads go on after it
+        cu->upload_wait();
+        cu->sync();
+        cu->free(d);
+        cu->host_free(hs);
+    }
 
     // two processes: the same 20 steps
     char f1[64], f2[64], cmd[600];
