@@ -156,7 +156,9 @@ static void test_parity(void **s) {
     print_message("floor: %d of %d tensors moved (and by < 1e-3) with the weights 1 ulp away; loss %.2e\n", nfloor,
                   rep.nrows, rep.loss_floor);
     assert_true(nfloor > rep.nrows / 2);
-    assert_true(rep.loss_floor > 0 && rep.loss_floor < 1e-5);
+    // (the loss may come out the same float: weights moved by +-1 ulp at random shift it by less
+    // than its own ulp on some hosts, e.g. an AVX-512 Xeon's build of this test; the gradients above moved)
+    assert_true(rep.loss_floor >= 0 && rep.loss_floor < 1e-5);
     broken = *backend_cpu();
     broken.silu_rows_forward = bad_silu_rows;
     assert_int_equal(engine_check_parity(&e, backend_cpu(), &broken, 2, 16, 1e-4, 0, PARITY_FLOOR, &rep, &err), 0);
