@@ -11,6 +11,7 @@
 #   make gpu-check       on a GPU machine: tests/gpu/run.sh check (parity, KDA, graph replay)
 #   make gpu-bench       on a GPU machine: tests/gpu/run.sh bench (the issue-5 table)
 #   make spec-forward    the independent SPEC forward check (tests/spec_forward)
+#   make spec-optim      the independent SPEC optimizer-step check (tests/spec_optim)
 #   make deps            install the missing Debian packages;  make clean  remove build/
 #   CUDA_ARCH=sm_90      choose the GPU architecture (default: the build machine's, else sm_90)
 
@@ -53,7 +54,7 @@ ifneq ($(HEADLESS),)
   CFLAGS += -DDM_HEADLESS   # (the reason :plot gives: viz/png.h)
 endif
 
-.PHONY: all lib test test-float test-double bench deps cuda-check clean demo dmsh headless print-blaslib spec-forward test-sgemm-avx2
+.PHONY: all lib test test-float test-double bench deps cuda-check clean demo dmsh headless print-blaslib spec-forward spec-optim test-sgemm-avx2
 all: lib dmsh
 print-blaslib:  # the OpenBLAS link flag this machine takes (tests/gpu/run.sh links with it)
 	@echo $(BLASLIB)
@@ -158,6 +159,7 @@ test: deps
 test-float test-double: $(addprefix $(B)/tests/,$(TESTS)) $(B)/dmsh
 	@set -e; for t in $(TESTS); do echo "== $(DM_REAL) $$t"; $(TESTENV) ./$(B)/tests/$$t; done
 	@if [ "$(DM_REAL)" = double ]; then $(MAKE) --no-print-directory spec-forward DM_REAL=double; fi
+	@if [ "$(DM_REAL)" = double ]; then $(MAKE) --no-print-directory spec-optim DM_REAL=double; fi
 	@if [ "$(DM_REAL)" = float ]; then $(MAKE) --no-print-directory test-sgemm-avx2 DM_REAL=float; fi
 
 # Where the compiler targets AVX-512, sgemm.c runs its 6x32 tiles; machines without AVX-512 run
@@ -189,6 +191,21 @@ spec-forward: $(B)/libdm.a
 	$(TESTENV) python3 tests/spec_forward/compare.py --driver $(B)/tests/spec_forward_driver --out $(B)/spec_forward
 	@set -e; for mu in $(SPEC_MUTATIONS); do \
 	  $(TESTENV) python3 tests/spec_forward/compare.py --driver $(B)/tests/spec_forward_driver --out $(B)/spec_forward --mutate $$mu | tail -1; done
+
+# One optimizer step against an independent pure-Python step written from SPEC.md §4 (and
+# decisions.md where it is open; tests/spec_optim): 20 variants (schedule phases, opt=adamw,
+# muon_colrow, clip binding or not, arms off, the NaN firewall, the retraction), every update,
+# moment, table row count and the logged rates and norm within 1e-10 in double; then deliberate
+# misreadings of §4 in the Python side, each of which must be caught.
+SPEC_OPTIM_MUTATIONS := no_nesterov ns_cubic scale_ratio wd_on_1d table_global_t clip_norm_no_tables \
+  warmup_off_by_one cosine_to_zero adamw_no_bias_correction wd_coupled muon_wd_adamw_lr tables_dense \
+  colrow_rows_first firewall_off frob_no_eps retract_bare_frob
+spec-optim: $(B)/libdm.a
+	@mkdir -p $(B)/tests
+	$(CC) $(CFLAGS) -I. tests/spec_optim/driver.c -o $(B)/tests/spec_optim_driver $(B)/libdm.a $(LDLIBS)
+	$(TESTENV) python3 tests/spec_optim/compare.py --driver $(B)/tests/spec_optim_driver --out $(B)/spec_optim
+	$(TESTENV) python3 tests/spec_optim/compare.py --driver $(B)/tests/spec_optim_driver --out $(B)/spec_optim \
+	  --mutate $(shell echo $(SPEC_OPTIM_MUTATIONS) | tr ' ' ',')
 
 bench: deps
 	$(MAKE) --no-print-directory $(B)/bench_cpu
