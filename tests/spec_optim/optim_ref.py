@@ -25,12 +25,11 @@ NS_COEF = (3.4445, -4.7750, 2.0315)        # SPEC §4: Muon's Newton–Schulz
 NS_ITERS = 5
 FROB_EPS = 1e-7                            # SPEC §4: "dividing by its Frobenius norm (+1e-7)"
 RETRACT_COEF = (1.875, -1.25, 0.375)       # SPEC §1: the polar retraction of U, V
-# SPEC §4 muon_colrow: "normalises each column then each row ... to unit RMS" (no epsilon named;
-# decisions.md records none). FINDING (spec_optim, reported): the engine divides by RMS + 1e-7;
-# with 1e-7 here the muon_colrow variant agrees to ~4e-14, with 0 it differs by 3.6e-5 (a tall
-# kda.wf2 whose gradient has near-zero rows). Left at the SPEC's reading until the engine or
-# decisions.md settles it.
-COLROW_EPS = float(os.environ.get("OPTIM_COLROW_EPS", "0"))
+# SPEC §4 muon_colrow: "normalises each column then each row ... to unit RMS" (no epsilon named).
+# decisions.md ("Muon+ divides by RMS + 1e-7"): the +1e-7 keeps a zero column or row finite, as
+# the Frobenius division's does. This check found it (3.6e-5 off without it: a tall kda.wf2
+# whose gradient has near-zero rows); OPTIM_COLROW_EPS=0 shows that difference again.
+COLROW_EPS = float(os.environ.get("OPTIM_COLROW_EPS", "1e-7"))
 
 
 # ---------------------------------------------------------------- reading the dump
