@@ -104,8 +104,8 @@ static const CkptSection *need_sec(const CkptFile *f, const char *name, uint64_t
 // end, so the sums a step adds cannot overflow (a hand-made 2^63 - 1 did, in engine_step)
 #define CK_COUNT_MAX (1LL << 56)
 
-// Metric rows as a run writes them: a train or eval row of a step up to the state's, finite
-// rates, shares in [0, 1], an eval row's depth in 1..L and window >= 0, the flags 0 or 1 (:plot
+// Metric rows as a run writes them: a train or eval row of a step up to the state's, a finite
+// lr, shares in [0, 1], an eval row's depth in 1..L and window >= 0, the flags 0 or 1 (:plot
 // sums and indexes by them). A loss or gnorm may be NaN: the firewall records the step it skipped.
 static int check_rows(const char *path, const void *data, size_t n, int64_t step, int L, dm_err *err) {
     for (size_t i = 0; i < n; i++) {
@@ -115,7 +115,7 @@ static int check_rows(const char *path, const void *data, size_t n, int64_t step
         if (r.kind != 0 && r.kind != 1) bad = "kind";
         else if (r.step < 0 || r.step > step) bad = "step";
         else if (r.tokens < 0 || r.tokens > CK_COUNT_MAX) bad = "tokens";
-        else if (!isfinite(r.lr) || r.lr < 0 || !(r.ms >= 0) || !(r.tok_s >= 0)) bad = "lr, ms or tok_s";
+        else if (!isfinite(r.lr) || r.lr < 0) bad = "lr";  // (ms and tok_s are clock readings, never used: not checked)
         else if (r.skipped != 0 && r.skipped != 1) bad = "skipped";
         else if (r.arms_off >> ARM_COUNT) bad = "arms_off";
         else if (r.kind == 1 && (r.depth < 1 || r.depth > L || r.window < 0)) bad = "depth or window";
@@ -143,7 +143,8 @@ static int ckpt_head_check(const Engine *e, const CkptFile *f, const char *path,
                        st->real_size == 8 ? "double" : "float", REAL_NAME, st->real_size == 8 ? "double" : "float");
     // CRCs prove the bytes are the ones written, not that a hand-made file makes sense
     if (st->step < 0 || st->step > (1LL << 50) || st->tokens < 0 || st->tokens > CK_COUNT_MAX || st->opt_t < 0 ||
-        st->opt_t > (1LL << 50) || st->total_skips < 0 || st->consecutive_skips < 0)
+        st->opt_t > (1LL << 50) || st->total_skips < 0 || st->total_skips > (1LL << 50) || st->consecutive_skips < 0 ||
+        st->consecutive_skips > st->total_skips)
         return dm_fail(err, "%s: impossible counters in the state section (step %lld, tokens %lld, optimizer steps %lld, skips %lld): not loaded",
                        path, (long long)st->step, (long long)st->tokens, (long long)st->opt_t, (long long)st->total_skips);
     for (int a = 0; a < ARM_COUNT && a < (int)st->n_arms; a++)
@@ -210,13 +211,14 @@ int engine_load(Engine *e, const char *path, dm_err *err) {
         const CkptSection *sl = ckpt_find(&f, "layout"), *sp0 = ckpt_find(&f, "params");
         int same = sl && sl->size == strlen(want) && memcmp(sl->data, want, sl->size) == 0;
         free(want);
+        if (!same) {  // (an older build's tensor table, or a config section edited by hand)
+            dm_fail(err, "%s: its parameter layout is not the one its config makes in this dmsh (a file of an older build, or "
+                    "an edited config): not loaded", path);
+            goto done;
+        }
         if (!sp0 || sp0->size != sizeof(real) * (uint64_t)lay.n_params) {
             dm_fail(err, "%s: its config makes %zu parameters, its params section holds %llu: the file is inconsistent, not loaded", path,
                     lay.n_params, sp0 ? (unsigned long long)(sp0->size / sizeof(real)) : 0ULL);
-            goto done;
-        }
-        if (!same) {
-            dm_fail(err, "%s: its parameter layout differs from this dmsh's (written by an older build): it cannot be loaded by this version", path);
             goto done;
         }
     }

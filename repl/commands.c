@@ -360,6 +360,10 @@ static int init_config(Shell *sh, Words *w, Config *t, int *user_steps, dm_err *
         snprintf(key, sizeof key, "%.*s", (int)(eq - w->argv[i] < 63 ? eq - w->argv[i] : 63), w->argv[i]);
         if (!strcmp(key, "preset")) continue;
         if (config_set(t, key, eq + 1, err)) return 1;
+        // the split of the open corpus is :set's (it re-splits and says so); a new model alone
+        // would record an eval_frac its batches do not come from
+        if (!strcmp(key, "eval_frac") && t->eval_frac != E_->cfg.eval_frac && E_->has_data && !E_->eval_path[0])
+            return dm_fail(err, ":init: eval_frac splits the open corpus: `:set eval_frac=%s` first (it re-splits), then :init", eq + 1);
         *user_steps |= !strcmp(key, "steps");
     }
     if (config_validate(t, err) || model_shape_check(E_->be, t, t->batch, t->seq, err)) return 1;
@@ -390,7 +394,7 @@ static int cmd_init(Shell *sh, Words *w, dm_err *err) {
     char changed[1024] = "";
     Config was = cfg_before;
     was.seed = tmp.seed;
-    was.steps = tmp.steps;
+    if (!user_steps) was.steps = tmp.steps;
     config_set_diff(&was, &tmp, changed, sizeof changed);
     E_->cfg = tmp;
     if (engine_build(E_, seed, err)) { E_->cfg = cfg_before; E_->steps_auto = auto0; return 1; }
@@ -684,8 +688,11 @@ static int cmd_load(Shell *sh, Words *w, dm_err *err) {
     // the user had left, as "its last checkpoint" (QA, session 23).
     if (E_->session_dir[0]) {
         char saved[1300];
-        if (session_autosave(E_, saved, sizeof saved, err)) return 1;
-        if (saved[0]) fprintf(OUT, "saved %s (the loaded state, where dmsh -r resumes)\n", saved);
+        dm_err aerr = {0};
+        if (session_autosave(E_, saved, sizeof saved, &aerr))  // (the load itself took effect: a note, not a failure)
+            fprintf(OUT, "note: the loaded state is not yet where dmsh -r resumes (%s); the exit's save puts it there\n", aerr.msg);
+        else if (saved[0])
+            fprintf(OUT, "saved %s (the loaded state, where dmsh -r resumes)\n", saved);
     }
     return 0;
 }

@@ -13,10 +13,51 @@ static int cmd_is(const char *q, const char *name) {
     return !strncmp(q, name, k) && (q[k] == ' ' || q[k] == '\t' || q[k] == '\n' || q[k] == '\r' || !q[k]);
 }
 
+// key=val as the last value of key: an earlier pair of it leaves; a value too long to hold
+// leaves the key unknown (no pair: never a cut value applied)
+static void put(LostSettings *l, const char *key, size_t klen, const char *val) {
+    for (int i = 0; i < l->n; i++)
+        if (strlen(l->kv[i].key) == klen && !strncmp(l->kv[i].key, key, klen)) {
+            memmove(&l->kv[i], &l->kv[i + 1], sizeof l->kv[0] * (size_t)(l->n - i - 1));
+            l->n--;
+            break;
+        }
+    size_t vlen = strcspn(val, " \t\r\n");
+    if (klen >= sizeof l->kv[0].key || vlen >= sizeof l->kv[0].val || l->n == (int)(sizeof l->kv / sizeof l->kv[0])) return;
+    snprintf(l->kv[l->n].key, sizeof l->kv[0].key, "%.*s", (int)klen, key);
+    snprintf(l->kv[l->n].val, sizeof l->kv[0].val, "%.*s", (int)vlen, val);
+    l->n++;
+}
+
+// every key=value word of text (up to a '#'), as put() takes them
+static void put_words(LostSettings *l, const char *text) {
+    const char *p = text;
+    while (*p && *p != '#') {
+        p += strspn(p, " \t\r\n");
+        size_t w = strcspn(p, " \t\r\n#");
+        const char *eq = memchr(p, '=', w);
+        if (eq && eq > p) put(l, p, (size_t)(eq - p), eq + 1);
+        if (!w) break;
+        p += w;
+    }
+}
+
 void lost_settings_line(LostSettings *l, const char *q) {
     if (!strncmp(q, "# dmsh -r: resumed", 18) || cmd_is(q, ":load") || cmd_is(q, ":init")) { lost_settings_reset(l); return; }
-    if (cmd_is(q, ":set") || cmd_is(q, ":preset")) {
-        if (l->n < 64) snprintf(l->lines[l->n++], sizeof l->lines[0], "%.*s", (int)strcspn(q, "#\r\n"), q);
+    if (cmd_is(q, ":set")) { put_words(l, q + 4); return; }
+    if (cmd_is(q, ":preset")) {  // its file's :set lines (other keys keep their values)
+        char name[64];
+        if (sscanf(q + 7, " %63s", name) == 1 && config_preset_text(name)) {
+            const char *t = config_preset_text(name);
+            while (*t) {
+                size_t len = strcspn(t, "\n");
+                char line[512];
+                snprintf(line, sizeof line, "%.*s", (int)len, t);
+                const char *c = line + strspn(line, " \t");
+                if (cmd_is(c, ":set")) put_words(l, c + 4);
+                t += len + (t[len] == '\n');
+            }
+        }
         return;
     }
     if (!cmd_is(q, ":arm")) return;
@@ -28,19 +69,8 @@ void lost_settings_line(LostSettings *l, const char *q) {
 
 void lost_settings_note(Engine *e, const LostSettings *l) {
     Config t = e->cfg;
-    for (int i = 0; i < l->n; i++) {
-        char buf[512], *sv = NULL;
-        snprintf(buf, sizeof buf, "%s", l->lines[i]);
-        char *tok = strtok_r(buf, " \t", &sv);
-        int preset = !strcmp(tok, ":preset");
-        dm_err ig = {0};
-        while ((tok = strtok_r(NULL, " \t", &sv))) {
-            char *eq = strchr(tok, '=');
-            // (a preset sets its file's keys only; a line the process refused changes nothing)
-            if (preset) { if (config_preset_text(tok)) config_apply_text(&t, config_preset_text(tok), tok, &ig); }
-            else if (eq) { *eq = 0; config_set(&t, tok, eq + 1, &ig); }
-        }
-    }
+    dm_err ig = {0};
+    for (int i = 0; i < l->n; i++) config_set(&t, l->kv[i].key, l->kv[i].val, &ig);  // (a refused value changes nothing)
     char diff[600] = "", arms[200] = "";
     config_live_diff(&e->cfg, &t, diff, sizeof diff);
     size_t u = 0;

@@ -11,7 +11,10 @@
 // transcript still showed them). Command names are matched whole (a script's abbreviations are
 // not followed).
 typedef struct {
-    char lines[64][512];  // the :set / :preset lines in order (a :preset then a :set of one key)
+    // the last value each key was given since the reset, in the order they were last given (a
+    // :preset adds its file's keys; a :set of a key given before moves it to the end), so any
+    // number of lines holds at most one pair per config key
+    struct { char key[32], val[224]; } kv[96];
     int n;
     int arm[ARM_COUNT];   // -1: not switched since the reset; else the last :arm's on/off
 } LostSettings;

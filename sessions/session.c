@@ -2,6 +2,7 @@
 #include "session.h"
 #include "../engine/ckpt.h"
 #include "lost_settings.h"
+#include "same_state.h"
 #include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -68,11 +69,26 @@ int session_write_config(const Engine *e, dm_err *err) {
     if (!e->session_dir[0]) return 0;
     char path[1200];
     snprintf(path, sizeof path, "%s/config.dm", e->session_dir);
-    FILE *f = fopen(path, "w");
-    if (!f) return dm_fail(err, "cannot write %s: %s", path, strerror(errno));
+    // a temp file put in place by rename: never half a config, and never an open of whatever
+    // sits at the name (a fifo there blocked this write, after every command, for good)
+    char tmp[1300];
+    snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
+    unlink(tmp);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f) {
+        int why = errno;
+        if (fd >= 0) close(fd);
+        return dm_fail(err, "cannot write %s: %s", path, strerror(why));
+    }
     fputs("# resolved config of this session (dmsh writes it on :init and :session)\n", f);
     put_config_lines(f, e);
-    fclose(f);
+    int bad = ferror(f);
+    if (fclose(f) != 0 || bad || rename(tmp, path) != 0) {
+        int why = errno ? errno : EIO;
+        unlink(tmp);
+        return dm_fail(err, "cannot write %s: %s", path, strerror(why));
+    }
     return 0;
 }
 
@@ -650,31 +666,6 @@ static void free_ckpt_path(const Engine *e, const char *prefix, char *path, size
     }
 }
 
-// 1 when the two checkpoints hold the same state: every section the same bytes, the metric rows
-// too but for their step times (ms, tok/s: a run redone after a :load or a resume reaches the same
-// weights, moments and losses in other wall-clock times, and was kept as "another state")
-static int same_state(const char *a, const char *b) {
-    CkptFile fa, fb;
-    dm_err ea = {0}, eb = {0};
-    int oka = !ckpt_read(a, &fa, &ea), okb = !ckpt_read(b, &fb, &eb), same = oka && okb && fa.nsec == fb.nsec;
-    for (int i = 0; same && i < fa.nsec; i++) {
-        const CkptSection *x = &fa.sec[i], *y = ckpt_find(&fb, x->name);
-        if (!y || x->size != y->size) { same = 0; break; }
-        if (strcmp(x->name, "metrics") || x->size % sizeof(MetricRow)) { same = !memcmp(x->data, y->data, x->size); continue; }
-        for (size_t r = 0; same && r < x->size / sizeof(MetricRow); r++) {
-            MetricRow u, v;
-            memcpy(&u, (const char *)x->data + r * sizeof u, sizeof u);
-            memcpy(&v, (const char *)y->data + r * sizeof v, sizeof v);
-            u.ms = v.ms = 0;
-            u.tok_s = v.tok_s = 0;
-            same = !memcmp(&u, &v, sizeof u);
-        }
-    }
-    if (oka) ckpt_close(&fa);
-    if (okb) ckpt_close(&fb);
-    return same;
-}
-
 // Save the state; a new branch file (step-N-bK) that holds the same state as an earlier file of
 // step N is not kept: the state is that file's (a resumed run whose settings went back to the
 // ones saved there came to the same state, which was written again as "another state" before).
@@ -699,7 +690,7 @@ static int save_step(Engine *e, const char *prefix, char *path, size_t n, char *
         if (k) snprintf(other, sizeof other, "%s%lld-b%d.ckpt", prefix, (long long)e->step, k);
         else snprintf(other, sizeof other, "%s%lld.ckpt", prefix, (long long)e->step);
         if (!strcmp(other, path)) break;
-        if (same_state(other, path)) {
+        if (session_same_state(other, path)) {
             unlink(path);
             snprintf(path, n, "%s", other);
             snprintf(e->synced_path, sizeof e->synced_path, "%s", realpath(other, abs) ? abs : other);

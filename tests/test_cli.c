@@ -41,6 +41,8 @@ static void test_errors_with_line_numbers(void **s) {
     assert_non_null(strstr(out, "\n  seq              64 "));
     assert_non_null(strstr(out, "\n  lr               0.002 "));
     expect_error(":init d=64 d=32\n", "s.dm:1: error: :init: option 'd' given twice");
+    snprintf(script, sizeof script, "%s:data %s\n:init eval_frac=0.5\n", SMALL, corpus);  // the split is :set's
+    expect_error(script, "s.dm:4: error: :init: eval_frac splits the open corpus: `:set eval_frac=0.5` first");
     expect_error(":init bogus=1\n", "s.dm:1: error: unknown key 'bogus'");
     expect_error(":init preset=huge\n", "s.dm:1: error: unknown preset 'huge'");
     expect_error(":init d=30 H=4\n", "s.dm:1: error:");

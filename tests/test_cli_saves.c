@@ -222,6 +222,14 @@ static void test_killed_command_is_named(void **s) {
     assert_int_equal(sh_in_dir("%s --norc -r runs/ak -e ':quit' > out.txt 2> err.txt", dmsh), 0);
     slurp_to("out.txt", out, sizeof out);
     assert_null(strstr(out, "not in it"));
+    // any number of :set lines: the last value of each key counts (the first 64 lines were kept,
+    // and a clean exit after 70 was said to have lost lr)
+    assert_int_equal(sh_in_dir("(for i in $(seq 70); do echo \":set lr=0.00$((i % 9 + 1))\"; done; echo ':set lr=0.0005') | "
+                               "%s --norc -r runs/ak > out.txt 2> err.txt", dmsh), 0);
+    assert_int_equal(sh_in_dir("%s --norc -r runs/ak -e ':show config' > out.txt 2> err.txt", dmsh), 0);
+    slurp_to("out.txt", out, sizeof out);
+    assert_null(strstr(out, "not in it"));
+    assert_non_null(strstr(out, "  lr               0.0005 "));
 }
 
 // Found by a QA pass (session 22): a reader of stdout that went away (`dmsh -b run.dm | head`)
@@ -492,7 +500,8 @@ static void test_latest_names_a_missing_file(void **s) {
     assert_int_equal(sh_in_dir("rm runs/LM/ckpt/LATEST && mkfifo runs/LM/ckpt/LATEST && timeout 60 %s --norc -e ':sessions' > out.txt 2> err.txt", dmsh), 0);
     slurp_to("out.txt", out, sizeof out);
     assert_non_null(strstr(out, "runs/LM/ckpt/LATEST is a fifo, not a file naming a checkpoint"));
-    assert_int_equal(sh_in_dir("rm runs/LM/transcript.dm runs/LM/metrics.tsv && mkfifo runs/LM/transcript.dm runs/LM/metrics.tsv && "
+    assert_int_equal(sh_in_dir("rm runs/LM/transcript.dm runs/LM/metrics.tsv runs/LM/config.dm && "
+                               "mkfifo runs/LM/transcript.dm runs/LM/metrics.tsv runs/LM/config.dm && "
                                "timeout 60 %s --norc -r runs/LM -e ':step 1' > out.txt 2> err.txt", dmsh), 0);
     slurp_to("err.txt", err_, sizeof err_);
     slurp_to("out.txt", out, sizeof out);
