@@ -7,26 +7,13 @@
 #include <string.h>
 #include "engine/model.h"
 #include "engine/rng.h"
-
-static void dump_arr(FILE *f, const char *name, const real *p, size_t n) {
-    fprintf(f, "%s %zu", name, n);
-    for (size_t i = 0; i < n; i++) fprintf(f, " %.17g", (double)p[i]);
-    fprintf(f, "\n");
-}
+#include "tests/spec_common.h"
 
 int main(int argc, char **argv) {
     if (argc < 2) { fprintf(stderr, "usage: driver OUTPREFIX [key=value] [off=ARM]\n"); return 2; }
     const char *pre = argv[1];
     Config c; dm_err err = {0};
-    if (config_preset(&c, "nano", &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
-    // the tiny base config
-    const char *base[] = {"d=8", "H=2", "L=2", "E=3", "k=2", "r=2", "f=6", "engram_rows=31", "engram_dim=4",
-                          "engram_orders=2,3", "seq=7", "batch=2", "kda_chunk=4", NULL};
-    for (int i = 0; base[i]; i++) {
-        char kv[128]; snprintf(kv, sizeof kv, "%s", base[i]);
-        char *eq = strchr(kv, '='); *eq = 0;
-        if (config_set(&c, kv, eq + 1, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
-    }
+    if (spec_tiny_config(&c, NULL, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
     uint64_t noise_seed = 12345;
     int offs[ARM_COUNT] = {0};
     const char *zeros[8]; int nzero = 0;   // zero=TENSOR: set a tensor to 0 after the noise (ties)
@@ -56,16 +43,7 @@ int main(int argc, char **argv) {
     // perturb every parameter: noise of half the tensor's rms (at least 0.15), alpha well away from 0
     real *P = malloc(sizeof(real) * m.n_params);
     model_params_get(&m, P);
-    Rng r = {splitmix64(noise_seed)};
-    for (int t = 0; t < P_COUNT; t++) {
-        real *p = P + m.t[t].offset;
-        size_t n = m.t[t].numel;
-        double ss = 0;
-        for (size_t i = 0; i < n; i++) ss += (double)p[i] * p[i];
-        double rms = sqrt(ss / n), sd = 0.5 * rms;
-        if (sd < 0.15) sd = 0.15;
-        for (size_t i = 0; i < n; i++) p[i] += (real)(sd * rng_normal(&r));
-    }
+    spec_perturb(&m, P, noise_seed);
     P[m.t[P_ALPHA].offset] = (real)alpha;
     for (int z = 0; z < nzero; z++) {
         int t = model_find_param(&m, zeros[z]);

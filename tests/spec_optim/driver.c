@@ -20,12 +20,7 @@
 #include "engine/model.h"
 #include "engine/optim.h"
 #include "engine/rng.h"
-
-static void dump_arr(FILE *f, const char *name, const real *p, size_t n) {
-    fprintf(f, "%s %zu", name, n);
-    for (size_t i = 0; i < n; i++) fprintf(f, " %.17g", (double)p[i]);
-    fprintf(f, "\n");
-}
+#include "tests/spec_common.h"
 
 static void dump_i64(FILE *f, const char *name, const int64_t *p, size_t n) {
     fprintf(f, "%s %zu", name, n);
@@ -60,16 +55,9 @@ int main(int argc, char **argv) {
     if (argc < 2) { fprintf(stderr, "usage: driver OUTFILE [key=value] [off=ARM]\n"); return 2; }
     const char *out = argv[1];
     Config c; dm_err err = {0};
-    if (config_preset(&c, "nano", &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
     // the tiny base config (spec_forward's), and optimizer settings that move the weights visibly
-    const char *base[] = {"d=8", "H=2", "L=2", "E=3", "k=2", "r=2", "f=6", "engram_rows=31", "engram_dim=4",
-                          "engram_orders=2,3", "seq=7", "batch=2", "kda_chunk=4",
-                          "lr=0.01", "lr_muon=0.05", "warmup=3", "steps=12", NULL};
-    for (int i = 0; base[i]; i++) {
-        char kv[128]; snprintf(kv, sizeof kv, "%s", base[i]);
-        char *eq = strchr(kv, '='); *eq = 0;
-        if (config_set(&c, kv, eq + 1, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
-    }
+    static const char *const opt_keys[] = {"lr=0.01", "lr_muon=0.05", "warmup=3", "steps=12", NULL};
+    if (spec_tiny_config(&c, opt_keys, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
     uint64_t noise_seed = 12345;
     int offs[ARM_COUNT] = {0};
     int pre = 3, start = 0, nanloss = 0, retract = 0;
@@ -101,16 +89,7 @@ int main(int argc, char **argv) {
     size_t n = m.n_params;
     real *P = malloc(sizeof(real) * n);
     model_params_get(&m, P);
-    Rng r = {splitmix64(noise_seed)};
-    for (int t = 0; t < P_COUNT; t++) {
-        real *p = P + m.t[t].offset;
-        size_t k = m.t[t].numel;
-        double ss = 0;
-        for (size_t i = 0; i < k; i++) ss += (double)p[i] * p[i];
-        double rms = sqrt(ss / k), sd = 0.5 * rms;
-        if (sd < 0.15) sd = 0.15;
-        for (size_t i = 0; i < k; i++) p[i] += (real)(sd * rng_normal(&r));
-    }
+    spec_perturb(&m, P, noise_seed);
     P[m.t[P_ALPHA].offset] = (real)0.8;
     model_params_put(&m, P);
 
