@@ -117,6 +117,15 @@ static void kda_smem_prepare(int D, size_t *sf, size_t *sb) {
     *sb = kda_smem_bytes(kda_core_local_size_bwd(D));
     KDA_RAISE(kda_chunk_fwd_smem_kernel, kda_raised_fwd, *sf);
     KDA_RAISE(kda_chunk_bwd_smem_kernel, kda_raised_bwd, *sb);
+    // two blocks an SM (the launch bounds' aim) need the backward's 2 x 110 KB at D = 64 in
+    // shared memory: ask for the largest carveout rather than leave the split to the driver
+    // (a hint, set once, in the eager warm-up)
+    static int carved = 0;
+    if (!carved) {
+        cudaCheck(cudaFuncSetAttribute(kda_chunk_fwd_smem_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+        cudaCheck(cudaFuncSetAttribute(kda_chunk_bwd_smem_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+        carved = 1;
+    }
 }
 
 // For bench_gpu: what each KDA kernel gets on this device at head size D — registers, local

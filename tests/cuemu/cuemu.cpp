@@ -676,6 +676,8 @@ cudaError_t emu_not_supported(const char *what) {
     return set_err(cudaErrorNotSupported);
 }
 cudaError_t emu_func_set_attribute(const char *f, cudaFuncAttribute a, int v) {
+    // the carveout is a hint a GPU takes as given (-1 .. 100 percent); nothing to emulate
+    if (a == cudaFuncAttributePreferredSharedMemoryCarveout) return v < -1 || v > 100 ? set_err(cudaErrorInvalidValue) : cudaSuccess;
     if (a != cudaFuncAttributeMaxDynamicSharedMemorySize || v < 0 || v > EMU_SMEM_OPTIN) return set_err(cudaErrorInvalidValue);
     smem_attr[f] = v;
     return cudaSuccess;
