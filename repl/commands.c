@@ -408,6 +408,19 @@ static int cmd_init(Shell *sh, Words *w, dm_err *err) {
     fprintf(OUT, "init seed %llu: %zu compute params + %zu memory-table (%.2fM + %.2fM), device %s (%s)\n",
             (unsigned long long)seed, comp, tab, comp / 1e6, tab / 1e6, E_->device[0] ? E_->device : "cpu", REAL_NAME);
     say_arm_changes(sh, arms0, had, ":init (a new model starts with every arm on)");
+    // a session that holds checkpoints of another model: -r resumes this one from now on (LATEST
+    // names its step 0), as after a :load. A process killed after the :init resumed the model it
+    // replaced, "from its last checkpoint", with this one's settings called lost (QA, session 23).
+    char held[1300];
+    long long hstep;
+    if (E_->session_dir[0] && (had || !session_latest_ckpt(E_->session_dir, held, sizeof held, &hstep))) {
+        char saved[1300];
+        dm_err aerr = {0};
+        if (session_autosave(E_, saved, sizeof saved, &aerr))
+            fprintf(OUT, "note: the new model is not yet where dmsh -r resumes (%s); the exit's save puts it there\n", aerr.msg);
+        else if (saved[0])
+            fprintf(OUT, "saved %s (the new model, where dmsh -r resumes)\n", saved);
+    }
     return 0;
 }
 

@@ -230,6 +230,18 @@ static void test_killed_command_is_named(void **s) {
     slurp_to("out.txt", out, sizeof out);
     assert_null(strstr(out, "not in it"));
     assert_non_null(strstr(out, "  lr               0.0005 "));
+    // a process killed after an :init resumes the new model (its step 0), not the one it replaced
+    // "from its last checkpoint" with the new model's settings called lost (QA, session 23)
+    cl = snprintf(cmd, sizeof cmd,
+                  "(%s --norc -r runs/ak -e ':init d=16 seed=2' -e ':train 1000000 ckpt_every=0 eval_every=0 log_every=1' > k.out 2>&1 & "
+                  "p=$!; for i in $(seq 1200); do grep -q '^step 6 ' k.out && break; sleep 0.05; done; kill -9 $p; wait $p; true)", dmsh);
+    assert_true(cl > 0 && cl < (int)sizeof cmd);
+    assert_int_equal(sh_in_dir("%s", cmd), 0);
+    assert_int_equal(sh_in_dir("%s --norc -r runs/ak -e ':show config' > out.txt 2> err.txt", dmsh), 0);
+    slurp_to("out.txt", out, sizeof out);
+    if (!strstr(out, "resumed runs/ak at step 0 from ckpt/step-0.ckpt")) print_error("%s\n", out);
+    assert_non_null(strstr(out, "resumed runs/ak at step 0 from ckpt/step-0.ckpt"));
+    assert_non_null(strstr(out, "\n  d                16 "));
 }
 
 // Found by a QA pass (session 22): a reader of stdout that went away (`dmsh -b run.dm | head`)
