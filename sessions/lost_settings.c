@@ -8,10 +8,38 @@ void lost_settings_reset(LostSettings *l) {
     for (int a = 0; a < ARM_COUNT; a++) l->arm[a] = -1;
 }
 
-static int cmd_is(const char *q, const char *name) {
-    size_t k = strlen(name);
-    return !strncmp(q, name, k) && (q[k] == ' ' || q[k] == '\t' || q[k] == '\n' || q[k] == '\r' || !q[k]);
+// The REPL's command names (repl/commands.c's table; tests/test_cli.c checks the two agree), so
+// a line typed as a unique prefix (`:ar kda off`) or a shortcut reads as its command, as the
+// REPL ran it
+const char *const lost_settings_commands[] = {":help", ":preset", ":set", ":show", ":data", ":init", ":step", ":train",
+                                              ":eval", ":eval-depths", ":anchors", ":arm", ":save", ":load", ":check",
+                                              ":stress", ":bench", ":plot", ":probe", ":gen", ":device", ":session",
+                                              ":sessions", ":run", ":quit", NULL};
+
+const char *lost_settings_resolve(const char *word, size_t len) {
+    static const char *const sc[][2] = {{":s", ":step"}, {":t", ":train"}, {":e", ":eval"}, {":p", ":plot"}, {":h", ":help"}, {":q", ":quit"}};
+    const char *hit = NULL;
+    int nhit = 0;
+    for (int i = 0; lost_settings_commands[i]; i++) {
+        if (strlen(lost_settings_commands[i]) == len && !strncmp(lost_settings_commands[i], word, len)) return lost_settings_commands[i];
+        if (len > 1 && !strncmp(lost_settings_commands[i], word, len)) { hit = lost_settings_commands[i]; nhit++; }
+    }
+    if (nhit == 1) return hit;
+    for (size_t i = 0; i < sizeof sc / sizeof sc[0]; i++)
+        if (strlen(sc[i][0]) == len && !strncmp(sc[i][0], word, len)) return sc[i][1];
+    return NULL;
 }
+
+// q's command (its first word, resolved) is name; the words after it start at *rest
+static int cmd_is_at(const char *q, const char *name, const char **rest) {
+    if (q[0] != ':') return 0;
+    size_t len = strcspn(q, " \t\r\n;#");
+    const char *c = lost_settings_resolve(q, len);
+    if (!c || strcmp(c, name)) return 0;
+    if (rest) *rest = q + len;
+    return 1;
+}
+static int cmd_is(const char *q, const char *name) { return cmd_is_at(q, name, NULL); }
 
 // key=val as the last value of key: an earlier pair of it leaves; a value too long to hold
 // leaves the key unknown (no pair: never a cut value applied)
@@ -44,10 +72,11 @@ static void put_words(LostSettings *l, const char *text) {
 
 void lost_settings_line(LostSettings *l, const char *q) {
     if (!strncmp(q, "# dmsh -r: resumed", 18) || cmd_is(q, ":load") || cmd_is(q, ":init")) { lost_settings_reset(l); return; }
-    if (cmd_is(q, ":set")) { put_words(l, q + 4); return; }
-    if (cmd_is(q, ":preset")) {  // its file's :set lines (other keys keep their values)
+    const char *rest;
+    if (cmd_is_at(q, ":set", &rest)) { put_words(l, rest); return; }
+    if (cmd_is_at(q, ":preset", &rest)) {  // its file's :set lines (other keys keep their values)
         char name[64];
-        if (sscanf(q + 7, " %63s", name) == 1 && config_preset_text(name)) {
+        if (sscanf(rest, " %63s", name) == 1 && config_preset_text(name)) {
             const char *t = config_preset_text(name);
             while (*t) {
                 size_t len = strcspn(t, "\n");
@@ -60,9 +89,9 @@ void lost_settings_line(LostSettings *l, const char *q) {
         }
         return;
     }
-    if (!cmd_is(q, ":arm")) return;
+    if (!cmd_is_at(q, ":arm", &rest)) return;
     char name[32], val[8];
-    if (sscanf(q + 4, " %31s %7s", name, val) != 2) return;
+    if (sscanf(rest, " %31s %7s", name, val) != 2) return;
     for (int a = 0; a < ARM_COUNT; a++)
         if (!strcmp(name, dm_arm_names[a])) l->arm[a] = !strcmp(val, "on") ? 1 : !strcmp(val, "off") ? 0 : l->arm[a];
 }

@@ -8,8 +8,8 @@
 // transcript's :set, :preset and :arm lines since its last reset (a resume, a :load, an :init) are
 // applied to a copy of the resumed config; what then differs is said at the resume, not dropped
 // without a word (QA, session 23: `:arm kda off; :set lr=0.001` were gone after a SIGKILL while the
-// transcript still showed them). Command names are matched whole (a script's abbreviations are
-// not followed).
+// transcript still showed them). A command typed as a unique prefix or shortcut reads as the REPL
+// ran it.
 typedef struct {
     // the last value each key was given since the reset, in the order they were last given (a
     // :preset adds its file's keys; a :set of a key given before moves it to the end), so any
@@ -20,6 +20,10 @@ typedef struct {
 } LostSettings;
 
 void lost_settings_reset(LostSettings *l);
+// the REPL's command names (NULL-terminated), and the one a typed word of len bytes names (exact,
+// a unique prefix, or :s :t :e :p :h :q), else NULL
+extern const char *const lost_settings_commands[];
+const char *lost_settings_resolve(const char *word, size_t len);
 // one transcript line (leading blanks skipped)
 void lost_settings_line(LostSettings *l, const char *q);
 // the note (engine_note) naming every live key and arm the transcript left different from the

@@ -591,6 +591,10 @@ int session_resume(Engine *e, const char *dir_in, dm_err *err) {
     char last_dev[64] = "", cut[160] = "";
     snprintf(path, sizeof path, "%s/transcript.dm", dir);
     FILE *tf = fopen_regular(path, "r");
+    struct stat tst;
+    if (!tf && lstat(path, &tst) == 0 && !S_ISREG(tst.st_mode))  // (a missing one is a new session's)
+        engine_note(e, "%s is not a regular file (%s): it is not read, and no command is recorded in it; move it away to "
+                    "keep a transcript", path, S_ISFIFO(tst.st_mode) ? "a fifo" : S_ISDIR(tst.st_mode) ? "a directory" : "a device or link");
     LostSettings lost_set;
     lost_settings_reset(&lost_set);
     if (tf) {

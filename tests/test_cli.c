@@ -9,6 +9,7 @@
 #include "cli_harness.h"
 #include "../engine/ckpt.h"
 #include "../engine/engine.h"
+#include "../sessions/lost_settings.h"
 
 static void test_errors_with_line_numbers(void **s) {
     (void)s;
@@ -761,6 +762,24 @@ static void test_commands_md_current(void **s) {
     assert_non_null(doc);
     if (strcmp(gen, doc)) print_error("docs/commands.md is stale: run make docs/commands.md\n");
     assert_string_equal(gen, doc);
+    // the session code's copy of the command names (sessions/lost_settings.c reads transcripts
+    // typed with prefixes) is the table's: every name, no other
+    int n = 0;
+    for (const char *q = strstr(gen, "\n| `:"); q; q = strstr(q + 1, "\n| `:")) {
+        const char *name = q + 4;
+        size_t len = strcspn(name, " `");
+        const char *r = lost_settings_resolve(name, len);
+        if (!r || strlen(r) != len || strncmp(r, name, len)) print_error("%.*s: not in lost_settings_commands\n", (int)len, name);
+        assert_non_null(r);
+        assert_int_equal(strlen(r), len);
+        n++;
+    }
+    int m = 0;
+    while (lost_settings_commands[m]) m++;
+    assert_int_equal(n, m);
+    assert_string_equal(lost_settings_resolve(":ar", 3), ":arm");
+    assert_string_equal(lost_settings_resolve(":s", 2), ":step");
+    assert_null(lost_settings_resolve(":se", 3));  // ambiguous: :set, :session, :sessions
     free(gen); free(doc);
 }
 

@@ -205,7 +205,7 @@ static void test_killed_command_is_named(void **s) {
     // after a clean exit they were saved and nothing is said
     cl = snprintf(cmd, sizeof cmd,
                   "(%s --norc -e ':session ak' -e '%s' -e ':data %s' -e ':init seed=1' -e ':train 4 ckpt_every=2 eval_every=0' "
-                  "-e ':arm kda off' -e ':set lr=0.001 clip=0.5' -e ':train 1000000 ckpt_every=0 eval_every=0 log_every=1' "
+                  "-e ':ar kda off' -e ':set lr=0.001 clip=0.5' -e ':train 1000000 ckpt_every=0 eval_every=0 log_every=1' "
                   "> k.out 2>&1 & p=$!; "
                   "for i in $(seq 1200); do grep -q '^:set lr' runs/ak/transcript.dm 2>/dev/null && break; sleep 0.05; done; "
                   "for i in $(seq 1200); do grep -q '^step 6 ' k.out && break; sleep 0.05; done; "
@@ -517,6 +517,9 @@ static void test_latest_names_a_missing_file(void **s) {
                                "timeout 60 %s --norc -r runs/LM -e ':step 1' > out.txt 2> err.txt", dmsh), 0);
     slurp_to("err.txt", err_, sizeof err_);
     slurp_to("out.txt", out, sizeof out);
+    if (!strstr(out, "runs/LM/transcript.dm is not a regular file (a fifo): it is not read, and no command is recorded in it"))
+        print_error("%s\n%s\n", out, err_);
+    assert_non_null(strstr(out, "runs/LM/transcript.dm is not a regular file (a fifo): it is not read, and no command is recorded in it"));
     if (!strstr(err_, "runs/LM/ckpt/LATEST is a fifo, not a file naming a checkpoint; resuming from")) print_error("%s\n%s\n", out, err_);
     assert_non_null(strstr(err_, "runs/LM/ckpt/LATEST is a fifo, not a file naming a checkpoint; resuming from"));
     assert_non_null(strstr(out, "step 5 loss"));
