@@ -151,6 +151,16 @@ static void test_resume_names_the_device(void **s) {
     assert_non_null(strstr(out, "`:device cuda:0` to go back"));
 }
 
+// dmsh --norc ARGS (the -e / -r words, shell-quoted by the caller) run in the test directory and
+// killed with SIGKILL once the shell test UNTIL holds (polled every 50 ms, 60 s at most)
+static void run_and_kill(const char *args, const char *until) {
+    char cmd[2000];
+    int cl = snprintf(cmd, sizeof cmd, "(%s --norc %s > k.out 2>&1 & p=$!; for i in $(seq 1200); do %s && break; sleep 0.05; done; "
+                      "kill -9 $p; wait $p; true)", dmsh, args, until);
+    assert_true(cl > 0 && cl < (int)sizeof cmd);
+    assert_int_equal(sh_in_dir("%s", cmd), 0);
+}
+
 // Found by a QA pass (session 21): a process killed during a :train (SIGKILL, the OOM killer)
 // left that :train out of the transcript, whose checkpoints -r then resumed from: the transcript
 // said nothing of the steps it lacked, and its replay trained a different run without a word.
@@ -158,14 +168,11 @@ static void test_resume_names_the_device(void **s) {
 // line it does not run. A command that returns takes its mark out again.
 static void test_killed_command_is_named(void **s) {
     (void)s;
-    char cmd[1400];
-    int cl = snprintf(cmd, sizeof cmd,
-             "(%s --norc -e ':session kil' -e '%s' -e ':data %s' -e ':init seed=1' "
-             "-e ':train 1000000 ckpt_every=2 eval_every=0 log_every=100000' > k.out 2>&1 & p=$!; "
-             "for i in $(seq 1200); do ls runs/kil/ckpt/step-*.ckpt > /dev/null 2>&1 && break; sleep 0.05; done; "
-             "kill -9 $p; wait $p; true)", dmsh, ":preset nano; :set d=32 H=2 L=2 E=2 k=1 r=8 f=64 engram_rows=257 engram_dim=8 seq=32 batch=4 warmup=5", corpus);
-    assert_true(cl > 0 && cl < (int)sizeof cmd);
-    assert_int_equal(sh_in_dir("%s", cmd), 0);
+    char args[1400];
+    snprintf(args, sizeof args, "-e ':session kil' -e '%s' -e ':data %s' -e ':init seed=1' "
+             "-e ':train 1000000 ckpt_every=2 eval_every=0 log_every=100000'",
+             ":preset nano; :set d=32 H=2 L=2 E=2 k=1 r=8 f=64 engram_rows=257 engram_dim=8 seq=32 batch=4 warmup=5", corpus);
+    run_and_kill(args, "ls runs/kil/ckpt/step-*.ckpt > /dev/null 2>&1");
     char tp[600];
     snprintf(tp, sizeof tp, "%s/runs/kil/transcript.dm", dir);
     char *t = slurp(tp);
@@ -181,43 +188,39 @@ static void test_killed_command_is_named(void **s) {
     assert_int_equal(sh_in_dir("cp runs/kil/transcript.dm kil.dm && %s --norc -b kil.dm > out.txt 2> err.txt", dmsh), 0);
     slurp_to("err.txt", err_, sizeof err_);
     assert_non_null(strstr(err_, "note: this line is not run: started, never finished"));
-    // a process killed after a :load resumes the loaded branch: LATEST names it at the :load, not
-    // only at a clean exit (QA, session 23: -r took the step-4 branch the user had left, as "its
-    // last checkpoint")
+}
+
+// Found by a QA pass (session 23), each a process killed (SIGKILL) and resumed with -r: after a
+// :load it resumed the branch the user had left, after an :init the model it replaced (both "from
+// its last checkpoint"); settings made after the last checkpoint were dropped without a word (the
+// transcript still showing them), and the metrics.tsv rows past it too.
+static void test_killed_after_load_init_or_settings(void **s) {
+    (void)s;
+    char args[1400];
     const char *tiny = ":preset nano; :set d=32 H=2 L=2 E=2 k=1 r=8 f=64 engram_rows=257 engram_dim=8 seq=32 batch=4 warmup=5";
-    cl = snprintf(cmd, sizeof cmd, "%s --norc -e ':session ld2' -e '%s' -e ':data %s' -e ':init seed=1' "
-                  "-e ':train 4 ckpt_every=2 eval_every=0' > out.txt 2> err.txt", dmsh, tiny, corpus);
-    assert_true(cl > 0 && cl < (int)sizeof cmd);
-    assert_int_equal(sh_in_dir("%s", cmd), 0);
-    cl = snprintf(cmd, sizeof cmd,
-                  "(%s --norc -r runs/ld2 -e ':load runs/ld2/ckpt/step-2.ckpt' "
-                  "-e ':train 1000000 ckpt_every=0 eval_every=0 log_every=100000' > k.out 2>&1 & p=$!; "
-                  "for i in $(seq 1200); do grep -q '^loaded' k.out && break; sleep 0.05; done; sleep 0.2; "
-                  "kill -9 $p; wait $p; true)", dmsh);
-    assert_true(cl > 0 && cl < (int)sizeof cmd);
-    assert_int_equal(sh_in_dir("%s", cmd), 0);
+    // after a :load: LATEST names the loaded state at the :load, not only at a clean exit
+    snprintf(args, sizeof args, "-e ':session ld2' -e '%s' -e ':data %s' -e ':init seed=1' -e ':train 4 ckpt_every=2 eval_every=0'",
+             tiny, corpus);
+    char cmd[1600];
+    snprintf(cmd, sizeof cmd, "%%s --norc %s > out.txt 2> err.txt", args);
+    assert_int_equal(sh_in_dir(cmd, dmsh), 0);
+    run_and_kill("-r runs/ld2 -e ':load runs/ld2/ckpt/step-2.ckpt' -e ':train 1000000 ckpt_every=0 eval_every=0 log_every=100000'",
+                 "grep -q '^loaded' k.out && sleep 0.2");
     assert_int_equal(sh_in_dir("%s --norc -r runs/ld2 -e ':quit' > out.txt 2> err.txt", dmsh), 0);
     slurp_to("out.txt", out, sizeof out);
     if (!strstr(out, "resumed runs/ld2 at step 2 from ckpt/step-2.ckpt")) print_error("%s\n", out);
     assert_non_null(strstr(out, "resumed runs/ld2 at step 2 from ckpt/step-2.ckpt"));
-    // settings made after the last checkpoint die with a killed process: -r says which (QA,
-    // session 23: kda stayed on and lr went back without a word, the transcript showing both);
-    // after a clean exit they were saved and nothing is said
-    cl = snprintf(cmd, sizeof cmd,
-                  "(%s --norc -e ':session ak' -e '%s' -e ':data %s' -e ':init seed=1' -e ':train 4 ckpt_every=2 eval_every=0' "
-                  "-e ':ar kda off' -e ':set lr=0.001 clip=0.5' -e ':train 1000000 ckpt_every=0 eval_every=0 log_every=1' "
-                  "> k.out 2>&1 & p=$!; "
-                  "for i in $(seq 1200); do grep -q '^:set lr' runs/ak/transcript.dm 2>/dev/null && break; sleep 0.05; done; "
-                  "for i in $(seq 1200); do grep -q '^step 6 ' k.out && break; sleep 0.05; done; "
-                  "kill -9 $p; wait $p; true)", dmsh, tiny, corpus);
-    assert_true(cl > 0 && cl < (int)sizeof cmd);
-    assert_int_equal(sh_in_dir("%s", cmd), 0);
+    // settings made after the last checkpoint (an :arm typed as a prefix among them): -r says
+    // which, and counts the rows past the checkpoint; after a clean exit they were saved
+    snprintf(args, sizeof args,
+             "-e ':session ak' -e '%s' -e ':data %s' -e ':init seed=1' -e ':train 4 ckpt_every=2 eval_every=0' "
+             "-e ':ar kda off' -e ':set lr=0.001 clip=0.5' -e ':train 1000000 ckpt_every=0 eval_every=0 log_every=1'", tiny, corpus);
+    run_and_kill(args, "grep -q '^:set lr' runs/ak/transcript.dm 2>/dev/null && grep -q '^step 6 ' k.out");
     assert_int_equal(sh_in_dir("%s --norc -r runs/ak -e ':set lr=0.002' -e ':quit' > out.txt 2> err.txt", dmsh), 0);
     slurp_to("out.txt", out, sizeof out);
     if (!strstr(out, "not in it (the process ended before they were saved): lr 0.003 -> 0.001, clip 1 -> 0.5, kda on -> off"))
         print_error("%s\n", out);
     assert_non_null(strstr(out, "not in it (the process ended before they were saved): lr 0.003 -> 0.001, clip 1 -> 0.5, kda on -> off"));
-    // and the rows metrics.tsv held past the checkpoint (steps 4, 5, ...) leave it, counted
     assert_non_null(strstr(out, " rows past this checkpoint's 4 (steps after it that no checkpoint holds)"));
     assert_int_equal(sh_in_dir("%s --norc -r runs/ak -e ':quit' > out.txt 2> err.txt", dmsh), 0);
     slurp_to("out.txt", out, sizeof out);
@@ -230,13 +233,8 @@ static void test_killed_command_is_named(void **s) {
     slurp_to("out.txt", out, sizeof out);
     assert_null(strstr(out, "not in it"));
     assert_non_null(strstr(out, "  lr               0.0005 "));
-    // a process killed after an :init resumes the new model (its step 0), not the one it replaced
-    // "from its last checkpoint" with the new model's settings called lost (QA, session 23)
-    cl = snprintf(cmd, sizeof cmd,
-                  "(%s --norc -r runs/ak -e ':init d=16 seed=2' -e ':train 1000000 ckpt_every=0 eval_every=0 log_every=1' > k.out 2>&1 & "
-                  "p=$!; for i in $(seq 1200); do grep -q '^step 6 ' k.out && break; sleep 0.05; done; kill -9 $p; wait $p; true)", dmsh);
-    assert_true(cl > 0 && cl < (int)sizeof cmd);
-    assert_int_equal(sh_in_dir("%s", cmd), 0);
+    // after an :init: the new model (its step 0) resumes, not the one it replaced
+    run_and_kill("-r runs/ak -e ':init d=16 seed=2' -e ':train 1000000 ckpt_every=0 eval_every=0 log_every=1'", "grep -q '^step 6 ' k.out");
     assert_int_equal(sh_in_dir("%s --norc -r runs/ak -e ':show config' > out.txt 2> err.txt", dmsh), 0);
     slurp_to("out.txt", out, sizeof out);
     if (!strstr(out, "resumed runs/ak at step 0 from ckpt/step-0.ckpt")) print_error("%s\n", out);
@@ -643,6 +641,7 @@ int main(void) {
         cmocka_unit_test(test_saves_keep_what_was_there),
         cmocka_unit_test(test_resume_names_the_device),
         cmocka_unit_test(test_killed_command_is_named),
+        cmocka_unit_test(test_killed_after_load_init_or_settings),
         cmocka_unit_test(test_resume_keeps_anchors),
         cmocka_unit_test(test_output_and_size_limits),
         cmocka_unit_test(test_session_moved_or_deleted),
