@@ -22,6 +22,9 @@ int cmd_plot(Shell *sh, Words *w, dm_err *err);
 int cmd_check(Shell *sh, Words *w, dm_err *err);   // cmd_verify.c
 int cmd_stress(Shell *sh, Words *w, dm_err *err);
 int cmd_bench(Shell *sh, Words *w, dm_err *err);
+int cmd_init(Shell *sh, Words *w, dm_err *err);    // cmd_state.c
+int cmd_save(Shell *sh, Words *w, dm_err *err);
+int cmd_load(Shell *sh, Words *w, dm_err *err);
 char **complete_plot(Shell *sh, int argi, const char *prefix);
 
 #define E_ (sh->eng)
@@ -318,112 +321,6 @@ static int cmd_data(Shell *sh, Words *w, dm_err *err) {
     return 0;
 }
 
-// Arms a :load or :init switched (the checkpoint's own, or all on for a new model): said, since
-// a user's `:arm X off` before it no longer holds.
-static void say_arm_changes(Shell *sh, const int *before, int had, const char *why) {
-    if (!had || !E_->live) return;
-    char buf[256] = "";
-    size_t used = 0;
-    for (int a = 0; a < ARM_COUNT; a++)
-        if (before[a] != E_->model.arms.on[a])
-            used += snprintf(buf + used, sizeof buf - used, "%s%s %s -> %s", used ? ", " : "", dm_arm_names[a],
-                             before[a] ? "on" : "off", E_->model.arms.on[a] ? "on" : "off");
-    if (used) fprintf(OUT, "note: arms switched by %s: %s\n", why, buf);
-}
-
-// :init's key=value words: preset=NAME first (its file's keys), then any config key, the
-// architecture's too. A live model keeps its shape under :set, so this is how one is rebuilt in
-// another (the refusal's hint named :init, which rebuilt the old shape: QA, session 23). All or
-// nothing, checked as engine_build will before anything is saved or replaced.
-static int init_config(Shell *sh, Words *w, Config *t, int *user_steps, dm_err *err) {
-    *t = E_->cfg;
-    *user_steps = 0;
-    const char *pn = NULL;
-    for (int i = 1; i < w->argc; i++) {
-        const char *eq = sh_eq(w, i);
-        if (!eq) return dm_fail(err, ":init: unexpected argument '%s' (key=value: seed=N, preset=NAME or a config key)", w->argv[i]);
-        for (int j = 1; j < i; j++)
-            if (!w->lit[j] && strncmp(w->argv[j], w->argv[i], (size_t)(eq - w->argv[i]) + 1) == 0)
-                return dm_fail(err, ":init: option '%.*s' given twice", (int)(eq - w->argv[i]), w->argv[i]);
-        if (eq - w->argv[i] == 6 && !strncmp(w->argv[i], "preset", 6)) pn = eq + 1;
-    }
-    if (pn) {
-        Config probe;
-        if (config_preset(&probe, pn, err)) return 1;
-        char origin[80];
-        snprintf(origin, sizeof origin, "configs/%.60s.dm", pn);
-        if (config_apply_text(t, config_preset_text(pn), origin, err)) return 1;
-    }
-    for (int i = 1; i < w->argc; i++) {
-        char key[64];
-        const char *eq = sh_eq(w, i);
-        snprintf(key, sizeof key, "%.*s", (int)(eq - w->argv[i] < 63 ? eq - w->argv[i] : 63), w->argv[i]);
-        if (!strcmp(key, "preset")) continue;
-        if (config_set(t, key, eq + 1, err)) return 1;
-        // the split of the open corpus is :set's (it re-splits and says so); a new model alone
-        // would record an eval_frac its batches do not come from
-        if (!strcmp(key, "eval_frac") && t->eval_frac != E_->cfg.eval_frac && E_->has_data && !E_->eval_path[0])
-            return dm_fail(err, ":init: eval_frac splits the open corpus: `:set eval_frac=%s` first (it re-splits), then :init", eq + 1);
-        *user_steps |= !strcmp(key, "steps");
-    }
-    if (config_validate(t, err) || model_shape_check(E_->be, t, t->batch, t->seq, err)) return 1;
-    if (E_->has_data && t->seq != E_->cfg.seq && data_fits(&E_->data, t->seq, err)) return 1;
-    return 0;
-}
-
-static int cmd_init(Shell *sh, Words *w, dm_err *err) {
-    Config tmp, cfg_before = E_->cfg;
-    int user_steps;
-    if (init_config(sh, w, &tmp, &user_steps, err)) return 1;
-    uint64_t seed = tmp.seed;
-    // in a session, the model :init replaces keeps its state: saved first if it is in no file
-    // (its rows leave metrics.tsv below; its checkpoint keeps them, as a :session switch does)
-    if (E_->session_dir[0] && E_->live) {
-        char saved[1300];
-        if (session_autosave(E_, saved, sizeof saved, err)) return 1;
-        if (saved[0]) fprintf(OUT, "saved %s (the model :init replaces)\n", saved);
-    }
-    // a horizon the first :train chose belongs to that model's run
-    int auto0 = E_->steps_auto;
-    if (E_->steps_auto && !user_steps) tmp.steps = 0;
-    E_->steps_auto = 0;
-    int arms0[ARM_COUNT], had = E_->live;
-    for (int a = 0; had && a < ARM_COUNT; a++) arms0[a] = E_->model.arms.on[a];
-    // what the words changed, said (a preset= sets up to a dozen keys); the seed is on the init
-    // line, and a dropped horizon is the rule above
-    char changed[1024] = "";
-    Config was = cfg_before;
-    was.seed = tmp.seed;
-    if (!user_steps) was.steps = tmp.steps;
-    config_set_diff(&was, &tmp, changed, sizeof changed);
-    E_->cfg = tmp;
-    if (engine_build(E_, seed, err)) { E_->cfg = cfg_before; E_->steps_auto = auto0; return 1; }
-    if (changed[0]) fprintf(OUT, "config: %s\n", changed);
-    if (session_write_config(E_, err)) return 1;
-    // a new model starts a new run: metrics.tsv holds its rows only (the last model's are in its
-    // checkpoints), as after a :load
-    if (E_->session_dir[0] && session_rewrite_metrics(E_, err)) return 1;
-    size_t comp, tab;
-    model_param_counts(&E_->model, &comp, &tab);
-    fprintf(OUT, "init seed %llu: %zu compute params + %zu memory-table (%.2fM + %.2fM), device %s (%s)\n",
-            (unsigned long long)seed, comp, tab, comp / 1e6, tab / 1e6, E_->device[0] ? E_->device : "cpu", REAL_NAME);
-    say_arm_changes(sh, arms0, had, ":init (a new model starts with every arm on)");
-    // a session that holds checkpoints of another model: -r resumes this one from now on (LATEST
-    // names its step 0), as after a :load. A process killed after the :init resumed the model it
-    // replaced, "from its last checkpoint", with this one's settings called lost (QA, session 23).
-    char held[1300];
-    long long hstep;
-    if (E_->session_dir[0] && (had || !session_latest_ckpt(E_->session_dir, held, sizeof held, &hstep))) {
-        char saved[1300];
-        dm_err aerr = {0};
-        if (session_autosave(E_, saved, sizeof saved, &aerr))
-            fprintf(OUT, "note: the new model is not yet where dmsh -r resumes (%s); the exit's save puts it there\n", aerr.msg);
-        else if (saved[0])
-            fprintf(OUT, "saved %s (the new model, where dmsh -r resumes)\n", saved);
-    }
-    return 0;
-}
-
 static int run_steps(Shell *sh, long long n, int quiet_every, dm_err *err) {
     Engine *e = E_;
     // :step leaves the schedule's horizon alone (SPEC §4: the first :train sets it); with no
@@ -641,72 +538,6 @@ static int cmd_arm(Shell *sh, Words *w, dm_err *err) {
     if (!E_->live) return dm_fail(err, "no model: :init builds one");
     E_->model.arms.on[a] = !strcmp(w->argv[2], "on");
     fprintf(OUT, "arm %s %s\n", w->argv[1], w->argv[2]);
-    return 0;
-}
-
-static int cmd_save(Shell *sh, Words *w, dm_err *err) {
-    if (sh_check_keys(w, 1, NULL, err)) return 1;
-    char path[1200], note[1600] = "";
-    const char *p = sh_positional(w, 0);
-    if (p) {  // a path given is the user's to overwrite (said when it held a checkpoint)
-        char owner[1100];
-        if (session_foreign_ckpt_dir(E_, p, owner, sizeof owner))
-            return dm_fail(err, "%s: inside the checkpoints of session %s (its resume reads them): not written; "
-                           "choose another path", p, owner);
-        struct stat st;
-        int existed = stat(p, &st) == 0;
-        snprintf(path, sizeof path, "%s", p);
-        if (engine_save(E_, path, err)) return 1;
-        if (existed) snprintf(note, sizeof note, "replaced the checkpoint that was at %s", p);
-    } else if (!E_->session_dir[0]) {  // the working directory (a --replay child: its own scratch)
-        if (session_save_default(E_, path, sizeof path, note, sizeof note, err)) return 1;
-    } else if (session_save(E_, path, sizeof path, note, sizeof note, err)) {
-        return 1;
-    }
-    fprintf(OUT, "saved %s (step %lld)\n", path, (long long)E_->step);
-    if (note[0]) fprintf(OUT, "note: %s\n", note);
-    return 0;
-}
-
-static int cmd_load(Shell *sh, Words *w, dm_err *err) {
-    if (w->argc != 2) return dm_fail(err, "usage: :load PATH");
-    int arms0[ARM_COUNT], had = E_->live;
-    for (int a = 0; had && a < ARM_COUNT; a++) arms0[a] = E_->model.arms.on[a];
-    Config cfg0 = E_->cfg;
-    // in a session, the model :load replaces keeps its state, as with :init: saved first if it is
-    // in no file (metrics.tsv is rewritten to the loaded rows below; before, the steps since the
-    // last save were in no file at all). A file that does not read as a checkpoint, or one of
-    // another shape, is refused first, so a mistyped path writes nothing.
-    if (E_->session_dir[0] && E_->live && engine_unsaved(E_)) {
-        if (engine_load_check(E_, w->argv[1], err)) return 1;
-        char saved[1300];
-        if (session_autosave(E_, saved, sizeof saved, err)) return 1;
-        if (saved[0]) fprintf(OUT, "saved %s (the state before this :load)\n", saved);
-    }
-    if (engine_load(E_, w->argv[1], err)) return 1;
-    fprintf(OUT, "loaded %s: step %lld, %lld tokens\n", w->argv[1], (long long)E_->step, (long long)E_->tokens);
-    say_arm_changes(sh, arms0, had, "the checkpoint (it keeps its own)");
-    char diff[1024];
-    if (had && config_live_diff(&cfg0, &E_->cfg, diff, sizeof diff))
-        fprintf(OUT, "note: settings set by the checkpoint (it keeps its own): %s\n", diff);
-    // no model was live: the checkpoint's config is the model's, and what was set before it is
-    // replaced, said (it was silent: a :set d=64 lr=0.01 before the :load just went away)
-    if (!had && config_set_diff(&cfg0, &E_->cfg, diff, sizeof diff))
-        fprintf(OUT, "note: the checkpoint's config replaces the settings before it: %s\n", diff);
-    // in a session, metrics.tsv follows the loaded rows (the rows after them belong to the state
-    // left behind, which its own checkpoints keep)
-    if (E_->session_dir[0] && session_rewrite_metrics(E_, err)) return 1;
-    // and -r resumes the loaded state from now on, not only after a clean exit: LATEST names it
-    // (a file from elsewhere is copied into ckpt/ first). A crash after a :load resumed the branch
-    // the user had left, as "its last checkpoint" (QA, session 23).
-    if (E_->session_dir[0]) {
-        char saved[1300];
-        dm_err aerr = {0};
-        if (session_autosave(E_, saved, sizeof saved, &aerr))  // (the load itself took effect: a note, not a failure)
-            fprintf(OUT, "note: the loaded state is not yet where dmsh -r resumes (%s); the exit's save puts it there\n", aerr.msg);
-        else if (saved[0])
-            fprintf(OUT, "saved %s (the loaded state, where dmsh -r resumes)\n", saved);
-    }
     return 0;
 }
 

@@ -26,27 +26,6 @@ static void test_errors_with_line_numbers(void **s) {
     expect_error(":se d=3\n", "s.dm:1: error: ambiguous command ':se': :set, :session");
     snprintf(script, sizeof script, "%s:data %s\n:init\n:set d=64\n", SMALL, corpus);
     expect_error(script, "s.dm:5: error: 'd' is an architecture key and the model is live");
-    // ... and the hint works: :init takes the shape (QA, session 23: the hint named :init, which
-    // rebuilt the old shape, so the user was stuck); so does :init preset=NAME
-    assert_non_null(strstr(err_, "`:init d=64` builds a new model with it"));
-    snprintf(script, sizeof script, "%s:data %s\n:init\n:step 1\n:init d=16 seed=5\n:show config\n:step 1\n", SMALL, corpus);
-    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
-    assert_non_null(strstr(out, "config: d 32 -> 16\n"));
-    assert_non_null(strstr(out, "\n  d                16 "));
-    snprintf(script, sizeof script, "%s:data %s\n:init\n:preset mini\n", SMALL, corpus);
-    expect_error(script, "preset mini not applied (nothing changed): the live model keeps its shape (d (32 vs 256)");
-    assert_non_null(strstr(err_, "`:init preset=mini` builds a new model of it"));
-    snprintf(script, sizeof script, "%s:data %s\n:init\n:init preset=nano seq=64 lr=0.002 seed=9\n:show config\n", SMALL, corpus);
-    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
-    assert_non_null(strstr(out, "\n  d                128 "));
-    assert_non_null(strstr(out, "\n  seq              64 "));
-    assert_non_null(strstr(out, "\n  lr               0.002 "));
-    expect_error(":init d=64 d=32\n", "s.dm:1: error: :init: option 'd' given twice");
-    snprintf(script, sizeof script, "%s:data %s\n:init eval_frac=0.5\n", SMALL, corpus);  // the split is :set's
-    expect_error(script, "s.dm:4: error: :init: eval_frac splits the open corpus: `:set eval_frac=0.5` first");
-    expect_error(":init bogus=1\n", "s.dm:1: error: unknown key 'bogus'");
-    expect_error(":init preset=huge\n", "s.dm:1: error: unknown preset 'huge'");
-    expect_error(":init d=30 H=4\n", "s.dm:1: error:");
     expect_error(":data /nonexistent/corpus.txt\n", "s.dm:1: error:");
     write_file("empty.txt", "");
     expect_error(":data empty.txt\n", "empty");

@@ -2,7 +2,7 @@
 // integers written with a sign, blanks or hex. Each error is one line, names what would be
 // accepted, and stops the script there. An eval window shorter than one sequence, said where it
 // is left and refused where it is needed (not on the lines that set it). And :gen's forwards,
-// which ran without a count; the schedule note of a run that is all warmup.
+// which ran without a count; the schedule note of a run that is all warmup; :init's words.
 #include <stdlib.h>
 #include <string.h>
 #include "cli_harness.h"
@@ -271,6 +271,35 @@ static void test_schedule_inside_warmup_text(void **s) {
     assert_non_null(strstr(out, "schedule: this run (steps 3..3) is all warmup (warmup=5, steps=4): the lr is 0.8x of lr and does not decay; steps from 4 on"));
 }
 
+// A live model keeps its shape under :set and :preset; their refusals named a bare :init, which
+// rebuilt the old shape, so the user was stuck (QA, session 23). :init takes the shape's keys and
+// preset=NAME, all checked before anything is replaced, and the hints name it.
+static void test_init_rebuilds_another_shape(void **s) {
+    (void)s;
+    char script[2000];
+    snprintf(script, sizeof script, "%s:data %s\n:init\n:set d=64\n", SMALL, corpus);
+    expect_error(script, "s.dm:5: error: 'd' is an architecture key and the model is live");
+    assert_non_null(strstr(err_, "`:init d=64` builds a new model with it"));
+    snprintf(script, sizeof script, "%s:data %s\n:init\n:step 1\n:init d=16 seed=5\n:show config\n:step 1\n", SMALL, corpus);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    assert_non_null(strstr(out, "config: d 32 -> 16\n"));
+    assert_non_null(strstr(out, "\n  d                16 "));
+    snprintf(script, sizeof script, "%s:data %s\n:init\n:preset mini\n", SMALL, corpus);
+    expect_error(script, "preset mini not applied (nothing changed): the live model keeps its shape (d (32 vs 256)");
+    assert_non_null(strstr(err_, "`:init preset=mini` builds a new model of it"));
+    snprintf(script, sizeof script, "%s:data %s\n:init\n:init preset=nano seq=64 lr=0.002 seed=9\n:show config\n", SMALL, corpus);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    assert_non_null(strstr(out, "\n  d                128 "));
+    assert_non_null(strstr(out, "\n  seq              64 "));
+    assert_non_null(strstr(out, "\n  lr               0.002 "));
+    expect_error(":init d=64 d=32\n", "s.dm:1: error: :init: option 'd' given twice");
+    snprintf(script, sizeof script, "%s:data %s\n:init eval_frac=0.5\n", SMALL, corpus);  // the split is :set's
+    expect_error(script, "s.dm:4: error: :init: eval_frac splits the open corpus: `:set eval_frac=0.5` first");
+    expect_error(":init bogus=1\n", "s.dm:1: error: unknown key 'bogus'");
+    expect_error(":init preset=huge\n", "s.dm:1: error: unknown preset 'huge'");
+    expect_error(":init d=30 H=4\n", "s.dm:1: error:");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_integers_are_digits),
@@ -282,6 +311,7 @@ int main(void) {
         cmocka_unit_test(test_schedule_inside_warmup_text),
         cmocka_unit_test(test_command_slips),
         cmocka_unit_test(test_omp_wait_policy),
+        cmocka_unit_test(test_init_rebuilds_another_shape),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
