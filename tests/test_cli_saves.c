@@ -342,10 +342,15 @@ static void test_session_moved_or_deleted(void **s) {
     assert_int_equal(sh_in_dir("%s", cmd), 0);
     slurp_to("rm1.out", out, sizeof out);
     slurp_to("rm1.err", err_, sizeof err_);
-    // (rm -rf takes the files first: a save in between finds ckpt/ gone, which says so too)
-    if (!strstr(err_, "dmsh: autosave failed: ")) print_error("%s\n%s\n", out, err_);
-    assert_non_null(strstr(err_, "dmsh: autosave failed: "));
-    assert_true(strstr(err_, "was deleted while this run held it") || strstr(err_, "runs/rm/ckpt does not exist"));
+    // (rm -rf takes the files first: a save in between finds ckpt/ gone, which says so too. Or
+    // the rm takes a save's temp file before its rename: that save fails, saying so, which ends
+    // the script, and the exit's save can land before the rm reaches ckpt/ — and is deleted with
+    // it. A timing of the rm, seen once in a CI run: either way nothing is said saved that was not.)
+    int exit_failed = strstr(err_, "dmsh: autosave failed: ") != NULL;
+    int tmp_taken = strstr(err_, "cannot save checkpoint: rename runs/rm/ckpt/") && strstr(err_, ".tmp: No such file or directory");
+    if (!exit_failed && !tmp_taken) print_error("%s\n%s\n", out, err_);
+    assert_true(exit_failed || tmp_taken);
+    if (exit_failed) assert_true(strstr(err_, "was deleted while this run held it") || strstr(err_, "runs/rm/ckpt does not exist"));
     assert_int_equal(file_size("runs/rm"), -1);  // nothing made again under the name
 }
 
