@@ -56,11 +56,42 @@ uint64_t engine_settings_hash(const Engine *e) {
     return h;
 }
 
-// unsaved: steps, metric rows, or settings (:set, :arm: a checkpoint keeps them, and -r resumes
-// with what it keeps) the last save or load does not hold
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+    for (size_t i = 0; i < n; i++) h = (h ^ ((const uint8_t *)p)[i]) * 1099511628211ull;
+    return h;
+}
+
+// What else a checkpoint holds of a state besides its step, rows and settings, and commands
+// change without a step: the arms' counters (a :gen's or an :eval's forwards), the anchors, the
+// corpus it names, the last orthogonality error. A change to these alone is the same state,
+// saved again in its own file (free_ckpt_path looks at the step and settings only).
+uint64_t engine_extras_hash(const Engine *e) {
+    uint64_t h = 1469598103934665603ull;
+    if (!e->live) return h;
+    h = fnv(h, e->model.arms.fwd, sizeof e->model.arms.fwd);
+    h = fnv(h, e->model.arms.bwd, sizeof e->model.arms.bwd);
+    h = fnv(h, &e->has_anchors, sizeof e->has_anchors);
+    if (e->has_anchors) {  // (field by field: the struct's padding is not part of the state)
+        const Anchors *a = &e->anchors;
+        h = fnv(h, &a->unigram_bpb, sizeof a->unigram_bpb);
+        h = fnv(h, &a->kn5_bpb, sizeof a->kn5_bpb);
+        h = fnv(h, &a->fit_bytes, sizeof a->fit_bytes);
+        h = fnv(h, &a->window_bytes, sizeof a->window_bytes);
+        h = fnv(h, &a->nseq, sizeof a->nseq);
+        h = fnv(h, &a->T, sizeof a->T);
+        h = fnv(h, &a->eval_set, sizeof a->eval_set);
+    }
+    h = fnv(h, e->data_path, strlen(e->data_path) + 1);
+    h = fnv(h, e->eval_path, strlen(e->eval_path) + 1);
+    h = fnv(h, &e->data_fp, sizeof e->data_fp);
+    return fnv(h, &e->last_orth_err, sizeof e->last_orth_err);
+}
+
+// unsaved: steps, metric rows, settings (:set, :arm: a checkpoint keeps them, and -r resumes
+// with what it keeps) or the extras above that the last save or load does not hold
 int engine_unsaved(const Engine *e) {
     return e->live && (e->synced_step != e->step || e->synced_nrows != e->nrows ||
-                       e->synced_settings != engine_settings_hash(e));
+                       e->synced_settings != engine_settings_hash(e) || e->synced_extras != engine_extras_hash(e));
 }
 
 // after a save or load: this state (step, rows) is the one in PATH
@@ -68,6 +99,7 @@ void engine_mark_synced(Engine *e, const char *path) {
     e->synced_step = e->step;
     e->synced_nrows = e->nrows;
     e->synced_settings = engine_settings_hash(e);
+    e->synced_extras = engine_extras_hash(e);
     char abs[PATH_MAX];
     const char *p = realpath(path, abs) ? abs : path;
     snprintf(e->synced_path, sizeof e->synced_path, "%s", p);
@@ -141,7 +173,7 @@ int engine_set_device(Engine *e, const Backend *be, const char *name, dm_err *er
     snapshot_take(&s, e);
     int64_t sst = e->synced_step;  // the same state, moved: still in the same file
     int snr = e->synced_nrows;
-    uint64_t sset = e->synced_settings;
+    uint64_t sset = e->synced_settings, sext = e->synced_extras;
     char spath[sizeof e->synced_path];
     memcpy(spath, e->synced_path, sizeof spath);
     const Backend *old = e->be;
@@ -167,6 +199,7 @@ int engine_set_device(Engine *e, const Backend *be, const char *name, dm_err *er
     e->synced_step = sst;
     e->synced_nrows = snr;
     e->synced_settings = sset;
+    e->synced_extras = sext;
     memcpy(e->synced_path, spath, sizeof spath);
     snprintf(e->device, sizeof e->device, "%s", name);
     e->emulated = backend_emulated(be);

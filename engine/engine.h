@@ -71,6 +71,7 @@ typedef struct Engine {
     int synced_nrows;           // the metric rows it held (rows added since are in no file yet)
     char synced_path[4096];     // the file it was saved to / loaded from (realpath when known)
     uint64_t synced_settings;   // engine_settings_hash of that state (a :set or :arm since is unsaved)
+    uint64_t synced_extras;     // engine_extras_hash of it (a :gen's counts or an :anchors since is unsaved)
     int steps_auto;             // cfg.steps was set by the first :train, not by the user: a new
                                 // model (:init) starts without it, as a fresh process would
     char note[800];             // a pending message for the user (engine_notice), e.g. a resume
@@ -124,6 +125,7 @@ void engine_note(Engine *e, const char *fmt, ...) __attribute__((format(printf, 
 int engine_unsaved(const Engine *e);
 // A hash of what a checkpoint keeps besides the weights and rows: the config text and the arms.
 uint64_t engine_settings_hash(const Engine *e);
+uint64_t engine_extras_hash(const Engine *e);  // the arms' counters, anchors, corpus, orth error
 // The eval window's sequences (SPEC §5) into *nseq; 1 with the reason and the fix when it holds
 // none (eval_bytes < seq, or a held-out split shorter than one sequence). :eval, :anchors and a
 // :train that evals check it first.

@@ -252,8 +252,10 @@ int cmd_sessions(Shell *sh, Words *w, dm_err *err) {
             if (stat(path, &st) == 0 && st.st_size < 64)
                 fprintf(sh->out, "  runs/%s  (latest checkpoint: %s, %lld bytes: truncated; dmsh -r falls back to an older one)\n", de->d_name,
                         base, (long long)st.st_size);
-            else
+            else if (step >= 0)
                 fprintf(sh->out, "  runs/%s  (latest checkpoint: %s, step %lld)\n", de->d_name, base, step);
+            else  // (a :save PATH's own name: its step is inside the file, not read here)
+                fprintf(sh->out, "  runs/%s  (latest checkpoint: %s)\n", de->d_name, base);
             char why[2048];  // the fallback above, when LATEST names a file that is gone
             if (session_latest_broken(p, why, sizeof why)) fprintf(sh->out, "    note: %s (dmsh -r resumes from %s)\n", why, base);
         } else {

@@ -136,6 +136,9 @@ int cmd_save(Shell *sh, Words *w, dm_err *err) {
         snprintf(path, sizeof path, "%s", p);
         if (engine_save(E_, path, err)) return 1;
         if (existed) snprintf(note, sizeof note, "replaced the checkpoint that was at %s", p);
+        // a name of the user's in the session's own ckpt/: -r resumes from it from now on, as
+        // after a :save without a path (LATEST was written only by the exit's save)
+        if (session_own_ckpt(E_, path)) make_resumable(sh, "this state");
     } else if (!E_->session_dir[0]) {  // the working directory (a --replay child: its own scratch)
         if (session_save_default(E_, path, sizeof path, note, sizeof note, err)) return 1;
     } else if (session_save(E_, path, sizeof path, note, sizeof note, err)) {

@@ -286,6 +286,14 @@ static long long ckpt_name_step_branch(const char *name, int *branch) {
 }
 static long long ckpt_name_step(const char *name) { return ckpt_name_step_branch(name, NULL); }
 
+// A name a :save PATH gave a checkpoint in the session's own ckpt/ (NAME.ckpt): LATEST names it
+// after that save, and -r resumes from it (it refused the name, and resumed an older step-N file
+// as "the checkpoint written most recently"). Only the step-N names are -r's fallbacks.
+static int user_ckpt_name(const char *name) {
+    size_t len = strlen(name);
+    return len > 5 && name[0] != '.' && !strcmp(name + len - 5, ".ckpt");
+}
+
 // 0 and the name LATEST holds; 1 when there is no LATEST (a session of an older dmsh), 2 when it
 // holds no checkpoint name (its text, cut to a line, in name), 3 when it is no regular file or
 // cannot be read (what it is, in name)
@@ -311,7 +319,7 @@ static int latest_pointer(const char *dir, char *name, size_t n) {
     buf[ok ? got : 0] = 0;
     buf[strcspn(buf, "\r\n")] = 0;  // (a LATEST edited on another system ends in CR LF)
     snprintf(name, n, "%s", buf);
-    if (!ok || ckpt_name_step(buf) < 0 || strchr(buf, '/')) return 2;
+    if (!ok || strchr(buf, '/') || (ckpt_name_step(buf) < 0 && !user_ckpt_name(buf))) return 2;
     return 0;
 }
 
@@ -747,6 +755,16 @@ int session_foreign_ckpt_dir(const Engine *e, const char *path, char *owner, siz
     if (e->session_dir[0] && session_same_dir(e->session_dir, abs)) return 0;
     snprintf(owner, n, "%s", abs);
     return 1;
+}
+
+int session_own_ckpt(const Engine *e, const char *path) {
+    char ck[1100], a[PATH_MAX], b[PATH_MAX];
+    if (!e->session_dir[0] || !realpath(path, a)) return 0;
+    snprintf(ck, sizeof ck, "%s/ckpt", e->session_dir);
+    char *slash = strrchr(a, '/');
+    if (!slash || !realpath(ck, b)) return 0;
+    *slash = 0;
+    return !strcmp(a, b);
 }
 
 int session_autosave(Engine *e, char *path, size_t n, dm_err *err) {

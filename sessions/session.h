@@ -23,7 +23,8 @@ int session_write_config(const Engine *e, dm_err *err);
 int session_rewrite_metrics(Engine *e, dm_err *err);
 // The latest checkpoint under DIR/ckpt: the one ckpt/LATEST names (the file the session wrote
 // last), else the checkpoint file written most recently (its time; ties: the larger step, then
-// the later branch step-N-bK); 0 when found.
+// the later branch step-N-bK); 0 when found. *step: N of a step-N name, -1 for a name a
+// :save PATH gave (NAME.ckpt).
 int session_latest_ckpt(const char *dir, char *path, size_t n, long long *step);
 // 1 when DIR/ckpt/LATEST exists but cannot be followed (it names a file that is gone, or holds
 // no checkpoint name), with why saying so in one phrase; session_latest_ckpt then falls back.
@@ -45,6 +46,8 @@ int session_save_default(Engine *e, char *path, size_t n, char *note, size_t nno
 // 1 when path would go into the ckpt/ of a session directory other than ours (owner: its
 // directory): another run's checkpoints, which its resume reads.
 int session_foreign_ckpt_dir(const Engine *e, const char *path, char *owner, size_t n);
+// 1 when path (a file written already) is in our own session's ckpt/
+int session_own_ckpt(const Engine *e, const char *path);
 // When leaving a session with a state (or metric rows) in no file yet: session_save. path is
 // empty when nothing needed saving, or when the state proved to be an earlier file's (no new file;
 // the note on stderr names it).

@@ -240,6 +240,20 @@ static void test_killed_after_load_init_or_settings(void **s) {
     if (!strstr(out, "resumed runs/ak at step 0 from ckpt/step-0.ckpt")) print_error("%s\n", out);
     assert_non_null(strstr(out, "resumed runs/ak at step 0 from ckpt/step-0.ckpt"));
     assert_non_null(strstr(out, "\n  d                16 "));
+    // after a :save PATH into the session's own ckpt/ under a name of the user's: -r resumes it
+    // at once (LATEST was written at the exit only, and -r refused the name LATEST then held,
+    // resuming an older step-N file as "the checkpoint written most recently")
+    run_and_kill("-r runs/ak -e ':step 3' -e ':save runs/ak/ckpt/mine.ckpt' -e ':train 1000000 ckpt_every=0 eval_every=0 log_every=1'",
+                 "grep -q '^step 6 ' k.out");
+    assert_int_equal(sh_in_dir("%s --norc -r runs/ak -e ':quit' > out.txt 2> err.txt", dmsh), 0);
+    slurp_to("out.txt", out, sizeof out);
+    if (!strstr(out, "resumed runs/ak at step 3 from ckpt/mine.ckpt")) print_error("%s\n", out);
+    assert_non_null(strstr(out, "resumed runs/ak at step 3 from ckpt/mine.ckpt"));
+    slurp_to("err.txt", err_, sizeof err_);
+    assert_null(strstr(err_, "note"));
+    assert_int_equal(sh_in_dir("%s --norc -e ':sessions' > out.txt 2> err.txt", dmsh), 0);
+    slurp_to("out.txt", out, sizeof out);
+    assert_non_null(strstr(out, "runs/ak  (latest checkpoint: mine.ckpt)\n"));
 }
 
 // Found by a QA pass (session 22): a reader of stdout that went away (`dmsh -b run.dm | head`)
@@ -413,6 +427,40 @@ static void test_resume_keeps_anchors(void **s) {
     if (!ev || !strstr(ev, " | unigram ")) print_error("%s\n", out);
     assert_non_null(ev);
     assert_non_null(strstr(ev, " | unigram "));
+}
+
+// Noticed in session 23: a :gen or an :anchors after the last checkpoint changed what a
+// checkpoint holds (the arms' forward counts, the anchors) without making the state unsaved, so
+// leaving dmsh dropped them; now the exit saves them, into the same file (the same state: no
+// step-N-bK), and a session left unchanged is still not saved again.
+static void test_exit_saves_gen_counts_and_anchors(void **s) {
+    (void)s;
+    char script[2000];
+    snprintf(script, sizeof script, ":session gx\n%s:data %s\n:init seed=1\n:step 1\n:save\n", SMALL, corpus);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    assert_int_equal(sh_in_dir("%s --norc -r runs/gx -e ':show arms' > out.txt 2> err.txt", dmsh), 0);
+    slurp_to("err.txt", err_, sizeof err_);
+    assert_null(strstr(err_, "saved"));  // nothing changed: nothing written
+    slurp_to("out.txt", out, sizeof out);
+    const char *k = strstr(out, "kda ");
+    assert_non_null(k);
+    long before = strtol(strstr(k, "forward ") + 8, NULL, 10);
+    assert_int_equal(sh_in_dir("%s --norc -r runs/gx -e ':gen \"ab\" n=3' > out.txt 2> err.txt", dmsh), 0);
+    slurp_to("err.txt", err_, sizeof err_);
+    if (!strstr(err_, "saved runs/gx/ckpt/step-1.ckpt")) print_error("%s\n", err_);
+    assert_non_null(strstr(err_, "saved runs/gx/ckpt/step-1.ckpt"));
+    assert_int_equal(sh_in_dir("%s --norc -r runs/gx -e ':show arms; :anchors' > out.txt 2> err.txt", dmsh), 0);
+    slurp_to("out.txt", out, sizeof out);
+    k = strstr(out, "kda ");
+    assert_non_null(k);
+    // the :gen's 2 + 3 - 1 forwards, each of L = 2 iterations
+    assert_int_equal(strtol(strstr(k, "forward ") + 8, NULL, 10), before + 4 * 2);
+    slurp_to("err.txt", err_, sizeof err_);
+    assert_non_null(strstr(err_, "saved runs/gx/ckpt/step-1.ckpt"));
+    assert_int_equal(sh_in_dir("%s --norc -r runs/gx -e ':eval' > out.txt 2> err.txt", dmsh), 0);
+    slurp_to("out.txt", out, sizeof out);
+    assert_non_null(strstr(out, " | unigram "));  // the anchors came back with the state
+    assert_int_equal(sh_in_dir("ls runs/gx/ckpt | grep -c -- -b > out.txt", dmsh), 1);  // (grep: none)
 }
 
 // Found by QA (session 17): a :load in a session dropped the steps since the last save (in no
@@ -648,6 +696,7 @@ int main(void) {
         cmocka_unit_test(test_killed_command_is_named),
         cmocka_unit_test(test_killed_after_load_init_or_settings),
         cmocka_unit_test(test_resume_keeps_anchors),
+        cmocka_unit_test(test_exit_saves_gen_counts_and_anchors),
         cmocka_unit_test(test_output_and_size_limits),
         cmocka_unit_test(test_session_moved_or_deleted),
         cmocka_unit_test(test_load_names_replaced_settings),
