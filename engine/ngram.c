@@ -145,7 +145,11 @@ static void kn_fit(KN *m, const uint8_t *x, int64_t n) {
         size_t s = ht_upsert(&m->ng[KN_ORDER], key | KEY_MARK);
         m->ng[KN_ORDER].vals[s]++;
     }
-    // continuation counts: each distinct (k+1)-gram "v g" adds one to the k-gram g (its suffix)
+    // continuation counts: each distinct (k+1)-gram "v g" adds one to the k-gram g (its suffix).
+    // The distinct (k+1)-grams are the keys of ng[k+1] (every (k+1)-gram a byte precedes: the
+    // suffixes of the (k+2)-grams) and the one at the very start of the text, which no byte
+    // precedes: counted when it occurs nowhere else (it was missed, so a context found only in
+    // the first bytes of the fit set had no continuation: QA, session 24).
     for (int k = KN_ORDER - 1; k >= 1; k--) {
         HT *up = &m->ng[k + 1], *lo = &m->ng[k];
         uint64_t mk = mask_bytes(k);
@@ -153,6 +157,14 @@ static void kn_fit(KN *m, const uint8_t *x, int64_t n) {
             if (!up->keys[i]) continue;
             size_t s = ht_upsert(lo, (up->keys[i] & mk) | KEY_MARK);
             lo->vals[s]++;
+        }
+        if (k + 1 < KN_ORDER && n >= k + 1) {  // (ng[5] holds every 5-gram, the first too)
+            uint64_t first = 0;
+            for (int j = 0; j <= k; j++) first = (first << 8) | x[j];
+            if (ht_find(up, first | KEY_MARK) == (size_t)-1) {
+                size_t s = ht_upsert(lo, (first & mk) | KEY_MARK);
+                lo->vals[s]++;
+            }
         }
     }
     // contexts and count-of-counts per order

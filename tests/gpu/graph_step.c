@@ -6,6 +6,7 @@
 //      the table row counts and the counters;
 //   2. the same 20 steps in TWO PROCESSES give bit-identical losses and weights (this program
 //      runs itself twice with `dump FILE` and compares the files);
+//   2b. the same with what a user changes between steps (run_changes): graph = eager, bit for bit;
 //   3. a capture with more uploads than staging events is refused, not recorded wrongly;
 //   4. the host really only enqueues: with reports every 10 steps, the enqueue of a replayed step
 //      returns before the device has run it (ms per enqueue, printed) — informational; `quick`
@@ -19,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "../../engine/engine.h"
+#include "../../engine/sample.h"
 
 static int fails = 0;
 static void row(const char *what, int ok, const char *note) {
@@ -69,6 +71,38 @@ static int run20(Engine *e, int every) {
         if (engine_step_enqueue(e, &err)) { printf("enqueue: %s\n", err.msg); return 1; }
         if (e->step == 9) poison(e, 0);  // stream-ordered after step 8's ops
         if (e->step % every == 0 && engine_report(e, NULL, &err)) { printf("report: %s\n", err.msg); return 1; }
+    }
+    if (engine_report(e, NULL, &err)) { printf("report: %s\n", err.msg); return 1; }
+    return 0;
+}
+
+// 16 steps with what a user does between steps at the prompt: a live setting (lr, then clip),
+// an arm off and on again, an eval and a decode (their own activations and device workspaces),
+// a batch change, reports at odd moments. Each must reach the graph (a re-capture, or nothing it
+// baked in changed): a replay of a stale graph would run the old lr, the arm that is off, the
+// old batch, without a word.
+static int run_changes(Engine *e) {
+    dm_err err = {0};
+    const char *steps[][2] = {{"lr", "0.001"}, {"clip", "0.5"}, {"batch", "2"}};
+    if (engine_set(e, "eval_bytes", "1024", &err)) { printf("set: %s\n", err.msg); return 1; }
+    for (int i = 0; i < 16; i++) {
+        int rc = 0;
+        if (i == 3) rc = engine_set(e, steps[0][0], steps[0][1], &err);
+        if (i == 5) e->model.arms.on[ARM_KDA] = 0;
+        if (i == 7) { e->model.arms.on[ARM_KDA] = 1; rc = engine_set(e, steps[1][0], steps[1][1], &err); }
+        if (i == 8) { EvalResult r; rc = engine_eval(e, 0, &r, &err); }
+        if (i == 10) rc = engine_set(e, steps[2][0], steps[2][1], &err);
+        if (i == 11) {
+            Decoder d;
+            real lg[256];
+            rc = decoder_init(&d, &e->model, &err);
+            for (const char *p = "ab\n"; !rc && *p; p++) rc = decoder_feed(&d, *p, lg, &err);
+            if (!rc) decoder_free(&d);
+        }
+        if (i == 12) e->model.arms.on[ARM_MOE] = 0;
+        if (i == 14) e->model.arms.on[ARM_MOE] = 1;
+        if (rc || engine_step_enqueue(e, &err)) { printf("step %d: %s\n", i, err.msg); return 1; }
+        if (i % 3 == 2 && engine_report(e, NULL, &err)) { printf("report: %s\n", err.msg); return 1; }
     }
     if (engine_report(e, NULL, &err)) { printf("report: %s\n", err.msg); return 1; }
     return 0;
@@ -161,6 +195,30 @@ int main(int argc, char **argv) {
         memcmp(&eg.last_orth_err, &ee.last_orth_err, sizeof(double)) == 0 && eg.step == ee.step, "");
     state_free(&sg);
     state_free(&se);
+    {  // what a user changes between steps (run_changes), with the graph and without
+        Engine cg, ce;
+        if (make(&cg, 1, data) || make(&ce, 0, data) || run_changes(&cg) || run_changes(&ce)) return 1;
+        size_t rdiff = 0;
+        for (int i = 0; i < cg.nrows && i < ce.nrows; i++) {
+            MetricRow a = cg.rows[i], b = ce.rows[i];
+            a.ms = b.ms = a.tok_s = b.tok_s = 0;
+            rdiff += memcmp(&a, &b, sizeof a) != 0;
+        }
+        State a, b;
+        state_get(&cg, &a);
+        state_get(&ce, &b);
+        size_t d = ndiff(a.p, b.p, a.P, sizeof(real)) + ndiff(a.m, b.m, a.P, sizeof(real)) +
+                   ndiff(a.v, b.v, a.P, sizeof(real)) + ndiff(a.mom, b.mom, a.P, sizeof(real)) +
+                   ndiff(a.rs, b.rs, a.R, sizeof(int64_t));
+        snprintf(buf, sizeof buf, "%d rows, %zu differ; state values differing %zu; captures %ld, replays %ld, eager %ld",
+                 cg.nrows, rdiff, d, cg.run.captures, cg.run.replays, cg.run.eager);
+        row("lr, clip, arms, eval, decode, batch between steps", cg.nrows == 17 && ce.nrows == 17 && rdiff == 0 &&
+            d == 0 && cg.run.replays > 0 && memcmp(cg.model.arms.fwd, ce.model.arms.fwd, sizeof cg.model.arms.fwd) == 0, buf);
+        state_free(&a);
+        state_free(&b);
+        engine_free(&cg);
+        engine_free(&ce);
+    }
 
     // the host only enqueues: 30 more replayed steps, reported every 10
     dm_err err = {0};
