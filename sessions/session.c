@@ -286,12 +286,13 @@ static long long ckpt_name_step_branch(const char *name, int *branch) {
 }
 static long long ckpt_name_step(const char *name) { return ckpt_name_step_branch(name, NULL); }
 
-// A name a :save PATH gave a checkpoint in the session's own ckpt/ (NAME.ckpt): LATEST names it
-// after that save, and -r resumes from it (it refused the name, and resumed an older step-N file
-// as "the checkpoint written most recently"). Only the step-N names are -r's fallbacks.
+// A name a :save PATH gave a checkpoint in the session's own ckpt/ (mine.ckpt, or any plain
+// name but LATEST's own, a hidden one or a temp file's): LATEST names it after that save, and -r
+// resumes from it (it refused the name, and resumed an older step-N file as "the checkpoint
+// written most recently"). Only the step-N names are -r's fallbacks.
 static int user_ckpt_name(const char *name) {
     size_t len = strlen(name);
-    return len > 5 && name[0] != '.' && !strcmp(name + len - 5, ".ckpt");
+    return len > 0 && name[0] != '.' && strcmp(name, "LATEST") && (len < 4 || strcmp(name + len - 4, ".tmp"));
 }
 
 // 0 and the name LATEST holds; 1 when there is no LATEST (a session of an older dmsh), 2 when it

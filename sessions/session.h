@@ -24,7 +24,7 @@ int session_rewrite_metrics(Engine *e, dm_err *err);
 // The latest checkpoint under DIR/ckpt: the one ckpt/LATEST names (the file the session wrote
 // last), else the checkpoint file written most recently (its time; ties: the larger step, then
 // the later branch step-N-bK); 0 when found. *step: N of a step-N name, -1 for a name a
-// :save PATH gave (NAME.ckpt).
+// :save PATH gave (mine.ckpt).
 int session_latest_ckpt(const char *dir, char *path, size_t n, long long *step);
 // 1 when DIR/ckpt/LATEST exists but cannot be followed (it names a file that is gone, or holds
 // no checkpoint name), with why saying so in one phrase; session_latest_ckpt then falls back.
