@@ -63,6 +63,7 @@ int engine_stress(Engine *e, double mult, long long n, StressReport *rep, dm_err
         rc = engine_step(e, &r, err);
         if (rc && r.kind != 0) break;  // refused before it ran (no row): not a step of the protocol
         loss[i] = r.loss; gn[i] = r.gnorm; rep->done++;
+        rep->skipped += r.skipped;
         // a non-finite loss is counted on its own (it compares false with everything: it would
         // count as no spike)
         int spike = 0;

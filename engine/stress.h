@@ -9,6 +9,7 @@ typedef struct {
     long long spikes;      // judged steps whose loss > the median of the last <= 201 finite + 0.1
     long long nonfinite;   // steps whose loss was not finite (never counted as spikes)
     long long gnorm_bad;   // non-finite pre-clip gradient norms (left out of the percentile)
+    long long skipped;     // steps of this run the NaN firewall skipped
     double gnorm_p999;     // nearest-rank 99.9th percentile of the finite pre-clip norms (NaN: none)
     double final_loss;     // the last step's loss (NaN when none ran)
     double amax[3];        // max |output| of the kda, engram, moe arms over the run (0: off)

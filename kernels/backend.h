@@ -139,7 +139,8 @@ typedef struct Backend {
 
     // ---- the device itself (:show device, :bench, the precision key)
     void (*describe)(char *buf, size_t n);          // name, memory, capability, peak rates measured at start-up
-    void (*mem_stats)(size_t *cur, size_t *peak);   // bytes held through alloc: now and the most ever
+    void (*mem_stats)(size_t *cur, size_t *peak);   // bytes held through alloc: now and the most since the reset
+    void (*mem_peak_set)(size_t peak);              // peak := max(peak, now): 0 starts a measurement's own (:bench)
     void (*set_precision)(int fp32);                // matrix products bf16 (0) / fp32 (1); NULL: fixed (CPU)
     // on: the products a bf16 device rounds (blas.h gemm_lp) take bf16-rounded operands here too,
     // fp32 accumulation; for a parity reference only. NULL: not available (CUDA, double build)

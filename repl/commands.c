@@ -398,6 +398,7 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
         fprintf(OUT, "note: the schedule ends at steps=%lld; steps past it run at the floor lr (%.2gx): :set steps=N to extend\n",
                 (long long)e->cfg.steps, e->cfg.lr_min_frac);
     }
+    fflush(OUT);  // (the schedule line, before the run's first step)
     long long end = e->step + n;
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -483,6 +484,10 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
             fprintf(OUT, "checkpoint %s\n", path);
             if (note[0]) fprintf(OUT, "note: %s\n", note);
         }
+        // every line of the run as it happens, the eval's and checkpoint's too (to a pipe or a
+        // file only the step line was flushed: a tail -f saw the evals at the run's end, and a
+        // SIGKILL lost them from the log: QA, session 24)
+        fflush(OUT);
     }
     if (panel) {  // the screen goes back as it was: leave the last step as a plain line
         sh->out = out0;

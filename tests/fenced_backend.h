@@ -319,6 +319,7 @@ static void fw_describe(char *buf, size_t n) { fence_inner->describe(buf, n); }
 // which bench_gpu.c also wraps around CUDA, where it is NULL)
 __attribute__((unused)) static void fw_emulate_bf16(int on) { fence_inner->emulate_bf16(on); }
 static void fw_mem_stats(size_t *cur, size_t *peak) { fence_inner->mem_stats(cur, peak); }
+static void fw_mem_peak_set(size_t peak) { fence_inner->mem_peak_set(peak); }
 // the step's bookkeeping ops and staging (backend.h, "the training step as one unit")
 static void fw_step_loss(double *out, const double *loss_sum, const real *aux, int depth, uint64_t scored,
     int N, double aux_w) {
@@ -352,7 +353,7 @@ static long fw_allocs(void) { return fb_nallocs + fence_inner->allocs(); }
     X(copy_rows) X(add_inplace) X(retract_scratch_size) X(retract) X(orth_error) \
     X(opt_sumsq) X(opt_decide) X(opt_clip) X(opt_adamw) X(opt_adam_rows_ws_size) \
     X(opt_adam_rows) X(opt_muon_scratch_size) X(opt_muon) X(opt_retract_scratch_size) X(opt_retract) \
-    X(describe) X(mem_stats) \
+    X(describe) X(mem_stats) X(mem_peak_set) \
     X(step_loss) X(step_begin) X(step_end) X(host_alloc) X(host_free) X(upload_async) X(allocs)
 
 #ifndef FENCE_HOOKS

@@ -87,6 +87,7 @@ static void gr_moe_forward_routed(real *out, real *aux, int *load, real *ws, con
 }
 static void gr_describe(char *buf, size_t n) { gr_inner->describe(buf, n); }
 static void gr_mem_stats(size_t *cur, size_t *peak) { gr_inner->mem_stats(cur, peak); }
+static void gr_mem_peak_set(size_t peak) { gr_inner->mem_peak_set(peak); }
 
 static int gr_graph_begin(char *why, size_t n) {
     if (gr_cur) { snprintf(why, n, "a capture is already open"); return 1; }
@@ -130,7 +131,7 @@ static const Backend *graph_backend(void) {
     b.alloc = gr_alloc; b.free = gr_free; b.upload = gr_upload; b.download = gr_download;
     b.moe_route_read = gr_moe_route_read; b.moe_forward_routed = gr_moe_forward_routed;
     b.host_alloc = gr_host_alloc; b.host_free = gr_host_free; b.upload_wait = gr_upload_wait; b.sync = gr_sync;
-    b.allocs = gr_allocs; b.orth_error = gr_orth_error; b.describe = gr_describe; b.mem_stats = gr_mem_stats;
+    b.allocs = gr_allocs; b.orth_error = gr_orth_error; b.describe = gr_describe; b.mem_stats = gr_mem_stats; b.mem_peak_set = gr_mem_peak_set;
     b.graph_begin = gr_graph_begin; b.graph_end = gr_graph_end; b.graph_launch = gr_graph_launch;
     b.graph_free = gr_graph_free;
     b.emulate_bf16 = gr_inner->emulate_bf16 ? gr_emulate_bf16 : NULL;

@@ -300,6 +300,44 @@ static void test_init_rebuilds_another_shape(void **s) {
     expect_error(":init d=30 H=4\n", "s.dm:1: error:");
 }
 
+// What :bench and :train report, found by QA (session 24): :bench's peak memory was the
+// process's (an earlier, larger model; the 1024^3 product of an earlier :bench), and :train's
+// eval lines were not flushed to a file or pipe (the last one was lost with a SIGKILL).
+static void test_reports_of_their_own(void **s) {
+    (void)s;
+    char script[2000];
+    snprintf(script, sizeof script, "%s:data %s\n:init seed=3 d=128 seq=128 batch=16 engram_rows=4096\n:step 1\n"
+             ":init seed=3 d=32 seq=32 batch=4 engram_rows=257\n:bench steps=2\n:bench steps=2\n:show device\n", SMALL, corpus);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    const char *b = out;
+    for (int i = 0; i < 2; i++) {  // each :bench: its own peak, = what it holds (the model's)
+        b = strstr(b, "; backend memory ");
+        assert_non_null(b);
+        double now, peak;
+        assert_int_equal(sscanf(b, "; backend memory %lf MB now, %lf MB peak", &now, &peak), 2);
+        if (peak != now) print_error("%s\n", out);
+        assert_true(peak == now && now < 10);
+        b++;
+    }
+    double held, peak;  // and the process's peak is still the larger model's
+    const char *d = strstr(out, "  backend memory: ");
+    assert_non_null(d);
+    assert_int_equal(sscanf(d, "  backend memory: %lf MB held, %lf MB peak", &held, &peak), 2);
+    assert_true(peak > 100);
+    // an eval inside a :train is in the log file as it happens (a few eval lines stayed in
+    // stdio's buffer until the run's next step line)
+    char cmd[2400];
+    snprintf(cmd, sizeof cmd, "(%s --norc -e '%s' -e ':data %s' -e ':session fl' -e ':init seed=1' "
+             "-e ':train 1000000 eval_every=4 log_every=1000000' > k.out 2>&1 & p=$!; "
+             "for i in $(seq 1200); do [ $(wc -l < runs/fl/metrics.tsv 2>/dev/null || echo 0) -gt 12 ] && break; sleep 0.05; done; "
+             "kill -9 $p; wait $p; true)", dmsh,
+             ":preset nano; :set d=32 H=2 L=2 E=2 k=1 r=8 f=64 engram_rows=257 engram_dim=8 seq=32 batch=4 eval_bytes=1024", corpus);
+    assert_int_equal(sh_in_dir("%s", cmd), 0);
+    slurp_to("k.out", out, sizeof out);
+    if (!strstr(out, "eval step 4 ")) print_error("%s\n", out);
+    assert_non_null(strstr(out, "eval step 4 "));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_integers_are_digits),
@@ -312,6 +350,7 @@ int main(void) {
         cmocka_unit_test(test_command_slips),
         cmocka_unit_test(test_omp_wait_policy),
         cmocka_unit_test(test_init_rebuilds_another_shape),
+        cmocka_unit_test(test_reports_of_their_own),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

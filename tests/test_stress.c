@@ -100,6 +100,28 @@ static void test_run_counts_and_restores(void **st) {
     engine_free(&e);
 }
 
+// skipped is the run's own count, as every other number of the report (the model's total was
+// printed: a clean run after one with skips said it skipped them: QA, session 24)
+static void test_skipped_is_the_runs(void **st) {
+    (void)st;
+    Engine e;
+    tiny_engine(&e);
+    real *p = e.model.params + e.model.t[P_WK].offset;  // (the CPU backend: host memory)
+    real keep = *p;
+    *p = (real)NAN;  // every step's loss is NaN: the firewall skips it
+    StressReport r;
+    dm_err err = {0};
+    assert_int_equal(engine_stress(&e, 1.0, 3, &r, &err), 0);
+    assert_int_equal(r.done, 3);
+    assert_int_equal(r.skipped, 3);
+    assert_int_equal(r.nonfinite, 3);
+    *p = keep;
+    assert_int_equal(engine_stress(&e, 1.0, 2, &r, &err), 0);
+    assert_int_equal(r.skipped, 0);
+    assert_int_equal(e.opt.total_skips, 3);
+    engine_free(&e);
+}
+
 static void test_arm_off_has_no_maximum(void **st) {
     (void)st;
     Engine e;
@@ -166,6 +188,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_interrupted_before_first_step),
         cmocka_unit_test(test_run_counts_and_restores),
+        cmocka_unit_test(test_skipped_is_the_runs),
         cmocka_unit_test(test_arm_off_has_no_maximum),
         cmocka_unit_test(test_needs_a_model),
         cmocka_unit_test(test_spike_median),

@@ -60,6 +60,7 @@ static void cpu_free(void *p) {
     else free(b);
 }
 static void cpu_mem_stats(size_t *cur, size_t *peak) { *cur = mem_cur; *peak = mem_peak; }
+static void cpu_mem_peak_set(size_t peak) { mem_peak = peak > mem_cur ? peak : mem_cur; }
 
 // "cpu: MODEL NAME, N cores (OpenMP threads T), float GEMM: ..." from /proc/cpuinfo
 static void cpu_describe(char *buf, size_t n) {
@@ -121,7 +122,7 @@ static const Backend cpu_backend = {
     .engram_rows = engram_rows, .engram_gather = engram_gather, .engram_scatter = engram_scatter,
     .kda_ws_size = kda_chunk_ws_size, .kda_forward = kda_chunk_forward, .kda_backward = kda_chunk_backward,
     .kda_step = kda_step,
-    .describe = cpu_describe, .mem_stats = cpu_mem_stats, .set_precision = NULL,
+    .describe = cpu_describe, .mem_stats = cpu_mem_stats, .mem_peak_set = cpu_mem_peak_set, .set_precision = NULL,
 #ifndef DM_DOUBLE
     .emulate_bf16 = cpu_emulate_bf16,
 #endif

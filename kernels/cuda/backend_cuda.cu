@@ -142,6 +142,7 @@ static void mem_forget(void *p) {
         if (mem_ptr[i] == p) { mem_cur -= mem_size[i]; mem_ptr[i] = NULL; return; }
 }
 static void cu_mem_stats(size_t *cur, size_t *peak) { *cur = mem_cur; *peak = mem_peak; }
+static void cu_mem_peak_set(size_t peak) { mem_peak = peak > mem_cur ? peak : mem_cur; }
 
 static void *cu_alloc(size_t bytes) {
     if (dm_capturing) { dm_capture_fail("alloc inside the captured step"); return NULL; }
@@ -745,7 +746,7 @@ extern "C" const Backend *backend_cuda(int device, char *why, size_t n) {
     b->opt_retract = cuda_opt_retract;
     cuda_fused_fill(b);
     cuda_graph_fill(b);  // graph_cuda.cu: the step's bookkeeping ops, staging, graphs
-    b->describe = cuda_describe; b->mem_stats = cu_mem_stats; b->set_precision = cuda_set_precision;
+    b->describe = cuda_describe; b->mem_stats = cu_mem_stats; b->mem_peak_set = cu_mem_peak_set; b->set_precision = cuda_set_precision;
     b->peak_tflops = cuda_peak_bf16_tflops;
     b->shape_check = cuda_shape_check;  // shape_limits.h
     return b;

@@ -166,6 +166,7 @@ int main(int argc, char **argv) {
         e.cfg.batch = cases[c].B;
         e.cfg.seq = cases[c].T;
         size_t free0 = 0, total = 0, free_min;
+        cu->mem_peak_set(0);  // "held MiB": this case's peak, not the largest of the cases before it
         cudaMemGetInfo(&free0, &total);
         free_min = free0;
         if (engine_build(&e, 1, &err)) { printf("%s: %s\n", cases[c].preset, err.msg); rc = 1; continue; }
