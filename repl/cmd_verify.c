@@ -132,7 +132,8 @@ int cmd_check(Shell *sh, Words *w, dm_err *err) {
         return ok ? 0 : dm_fail(err, "determinism check failed: %s", msg);
     }
     if (!strcmp(what, "grad")) {
-        // it runs its own tiny config: only off= applies, the rest would be ignored silently
+        // it runs its own tiny shape (with the live config's k, L, loss and gates): only off=
+        // applies, the rest would be ignored silently
         static const char *const not_grad[] = {"steps", "batch", "seq", "precision", "route", "floor"};
         for (int i = 0; i < 6; i++)
             if (sh_kv(w, not_grad[i]))
@@ -159,7 +160,15 @@ int cmd_check(Shell *sh, Words *w, dm_err *err) {
         if (access(dbl, X_OK) != 0)
             return dm_fail(err, ":check grad runs on the double-precision engine, looked for as %s (../double/dmsh from this "
                                 "binary): build it with `make DM_REAL=double build/double/dmsh`, then run this again", dbl);
-        size_t used = (size_t)snprintf(cmd, sizeof cmd, "%s --norc --no-tui -e ':check grad off=", dbl);
+        // the live config's choices of computation, which the check takes (engine_check_grad)
+        size_t used = (size_t)snprintf(cmd, sizeof cmd, "%s --norc --no-tui -e ':set", dbl);
+        static const char *const takes[] = {"E", "L", "k", "loss", "lam_max", "g_min", "moe_aux", "engram_orders"};
+        for (int i = 0; i < 8; i++) {
+            char v[128];
+            config_get(&E_->cfg, config_find_key(takes[i]), v, sizeof v);
+            used += snprintf(cmd + used, sizeof cmd - used, " %s=%s", takes[i], v);
+        }
+        used += snprintf(cmd + used, sizeof cmd - used, "' -e ':check grad off=");
         for (int a = 0; E_->live && a < ARM_COUNT; a++)  // the live model's off arms, and off= (checked above)
             if (!E_->model.arms.on[a]) used += snprintf(cmd + used, sizeof cmd - used, "%s,", dm_arm_names[a]);
         if (offs) used += snprintf(cmd + used, sizeof cmd - used, "%s", offs);

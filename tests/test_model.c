@@ -5,6 +5,7 @@
 #include <string.h>
 #include "testutil.h"
 #include "../engine/model.h"
+#include "../engine/engine.h"
 
 static Config tiny_config(void) {
     Config c;
@@ -176,6 +177,44 @@ static void test_grad_lam_capped(void **s) {
 
 #endif
 
+// :check grad (engine/gradcheck.c) checks the live config's choices of computation, says which,
+// and can fail: an analytic gradient 10 % off is a FAIL on its row (QA, session 24: it checked
+// one fixed model whatever the config, and no test ran it).
+extern int gradcheck_test_corrupt;
+int engine_check_grad(Engine *e, const int *arms_on, FILE *out, int *ok, dm_err *err);
+static void test_check_grad_command(void **s) {
+    (void)s;
+    Engine e;
+    engine_init(&e);
+    dm_err err = {0};
+    assert_int_equal(config_preset(&e.cfg, "nano", &err), 0);
+    e.cfg.loss_final = 1;
+    e.cfg.lam_max = 0.5;
+    int on[ARM_COUNT], ok = -1;
+    for (int a = 0; a < ARM_COUNT; a++) on[a] = 1;
+    char buf[16384];
+    FILE *f = fmemopen(buf, sizeof buf, "w");
+    assert_int_equal(engine_check_grad(&e, on, f, &ok, &err), 0);
+    fclose(f);
+    assert_non_null(strstr(buf, " L=2 E=3 k=1 "));
+    assert_non_null(strstr(buf, "loss=final lam_max=0.5 "));
+#ifdef DM_DOUBLE
+    if (!ok) print_error("%s\n", buf);
+    assert_int_equal(ok, 1);
+    assert_null(strstr(buf, "FAIL"));
+#endif
+    gradcheck_test_corrupt = P_HEAD;
+    f = fmemopen(buf, sizeof buf, "w");
+    assert_int_equal(engine_check_grad(&e, on, f, &ok, &err), 0);
+    fclose(f);
+    gradcheck_test_corrupt = -1;
+    assert_int_equal(ok, 0);
+    const char *row = strstr(buf, "  head ");
+    assert_non_null(row);
+    assert_true(strstr(row, "FAIL") && strstr(row, "FAIL") < strchr(row, '\n'));
+    engine_free(&e);
+}
+
 static void test_param_counts_nano(void **s) {
     (void)s;
     Config c;
@@ -244,6 +283,7 @@ static void test_forward_deterministic(void **s) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_param_counts_nano),
+        cmocka_unit_test(test_check_grad_command),
         cmocka_unit_test(test_arms_counters_and_effect),
         cmocka_unit_test(test_forward_deterministic),
 #ifdef DM_DOUBLE
