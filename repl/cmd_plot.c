@@ -11,6 +11,7 @@
 #include <strings.h>
 #include <sys/stat.h>
 #include "../engine/engine.h"
+#include "../engine/probe.h"
 #include "../viz/axes.h"
 #include "../viz/plot.h"
 #include "../viz/png.h"
@@ -490,8 +491,15 @@ static int panel_experts(Ctx *cx, Panel *p, dm_err *err) {
     }
     // a balanced router sends every expert the same share: the reference to compare against
     add_ref(p, (double)total / shown / E, 0x555555, "uniform %.0f", (double)total / shown / E);
-    snprintf(p->title, sizeof p->title, "expert load, last forward (after step %lld)", (long long)e->step);
-    snprintf(p->subtitle, sizeof p->subtitle, "%d experts, top-%d routing; one line per iteration", E, e->cfg.k);
+    // which forward, in :probe's words (it said "after step N" of the forward :probe calls "of
+    // step N-1": QA, session 24)
+    ProbeInfo pi = {0};
+    pi.activation = 1;
+    char src[160], tag[40];
+    probe_source(e, &pi, src, sizeof src, tag, sizeof tag);
+    snprintf(p->title, sizeof p->title, "expert load, %.120s", src);
+    snprintf(p->subtitle, sizeof p->subtitle, "%d experts, top-%d routing; one line per iteration%s", E, e->cfg.k,
+             E > 16 ? "; no history over training: the metric rows keep shares of at most 16 experts" : "");
     p->chart.logy = cx->log_set && cx->log_on;
     p->chart.xint = 1;
     snprintf(p->xlabel, sizeof p->xlabel, "expert");
