@@ -153,7 +153,11 @@ static void pack_a(float *restrict Ap, const float *A, int lda, int tA, int ic, 
             // source row may end right after them)
             for (; i + MR <= mc; i += MR, dst += (size_t)kc * MR) {
                 _mm_storeu_ps(dst, _mm_loadu_ps(src + i));
-                _mm_store_sd((double *)(dst + 4), _mm_load_sd((const double *)(src + i + 4)));
+                // (through memcpy: a double load from a float address is undefined behaviour,
+                // which UBSan reports on every step; the compiler emits the same 8-byte move)
+                uint64_t two;
+                memcpy(&two, src + i + 4, sizeof two);
+                memcpy(dst + 4, &two, sizeof two);
             }
             for (int r = 0; i + r < mc; r++) dst[r] = src[i + r];
         }
