@@ -166,6 +166,11 @@ static int cmd_set(Shell *sh, Words *w, dm_err *err) {
         *eq = 0;  // (the words are this command's own buffer)
         keys[n] = w->argv[i];
         vals[n++] = eq + 1;
+        for (int j = 0; j < n - 1; j++)
+            if (!strcmp(keys[j], keys[n - 1])) {  // `lr=0.5 lr=0.6`: one of them would be dropped (QA, session 24)
+                for (int q = 0; q < n; q++) ((char *)vals[q])[-1] = '=';
+                return dm_fail(err, ":set: key '%.*s' given twice", (int)(vals[n - 1] - 1 - keys[n - 1]), keys[n - 1]);
+            }
     }
     Config old = E_->cfg, old_model = E_->model.cfg;
     int rc = engine_set_many(E_, n, keys, vals, err);

@@ -17,7 +17,9 @@
 // ~/ at the start of an unquoted word, or of its value after the first '=' (eval=~/x), is the
 // home directory, as in a shell (completion inserts such paths; nothing else would expand them).
 static size_t tilde_at(const char *p, const char *word0, const char **home) {
-    if (p[0] != '~' || (p[1] != '/' && p[1] != 0 && p[1] != ' ' && p[1] != '\t' && p[1] != ';')) return 0;
+    // (followed by '/' or by whatever ends a word in sh_split: a '~' as the last word of a line,
+    // or before a '#', was kept as the name '~': QA, session 24)
+    if (p[0] != '~' || (p[1] != '/' && p[1] && !strchr(" \t\r\n;#", p[1]))) return 0;
     int start = p == word0;
     if (!start && p[-1] == '=' && !memchr(word0, '=', (size_t)(p - 1 - word0))) start = 1;
     const char *h = getenv("HOME");

@@ -215,6 +215,14 @@ static void test_command_slips(void **s) {
                                "cd .. && grep -q 'no sessions (runs here is a file, not a directory)' out.txt",
                                dmsh),
                      0);
+    // QA (session 24, a fuzzer): `:set lr=0.5 lr=0.6` kept the last without a word; a '~' at the
+    // end of a script's line, or before a '#', was the name '~' (runs/~), not $HOME
+    expect_error(":set lr=0.5 lr=0.6\n", "s.dm:1: error: :set: key 'lr' given twice");
+    assert_int_equal(sh_in_dir("mkdir -p hm && printf ':session ~\\n' > t.dm && HOME=$PWD/hm %s --norc -b t.dm > out.txt 2>&1; "
+                               "grep -q \"session name '$PWD/hm': use a plain name\" out.txt && printf ':data ~#c\\n' > t.dm && "
+                               "HOME=$PWD/hm %s --norc -b t.dm > out.txt 2>&1; grep -q \"directory '$PWD/hm' holds no regular files\" out.txt",
+                               dmsh),
+                     0);
 }
 
 // OpenMP's spinning idle threads made a nano CPU step 20x slower on a busy machine: dmsh runs
