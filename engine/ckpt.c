@@ -276,6 +276,12 @@ static int ckpt_write_impl(const char *path, const CkptSection *sec, int nsec, i
     char tmp[PATH_MAX + 32];
     ckpt_tmp_path(path, tmp, sizeof tmp);
     if (strlen(tmp) >= PATH_MAX) return dm_fail(err, "%s: cannot save checkpoint: path too long", path);
+    // the temp file's name is the file's plus ".PID.tmp": past the file system's limit on a name,
+    // its create failed as "remove stale NAME.PID.tmp: File name too long" (QA, session 24)
+    const char *base = strrchr(tmp, '/') ? strrchr(tmp, '/') + 1 : tmp;
+    if (strlen(base) > NAME_MAX)
+        return dm_fail(err, "cannot save checkpoint: the file name is %zu bytes; with the temp file's .PID.tmp it passes the %d-byte limit on a name (choose a shorter one)",
+                       strlen(strrchr(path, '/') ? strrchr(path, '/') + 1 : path), NAME_MAX);
 
     if (mode == CK_REPLACE) {  // never replace a file that is not a checkpoint (a corpus, a script, ...)
         int pf = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);

@@ -546,6 +546,8 @@ int cmd_plot(Shell *sh, Words *w, dm_err *err) {
     if (!spec) return dm_fail(err, "usage: :plot METRIC[,METRIC...] [out=FILE.png] [x=step|tokens|time] [log=on|off] [size=WxH]; metrics: " METRIC_LIST);
     Ctx cx = {.e = sh->eng, .xq = X_STEP};
     const char *xs = kv(w, "x"), *ls = kv(w, "log"), *ss = kv(w, "size"), *out = kv(w, "out");
+    if (out && strlen(out) >= 1400)  // (the path buffer below: it was cut to fit, its .png too)
+        return dm_fail(err, ":plot: out= is %zu bytes long, at most 1399: not written", strlen(out));
     if (xs) {
         if (!strcmp(xs, "step")) cx.xq = X_STEP;
         else if (!strcmp(xs, "tokens")) cx.xq = X_TOKENS;

@@ -133,6 +133,9 @@ int cmd_save(Shell *sh, Words *w, dm_err *err) {
                            "choose another path", p, owner);
         struct stat st;
         int existed = stat(p, &st) == 0;
+        // (a longer path was cut to fit and another file written: "saved .../model.ck": QA, session 24)
+        if (strlen(p) >= sizeof path)
+            return dm_fail(err, ":save: the path is %zu bytes long, at most %zu: not written", strlen(p), sizeof path - 1);
         snprintf(path, sizeof path, "%s", p);
         if (engine_save(E_, path, err)) return 1;
         if (existed) snprintf(note, sizeof note, "replaced the checkpoint that was at %s", p);

@@ -218,6 +218,17 @@ static void test_command_slips(void **s) {
     // QA (session 24, a fuzzer): `:set lr=0.5 lr=0.6` kept the last without a word; a '~' at the
     // end of a script's line, or before a '#', was the name '~' (runs/~), not $HOME
     expect_error(":set lr=0.5 lr=0.6\n", "s.dm:1: error: :set: key 'lr' given twice");
+    // and a :save path too long for its buffer was cut to fit (another file written, said saved);
+    // a file name near the 255-byte limit failed as "remove stale NAME.PID.tmp"
+    char script[3000], name[300];
+    memset(name, 'a', 250);
+    name[250] = 0;
+    snprintf(script, sizeof script, "%s:init\n:save %s.ckpt\n", SMALL, name);
+    expect_error(script, "with the temp file's .PID.tmp it passes the 255-byte limit on a name");
+    int u = snprintf(script, sizeof script, "%s:init\n:save ", SMALL);
+    for (int i = 0; i < 650; i++) u += snprintf(script + u, sizeof script - u, "d/");
+    snprintf(script + u, sizeof script - u, "x.ckpt\n");
+    expect_error(script, ":save: the path is 1306 bytes long, at most 1199: not written");
     assert_int_equal(sh_in_dir("mkdir -p hm && printf ':session ~\\n' > t.dm && HOME=$PWD/hm %s --norc -b t.dm > out.txt 2>&1; "
                                "grep -q \"session name '$PWD/hm': use a plain name\" out.txt && printf ':data ~#c\\n' > t.dm && "
                                "HOME=$PWD/hm %s --norc -b t.dm > out.txt 2>&1; grep -q \"directory '$PWD/hm' holds no regular files\" out.txt",
