@@ -256,17 +256,7 @@ int main(int argc, char **argv) {
             rc = repl_interactive(&sh);
             hangup_if_terminal_gone(hup_caught, sh.tty_lost);
         }
-        else {
-            sh.src = "<stdin>";
-            char *line = NULL;
-            size_t cap = 0;
-            while (!sh.quit && getline(&line, &cap, stdin) >= 0) {
-                sh.line++;
-                dm_err err = {0};
-                if (sh_exec_line(&sh, line, &err)) { fprintf(stderr, "<stdin>:%d: error: %s\n", sh.line, err.msg); rc = 1; break; }
-            }
-            free(line);
-        }
+        else rc = sh_run_stdin(&sh);  // a piped script: as -b runs a file
     }
     // leaving a session keeps its state: the next `dmsh -r` continues from here
     dm_err aerr = {0};

@@ -348,37 +348,48 @@ int sh_exec_line(Shell *sh, const char *line, dm_err *err) {
 static struct { dev_t dev; ino_t ino; } run_stack[32];
 static int run_n;
 
-int sh_run_file_as_err(Shell *sh, const char *path, const char *name, dm_err *err) {
-    FILE *f = fopen(path, "r");
-    if (!f) return dm_fail(err, "%s: cannot open script: %s", name, strerror(errno));
-    struct stat st;
-    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {  // fopen opens a directory; reading it fails
-        fclose(f);
-        return dm_fail(err, "%s: cannot run a directory as a script", name);
-    }
-    for (int i = 0; i < run_n; i++)
-        if (run_stack[i].dev == st.st_dev && run_stack[i].ino == st.st_ino) {
-            fclose(f);
-            return dm_fail(err, "%s is already running (a :run of a script from itself would never end)", name);
+// One line of a script (with its '\n'), like getline, but never longer than SH_LINE_MAX: -1 at
+// the end, -2 past the limit. `:run /dev/zero` (or `dmsh < /dev/zero`, a huge file with no line
+// break) read one endless line into memory until the machine ran out (QA, session 24).
+#define SH_LINE_MAX (1 << 20)
+static ssize_t read_line_max(char **line, size_t *cap, FILE *f) {
+    size_t n = 0;
+    for (;;) {
+        if (n + 2 > *cap) {
+            size_t nc = *cap < 4096 ? 4096 : 2 * *cap;
+            char *b = realloc(*line, nc);
+            if (!b) return -2;
+            *line = b;
+            *cap = nc;
         }
-    if (run_n == (int)(sizeof run_stack / sizeof run_stack[0])) {
-        fclose(f);
-        return dm_fail(err, "%s: scripts nested too deeply (at most %d)", name, run_n);
+        int c = getc(f);
+        if (c == EOF) {
+            if (!n) return -1;
+            break;
+        }
+        (*line)[n++] = (char)c;
+        if (c == '\n') break;
+        if (n > SH_LINE_MAX) return -2;
     }
-    run_stack[run_n].dev = st.st_dev;
-    run_stack[run_n].ino = st.st_ino;
-    run_n++;
-    const char *src0 = sh->src;
-    int line0 = sh->line;
-    sh->src = name;
-    sh->line = 0;
+    (*line)[n] = 0;
+    return (ssize_t)n;
+}
+
+// Every line of f as script `name`: the first error ends it, as "name:LINE: message". The same
+// checks for a file and for standard input (a piped script ran a line cut at a NUL byte, which
+// -b refused, and said nothing of a transcript's lines it cannot replay: QA, session 24).
+static int run_stream(Shell *sh, FILE *f, const char *name, dm_err *err) {
     char *line = NULL;
     size_t cap = 0;
     int rc = 0;
     ssize_t got;
-    while (!sh->quit && (got = getline(&line, &cap, f)) >= 0) {
+    while (!sh->quit && (got = read_line_max(&line, &cap, f)) != -1) {
         sh->line++;
         dm_err e1 = {0};
+        if (got == -2) {
+            rc = dm_fail(err, "%s:%d: a line longer than %d bytes (is this a text file?)", name, sh->line, SH_LINE_MAX);
+            break;
+        }
         if ((size_t)got != strlen(line)) {  // a NUL would end the line there, silently
             rc = dm_fail(err, "%s:%d: the line holds a NUL byte (is this a text file?)", name, sh->line);
             break;
@@ -405,6 +416,34 @@ int sh_run_file_as_err(Shell *sh, const char *path, const char *name, dm_err *er
         }
     }
     free(line);
+    return rc;
+}
+
+int sh_run_file_as_err(Shell *sh, const char *path, const char *name, dm_err *err) {
+    FILE *f = fopen(path, "r");
+    if (!f) return dm_fail(err, "%s: cannot open script: %s", name, strerror(errno));
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {  // fopen opens a directory; reading it fails
+        fclose(f);
+        return dm_fail(err, "%s: cannot run a directory as a script", name);
+    }
+    for (int i = 0; i < run_n; i++)
+        if (run_stack[i].dev == st.st_dev && run_stack[i].ino == st.st_ino) {
+            fclose(f);
+            return dm_fail(err, "%s is already running (a :run of a script from itself would never end)", name);
+        }
+    if (run_n == (int)(sizeof run_stack / sizeof run_stack[0])) {
+        fclose(f);
+        return dm_fail(err, "%s: scripts nested too deeply (at most %d)", name, run_n);
+    }
+    run_stack[run_n].dev = st.st_dev;
+    run_stack[run_n].ino = st.st_ino;
+    run_n++;
+    const char *src0 = sh->src;
+    int line0 = sh->line;
+    sh->src = name;
+    sh->line = 0;
+    int rc = run_stream(sh, f, name, err);
     fclose(f);
     run_n--;
     sh->src = src0;
@@ -414,9 +453,23 @@ int sh_run_file_as_err(Shell *sh, const char *path, const char *name, dm_err *er
 
 int sh_run_file_err(Shell *sh, const char *path, dm_err *err) { return sh_run_file_as_err(sh, path, path, err); }
 
+static int print_script_error(const char *name, const dm_err *e);
+
 int sh_run_file_as(Shell *sh, const char *path, const char *name) {
     dm_err err = {0};
     if (!sh_run_file_as_err(sh, path, name, &err)) return 0;
+    return print_script_error(name, &err);
+}
+
+int sh_run_stdin(Shell *sh) {
+    dm_err err = {0};
+    sh->src = "<stdin>";
+    if (!run_stream(sh, stdin, "<stdin>", &err)) return 0;
+    return print_script_error("<stdin>", &err);
+}
+
+static int print_script_error(const char *name, const dm_err *e) {
+    dm_err err = *e;
     // "FILE:LINE: error: ..." (SPEC §0): the location sh_run_file_err put first, then "error:"
     size_t pl = strlen(name), loc = 0;
     if (!strncmp(err.msg, name, pl) && err.msg[pl] == ':') {

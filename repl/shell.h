@@ -89,6 +89,7 @@ int sh_run_file_err(Shell *sh, const char *path, dm_err *err);
 // The same, reading `path` but naming it `name` in every message (a --replay child runs a temp
 // copy of a piped script and says the name the user gave).
 int sh_run_file_as(Shell *sh, const char *path, const char *name);
+int sh_run_stdin(Shell *sh);  // standard input as a script ("<stdin>:LINE: error: ..."): 0, or 1 said
 int sh_run_file_as_err(Shell *sh, const char *path, const char *name, dm_err *err);
 // Nearest commands to a mistyped word (edit distance), for the unknown-command message.
 void sh_suggest(const char *word, char *buf, size_t n);

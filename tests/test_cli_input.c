@@ -218,6 +218,15 @@ static void test_command_slips(void **s) {
     // QA (session 24, a fuzzer): `:set lr=0.5 lr=0.6` kept the last without a word; a '~' at the
     // end of a script's line, or before a '#', was the name '~' (runs/~), not $HOME
     expect_error(":set lr=0.5 lr=0.6\n", "s.dm:1: error: :set: key 'lr' given twice");
+    // a piped script is checked as a -b one (a NUL byte cut its line there); a line without end
+    // (:run /dev/zero, dmsh < /dev/zero) is refused at 1 MiB, not read until memory runs out
+    assert_int_equal(sh_in_dir("printf ':set lr=0.5\\0 lr=abc\\n' | %s --norc > out.txt 2>&1; test $? = 1 && "
+                               "grep -q '<stdin>:1: error: the line holds a NUL byte' out.txt && "
+                               "(ulimit -v 2000000; %s --norc < /dev/zero > out.txt 2>&1; test $? = 1) && "
+                               "grep -q '<stdin>:1: error: a line longer than 1048576 bytes' out.txt",
+                               dmsh),
+                     0);
+    expect_error(":run /dev/zero\n", "s.dm:1: error: /dev/zero:1: a line longer than 1048576 bytes (is this a text file?)");
     // and a :save path too long for its buffer was cut to fit (another file written, said saved);
     // a file name near the 255-byte limit failed as "remove stale NAME.PID.tmp"
     char script[3000], name[300];
