@@ -124,6 +124,37 @@ void engine_free(Engine *e) {
     e->session_fd = -1;
 }
 
+// Memory the host can still give (MemAvailable + SwapFree of /proc/meminfo): 0 when unknown.
+double host_memory_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    double kb = 0, v;
+    int seen = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (sscanf(line, "MemAvailable: %lf kB", &v) == 1 || sscanf(line, "SwapFree: %lf kB", &v) == 1) { kb += v; seen++; }
+    }
+    fclose(f);
+    return seen ? kb * 1024 : 0;
+}
+
+// A model whose state the host cannot hold is refused before anything is allocated: every
+// buffer of it fits alone (the kernel overcommits), the pages are touched later, and the process
+// grew until the OOM killer ended it (QA, session 24: :init engram_rows=2147483647, about 37 GB
+// on a 23.5 GB host). On the CPU backend: weights, gradients, three optimizer moments and the
+// host copy :init builds them in, plus the tables' per-row step counts.
+static int host_memory_check(const Engine *e, dm_err *err) {
+    if (!e->be || strncmp(e->be->name, "cpu", 3)) return 0;  // (a GPU's memory: its own checks)
+    static Model lay;  // (a tensor table only: large for the stack)
+    model_layout(&lay, &e->cfg);
+    double need = (double)lay.n_params * sizeof(real) * 6 + (double)e->cfg.n_orders * (double)e->cfg.engram_rows * 8;
+    double have = host_memory_available();
+    if (have <= 0 || need <= have) return 0;
+    return dm_fail(err, "this model needs about %.1f GB of memory (%zu parameters: weights, gradients, three optimizer moments and "
+                   "a staging copy), and this machine has %.1f GB available (MemAvailable + SwapFree): lower engram_rows, d, E or f",
+                   need / 1e9, lay.n_params, have / 1e9);
+}
+
 int engine_build(Engine *e, uint64_t seed, dm_err *err) {
     // a new model is in no file (a synced mark left from the last one would let it overwrite
     // that one's checkpoint, or skip its exit save)
@@ -136,6 +167,7 @@ int engine_build(Engine *e, uint64_t seed, dm_err *err) {
     // (not config_validate_eval: the weights do not depend on the eval window; the REPL notes it)
     if (config_validate(&e->cfg, err) || model_shape_check(e->be, &e->cfg, e->cfg.batch, e->cfg.seq, err)) return 1;
     if (!e->be) e->be = backend_cpu();
+    if (host_memory_check(e, err)) return 1;
     engine_free_model(e);
     e->cfg.seed = seed;
     if (e->be->set_precision) e->be->set_precision(e->cfg.precision_fp32);

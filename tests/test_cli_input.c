@@ -227,6 +227,9 @@ static void test_command_slips(void **s) {
                                dmsh),
                      0);
     expect_error(":run /dev/zero\n", "s.dm:1: error: /dev/zero:1: a line longer than 1048576 bytes (is this a text file?)");
+    // a model the machine cannot hold is refused before it is allocated (each buffer fit alone
+    // under overcommit; the process grew until the OOM killer came): 2^31 rows x 4096, on any host
+    expect_error(":init engram_rows=2147483647 engram_dim=4096\n", "GB available (MemAvailable + SwapFree): lower engram_rows, d, E or f");
     // and a :save path too long for its buffer was cut to fit (another file written, said saved);
     // a file name near the 255-byte limit failed as "remove stale NAME.PID.tmp"
     char script[3000], name[300];
