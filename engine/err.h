@@ -13,6 +13,10 @@ static inline int dm_fail(dm_err *e, const char *fmt, ...) {
         vsnprintf(e->msg, sizeof e->msg, fmt, ap);
         va_end(ap);
         e->code = 1;
+        // one line, and no terminal control: a byte below 0x20 or DEL from what was typed or
+        // read (an escape sequence, a bell, a line break in a name) shows as '?' (QA, session 24)
+        for (char *c = e->msg; *c; c++)
+            if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
     }
     return 1;
 }

@@ -226,6 +226,13 @@ int cmd_device(Shell *sh, Words *w, dm_err *err) {
     return dm_fail(err, "unknown device '%s' (cpu, cuda, cuda:N)", a);
 }
 
+// a file name as one line of text: bytes below 0x20 and DEL as '?'
+static void printable(const char *in, char *out, size_t n) {
+    size_t i = 0;
+    for (; in[i] && i + 1 < n; i++) out[i] = (unsigned char)in[i] < 0x20 || in[i] == 0x7f ? '?' : in[i];
+    out[i] = 0;
+}
+
 int cmd_sessions(Shell *sh, Words *w, dm_err *err) {
     if (w->argc > 1) return dm_fail(err, "usage: :sessions (no arguments; it lists runs/ here)");
     // sorted by name (readdir's order is the file system's: it changes as sessions come and go)
@@ -246,22 +253,29 @@ int cmd_sessions(Shell *sh, Words *w, dm_err *err) {
         struct stat dst;
         if (stat(p, &dst) != 0 || !S_ISDIR(dst.st_mode)) continue;  // a session is a directory
         long long step;
+        char nm[300];  // (a name with a line break or an escape sequence in it: '?' there, one line each)
+        printable(de->d_name, nm, sizeof nm);
         if (!session_latest_ckpt(p, path, sizeof path, &step)) {  // the one dmsh -r resumes from
             struct stat st;
-            const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+            char base[300];
+            printable(strrchr(path, '/') ? strrchr(path, '/') + 1 : path, base, sizeof base);
             if (stat(path, &st) == 0 && st.st_size < 64)
-                fprintf(sh->out, "  runs/%s  (latest checkpoint: %s, %lld bytes: truncated; dmsh -r falls back to an older one)\n", de->d_name,
+                fprintf(sh->out, "  runs/%s  (latest checkpoint: %s, %lld bytes: truncated; dmsh -r falls back to an older one)\n", nm,
                         base, (long long)st.st_size);
             else if (step >= 0)
-                fprintf(sh->out, "  runs/%s  (latest checkpoint: %s, step %lld)\n", de->d_name, base, step);
+                fprintf(sh->out, "  runs/%s  (latest checkpoint: %s, step %lld)\n", nm, base, step);
             else  // (a :save PATH's own name: its step is inside the file, not read here)
-                fprintf(sh->out, "  runs/%s  (latest checkpoint: %s)\n", de->d_name, base);
+                fprintf(sh->out, "  runs/%s  (latest checkpoint: %s)\n", nm, base);
             char why[2048];  // the fallback above, when LATEST names a file that is gone
-            if (session_latest_broken(p, why, sizeof why)) fprintf(sh->out, "    note: %s (dmsh -r resumes from %s)\n", why, base);
+            if (session_latest_broken(p, why, sizeof why)) {
+                printable(why, why, sizeof why);  // (it quotes LATEST's text)
+                fprintf(sh->out, "    note: %s (dmsh -r resumes from %s)\n", why, base);
+            }
         } else {
             char why[2048];
             int lost = session_latest_broken(p, why, sizeof why);
-            fprintf(sh->out, "  runs/%s  (no checkpoint%s%s)\n", de->d_name, lost ? ": " : "", lost ? why : "");
+            printable(why, why, sizeof why);
+            fprintf(sh->out, "  runs/%s  (no checkpoint%s%s)\n", nm, lost ? ": " : "", lost ? why : "");
         }
         n++;
     }

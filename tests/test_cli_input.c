@@ -227,6 +227,13 @@ static void test_command_slips(void **s) {
                                dmsh),
                      0);
     expect_error(":run /dev/zero\n", "s.dm:1: error: /dev/zero:1: a line longer than 1048576 bytes (is this a text file?)");
+    // typed control bytes came back raw in the error (an escape sequence recoloured the
+    // terminal); a session directory's name with a line break split its :sessions entry
+    assert_int_equal(sh_in_dir("printf ':show \\033[31mX\\007\\n' | %s --norc > out.txt 2>&1; "
+                               "grep -q \"unknown :show target '?\\[31mX?'\" out.txt && ! grep -q \"$(printf '\\033')\" out.txt && "
+                               "mkdir -p \"runs/a$(printf '\\nb')\" && %s --norc -e ':sessions' > out.txt 2>&1 && grep -q '^  runs/a?b  (no checkpoint)$' out.txt",
+                               dmsh),
+                     0);
     // a model the machine cannot hold is refused before it is allocated (each buffer fit alone
     // under overcommit; the process grew until the OOM killer came): 2^31 rows x 4096, on any host
     expect_error(":init engram_rows=2147483647 engram_dim=4096\n", "GB available (MemAvailable + SwapFree): lower engram_rows, d, E or f");
