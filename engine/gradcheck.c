@@ -91,8 +91,11 @@ int engine_check_grad(Engine *e, const int *arms_on, FILE *out, int *ok, dm_err 
         nzero += none;
         // (no gradient either way: an arm that is off, or lam_max=0 for the tables; nothing was
         // compared, so not called "ok")
+        char na[64] = "n/a: no gradient";
+        int arm = param_arm(i);
+        if (arm >= 0 && !arms_on[arm]) snprintf(na, sizeof na, "n/a: its arm (%s) is off", dm_arm_names[arm]);
         fprintf(out, "  %-16s analytic %+.9e numeric %+.9e rel %.2e %s\n", t->name, an, num, rel,
-                !pass ? "FAIL" : none ? "n/a: no gradient (its arm is off?)" : "ok");
+                !pass ? "FAIL" : none ? na : "ok");
     }
     if (nzero) fprintf(out, "%d tensor%s had no gradient to compare\n", nzero, nzero == 1 ? "" : "s");
     fprintf(out, "worst %.2e (bar %.0e; round-off of a difference at most %.1e)%s\n", worst, tol, worst_noise,
