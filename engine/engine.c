@@ -149,6 +149,13 @@ static int host_memory_check(const Engine *e, dm_err *err) {
     model_layout(&lay, &e->cfg);
     double need = (double)lay.n_params * sizeof(real) * 6 + (double)e->cfg.n_orders * (double)e->cfg.engram_rows * 8;
     double have = host_memory_available();
+    // the live model on this host is freed before the new one is built: its memory counts as
+    // free (an :init of the same config was refused, "20.6 GB available": QA, session 24)
+    if (have > 0 && e->live && e->model.be && !strncmp(e->model.be->name, "cpu", 3) && e->model.be->mem_stats) {
+        size_t cur = 0, peak = 0;
+        e->model.be->mem_stats(&cur, &peak);
+        have += (double)cur;
+    }
     if (have <= 0 || need <= have) return 0;
     return dm_fail(err, "this model needs about %.1f GB of memory (%zu parameters: weights, gradients, three optimizer moments and "
                    "a staging copy), and this machine has %.1f GB available (MemAvailable + SwapFree): lower engram_rows, d, E or f",

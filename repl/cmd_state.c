@@ -1,6 +1,8 @@
 // cmd_state.c — a model into and out of files: :init (a new model, of the config or of the shape
 // its words give), :save and :load. In a session each leaves the state where dmsh -r resumes,
 // and the state it replaces is saved first when it is in no file.
+#include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include "../engine/engine.h"
@@ -124,7 +126,7 @@ int cmd_init(Shell *sh, Words *w, dm_err *err) {
 
 int cmd_save(Shell *sh, Words *w, dm_err *err) {
     if (sh_check_keys(w, 1, NULL, err)) return 1;
-    char path[1200], note[1600] = "";
+    char path[PATH_MAX], note[1600] = "";  // (the longest path :load opens: QA, session 24)
     const char *p = sh_positional(w, 0);
     if (p) {  // a path given is the user's to overwrite (said when it held a checkpoint)
         char owner[1100];
@@ -136,6 +138,19 @@ int cmd_save(Shell *sh, Words *w, dm_err *err) {
         // (a longer path was cut to fit and another file written: "saved .../model.ck": QA, session 24)
         if (strlen(p) >= sizeof path)
             return dm_fail(err, ":save: the path is %zu bytes long, at most %zu: not written", strlen(p), sizeof path - 1);
+        // in the session's own ckpt/, a name -r reads (a hidden one or a .tmp was written, named by
+        // LATEST, then passed over by -r, which resumed an older state: QA, session 24)
+        const char *bn = strrchr(p, '/') ? strrchr(p, '/') + 1 : p;
+        size_t bl = strlen(bn);
+        if (E_->session_dir[0] && (bn[0] == '.' || (bl >= 4 && !strcmp(bn + bl - 4, ".tmp")))) {
+            char probe[PATH_MAX + 8];
+            snprintf(probe, sizeof probe, "%.*s.", (int)(bn - p), p);  // (its directory, as typed)
+            char ck[1100], a[PATH_MAX], b[PATH_MAX];
+            snprintf(ck, sizeof ck, "%s/ckpt", E_->session_dir);
+            if (realpath(bn == p ? "." : probe, a) && realpath(ck, b) && !strcmp(a, b))
+                return dm_fail(err, "%s: in this session's ckpt/ a checkpoint needs a name dmsh -r reads (not hidden, not .tmp: "
+                               "those are temp files): choose another", p);
+        }
         snprintf(path, sizeof path, "%s", p);
         if (engine_save(E_, path, err)) return 1;
         if (existed) snprintf(note, sizeof note, "replaced the checkpoint that was at %s", p);

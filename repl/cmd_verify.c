@@ -223,7 +223,8 @@ int cmd_stress(Shell *sh, Words *w, dm_err *err) {
     // (skipped: this run's, as every other number here; the model's total was printed, so a run
     // without a skip said "skipped 3" after an earlier one: QA, session 24)
     char bad[96] = "";
-    if (r.gnorm_bad) snprintf(bad, sizeof bad, " (of the finite norms: %lld not finite)", r.gnorm_bad);
+    if (r.gnorm_bad == r.done) snprintf(bad, sizeof bad, " (no norm was finite)");
+    else if (r.gnorm_bad) snprintf(bad, sizeof bad, " (of the finite norms: %lld not finite)", r.gnorm_bad);
     fprintf(OUT, "stress lr_mult=%g steps=%lld: loss spikes %lld%s, non-finite losses %lld, gnorm p99.9 %.3f%s, final loss %.4f, arm maxima |kda| %.3g |engram| %.3g |moe| %.3g, skipped %lld (the model's total %lld)\n",
             mult, r.done, r.spikes, jd, r.nonfinite, r.gnorm_p999, bad, r.final_loss,
             r.amax[0], r.amax[1], r.amax[2], r.skipped, (long long)E_->opt.total_skips);

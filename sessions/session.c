@@ -668,6 +668,24 @@ static int same_file(const char *a, const char *b) {
 static void free_ckpt_path(const Engine *e, const char *prefix, char *path, size_t n, int *branch) {
     *branch = 0;
     int same = e->synced_step == e->step && e->synced_settings == engine_settings_hash(e);
+    // the same state (a :gen's counts or an :anchors since) whose file is a name of the user's in
+    // this directory (:save ckpt/mine.ckpt, or -r from it): that file again (it went to a new
+    // step-N-bK as "another state", and LATEST left mine.ckpt: QA, session 24)
+    struct stat sst;
+    size_t pl = strlen(prefix);
+    int in_session = pl >= 11 && !strcmp(prefix + pl - 11, "/ckpt/step-");  // (not the working directory's own files)
+    if (same && in_session && e->synced_path[0] && stat(e->synced_path, &sst) == 0 && S_ISREG(sst.st_mode)) {
+        char pd[PATH_MAX], sd[PATH_MAX], a[PATH_MAX], b[PATH_MAX];
+        snprintf(pd, sizeof pd, "%s", prefix);
+        snprintf(sd, sizeof sd, "%s", e->synced_path);
+        char *ps = strrchr(pd, '/'), *ss = strrchr(sd, '/');
+        if (ps) *ps = 0; else snprintf(pd, sizeof pd, ".");
+        if (ss) *ss = 0; else snprintf(sd, sizeof sd, ".");
+        if (realpath(pd, a) && realpath(sd, b) && !strcmp(a, b)) {
+            snprintf(path, n, "%s/%s", pd, strrchr(e->synced_path, '/') ? strrchr(e->synced_path, '/') + 1 : e->synced_path);
+            return;
+        }
+    }
     snprintf(path, n, "%s%lld.ckpt", prefix, (long long)e->step);
     struct stat st;
     if (stat(path, &st) != 0 || (same && same_file(path, e->synced_path))) return;

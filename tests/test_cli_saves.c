@@ -461,6 +461,17 @@ static void test_exit_saves_gen_counts_and_anchors(void **s) {
     slurp_to("out.txt", out, sizeof out);
     assert_non_null(strstr(out, " | unigram "));  // the anchors came back with the state
     assert_int_equal(sh_in_dir("ls runs/gx/ckpt | grep -c -- -b > out.txt", dmsh), 1);  // (grep: none)
+    // the same after a :save into ckpt/ under the user's name: that file again, not step-1-b1
+    // (QA, session 24); a hidden or .tmp name there is refused (-r passes over them)
+    assert_int_equal(sh_in_dir("%s --norc -r runs/gx -e ':save runs/gx/ckpt/mine.ckpt' -e ':gen \"ab\" n=3' > out.txt 2> err.txt", dmsh), 0);
+    slurp_to("err.txt", err_, sizeof err_);
+    if (!strstr(err_, "saved runs/gx/ckpt/mine.ckpt")) print_error("%s\n", err_);
+    assert_non_null(strstr(err_, "saved runs/gx/ckpt/mine.ckpt"));
+    assert_int_equal(sh_in_dir("ls runs/gx/ckpt | grep -c -- -b > out.txt", dmsh), 1);
+    assert_int_equal(sh_in_dir("grep -qx mine.ckpt runs/gx/ckpt/LATEST", dmsh), 0);
+    assert_int_not_equal(sh_in_dir("%s --norc -r runs/gx -e ':save runs/gx/ckpt/x.tmp' > out.txt 2> err.txt", dmsh), 0);
+    slurp_to("err.txt", err_, sizeof err_);
+    assert_non_null(strstr(err_, "a checkpoint needs a name dmsh -r reads (not hidden, not .tmp"));
 }
 
 // Found by QA (session 17): a :load in a session dropped the steps since the last save (in no
