@@ -124,20 +124,6 @@ void engine_free(Engine *e) {
     e->session_fd = -1;
 }
 
-// Memory the host can still give (MemAvailable + SwapFree of /proc/meminfo): 0 when unknown.
-double host_memory_available(void) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f) return 0;
-    char line[256];
-    double kb = 0, v;
-    int seen = 0;
-    while (fgets(line, sizeof line, f)) {
-        if (sscanf(line, "MemAvailable: %lf kB", &v) == 1 || sscanf(line, "SwapFree: %lf kB", &v) == 1) { kb += v; seen++; }
-    }
-    fclose(f);
-    return seen ? kb * 1024 : 0;
-}
-
 // A model whose state the host cannot hold is refused before anything is allocated: every
 // buffer of it fits alone (the kernel overcommits), the pages are touched later, and the process
 // grew until the OOM killer ended it (QA, session 24: :init engram_rows=2147483647, about 37 GB

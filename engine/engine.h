@@ -98,7 +98,6 @@ typedef struct Engine {
 void engine_init(Engine *e);
 void engine_free(Engine *e);
 int engine_build(Engine *e, uint64_t seed, dm_err *err);          // :init
-double host_memory_available(void);  // bytes: MemAvailable + SwapFree (0: unknown)
 // :device — choose the backend. Without a live model it only records the choice; with one, the
 // trainable state (parameters, optimizer moments, counters, arms) moves to the new backend and
 // training continues from the same step. On failure the model stays where it was.

@@ -1,6 +1,6 @@
 // gradcheck.c — :check grad: a finite-difference check of every parameter group on a tiny
-// model with the live model's arms and choices of computation (k, L, loss, gates, orders), using random directions per tensor (the full per-entry
-// check lives in tests/test_model.c). In the double build (make DM_REAL=double) the bar is
+// model with the live model's arms and choices of computation (k, L, loss, gates, orders), using
+// random directions per tensor (the full per-entry check lives in tests/test_model.c). In the double build (make DM_REAL=double) the bar is
 // 1e-6; in float, round-off limits what differences can show, so the bar is 1e-2 and the
 // output says to use the double build for the real check.
 #include <math.h>

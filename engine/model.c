@@ -1,7 +1,6 @@
 // model.c — the parameter table, initialisation (SPEC §4 "Defaults"), the activation arena,
 // retraction, counts.
 #include "model.h"
-#include "engine.h"  // host_memory_available
 #include "../kernels/guard.h"
 #include <math.h>
 #include <string.h>
@@ -344,10 +343,7 @@ int model_reserve_try(Model *m, int B, int T, dm_err *err) {
     a->B = B; a->T = T;
     a->it = callocCheck(sizeof(IterActs) * m->cfg.L);
     a->nbuf = carve(m, NULL);
-    // (on the CPU, an arena past what the host has would be mapped, then touched until the OOM
-    // killer came: refused as a failed allocation is)
-    double have = strncmp(m->be->name, "cpu", 3) ? 0 : host_memory_available();
-    a->buf = have > 0 && (double)a->nbuf * sizeof(real) > have ? NULL : m->be->alloc(sizeof(real) * a->nbuf);
+    a->buf = m->be->alloc(sizeof(real) * a->nbuf);
     if (!a->buf) {
         size_t n = a->nbuf;
         double bytes = (double)n * sizeof(real);
