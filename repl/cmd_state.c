@@ -142,15 +142,9 @@ int cmd_save(Shell *sh, Words *w, dm_err *err) {
         // LATEST, then passed over by -r, which resumed an older state: QA, session 24)
         const char *bn = strrchr(p, '/') ? strrchr(p, '/') + 1 : p;
         size_t bl = strlen(bn);
-        if (E_->session_dir[0] && (bn[0] == '.' || (bl >= 4 && !strcmp(bn + bl - 4, ".tmp")))) {
-            char probe[PATH_MAX + 8];
-            snprintf(probe, sizeof probe, "%.*s.", (int)(bn - p), p);  // (its directory, as typed)
-            char ck[1100], a[PATH_MAX], b[PATH_MAX];
-            snprintf(ck, sizeof ck, "%s/ckpt", E_->session_dir);
-            if (realpath(bn == p ? "." : probe, a) && realpath(ck, b) && !strcmp(a, b))
-                return dm_fail(err, "%s: in this session's ckpt/ a checkpoint needs a name dmsh -r reads (not hidden, not .tmp: "
-                               "those are temp files): choose another", p);
-        }
+        if ((bn[0] == '.' || (bl >= 4 && !strcmp(bn + bl - 4, ".tmp"))) && session_own_ckpt(E_, p))
+            return dm_fail(err, "%s: in this session's ckpt/ a checkpoint needs a name dmsh -r reads (not hidden, not .tmp: "
+                           "those are temp files): choose another", p);
         snprintf(path, sizeof path, "%s", p);
         if (engine_save(E_, path, err)) return 1;
         if (existed) snprintf(note, sizeof note, "replaced the checkpoint that was at %s", p);

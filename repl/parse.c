@@ -453,7 +453,20 @@ int sh_run_file_as_err(Shell *sh, const char *path, const char *name, dm_err *er
 
 int sh_run_file_err(Shell *sh, const char *path, dm_err *err) { return sh_run_file_as_err(sh, path, path, err); }
 
-static int print_script_error(const char *name, const dm_err *e);
+static int print_script_error(const char *name, const dm_err *e) {
+    const char *msg = e->msg;
+    // "FILE:LINE: error: ..." (SPEC §0): the location sh_run_file_err put first, then "error:"
+    size_t pl = strlen(name), loc = 0;
+    if (!strncmp(msg, name, pl) && msg[pl] == ':') {
+        loc = pl + 1;
+        size_t dgt = loc;
+        while (isdigit((unsigned char)msg[dgt])) dgt++;
+        if (dgt > loc && msg[dgt] == ':') loc = dgt + 1;
+        if (msg[loc] == ' ') loc++;
+    }
+    fprintf(stderr, "%.*serror: %s\n", (int)loc, msg, msg + loc);
+    return 1;
+}
 
 int sh_run_file_as(Shell *sh, const char *path, const char *name) {
     dm_err err = {0};
@@ -466,21 +479,6 @@ int sh_run_stdin(Shell *sh) {
     sh->src = "<stdin>";
     if (!run_stream(sh, stdin, "<stdin>", &err)) return 0;
     return print_script_error("<stdin>", &err);
-}
-
-static int print_script_error(const char *name, const dm_err *e) {
-    dm_err err = *e;
-    // "FILE:LINE: error: ..." (SPEC §0): the location sh_run_file_err put first, then "error:"
-    size_t pl = strlen(name), loc = 0;
-    if (!strncmp(err.msg, name, pl) && err.msg[pl] == ':') {
-        loc = pl + 1;
-        size_t dgt = loc;
-        while (isdigit((unsigned char)err.msg[dgt])) dgt++;
-        if (dgt > loc && err.msg[dgt] == ':') loc = dgt + 1;
-        if (err.msg[loc] == ' ') loc++;
-    }
-    fprintf(stderr, "%.*serror: %s\n", (int)loc, err.msg, err.msg + loc);
-    return 1;
 }
 
 int sh_run_file(Shell *sh, const char *path) { return sh_run_file_as(sh, path, path); }

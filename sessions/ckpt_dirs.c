@@ -28,11 +28,11 @@ int session_foreign_ckpt_dir(const Engine *e, const char *path, char *owner, siz
 }
 
 int session_own_ckpt(const Engine *e, const char *path) {
-    char ck[1100], a[PATH_MAX], b[PATH_MAX];
-    if (!e->session_dir[0] || !realpath(path, a)) return 0;
+    if (!e->session_dir[0]) return 0;
+    char dir[PATH_MAX], ck[1100], a[PATH_MAX], b[PATH_MAX];
+    const char *slash = strrchr(path, '/');  // (its directory: the file need not exist yet)
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
     snprintf(ck, sizeof ck, "%s/ckpt", e->session_dir);
-    char *slash = strrchr(a, '/');
-    if (!slash || !realpath(ck, b)) return 0;
-    *slash = 0;
-    return !strcmp(a, b);
+    return realpath(dir, a) && realpath(ck, b) && !strcmp(a, b);
 }

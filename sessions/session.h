@@ -46,7 +46,7 @@ int session_save_default(Engine *e, char *path, size_t n, char *note, size_t nno
 // 1 when path would go into the ckpt/ of a session directory other than ours (owner: its
 // directory): another run's checkpoints, which its resume reads.
 int session_foreign_ckpt_dir(const Engine *e, const char *path, char *owner, size_t n);
-// 1 when path (a file written already) is in our own session's ckpt/
+// 1 when path (a file, written or to be) is in our own session's ckpt/
 int session_own_ckpt(const Engine *e, const char *path);
 // When leaving a session with a state (or metric rows) in no file yet: session_save. path is
 // empty when nothing needed saving, or when the state proved to be an earlier file's (no new file;
