@@ -555,3 +555,43 @@ void ckpt_close(CkptFile *f) {
     free(f->image);
     memset(f, 0, sizeof *f);
 }
+
+// One section without reading the file: the headers are walked with pread (each checked by its
+// CRC), the section's own bytes are read and checked by theirs. The rest of the file is not
+// verified: a listing (:sessions) reads a step this way from checkpoints of any size.
+int ckpt_peek(const char *path, const char *name, void *buf, size_t cap, size_t *size, dm_err *err) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return dm_fail(err, "%s: cannot open checkpoint: %s", path, strerror(errno));
+    struct stat st;
+    const char *why = NULL;
+    uint8_t h[CK_HDR];
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) why = "not a regular file";
+    else if (pread(fd, h, CK_HDR, 0) != (ssize_t)CK_HDR) why = "truncated inside the file header";
+    else if (memcmp(h, CK_MAGIC, 8)) why = "not a dmsh checkpoint (bad magic)";
+    else if (get_u32(h + 16) != crc32_update(0, h, 16)) why = "file header: CRC mismatch (file corrupted)";
+    else if (get_u32(h + 8) != CK_VERSION) why = "unknown checkpoint format version";
+    else if (get_u32(h + 20) != 0) why = "file header: nonzero reserved bytes (file corrupted)";
+    uint64_t off = CK_HDR, fsz = (uint64_t)st.st_size;
+    for (uint32_t i = 0, nsec = why ? 0 : get_u32(h + 12); i < nsec && !why; i++) {
+        uint8_t s[CK_SHDR];
+        if (off + CK_SHDR > fsz || pread(fd, s, CK_SHDR, (off_t)off) != (ssize_t)CK_SHDR) why = "truncated inside a section header";
+        else if (get_u32(s + 44) != crc32_update(0, s, 44)) why = "section header: CRC mismatch (file corrupted)";
+        else {
+            uint64_t sz = get_u64(s + 32);
+            if (sz > fsz - off - CK_SHDR) why = "truncated inside a section";
+            else if (strncmp((const char *)s, name, CK_NAME) == 0) {
+                if (sz > cap) why = "section larger than expected";
+                else if (pread(fd, buf, (size_t)sz, (off_t)(off + CK_SHDR)) != (ssize_t)sz) why = "cannot read the section";
+                else if (get_u32(s + 40) != crc32_update(0, buf, (size_t)sz)) why = "section CRC mismatch (file corrupted)";
+                else {
+                    close(fd);
+                    *size = (size_t)sz;
+                    return 0;
+                }
+            } else off += CK_SHDR + sz + pad8(sz);
+        }
+    }
+    close(fd);
+    if (!why) why = "no such section";
+    return dm_fail(err, "%s: section '%s': %s", path, name, why);
+}

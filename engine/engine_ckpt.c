@@ -356,3 +356,12 @@ done:
     ckpt_close(&f);
     return rc;
 }
+
+int engine_ckpt_step(const char *path, long long *step, dm_err *err) {
+    CkptState st;
+    size_t n = 0;
+    if (ckpt_peek(path, "state", &st, sizeof st, &n, err)) return 1;
+    if (n != sizeof st || st.step < 0) return dm_fail(err, "%s: section 'state' is not this build's (%zu bytes)", path, n);
+    *step = (long long)st.step;
+    return 0;
+}

@@ -256,16 +256,20 @@ int cmd_sessions(Shell *sh, Words *w, dm_err *err) {
         char nm[300];  // (a name with a line break or an escape sequence in it: '?' there, one line each)
         printable(de->d_name, nm, sizeof nm);
         if (!session_latest_ckpt(p, path, sizeof path, &step)) {  // the one dmsh -r resumes from
-            struct stat st;
             char base[300];
             printable(strrchr(path, '/') ? strrchr(path, '/') + 1 : path, base, sizeof base);
-            if (stat(path, &st) == 0 && st.st_size < 64)
-                fprintf(sh->out, "  runs/%s  (latest checkpoint: %s, %lld bytes: truncated; dmsh -r falls back to an older one)\n", nm,
-                        base, (long long)st.st_size);
-            else if (step >= 0)
+            // the step is the file's own (a name says nothing: a user's step-9.ckpt may hold step
+            // 4, and mine.ckpt none); only the headers and the state section are read
+            dm_err pe = {0};
+            if (engine_ckpt_step(path, &step, &pe)) {
+                size_t pl = strlen(path);
+                const char *why = !strncmp(pe.msg, path, pl) && !strncmp(pe.msg + pl, ": ", 2) ? pe.msg + pl + 2 : pe.msg;
+                char pw[sizeof pe.msg];
+                printable(why, pw, sizeof pw);
+                fprintf(sh->out, "  runs/%s  (latest checkpoint: %s: unreadable, %s; dmsh -r falls back to the newest other one that loads)\n",
+                        nm, base, pw);
+            } else
                 fprintf(sh->out, "  runs/%s  (latest checkpoint: %s, step %lld)\n", nm, base, step);
-            else  // (a :save PATH's own name: its step is inside the file, not read here)
-                fprintf(sh->out, "  runs/%s  (latest checkpoint: %s)\n", nm, base);
             char why[2048];  // the fallback above, when LATEST names a file that is gone
             if (session_latest_broken(p, why, sizeof why)) {
                 printable(why, why, sizeof why);  // (it quotes LATEST's text)

@@ -549,6 +549,60 @@ static void test_concurrent_writers(void **s) {
     unlink(live);
 }
 
+// ckpt_peek (a listing's read of one section): the section's bytes from a good file; from a
+// damaged one, never wrong bytes: a flip before the section or in it, or a cut anywhere up to its
+// end, is an error naming the file; damage after it is not seen (the rest is not read).
+static void expect_peek(const char *path, const char *name, const void *want, size_t wn, const char *needle) {
+    uint8_t buf[BIG];
+    size_t n = 12345;
+    dm_err e = {0};
+    int rc = ckpt_peek(path, name, buf, sizeof buf, &n, &e);
+    if (needle) {
+        if (rc == 0) fail_msg("peek '%s' succeeded", name);
+        if (!strstr(e.msg, path) || !strstr(e.msg, needle)) fail_msg("peek '%s': '%s' lacks the path or '%s'", name, e.msg, needle);
+        return;
+    }
+    if (rc) fail_msg("peek '%s': %s", name, e.msg);
+    assert_int_equal(n, wn);
+    if (wn) assert_memory_equal(buf, want, wn);
+}
+
+static void test_peek(void **s) {
+    (void)s;
+    Fixture fx;
+    fixture_init(&fx, 91);
+    char path[128], bad[128];
+    path_in(path, sizeof path, "peek.ckpt");
+    path_in(bad, sizeof bad, "peek_bad.ckpt");
+    Layout L = write_good(path, &fx);
+    for (int i = 0; i < NSEC; i++) expect_peek(path, fx.sec[i].name, fx.sec[i].data, fx.sec[i].size, NULL);
+    expect_peek(path, "nope", NULL, 0, "no such section");
+    size_t n;
+    uint8_t small[4];
+    dm_err e = {0};
+    assert_int_equal(ckpt_peek(path, "optim.m", small, sizeof small, &n, &e), 1);  // 7 bytes into 4
+    assert_non_null(strstr(e.msg, "larger"));
+    uint8_t *img = slurp(path, &n);
+    // optim.m (section 2): a flip in the file header, in its header or one before, or in its
+    // data is caught; one in another section's bytes or after it is not seen
+    for (size_t t = 0; t < L.n; t += (t < L.end_off[2] ? 1 : 997)) {
+        int read = t < HDR || (t >= L.data_off[2] && t < L.data_off[2] + 7);
+        for (int i = 0; i <= 2; i++) read |= t >= L.hdr_off[i] && t < L.hdr_off[i] + SHDR;
+        img[t] ^= 0x10;
+        spit(bad, img, L.n);
+        img[t] ^= 0x10;
+        expect_peek(bad, "optim.m", fx.seven, 7, read ? "" : NULL);
+    }
+    for (size_t t = 0; t < L.data_off[2] + 7; t++) {  // every cut before its last byte
+        spit(bad, img, t);
+        expect_peek(bad, "optim.m", NULL, 0, "");
+    }
+    spit(bad, img, L.end_off[2]);  // the file cut after it (no params, no trailer): not seen
+    expect_peek(bad, "optim.m", fx.seven, 7, NULL);
+    free(img);
+    free(fx.big);
+}
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/dmsh_ckpt_XXXXXX");
     if (!mkdtemp(g_dir)) { perror("mkdtemp"); return 1; }
@@ -558,7 +612,7 @@ int main(void) {
         cmocka_unit_test(test_bit_flips),      cmocka_unit_test(test_newer_version_and_junk),
         cmocka_unit_test(test_crash_before_rename), cmocka_unit_test(test_write_failures),
         cmocka_unit_test(test_foreign_files_kept),
-        cmocka_unit_test(test_concurrent_writers),
+        cmocka_unit_test(test_concurrent_writers), cmocka_unit_test(test_peek),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     const char *bdir = getenv("DMSH_CKPT_BENCH");

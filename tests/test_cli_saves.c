@@ -253,7 +253,12 @@ static void test_killed_after_load_init_or_settings(void **s) {
     assert_null(strstr(err_, "note"));
     assert_int_equal(sh_in_dir("%s --norc -e ':sessions' > out.txt 2> err.txt", dmsh), 0);
     slurp_to("out.txt", out, sizeof out);
-    assert_non_null(strstr(out, "runs/ak  (latest checkpoint: mine.ckpt)\n"));
+    // its step is read from the file (the name has none); a file cut short says so
+    assert_non_null(strstr(out, "runs/ak  (latest checkpoint: mine.ckpt, step 3)\n"));
+    assert_int_equal(sh_in_dir("truncate -s 100 runs/ak/ckpt/mine.ckpt && %s --norc -e ':sessions' > out.txt 2> err.txt", dmsh), 0);
+    slurp_to("out.txt", out, sizeof out);
+    if (!strstr(out, "runs/ak  (latest checkpoint: mine.ckpt: unreadable, section 'state': truncated inside a section")) print_error("%s\n", out);
+    assert_non_null(strstr(out, "runs/ak  (latest checkpoint: mine.ckpt: unreadable, section 'state': truncated inside a section"));
 }
 
 // Found by a QA pass (session 22): a reader of stdout that went away (`dmsh -b run.dm | head`)
