@@ -1,10 +1,13 @@
 // cmd_verify.c — :check (determinism, grad, parity), :stress, :bench: the built-in
 // verifications and measurements (SPEC §7, §8). Each leaves the live model as it found it,
 // except :stress, which trains it.
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 #include "../engine/engine.h"
 #include "../engine/parity.h"
 #include "../engine/snapshot.h"
@@ -110,6 +113,43 @@ static int check_parity(Shell *sh, Words *w, dm_err *err) {
     return dm_fail(err, "parity check failed: %s differs by %.2e (bar %.0e)", rep.worst_name, rep.worst, rep.bar);
 }
 
+#ifndef DM_DOUBLE
+// Run the double engine's :check grad. Its messages go to a file: its error line becomes this
+// command's one error (it printed "-e #2: error: gradient check failed ...", and this command
+// then said it again in a second line); any other line it wrote is passed on to stderr.
+static int run_double_engine(const char *cmd, dm_err *err) {
+    const char *td = getenv("TMPDIR");
+    char tmpl[512], full[2200];
+    snprintf(tmpl, sizeof tmpl, "%s/dmsh_gradcheck_XXXXXX", td && td[0] ? td : "/tmp");
+    int fd = mkstemp(tmpl);
+    if (fd < 0) return dm_fail(err, ":check grad: cannot create %s for the double engine's messages: %s", tmpl, strerror(errno));
+    snprintf(full, sizeof full, "exec %s 2> '%s'", cmd, tmpl);  // (exec: a signal that ends it is its own, not sh's "Killed")
+    int st = system(full);
+    static char text[16384];
+    off_t end = lseek(fd, 0, SEEK_END), from = end > (off_t)sizeof text - 1 ? end - (off_t)sizeof text + 1 : 0;
+    ssize_t n = end > 0 ? pread(fd, text, (size_t)(end - from), from) : 0;
+    text[n > 0 ? n : 0] = 0;
+    close(fd);
+    unlink(tmpl);
+    size_t len = strlen(text);
+    while (len && text[len - 1] == '\n') text[--len] = 0;
+    char *last = strrchr(text, '\n');
+    if (st == 0) {
+        if (len) fprintf(stderr, "%s\n", text);
+        return 0;
+    }
+    if (last) {  // the lines before its error
+        *last++ = 0;
+        fprintf(stderr, "%s\n", text);
+    } else last = text;
+    const char *why = last, *e_ = strstr(last, "error: ");
+    if (last[0] == '-' && e_) why = e_ + 7;  // (its "-e #2: error: " prefix: the command line it was given)
+    if (WIFSIGNALED(st)) return dm_fail(err, ":check grad: the double-precision engine was killed by signal %d%s%s", WTERMSIG(st), why[0] ? ": " : "", why);
+    if (!why[0]) return dm_fail(err, ":check grad: the double-precision engine failed (exit status %d) without a message", WIFEXITED(st) ? WEXITSTATUS(st) : st);
+    return dm_fail(err, "%s", why);
+}
+#endif
+
 int cmd_check(Shell *sh, Words *w, dm_err *err) {
     static const char *const keys[] = {"steps", "off", "batch", "seq", "precision", "route", "floor", NULL};
     if (sh_check_keys(w, 1, keys, err)) return 1;
@@ -175,8 +215,7 @@ int cmd_check(Shell *sh, Words *w, dm_err *err) {
         snprintf(cmd + used, sizeof cmd - used, "'");
         fprintf(OUT, "(running the double-precision engine: %s)\n", dbl);
         fflush(OUT);
-        int st = system(cmd);
-        return st == 0 ? 0 : dm_fail(err, "gradient check failed (see the table above)");
+        return run_double_engine(cmd, err);
 #else
         int ok, on[ARM_COUNT];
         for (int a = 0; a < ARM_COUNT; a++) on[a] = E_->live ? E_->model.arms.on[a] : 1;
