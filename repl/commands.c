@@ -361,12 +361,16 @@ static int do_eval(Shell *sh, int depth, dm_err *err) {
 }
 
 static int cmd_train(Shell *sh, Words *w, dm_err *err) {
-    static const char *const keys[] = {"eval_every", "ckpt_every", "log_every", NULL};
+    static const char *const keys[] = {"eval_every", "ckpt_every", "log_every", "stop_after", NULL};
     if (sh_check_keys(w, 1, keys, err)) return 1;
     const char *ns = sh_positional(w, 0);
-    if (!ns) return dm_fail(err, "usage: :train N [eval_every=..] [ckpt_every=..] [log_every=..]");
+    if (!ns) return dm_fail(err, "usage: :train N [eval_every=..] [ckpt_every=..] [log_every=..] [stop_after=K]");
     long long n = 0, ev = E_->cfg.eval_every, ck = E_->cfg.ckpt_every, lg = E_->cfg.log_every;
     if (sh_parse_int(ns, 1, 1LL << 40, "step count", &n, err)) return 1;
+    // stop_after=K: this run of N steps (its horizon, evals, checkpoints) stopped after its first K:
+    // what a transcript records for a :train cut short, so that its replay rebuilds the steps taken
+    long long k_stop = n;
+    if (sh_kv(w, "stop_after") && sh_parse_int(sh_kv(w, "stop_after"), 1, n, "stop_after", &k_stop, err)) return 1;
     if (sh_kv(w, "eval_every") && sh_parse_int(sh_kv(w, "eval_every"), 0, 1LL << 40, "eval_every", &ev, err)) return 1;
     if (sh_kv(w, "ckpt_every") && sh_parse_int(sh_kv(w, "ckpt_every"), 0, 1LL << 40, "ckpt_every", &ck, err)) return 1;
     if (sh_kv(w, "log_every") && sh_parse_int(sh_kv(w, "log_every"), 1, 1LL << 40, "log_every", &lg, err)) return 1;
@@ -377,7 +381,7 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
     long long first_eval = ev > 0 ? (e->step / ev + 1) * ev : 0;
     int64_t nseq;
     dm_err werr = {0};
-    if (ev > 0 && first_eval <= e->step + n && engine_eval_window(e, &nseq, &werr))
+    if (ev > 0 && first_eval <= e->step + k_stop && engine_eval_window(e, &nseq, &werr))
         return dm_fail(err, "its first eval (step %lld, eval_every=%lld) would fail, so no step ran: %s; or eval_every=0 trains without evals",
                        first_eval, ev, werr.msg);
     int chose_horizon = e->cfg.steps == 0;
@@ -404,7 +408,7 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
                 (long long)e->cfg.steps, e->cfg.lr_min_frac);
     }
     fflush(OUT);  // (the schedule line, before the run's first step)
-    long long end = e->step + n;
+    long long end = e->step + k_stop;
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     long long start = e->step;
@@ -619,7 +623,7 @@ const Command dm_commands[] = {
     {":data", cmd_data, NULL, ":data PATH [eval=PATH2]", "Open a corpus: a file or a directory (regular files and links to them, recursive, sorted, each file once; symlinked directories, fifos and the like are left out and said), memory-mapped. Without eval=, the last eval_frac is held out."},
     {":init", cmd_init, NULL, ":init [seed=N] [preset=NAME] [key=value ...]", "Build the model and optimizer from the current config (SPEC §4 defaults), with preset=NAME's keys and then the key=values given applied to it first (as :preset and :set would, architecture keys included): how a live model is rebuilt in another shape. A live model is replaced (in a session, saved first if it is in no file)."},
     {":step", cmd_step, NULL, ":step [N]", "Take N optimizer steps (default 1), one log line each."},
-    {":train", cmd_train, NULL, ":train N [eval_every=..] [ckpt_every=..] [log_every=..]", "Train N steps with periodic log lines, evals and checkpoints. Ctrl-C stops at the next step boundary (or part-way through an eval, which then records no row) with the state intact."},
+    {":train", cmd_train, NULL, ":train N [eval_every=..] [ckpt_every=..] [log_every=..] [stop_after=K]", "Train N steps with periodic log lines, evals and checkpoints. Ctrl-C stops at the next step boundary (or part-way through an eval, which then records no row) with the state intact. stop_after=K runs the first K steps of that run (its schedule horizon, evals and checkpoints as for N): a transcript records a :train cut short (Ctrl-C, a signal, a killed process resumed with -r) that way, so its replay rebuilds the steps it took."},
     {":eval", cmd_eval, NULL, ":eval [depth=k]", "Held-out BPB on the fixed eval window at depth k (default L)."},
     {":eval-depths", cmd_eval_depths, NULL, ":eval-depths", "Held-out BPB at every depth 1..L from one forward pass."},
     {":anchors", cmd_anchors, NULL, ":anchors", "Unigram and Kneser-Ney 5-gram BPB on the eval window, fit on the training split."},

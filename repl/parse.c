@@ -238,6 +238,16 @@ static char *transcript_text(const char *text, size_t ln, int as_comment) {
     return t;
 }
 
+#define CUT_SHORT "# cut short"  // a :step or :train that stopped early: the line after it rebuilds it
+
+// A :step or :train cut short: the command that takes the steps it took (sessions/session.c);
+// a quoted word is not plain (that one stays a comment)
+static char *steps_taken_line(const Command *c, const Words *w, long long k) {
+    for (int a = 1; a < w->argc; a++)
+        if (w->lit[a]) return NULL;
+    return session_steps_line(c->name, w->argc - 1, (const char *const *)w->argv + 1, k);
+}
+
 void sh_note_eval_window(Shell *sh) {
     const Config *c = sh->eng ? &sh->eng->cfg : NULL;
     if (c && c->eval_bytes < c->seq)  // (config_validate_eval's test)
@@ -277,7 +287,10 @@ int sh_exec_line(Shell *sh, const char *line, dm_err *err) {
             char *t = transcript_text(cmds[i].text, cmds[i].textlen, 0);
             size_t ml = strlen(t) + 128;
             char *ml_line = malloc(ml);
-            snprintf(ml_line, ml, UNFINISHED " (the process ended during it; a -r resumes from its last checkpoint): %s", t);
+            // (its name and first step: a -r that resumes from a checkpoint it wrote writes the
+            // line that takes the steps it took, sessions/session.c)
+            snprintf(ml_line, ml, UNFINISHED " (%s from step %lld; the process ended during it; a -r resumes from its last checkpoint): %s",
+                     c->name, step0, t);
             session_transcript_begin(e, ml_line, &mark);
             free(ml_line);
             free(t);
@@ -302,7 +315,19 @@ int sh_exec_line(Shell *sh, const char *line, dm_err *err) {
         int as_comment = cut || !strcmp(c->name, ":quit") || !strcmp(c->name, ":session");
         if (e && !is_run) {
             char *t = transcript_text(cmds[i].text, cmds[i].textlen, as_comment);
-            if (cut) {
+            char *again = cut && !rc ? steps_taken_line(c, &cmds[i], (long long)e->step - step0) : NULL;
+            if (again) {  // its steps stay: the line that takes exactly them, after it as a comment
+                char *c2 = transcript_text(cmds[i].text, cmds[i].textlen, 0);
+                size_t nl = strlen(c2) + 200;
+                char *note = malloc(nl);
+                snprintf(note, nl, CUT_SHORT " at step %lld by an interrupt; the next line takes the %lld steps it ran: %s",
+                         (long long)e->step, (long long)e->step - step0, c2);
+                session_transcript(e, note);
+                session_transcript(e, again);
+                free(note);
+                free(c2);
+                free(again);
+            } else if (cut) {
                 char note[200];
                 snprintf(note, sizeof note, INTERRUPTED " (at step %lld; a stepping command stops at a step boundary):", (long long)e->step);
                 session_transcript(e, note);

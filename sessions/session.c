@@ -1,7 +1,6 @@
 // session.c — see session.h.
 #include "session.h"
 #include "../engine/ckpt.h"
-#include "lost_settings.h"
 #include "same_state.h"
 #include <dirent.h>
 #include <fcntl.h>
@@ -17,7 +16,7 @@
 // fopen for a session's own files (transcript.dm): NULL unless it is a regular file. A fifo
 // or device put in its place would block the open (a reader waits for a writer and the other way
 // round) and hang -r or every command with no way out but SIGKILL.
-static FILE *fopen_regular(const char *path, const char *mode) {
+FILE *session_fopen_regular(const char *path, const char *mode) {
     int fl = (mode[0] == 'r' ? O_RDONLY : O_WRONLY | O_CREAT | O_APPEND) | O_NONBLOCK | O_CLOEXEC;
     int fd = open(path, fl, 0644);
     struct stat st;
@@ -199,7 +198,7 @@ void session_transcript(Engine *e, const char *line) {
     if (engine_session_dir_check(e, &derr)) return;  // deleted: said by the next save or metrics row
     char path[1200];
     snprintf(path, sizeof path, "%s/transcript.dm", e->session_dir);
-    FILE *f = fopen_regular(path, "a");
+    FILE *f = session_fopen_regular(path, "a");
     if (!f) return;
     struct stat tst;
     if (fstat(fileno(f), &tst) == 0 && tst.st_size == 0) {  // a new transcript: where its relative paths start from
@@ -571,7 +570,9 @@ int session_resume(Engine *e, const char *dir_in, dm_err *err) {
     if (lost)
         fprintf(stderr, "dmsh: -r: note: %s; resuming from %s, the checkpoint written most recently (:load another of %s/ckpt if that is not the state you want)\n",
                 broken, path, dir);
+    int fell_back = lost;  // (resumed from another file than LATEST's)
     if (engine_load(e, path, err)) {
+        fell_back = 1;
         // an unreadable checkpoint (a crash, a full disk): resume from the next most recently
         // written one that loads, loudly; the bad file stays where it is
         char first[sizeof err->msg];
@@ -595,41 +596,7 @@ int session_resume(Engine *e, const char *dir_in, dm_err *err) {
     }
     if (engine_session(e, dir, err)) return 1;
     if (lost) put_latest(e, e->synced_path);  // (said above)
-    // A checkpoint holds no device (it loads anywhere): -r starts on the CPU. When the session's
-    // transcript last moved to another device, say so rather than continue there silently.
-    char last_dev[64] = "", cut[160] = "";
-    snprintf(path, sizeof path, "%s/transcript.dm", dir);
-    FILE *tf = fopen_regular(path, "r");
-    struct stat tst;
-    if (!tf && lstat(path, &tst) == 0 && !S_ISREG(tst.st_mode))  // (a missing one is a new session's)
-        engine_note(e, "%s is not a regular file (%s): it is not read, and no command is recorded in it; move it away to "
-                    "keep a transcript", path, S_ISFIFO(tst.st_mode) ? "a fifo" : S_ISDIR(tst.st_mode) ? "a directory" : "a device or link");
-    LostSettings lost_set;
-    lost_settings_reset(&lost_set);
-    if (tf) {
-        char tl[4096];
-        while (fgets(tl, sizeof tl, tf)) {
-            const char *q = tl + strspn(tl, " \t");
-            lost_settings_line(&lost_set, q);
-            // the mark a command leaves while it runs (repl/parse.c): the last one of a killed run
-            static const char mark[] = "# started, never finished";
-            const char *c = strncmp(q, mark, sizeof mark - 1) ? NULL : strstr(q, "): ");
-            if (c) snprintf(cut, sizeof cut, "%.*s", (int)strcspn(c + 3, "\r\n"), c + 3);
-            else if (*q && *q != '\n' && *q != '#') cut[0] = 0;  // a command ran after it
-            if (strncmp(q, ":device", 7) || (q[7] != ' ' && q[7] != '\t')) continue;
-            q += 7 + strspn(q + 7, " \t");
-            size_t w = strcspn(q, " \t\r\n;#");
-            if (w > 0 && w < sizeof last_dev) { memcpy(last_dev, q, w); last_dev[w] = 0; }
-        }
-        fclose(tf);
-    }
-    if (cut[0])
-        engine_note(e, "the process ended during `%s` (its transcript's last command): resumed from its last checkpoint, step %lld; a replay of the transcript does not rebuild what it did",
-                    cut, (long long)e->step);
-    lost_settings_note(e, &lost_set);
-    if (last_dev[0] && strcmp(last_dev, "cpu") && strcmp(last_dev, e->device))
-        engine_note(e, "this session last ran on %s (its transcript's last :device); resumed on %s: `:device %s` to go back",
-                    last_dev, e->device[0] ? e->device : "cpu", last_dev);
+    session_resume_transcript(e, dir, fell_back);
     // the transcript says where the lines after this one start from (a run killed mid-command
     // left its last command out: the lines above need not rebuild this state)
     // (and from which directory: a -r run elsewhere types paths relative to there)
@@ -641,7 +608,7 @@ int session_resume(Engine *e, const char *dir_in, dm_err *err) {
     // metrics.tsv becomes the checkpoint's rows: rows past them (steps a killed process never
     // saved, or a fallback's newer checkpoint that did not load) leave it, said with their count
     snprintf(path, sizeof path, "%s/metrics.tsv", dir);
-    FILE *mf = fopen_regular(path, "r");
+    FILE *mf = session_fopen_regular(path, "r");
     long long lines = 0;
     if (mf) {
         int ch, last = '\n';
@@ -651,8 +618,9 @@ int session_resume(Engine *e, const char *dir_in, dm_err *err) {
     }
     long long dropped = lines - 1 - e->nrows;  // (the header)
     if (lines > 1 && dropped > 0)
-        engine_note(e, "metrics.tsv held %lld rows past this checkpoint's %d (steps after it that no checkpoint holds): "
-                    "they leave it, and the steps that made them run again", dropped, e->nrows);
+        engine_note(e, "metrics.tsv held %lld row%s past this checkpoint's %d (steps after it that no checkpoint holds): "
+                    "%s it, and the steps that made %s run again", dropped, dropped == 1 ? "" : "s", e->nrows,
+                    dropped == 1 ? "it leaves" : "they leave", dropped == 1 ? "it" : "them");
     return session_rewrite_metrics(e, err);
 }
 

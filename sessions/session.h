@@ -60,3 +60,17 @@ int session_in_use(const char *dir, dm_err *err);
 const char *session_default_dir(const Engine *e, char *buf, size_t n);
 // 1 when a and b name the same directory (equal strings, or the same file: runs/X/, ./runs/X)
 int session_same_dir(const char *a, const char *b);
+
+// A :step or :train cut short (name resolved; its words after the name, or the line as typed):
+// the command that takes the k steps (k >= 1) it took from the step it started at: `:step k`,
+// or the :train with stop_after=k (the same N: its horizon, evals and checkpoints). NULL for any
+// other command, k < 1, or a word that is not plain (letters, digits, '_', '='); malloc'd.
+// sessions/transcript_cut.c.
+char *session_steps_line(const char *name, int nw, const char *const *words, long long k);
+char *transcript_cut_line(const char *name, const char *typed, long long k);
+// At -r, after the checkpoint loaded (fell_back: another than LATEST's): read the transcript and
+// say what it holds that the state does not (the command the process ended in, with the line that
+// takes its steps when it wrote that checkpoint; settings made after it; another device).
+void session_resume_transcript(Engine *e, const char *dir, int fell_back);
+// fopen for a session's own files: NULL unless a regular file (a fifo would block the open).
+FILE *session_fopen_regular(const char *path, const char *mode);

@@ -22,6 +22,10 @@ static void test_integers_are_digits(void **s) {
     snprintf(script, sizeof script, "%s:init\n:step +1\n", SMALL);
     expect_error(script, "s.dm:4: error: bad step count '+1'");
     expect_error(":device cuda:-0\n", "s.dm:1: error: device 'cuda:-0': use cuda or cuda:N");
+    snprintf(script, sizeof script, "%s:init\n:train 5 stop_after=6\n", SMALL);  // (at most N)
+    expect_error(script, "s.dm:4: error: bad stop_after '6': expected an integer in [1, 5]");
+    snprintf(script, sizeof script, "%s:init\n:train 5 stop_after=0\n", SMALL);
+    expect_error(script, "s.dm:4: error: bad stop_after '0'");
     // the plain forms still work (test_config.c: a refused value changes nothing)
     assert_int_equal(run(":set warmup=7 batch=08\n:show config\n", out, sizeof out, err_, sizeof err_), 0);
     assert_non_null(strstr(out, "  warmup           7 "));
@@ -405,6 +409,27 @@ static void test_check_grad_child_error_once(void **s) {
     snprintf(dmsh, sizeof dmsh, "%s", real);
 }
 
+// :train N stop_after=K (what a transcript records for a :train cut short) is the first K steps
+// of :train N: the horizon N chose, so the steps after it are the uninterrupted run's
+static void test_train_stop_after(void **s) {
+    (void)s;
+    char script[1600], a[4000];
+    snprintf(script, sizeof script, "%s:data %s\n:init seed=4\n:train 10 log_every=1\n", SMALL, corpus);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    const char *p = strstr(out, "step 9 loss");
+    assert_non_null(p);
+    snprintf(a, sizeof a, "%.*s", (int)(strstr(p, " gnorm") - p), p);  // step 9 loss X lr Y
+    assert_non_null(strstr(out, "schedule: cosine to "));
+    snprintf(script, sizeof script, "%s:data %s\n:init seed=4\n:train 10 log_every=1 stop_after=4\n:step 6\n", SMALL, corpus);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    assert_non_null(strstr(out, "at step 10 (steps=10;"));  // its horizon is N's
+    const char *s4 = strstr(out, "step 4 loss");  // :step's line, not the :train's (it stopped after 0..3)
+    assert_non_null(s4);
+    assert_true(strcspn(s4, "\n") < (size_t)(strstr(s4, " eta ") ? strstr(s4, " eta ") - s4 : 1 << 20));
+    if (!strstr(out, a)) print_error("want %s\n%s\n", a, out);
+    assert_non_null(strstr(out, a));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_integers_are_digits),
@@ -419,6 +444,7 @@ int main(void) {
         cmocka_unit_test(test_init_rebuilds_another_shape),
         cmocka_unit_test(test_reports_of_their_own),
         cmocka_unit_test(test_check_grad_child_error_once),
+        cmocka_unit_test(test_train_stop_after),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

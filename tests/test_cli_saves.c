@@ -181,13 +181,54 @@ static void test_killed_command_is_named(void **s) {
     assert_non_null(strstr(t, "): :train 1000000 ckpt_every=2 eval_every=0 log_every=100000\n"));
     assert_non_null(strstr(t, "\n:init seed=1\n"));  // the commands that returned: no mark left
     free(t);
-    assert_int_equal(sh_in_dir("%s --norc -r runs/kil -e ':quit' > out.txt 2> err.txt", dmsh), 0);
+    assert_int_equal(sh_in_dir("%s --norc -r runs/kil -e ':probe head' > out.txt 2> err.txt", dmsh), 0);
     slurp_to("out.txt", out, sizeof out);
     if (!strstr(out, "note: the process ended during `:train 1000000")) print_error("%s\n", out);
     assert_non_null(strstr(out, "note: the process ended during `:train 1000000 ckpt_every=2 eval_every=0 log_every=100000`"));
+    // the steps it took to the checkpoint -r resumed from are in the transcript (session 26: the
+    // cut line was a comment only, and a replay trained a different run): the replay rebuilds
+    // the resumed state, every weight of it (one :probe: mean, std, min, max to 6 digits)
+    long long at = -1;
+    const char *r = strstr(out, "resumed runs/kil at step ");
+    assert_true(r && sscanf(r, "resumed runs/kil at step %lld", &at) == 1 && at >= 2);
+    char want[200], probe[400];
+    snprintf(want, sizeof want, "\n:train 1000000 ckpt_every=2 eval_every=0 log_every=100000 stop_after=%lld\n", at);
+    t = slurp(tp);
+    if (!strstr(t, want)) print_error("%s\n", t);
+    assert_non_null(strstr(t, want));
+    free(t);
+    const char *pl = strstr(out, "\nhead ");
+    assert_non_null(pl);
+    snprintf(probe, sizeof probe, "%.*s", (int)strcspn(pl + 1, "\n"), pl + 1);
     assert_int_equal(sh_in_dir("cp runs/kil/transcript.dm kil.dm && %s --norc -b kil.dm > out.txt 2> err.txt", dmsh), 0);
     slurp_to("err.txt", err_, sizeof err_);
     assert_non_null(strstr(err_, "note: this line is not run: started, never finished"));
+    slurp_to("out.txt", out, sizeof out);
+    if (!strstr(out, probe)) print_error("want %s\n%s\n", probe, out);
+    assert_non_null(strstr(out, probe));
+    // an interrupt (SIGTERM in a script) the same way: the cut :train's steps are in the
+    // transcript, and its replay ends where the session did
+    char sig[3000];
+    snprintf(sig, sizeof sig, "(%s --norc -e ':session sig' -e '%s' -e ':data %s' -e ':init seed=1' -e ':step 3' "
+             "-e ':t 1000000 ckpt_every=2 log_every=100000' > k.out 2>&1 & p=$!; for i in $(seq 1200); do "
+             "ls runs/sig/ckpt/step-5.ckpt > /dev/null 2>&1 && break; sleep 0.05; done; kill -TERM $p; wait $p; test $? = 143)", dmsh,
+             ":preset nano; :set d=32 H=2 L=2 E=2 k=1 r=8 f=64 engram_rows=257 engram_dim=8 seq=32 batch=4 warmup=5 eval_every=4", corpus);
+    assert_int_equal(sh_in_dir("%s", sig), 0);
+    assert_int_equal(sh_in_dir("%s --norc -r runs/sig -e ':probe head' > out.txt 2> err.txt", dmsh), 0);
+    slurp_to("out.txt", out, sizeof out);
+    assert_true((r = strstr(out, "resumed runs/sig at step ")) && sscanf(r, "resumed runs/sig at step %lld", &at) == 1 && at >= 5);
+    snprintf(want, sizeof want, "\n:train 1000000 ckpt_every=2 log_every=100000 stop_after=%lld\n", at - 3);
+    snprintf(tp, sizeof tp, "%s/runs/sig/transcript.dm", dir);
+    t = slurp(tp);
+    if (!strstr(t, want) || !strstr(t, "\n# cut short at step ")) print_error("%s\n", t);
+    assert_non_null(strstr(t, want));
+    free(t);
+    assert_non_null(pl = strstr(out, "\nhead "));
+    snprintf(probe, sizeof probe, "%.*s", (int)strcspn(pl + 1, "\n"), pl + 1);
+    assert_int_equal(sh_in_dir("cp runs/sig/transcript.dm sig.dm && %s --norc -b sig.dm > out.txt 2> err.txt", dmsh), 0);
+    slurp_to("out.txt", out, sizeof out);
+    if (!strstr(out, probe)) print_error("want %s\n%s\n", probe, out);
+    assert_non_null(strstr(out, probe));
 }
 
 // Found by a QA pass (session 23), each a process killed (SIGKILL) and resumed with -r: after a
@@ -283,8 +324,9 @@ static void test_output_and_size_limits(void **s) {
     snprintf(tp, sizeof tp, "%s/runs/pip/transcript.dm", dir);
     char *t = slurp(tp);
     assert_non_null(t);
-    assert_non_null(strstr(t, "# interrupted during the command below"));
-    assert_non_null(strstr(t, "# :train 1000000 log_every=1 eval_every=0\n"));
+    // (its steps stay in the run: the transcript takes them, session 26)
+    assert_non_null(strstr(t, "\n# cut short at step "));
+    assert_non_null(strstr(t, "steps it ran: :train 1000000 log_every=1 eval_every=0\n:train 1000000 log_every=1 eval_every=0 stop_after="));
     free(t);
     // -r resumes the saved state
     assert_int_equal(sh_in_dir("%s --norc -r runs/pip -e ':quit' > out.txt 2> err.txt", dmsh), 0);
@@ -349,7 +391,7 @@ static void test_session_moved_or_deleted(void **s) {
     // the first run's files followed it, its transcript without the running command's mark
     slurp_to("runs/mv-old/transcript.dm", out, sizeof out);
     assert_null(strstr(out, "started, never finished"));
-    assert_non_null(strstr(out, "# :train 1000000 ckpt_every=5"));
+    assert_non_null(strstr(out, "steps it ran: :train 1000000 ckpt_every=5"));
     assert_int_equal(sh_in_dir("%s --norc -r runs/mv-old -e ':quit' > out.txt 2> err.txt", dmsh), 0);
 
     cl = snprintf(cmd, sizeof cmd,
