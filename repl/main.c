@@ -137,9 +137,11 @@ int main(int argc, char **argv) {
     sa.sa_handler = on_sigint;
     sigaction(SIGINT, &sa, NULL);  // (also in a background job: `kill -INT` stops a script gracefully)
     const char *batch = NULL, *resume = NULL;
-    // every -e runs, in the order given (as sed -e), before -b; the first failing one stops them
+    // every -e and the -b script run in the order given (as sed's -e and -f: `dmsh -b setup.dm -e
+    // ':train 100'` trains after the setup; every -e ran first, whatever the order); the first
+    // failing one stops them
     const char **exprs = calloc((size_t)argc, sizeof *exprs);
-    int nexpr = 0;
+    int nexpr = 0, batch_at = 0;  // the -b script runs after exprs[0..batch_at)
     for (int i = 1; i < argc; i++) {
         // a value that is itself one of our options (`dmsh -b -e ':step 1'`) is a missing value,
         // not a script named "-e"
@@ -156,7 +158,7 @@ int main(int argc, char **argv) {
             free(exprs);
             return 2;
         }
-        if (!strcmp(argv[i], "-b")) batch = argv[++i];
+        if (!strcmp(argv[i], "-b")) batch = argv[++i], batch_at = nexpr;
         else if (!strcmp(argv[i], "-e")) exprs[nexpr++] = argv[++i];
         else if (!strcmp(argv[i], "-r")) resume = argv[++i];
         else if (!strcmp(argv[i], "--replay")) {
@@ -219,7 +221,14 @@ int main(int argc, char **argv) {
         if (note) printf("note: %s\n", note);
         sh_note_eval_window(&sh);
     }
-    for (int k = 0; k < nexpr && !rc && !sh.quit; k++) {
+    for (int k = 0; k <= nexpr && !rc && !sh.quit; k++) {
+        if (batch && k == batch_at) {
+            // a --replay child of a piped script runs a temp copy; its messages name the script
+            const char *shown = getenv("DMSH_DIGEST") ? getenv("DMSH_REPLAY_NAME") : NULL;
+            rc = sh_run_file_as(&sh, batch, shown && shown[0] ? shown : batch);
+            if (rc || sh.quit) break;
+        }
+        if (k == nexpr) break;
         // a multi-line -e runs line by line, so an error names its line (-e:3:, -e #2:3:)
         const char *x = exprs[k];
         size_t xl = strlen(x);
@@ -245,11 +254,6 @@ int main(int argc, char **argv) {
             }
         }
         free(ln);
-    }
-    if (!rc && batch) {
-        // a --replay child of a piped script runs a temp copy; its messages name the script
-        const char *shown = getenv("DMSH_DIGEST") ? getenv("DMSH_REPLAY_NAME") : NULL;
-        rc = sh_run_file_as(&sh, batch, shown && shown[0] ? shown : batch);
     }
     if (!nexpr && !batch) {
         if (isatty(0)) {

@@ -430,6 +430,26 @@ static void test_train_stop_after(void **s) {
     assert_non_null(strstr(out, a));
 }
 
+// -e and -b run in the order given (every -e ran before -b: `dmsh -b setup.dm -e ':step 2'`
+// failed with "no model"); the first that fails stops the rest
+static void test_e_and_b_in_order(void **s) {
+    (void)s;
+    char script[1600];
+    snprintf(script, sizeof script, "%s:data %s\n:init seed=2\n", SMALL, corpus);
+    write_file("setup.dm", script);
+    assert_int_equal(sh_in_dir("%s --norc -e ':help step' -b setup.dm -e ':step 2' -e ':show metrics' > out.txt 2> err.txt", dmsh), 0);
+    slurp_to("out.txt", out, sizeof out);
+    const char *h = strstr(out, ":step [N]"), *i = strstr(out, "init seed 2"), *st = strstr(out, "step 1 loss");
+    if (!h || !i || !st || !(h < i && i < st)) print_error("%s\n", out);
+    assert_true(h && i && st && h < i && i < st);
+    assert_int_equal(sh_in_dir("%s --norc -b setup.dm -e ':bogus' -e ':step 1' > out.txt 2> err.txt", dmsh), 1);
+    slurp_to("out.txt", out, sizeof out);
+    assert_null(strstr(out, "step 0 loss"));
+    assert_int_equal(sh_in_dir("%s --norc -e ':bogus' -b setup.dm > out.txt 2> err.txt", dmsh), 1);
+    slurp_to("out.txt", out, sizeof out);
+    assert_null(strstr(out, "init seed 2"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_integers_are_digits),
@@ -445,6 +465,7 @@ int main(void) {
         cmocka_unit_test(test_reports_of_their_own),
         cmocka_unit_test(test_check_grad_child_error_once),
         cmocka_unit_test(test_train_stop_after),
+        cmocka_unit_test(test_e_and_b_in_order),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
