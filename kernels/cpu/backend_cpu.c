@@ -82,6 +82,7 @@ static void cpu_mem_stats(size_t *cur, size_t *peak) { *cur = mem_cur; *peak = m
 static void cpu_mem_peak_set(size_t peak) { mem_peak = peak > mem_cur ? peak : mem_cur; }
 
 // "cpu: MODEL NAME, N cores (OpenMP threads T), float GEMM: ..." from /proc/cpuinfo
+int cpu_flushes_subnormals(void);
 static void cpu_describe(char *buf, size_t n) {
     char model[128] = "unknown CPU", line[512];
     int cores = 0;
@@ -103,7 +104,8 @@ static void cpu_describe(char *buf, size_t n) {
     if (wp) snprintf(wait, sizeof wait, " (OMP_WAIT_POLICY=%.40s)", wp);
     else if (sc) snprintf(wait, sizeof wait, " (GOMP_SPINCOUNT=%.40s)", sc);
     else snprintf(wait, sizeof wait, " (idle threads spin first: OMP_WAIT_POLICY unset)");
-    snprintf(buf, n, "cpu: %s, %d logical cores, OpenMP threads %d%s; matrix products: %s", model, cores, threads, wait,
+    snprintf(buf, n, "cpu: %s, %d logical cores, OpenMP threads %d%s; subnormals %s; matrix products: %s", model, cores, threads, wait,
+             cpu_flushes_subnormals() ? "flushed to zero" : "kept (slow)",
              sizeof(real) == 4 ?
 #if defined(__AVX512F__)
              "own AVX-512 sgemm, 6x32 tiles (kernels/cpu/sgemm.c)"
@@ -170,4 +172,31 @@ static const Backend cpu_backend = {
     .host_alloc = cpu_host_alloc, .host_free = free, .upload_async = cpu_copy, .allocs = cpu_allocs,
 };
 
+// Subnormal numbers flush to zero (FTZ: results; DAZ: inputs) on every thread that runs the CPU
+// ops. The KDA arm's chunked products scale keys and queries by exp of a cumulative decay, which
+// reaches the subnormal range as the decay learns; x86 handles a subnormal operand or result in
+// microcode, ~100x slower: nano's step slowed by half over 400 steps, and a diverging run (or
+// :stress) ran 10x slower (QA, session 26). Values below 1.2e-38 change nothing a float step can
+// see. Set once, on the first use: this thread and every OpenMP worker (a worker made later is a
+// clone of one that has it). The same binary and backend still give the same bits every run.
+#if defined(__SSE2__)
+#include <pthread.h>
+#include <xmmintrin.h>
+static void set_ftz_daz(void) { _mm_setcsr(_mm_getcsr() | 0x8040); }  // FTZ (bit 15) | DAZ (bit 6)
+static void ftz_all_threads(void) {
+    set_ftz_daz();
+#ifdef _OPENMP
+#pragma omp parallel
+    set_ftz_daz();
+#endif
+}
+static pthread_once_t ftz_once = PTHREAD_ONCE_INIT;
+int cpu_flushes_subnormals(void) { return (_mm_getcsr() & 0x8040) == 0x8040; }
+const Backend *backend_cpu(void) {
+    pthread_once(&ftz_once, ftz_all_threads);
+    return &cpu_backend;
+}
+#else
+int cpu_flushes_subnormals(void) { return 0; }
 const Backend *backend_cpu(void) { return &cpu_backend; }
+#endif
