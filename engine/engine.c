@@ -654,8 +654,8 @@ int engine_check_determinism(Engine *e, int n, int *ok, char *msg, size_t nmsg, 
         if (first_diff < 0) snprintf(ld, sizeof ld, "identical");
         else snprintf(ld, sizeof ld, "DIFFER from step %lld", (long long)(s0.step + first_diff));
         // the second pass is the run's own (its steps are in the metrics): say where it now is
-        snprintf(msg, nmsg, "%d steps twice from step %lld: losses %s, parameters %s (%zu of %zu differ), optimizer state %s (%zu of %zu moments, momenta and row counts differ); the model kept the second pass, now at step %lld",
-                 n, (long long)s0.step, ld, pdiff ? "DIFFER" : "bit-identical", pdiff, P, odiff ? "DIFFERS" : "bit-identical", odiff,
+        snprintf(msg, nmsg, "%d step%s twice from step %lld: losses %s, parameters %s (%zu of %zu differ), optimizer state %s (%zu of %zu moments, momenta and row counts differ); the model kept the second pass, now at step %lld",
+                 n, n == 1 ? "" : "s", (long long)s0.step, ld, pdiff ? "DIFFER" : "bit-identical", pdiff, P, odiff ? "DIFFERS" : "bit-identical", odiff,
                  3 * P + R, (long long)e->step);
     }
     snapshot_free(&s0);
