@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -118,19 +119,23 @@ static int check_parity(Shell *sh, Words *w, dm_err *err) {
 // command's one error (it printed "-e #2: error: gradient check failed ...", and this command
 // then said it again in a second line); any other line it wrote is passed on to stderr.
 static int run_double_engine(const char *cmd, dm_err *err) {
-    const char *td = getenv("TMPDIR");
-    char tmpl[512], full[2200];
-    snprintf(tmpl, sizeof tmpl, "%s/dmsh_gradcheck_XXXXXX", td && td[0] ? td : "/tmp");
-    int fd = mkstemp(tmpl);
-    if (fd < 0) return dm_fail(err, ":check grad: cannot create %s for the double engine's messages: %s", tmpl, strerror(errno));
-    snprintf(full, sizeof full, "exec %s 2> '%s'", cmd, tmpl);  // (exec: a signal that ends it is its own, not sh's "Killed")
+    // (an anonymous file: no TMPDIR to exist or quote, nothing left behind if this process dies)
+    int fd = memfd_create("dmsh-gradcheck-stderr", 0);
+    if (fd < 0) {
+        FILE *tf = tmpfile();
+        fd = tf ? dup(fileno(tf)) : -1;
+        if (tf) fclose(tf);
+    }
+    if (fd < 0) return dm_fail(err, ":check grad: no file for the double engine's messages: %s", strerror(errno));
+    char full[2200];
+    snprintf(full, sizeof full, "exec %s 2>&%d", cmd, fd);  // (exec: a signal that ends it is its own, not sh's "Killed")
     int st = system(full);
     static char text[16384];
     off_t end = lseek(fd, 0, SEEK_END), from = end > (off_t)sizeof text - 1 ? end - (off_t)sizeof text + 1 : 0;
     ssize_t n = end > 0 ? pread(fd, text, (size_t)(end - from), from) : 0;
     text[n > 0 ? n : 0] = 0;
     close(fd);
-    unlink(tmpl);
+    if (st == -1) return dm_fail(err, ":check grad: could not start the double-precision engine: %s", strerror(errno));
     size_t len = strlen(text);
     while (len && text[len - 1] == '\n') text[--len] = 0;
     char *last = strrchr(text, '\n');

@@ -401,6 +401,10 @@ static void test_check_grad_child_error_once(void **s) {
         print_error("%s", err_);
     assert_string_equal(err_, "dmsh: note: a note of its own\ns.dm:1: error: gradient check failed (see the table above)\n");
     assert_non_null(strstr(out, "head  analytic 1 numeric 2 rel 1 FAIL"));
+    // no temp file by name: a TMPDIR that does not exist (or holds a quote) changes nothing
+    assert_int_equal(sh_in_dir("TMPDIR=\"/nonexistent/a'b\" fake/float/dmsh --norc -b s.dm > out.txt 2> err.txt; test $? = 1%s", ""), 0);
+    slurp_to("err.txt", err_, sizeof err_);
+    assert_string_equal(err_, "dmsh: note: a note of its own\ns.dm:1: error: gradient check failed (see the table above)\n");
     write_file("fake/double/dmsh", "#!/bin/sh\nkill -9 $$\n");
     expect_error(":check grad\n", "s.dm:1: error: :check grad: the double-precision engine ");
     write_file("fake/double/dmsh", "#!/bin/sh\necho 'dmsh: a note' >&2\n");  // success: its lines pass through
