@@ -557,8 +557,9 @@ void ckpt_close(CkptFile *f) {
 }
 
 // One section without reading the file: the headers are walked with pread (each checked by its
-// CRC), the section's own bytes are read and checked by theirs. The rest of the file is not
-// verified: a listing (:sessions) reads a step this way from checkpoints of any size.
+// CRC) to the trailer (which must close the file: a file cut short anywhere is refused), and the
+// section's own bytes are read and checked by theirs. The other sections' bytes are not read: a
+// listing (:sessions) reads a step this way from checkpoints of any size.
 int ckpt_peek(const char *path, const char *name, void *buf, size_t cap, size_t *size, dm_err *err) {
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return dm_fail(err, "%s: cannot open checkpoint: %s", path, strerror(errno));
@@ -572,6 +573,7 @@ int ckpt_peek(const char *path, const char *name, void *buf, size_t cap, size_t 
     else if (get_u32(h + 8) != CK_VERSION) why = "unknown checkpoint format version";
     else if (get_u32(h + 20) != 0) why = "file header: nonzero reserved bytes (file corrupted)";
     uint64_t off = CK_HDR, fsz = (uint64_t)st.st_size;
+    int found = 0;
     for (uint32_t i = 0, nsec = why ? 0 : get_u32(h + 12); i < nsec && !why; i++) {
         uint8_t s[CK_SHDR];
         if (off + CK_SHDR > fsz || pread(fd, s, CK_SHDR, (off_t)off) != (ssize_t)CK_SHDR) why = "truncated inside a section header";
@@ -579,19 +581,21 @@ int ckpt_peek(const char *path, const char *name, void *buf, size_t cap, size_t 
         else {
             uint64_t sz = get_u64(s + 32);
             if (sz > fsz - off - CK_SHDR) why = "truncated inside a section";
-            else if (strncmp((const char *)s, name, CK_NAME) == 0) {
+            else if (!found && strncmp((const char *)s, name, CK_NAME) == 0) {
                 if (sz > cap) why = "section larger than expected";
                 else if (pread(fd, buf, (size_t)sz, (off_t)(off + CK_SHDR)) != (ssize_t)sz) why = "cannot read the section";
                 else if (get_u32(s + 40) != crc32_update(0, buf, (size_t)sz)) why = "section CRC mismatch (file corrupted)";
-                else {
-                    close(fd);
-                    *size = (size_t)sz;
-                    return 0;
-                }
-            } else off += CK_SHDR + sz + pad8(sz);
+                else found = 1, *size = (size_t)sz;
+            }
+            off += CK_SHDR + sz + pad8(sz);
         }
     }
+    uint8_t t[CK_TRL];
+    if (!why && !found) why = "no such section";
+    else if (!why && (off + CK_TRL > fsz || pread(fd, t, CK_TRL, (off_t)off) != (ssize_t)CK_TRL)) why = "truncated before the trailer";
+    else if (!why && (memcmp(t, CK_TRAILER_MAGIC, 8) || get_u32(t + 16) != crc32_update(0, t, 16) || get_u64(t + 8) != fsz))
+        why = "bad trailer (file corrupted or cut short)";
     close(fd);
-    if (!why) why = "no such section";
+    if (!why) return 0;
     return dm_fail(err, "%s: section '%s': %s", path, name, why);
 }

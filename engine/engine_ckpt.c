@@ -361,7 +361,8 @@ int engine_ckpt_step(const char *path, long long *step, dm_err *err) {
     CkptState st;
     size_t n = 0;
     if (ckpt_peek(path, "state", &st, sizeof st, &n, err)) return 1;
-    if (n != sizeof st || st.step < 0) return dm_fail(err, "%s: section 'state' is not this build's (%zu bytes)", path, n);
+    if (n != sizeof st || (st.real_size != 4 && st.real_size != 8) || st.step < 0 || st.step > (1LL << 50))
+        return dm_fail(err, "%s: section 'state' is not one this dmsh wrote (%zu bytes)", path, n);
     *step = (long long)st.step;
     return 0;
 }
