@@ -269,6 +269,7 @@ int sh_exec_line(Shell *sh, const char *line, dm_err *err) {
         const Command *c = sh_resolve(cmds[i].argv[0], err);
         if (!c) { rc = 1; break; }
         int64_t honored0 = e ? e->intr_honored : 0;
+        sh->cut_in_eval = -1;
         long long step0 = e ? (long long)e->step : 0;
         int rows0 = e ? e->nrows : 0;
         // :run goes into the transcript as a comment, before the lines it runs, which go in one
@@ -285,7 +286,7 @@ int sh_exec_line(Shell *sh, const char *line, dm_err *err) {
         TranscriptMark mark = {.len = 0};
         if (e && !is_run) {
             char *t = transcript_text(cmds[i].text, cmds[i].textlen, 0);
-            size_t ml = strlen(t) + 128;
+            size_t ml = strlen(t) + strlen(c->name) + 200;
             char *ml_line = malloc(ml);
             // (its name and first step: a -r that resumes from a checkpoint it wrote writes the
             // line that takes the steps it took, sessions/session.c)
@@ -318,10 +319,13 @@ int sh_exec_line(Shell *sh, const char *line, dm_err *err) {
             char *again = cut && !rc ? steps_taken_line(c, &cmds[i], (long long)e->step - step0) : NULL;
             if (again) {  // its steps stay: the line that takes exactly them, after it as a comment
                 char *c2 = transcript_text(cmds[i].text, cmds[i].textlen, 0);
-                size_t nl = strlen(c2) + 200;
+                size_t nl = strlen(c2) + 400;
                 char *note = malloc(nl);
-                snprintf(note, nl, CUT_SHORT " at step %lld by an interrupt; the next line takes the %lld steps it ran: %s",
-                         (long long)e->step, (long long)e->step - step0, c2);
+                snprintf(note, nl, CUT_SHORT " at step %lld by an interrupt%s; the next line takes the %lld steps it ran: %s",
+                         (long long)e->step,
+                         sh->cut_in_eval >= 0 ? ", inside its eval (the replay runs that eval, and a checkpoint due there: the same "
+                                                "weights, one more eval row and its forward counts)" : "",
+                         (long long)e->step - step0, c2);
                 session_transcript(e, note);
                 session_transcript(e, again);
                 free(note);

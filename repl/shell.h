@@ -30,6 +30,7 @@ typedef struct Shell {
     int depth;                  // :run nesting depth
     int interactive;
     int tty_lost;                // the prompt's read failed with EIO: the terminal went away (main.c)
+    long long cut_in_eval;       // a :train an interrupt stopped inside its eval: that step (else -1; parse.c)
     volatile sig_atomic_t *leave_signal;  // main.c's dm_leave_signal (NULL in the tests that link
                                           // the parser alone): SIGPIPE's stop says why
 } Shell;

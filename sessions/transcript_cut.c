@@ -26,6 +26,8 @@ char *session_steps_line(const char *name, int nw, const char *const *words, lon
         snprintf(t, n, ":step %lld", k);
         return t;
     }
+    for (int a = 0; a < nw; a++)  // (k past the run's N is no cut of it)
+        if (!strchr(words[a], '=') && strtoll(words[a], NULL, 10) < k) { free(t); return NULL; }
     size_t used = (size_t)snprintf(t, n, ":train");
     for (int a = 0; a < nw; a++)  // (a cut of a stop_after run: the new count replaces it)
         if (strncmp(words[a], "stop_after=", 11)) used += (size_t)snprintf(t + used, n - used, " %s", words[a]);
@@ -45,7 +47,8 @@ char *transcript_cut_line(const char *name, const char *typed, long long k) {
         if (nw == MAXW) return NULL;
         words[nw++] = p;
     }
-    if (nw < 1) return NULL;
+    // (a :step writes no checkpoint: one past its first step is no state it made)
+    if (nw < 1 || strcmp(name, ":train")) return NULL;
     return session_steps_line(name, nw - 1, words + 1, k);
 }
 
