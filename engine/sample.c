@@ -176,11 +176,19 @@ int sample_byte(const real *logits, double temp, int top_k, Rng *r) {
         for (int i = 1; i < 256; i++) if (logits[i] > logits[best]) best = i;
         return best;
     }
-    // sort indices by logit (descending; ties to the lower byte) for top-k
-    for (int i = 1; i < 256; i++) {
-        int v = idx[i], j = i - 1;
-        while (j >= 0 && logits[idx[j]] < logits[v]) { idx[j + 1] = idx[j]; j--; }
-        idx[j + 1] = v;
+    // sort indices by logit (descending; ties to the lower byte) for top-k: a merge sort, stable
+    // (the insertion sort it replaces took ~16k comparisons a byte, 16 % of :gen: QA, session 26;
+    // the same order, so the same samples)
+    int tmp[256];
+    for (int w = 1; w < 256; w *= 2) {
+        for (int lo = 0; lo < 256; lo += 2 * w) {
+            int mid = lo + w < 256 ? lo + w : 256, hi = lo + 2 * w < 256 ? lo + 2 * w : 256, a = lo, b = mid, o = lo;
+            // (b goes first only when strictly larger: equal logits keep their order)
+            while (a < mid && b < hi) tmp[o++] = logits[idx[a]] < logits[idx[b]] ? idx[b++] : idx[a++];
+            while (a < mid) tmp[o++] = idx[a++];
+            while (b < hi) tmp[o++] = idx[b++];
+        }
+        memcpy(idx, tmp, sizeof idx);
     }
     int K = top_k > 0 && top_k < 256 ? top_k : 256;
     double mx = logits[idx[0]], p[256], s = 0;

@@ -1,6 +1,7 @@
 // test_sample.c — the recurrent decoder's next-byte logits equal the training forward's logits
 // at every position (chunked KDA vs stepped state, Engram from the byte history); probes return
 // the forward's values and their statistics equal a direct computation.
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "testutil.h"
@@ -85,6 +86,46 @@ static void test_sample_byte(void **s) {
     }
 }
 
+// The sampler's order (descending logit, ties to the lower byte) as it was first written, an
+// insertion sort: the merge sort that replaced it (session 26) must draw the same byte from the
+// same draw, on logits with many ties and infinities, at every top_k.
+static int sample_byte_reference(const real *logits, double temp, int top_k, Rng *r) {
+    int idx[256];
+    for (int i = 0; i < 256; i++) idx[i] = i;
+    for (int i = 1; i < 256; i++) {
+        int v = idx[i], j = i - 1;
+        while (j >= 0 && logits[idx[j]] < logits[v]) { idx[j + 1] = idx[j]; j--; }
+        idx[j + 1] = v;
+    }
+    int K = top_k > 0 && top_k < 256 ? top_k : 256;
+    double mx = logits[idx[0]], p[256], s = 0;
+    for (int i = 0; i < K; i++) { p[i] = exp((logits[idx[i]] - mx) / temp); s += p[i]; }
+    double u = rng_uniform(r) * s;
+    for (int i = 0; i < K; i++) { u -= p[i]; if (u <= 0) return idx[i]; }
+    return idx[K - 1];
+}
+
+static void test_sample_order_unchanged(void **s) {
+    (void)s;
+    Rng g = {77};
+    real lg[256];
+    int differ = 0, draws = 0;
+    for (int trial = 0; trial < 400; trial++) {
+        int levels = 1 + (int)(rng_next(&g) % 40);  // few distinct values: many ties
+        for (int i = 0; i < 256; i++) lg[i] = (real)((double)(rng_next(&g) % (uint64_t)levels) * 0.37 - 5);
+        if (trial % 7 == 0) lg[rng_next(&g) % 256] = (real)-INFINITY;
+        if (trial % 11 == 0) for (int i = 0; i < 256; i++) lg[i] = (real)(rng_normal(&g) * 3);
+        int top_k = (int[]){0, 1, 2, 5, 40, 255, 256}[trial % 7];
+        double temp = (double[]){0.3, 0.8, 1.0, 2.5}[trial % 4];
+        for (int k = 0; k < 8; k++, draws++) {
+            Rng a = {1000u + (uint64_t)trial * 8 + k}, b = a;
+            differ += sample_byte(lg, temp, top_k, &a) != sample_byte_reference(lg, temp, top_k, &b);
+        }
+    }
+    assert_int_equal(differ, 0);
+    assert_int_equal(draws, 3200);
+}
+
 static void test_probe(void **s) {
     (void)s;
     Engine e;
@@ -150,6 +191,7 @@ int main(void) {
         cmocka_unit_test(test_decoder_matches_forward),
         cmocka_unit_test(test_decoder_arms_off),
         cmocka_unit_test(test_sample_byte),
+        cmocka_unit_test(test_sample_order_unchanged),
         cmocka_unit_test(test_probe),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
