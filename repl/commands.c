@@ -419,6 +419,11 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
     FILE *out0 = sh->out;
     if (panel) sh->out = panel_output(panel);
     double *losses = NULL, bpb = NAN, eta = -1;
+    // a step line's ms and tok/s are over the steps since the line before (the last step's own
+    // read as the run's rate, and one slow step, a page fault or a busy core, set the line;
+    // QA, session 26); metrics.tsv keeps every step's own
+    double iv_ms = 0, iv_tok = 0;
+    long long iv_n = 0;
     int nloss = 0, closs = 0, skipped = 0, rc = 0, stopped = 0;
     MetricRow last = {0};
     while (e->step < end && !stopped && !rc) {
@@ -450,10 +455,18 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
                 if (nloss == closs) { closs = closs ? 2 * closs : 1024; losses = realloc(losses, closs * sizeof *losses); }
                 losses[nloss++] = r.loss;
                 skipped += r.skipped;
-            } else if ((r.step + 1) % lg == 0 || r.step + 1 == end || r.skipped) {
-                fprintf(OUT, "step %lld loss %.4f lr %.3e gnorm %.3f ms %.1f tok/s %.0f skipped %d eta %.0fs%s\n",
-                        (long long)r.step, r.loss, r.lr, r.gnorm, r.ms, r.tok_s, r.skipped, eta, emulated_tag(&r));
-                fflush(OUT);
+            } else {
+                iv_ms += r.ms;
+                iv_tok += r.tok_s * r.ms / 1e3;
+                iv_n++;
+                if ((r.step + 1) % lg == 0 || r.step + 1 == end || r.skipped) {
+                    double ms = iv_ms / (double)iv_n, tok_s = iv_ms > 0 ? iv_tok / (iv_ms / 1e3) : r.tok_s;
+                    fprintf(OUT, "step %lld loss %.4f lr %.3e gnorm %.3f ms %.1f tok/s %.0f skipped %d eta %.0fs%s\n",
+                            (long long)r.step, r.loss, r.lr, r.gnorm, ms, tok_s, r.skipped, eta, emulated_tag(&r));
+                    fflush(OUT);
+                    iv_ms = iv_tok = 0;
+                    iv_n = 0;
+                }
             }
         }
         if (panel && nloss) {
@@ -624,7 +637,7 @@ const Command dm_commands[] = {
     {":data", cmd_data, NULL, ":data PATH [eval=PATH2]", "Open a corpus: a file or a directory (regular files and links to them, recursive, sorted, each file once; symlinked directories, fifos and the like are left out and said), memory-mapped. Without eval=, the last eval_frac is held out."},
     {":init", cmd_init, NULL, ":init [seed=N] [preset=NAME] [key=value ...]", "Build the model and optimizer from the current config (SPEC §4 defaults), with preset=NAME's keys and then the key=values given applied to it first (as :preset and :set would, architecture keys included): how a live model is rebuilt in another shape. A live model is replaced (in a session, saved first if it is in no file)."},
     {":step", cmd_step, NULL, ":step [N]", "Take N optimizer steps (default 1), one log line each."},
-    {":train", cmd_train, NULL, ":train N [eval_every=..] [ckpt_every=..] [log_every=..] [stop_after=K]", "Train N steps with periodic log lines, evals and checkpoints. Ctrl-C stops at the next step boundary (or part-way through an eval, which then records no row) with the state intact. stop_after=K runs the first K steps of that run (its schedule horizon, evals and checkpoints as for N): a transcript records a :train cut short (Ctrl-C, a signal, a killed process resumed with -r) that way, so its replay rebuilds the steps it took."},
+    {":train", cmd_train, NULL, ":train N [eval_every=..] [ckpt_every=..] [log_every=..] [stop_after=K]", "Train N steps with periodic log lines (every log_every-th step; its ms and tok/s are the mean step time and the rate over the steps since the line before, metrics.tsv has each step's own), evals and checkpoints. Ctrl-C stops at the next step boundary (or part-way through an eval, which then records no row) with the state intact. stop_after=K runs the first K steps of that run (its schedule horizon, evals and checkpoints as for N): a transcript records a :train cut short (Ctrl-C, a signal, a killed process resumed with -r) that way, so its replay rebuilds the steps it took."},
     {":eval", cmd_eval, NULL, ":eval [depth=k]", "Held-out BPB on the fixed eval window at depth k (default L)."},
     {":eval-depths", cmd_eval_depths, NULL, ":eval-depths", "Held-out BPB at every depth 1..L from one forward pass."},
     {":anchors", cmd_anchors, NULL, ":anchors", "Unigram and Kneser-Ney 5-gram BPB on the eval window, fit on the training split."},

@@ -3,6 +3,7 @@
 // accepted, and stops the script there. An eval window shorter than one sequence, said where it
 // is left and refused where it is needed (not on the lines that set it). And :gen's forwards,
 // which ran without a count; the schedule note of a run that is all warmup; :init's words.
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "cli_harness.h"
@@ -454,6 +455,40 @@ static void test_e_and_b_in_order(void **s) {
     assert_null(strstr(out, "init seed 2"));
 }
 
+// A :train step line's ms and tok/s are over the steps since the line before (they were the
+// last step's own: one slow step set the line); metrics.tsv keeps each step's
+static void test_train_line_is_the_interval(void **s) {
+    (void)s;
+    char script[1600];
+    snprintf(script, sizeof script, "%s:data %s\n:session ivl\n:init seed=5\n:train 20 log_every=10\n", SMALL, corpus);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    const char *p = strstr(out, "\nstep 19 loss");
+    assert_non_null(p);
+    double ms, tok;
+    assert_int_equal(sscanf(strstr(p, " ms "), " ms %lf tok/s %lf", &ms, &tok), 2);
+    char tp[600];
+    snprintf(tp, sizeof tp, "%s/runs/ivl/metrics.tsv", dir);
+    char *tsv = slurp(tp);
+    assert_non_null(tsv);
+    double sum = 0, own19 = -1;
+    int n = 0;
+    for (char *l = strchr(tsv, '\n'); l && l[1]; l = strchr(l + 1, '\n')) {
+        char kind[16];
+        long long st, tk;
+        double loss, lr, gn, m;
+        if (sscanf(l + 1, "%15s %lld %lld %lf %lf %lf %lf", kind, &st, &tk, &loss, &lr, &gn, &m) == 7 && !strcmp(kind, "train") && st >= 10) {
+            sum += m;
+            n++;
+            if (st == 19) own19 = m;
+        }
+    }
+    free(tsv);
+    assert_int_equal(n, 10);
+    if (fabs(ms - sum / n) > 0.051) print_error("line %.1f, mean %.3f, own %.3f\n", ms, sum / n, own19);
+    assert_true(fabs(ms - sum / n) <= 0.051);
+    assert_true(fabs(tok / (10 * 4 * 32 / (sum / 1e3)) - 1) < 2e-3);  // 10 steps of batch 4 x seq 32 (ms to 3 decimals there)
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_integers_are_digits),
@@ -470,6 +505,7 @@ int main(void) {
         cmocka_unit_test(test_check_grad_child_error_once),
         cmocka_unit_test(test_train_stop_after),
         cmocka_unit_test(test_e_and_b_in_order),
+        cmocka_unit_test(test_train_line_is_the_interval),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
