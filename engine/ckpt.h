@@ -36,8 +36,9 @@ int ckpt_write_no_rename(const char *path, const CkptSection *sec, int nsec, dm_
 // Read and verify. Errors name the path and the section (e.g. "section 'params': CRC mismatch",
 // "truncated inside section 'optim.m'", "not a dmsh checkpoint (bad magic)").
 int ckpt_read(const char *path, CkptFile *f, dm_err *err);
-// One named section's bytes (at most cap) into buf, *size its length, reading only the headers
-// before it and its own bytes (each CRC-checked; the rest of the file is not): for listings.
+// One named section's bytes (at most cap) into buf, *size its length, reading every section
+// header, the trailer (which must close the file) and that section's bytes, each CRC-checked;
+// the other sections' bytes are not read: for listings.
 int ckpt_peek(const char *path, const char *name, void *buf, size_t cap, size_t *size, dm_err *err);
 const CkptSection *ckpt_find(const CkptFile *f, const char *name);
 void ckpt_close(CkptFile *f);

@@ -141,8 +141,8 @@ int engine_load(Engine *e, const char *path, dm_err *err);
 // build's real, impossible counters, another architecture than the live model's): a :load checks
 // it before it saves the state it would replace.
 int engine_load_check(const Engine *e, const char *path, dm_err *err);
-// The step a checkpoint holds, from its state section alone (a listing's cheap read: the rest
-// of the file is not verified; engine_load_check does that).
+// The step a checkpoint holds, from its state section (ckpt_peek: a listing's cheap read; the
+// other sections' bytes are not verified, engine_load_check does that).
 int engine_ckpt_step(const char *path, long long *step, dm_err *err);
 // Set a key; on a live model architecture keys are refused (their own value again is a no-op).
 int engine_set(Engine *e, const char *key, const char *value, dm_err *err);

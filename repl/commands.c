@@ -529,10 +529,11 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
             fprintf(OUT, "schedule: withdrawn (no step of this run ran): steps=0 again, the next :train sets it\n");
     }
     if (stopped == 1) fprintf(OUT, "interrupted at step %lld (state intact)\n", (long long)e->step);
-    if (stopped == 2) sh->cut_in_eval = (long long)e->step;  // (the transcript says so: its replay runs that eval)
-    if (stopped == 2)
+    if (stopped == 2) {
+        sh->cut_in_eval = (long long)e->step;  // (the transcript says so: its replay runs that eval)
         fprintf(OUT, "interrupted at step %lld, in its eval (state intact; the eval stopped part-way: no eval row recorded)\n",
                 (long long)e->step);
+    }
     return rc;
 }
 

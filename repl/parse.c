@@ -240,7 +240,7 @@ static char *transcript_text(const char *text, size_t ln, int as_comment) {
 
 #define CUT_SHORT "# cut short"  // a :step or :train that stopped early: the line after it rebuilds it
 
-// A :step or :train cut short: the command that takes the steps it took (sessions/session.c);
+// A :step or :train cut short: the command that takes the steps it took (sessions/transcript_cut.c);
 // a quoted word is not plain (that one stays a comment)
 static char *steps_taken_line(const Command *c, const Words *w, long long k) {
     for (int a = 1; a < w->argc; a++)
@@ -289,7 +289,7 @@ int sh_exec_line(Shell *sh, const char *line, dm_err *err) {
             size_t ml = strlen(t) + strlen(c->name) + 200;
             char *ml_line = malloc(ml);
             // (its name and first step: a -r that resumes from a checkpoint it wrote writes the
-            // line that takes the steps it took, sessions/session.c)
+            // line that takes the steps it took, sessions/transcript_cut.c)
             snprintf(ml_line, ml, UNFINISHED " (%s from step %lld; the process ended during it; a -r resumes from its last checkpoint): %s",
                      c->name, step0, t);
             session_transcript_begin(e, ml_line, &mark);

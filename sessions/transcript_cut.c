@@ -1,9 +1,9 @@
 // transcript_cut.c — what -r reads back from a session's transcript (the command a killed
 // process ended in, settings it made after its last checkpoint, its last device), and the line
-// that rebuilds a :step or :train cut short (an
-// interrupt, or a killed process resumed with -r from a checkpoint the command wrote): its steps
-// stay in the run, so the transcript must take them for a replay to rebuild it (it held the cut
-// line as a comment only, and a replay trained a different run).
+// that rebuilds a :step or :train cut short (an interrupt, or a killed process resumed with -r
+// from a checkpoint the command wrote): its steps stay in the run, so the transcript must take
+// them for a replay to rebuild it (it held the cut line as a comment only, and a replay trained
+// a different run).
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
