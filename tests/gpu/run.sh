@@ -104,6 +104,10 @@ if [ "$MODE" = all ] || [ "$MODE" = check ]; then
     OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 run_prog parity 90 0 "./$OUT/parity"
     echo "== parity: one training step per preset x arms x precision (:check parity, tests/gpu/parity_model.c)"
     run_prog parity_model 150 1 "./$OUT/parity_model"
+    echo "== dmsh itself on the GPU: libdmcuda.so loaded by :device cuda, two nano steps (build/float-headless/dmsh)"
+    corpus=shared-data/tinyshakespeare.txt
+    [ -f "$corpus" ] || corpus=docs/decisions.md   # (any text: two steps of nano)
+    run_prog dmsh_cuda 60 1 ./build/float-headless/dmsh --norc -e ":device cuda; :show device; :preset nano; :data $corpus; :init; :step 2"
     echo "== the whole-step CUDA graph: replay = un-captured step bit for bit, two processes (tests/gpu/graph_step.c)"
     run_prog graph_step 90 1 "./$OUT/graph_step"
 fi
