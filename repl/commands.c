@@ -361,11 +361,11 @@ static int do_eval(Shell *sh, int depth, dm_err *err) {
 }
 
 static int cmd_train(Shell *sh, Words *w, dm_err *err) {
-    static const char *const keys[] = {"eval_every", "ckpt_every", "log_every", "stop_after", NULL};
+    static const char *const keys[] = {"eval_every", "ckpt_every", "ckpt_keep", "log_every", "stop_after", NULL};
     if (sh_check_keys(w, 1, keys, err)) return 1;
     const char *ns = sh_positional(w, 0);
-    if (!ns) return dm_fail(err, "usage: :train N [eval_every=..] [ckpt_every=..] [log_every=..] [stop_after=K]");
-    long long n = 0, ev = E_->cfg.eval_every, ck = E_->cfg.ckpt_every, lg = E_->cfg.log_every;
+    if (!ns) return dm_fail(err, "usage: :train N [eval_every=..] [ckpt_every=..] [ckpt_keep=..] [log_every=..] [stop_after=K]");
+    long long n = 0, ev = E_->cfg.eval_every, ck = E_->cfg.ckpt_every, keep = E_->cfg.ckpt_keep, lg = E_->cfg.log_every;
     if (sh_parse_int(ns, 1, 1LL << 40, "step count", &n, err)) return 1;
     // stop_after=K: this run of N steps (its horizon, evals, checkpoints) stopped after its first K:
     // what a transcript records for a :train cut short, so that its replay rebuilds the steps taken
@@ -373,6 +373,7 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
     if (sh_kv(w, "stop_after") && sh_parse_int(sh_kv(w, "stop_after"), 1, n, "stop_after", &k_stop, err)) return 1;
     if (sh_kv(w, "eval_every") && sh_parse_int(sh_kv(w, "eval_every"), 0, 1LL << 40, "eval_every", &ev, err)) return 1;
     if (sh_kv(w, "ckpt_every") && sh_parse_int(sh_kv(w, "ckpt_every"), 0, 1LL << 40, "ckpt_every", &ck, err)) return 1;
+    if (sh_kv(w, "ckpt_keep") && sh_parse_int(sh_kv(w, "ckpt_keep"), 0, 1 << 30, "ckpt_keep", &keep, err)) return 1;
     if (sh_kv(w, "log_every") && sh_parse_int(sh_kv(w, "log_every"), 1, 1LL << 40, "log_every", &lg, err)) return 1;
     Engine *e = E_;
     if (!e->live || !e->has_data) return dm_fail(err, !e->live ? "no model: :init builds one" : "no data: :data PATH opens a corpus");
@@ -384,6 +385,9 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
     if (ev > 0 && first_eval <= e->step + k_stop && engine_eval_window(e, &nseq, &werr))
         return dm_fail(err, "its first eval (step %lld, eval_every=%lld) would fail, so no step ran: %s; or eval_every=0 trains without evals",
                        first_eval, ev, werr.msg);
+    if (keep > 0 && ck > 0 && !e->session_dir[0])  // (the working directory may hold anyone's files)
+        fprintf(OUT, "note: ckpt_keep=%lld removes the older checkpoints of a session's ckpt/; with no session open (:session NAME) "
+                "every checkpoint of this run stays\n", keep);
     int chose_horizon = e->cfg.steps == 0;
     if (chose_horizon) {
         e->cfg.steps = e->step + n;
@@ -503,7 +507,9 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
                 rc = 1;
                 break;
             }
-            fprintf(OUT, "checkpoint %s\n", path);
+            char kept[700] = "";  // ckpt_keep: the older step-N files go once this one is written
+            session_keep_ckpts(e, (int)keep, kept, sizeof kept);
+            fprintf(OUT, "checkpoint %s%s%s%s\n", path, kept[0] ? " (" : "", kept, kept[0] ? ")" : "");
             if (note[0]) fprintf(OUT, "note: %s\n", note);
         }
         // every line of the run as it happens, the eval's and checkpoint's too (to a pipe or a
@@ -638,7 +644,7 @@ const Command dm_commands[] = {
     {":data", cmd_data, NULL, ":data PATH [eval=PATH2]", "Open a corpus: a file or a directory (regular files and links to them, recursive, sorted, each file once; symlinked directories, fifos and the like are left out and said), memory-mapped. Without eval=, the last eval_frac is held out."},
     {":init", cmd_init, NULL, ":init [seed=N] [preset=NAME] [key=value ...]", "Build the model and optimizer from the current config (SPEC §4 defaults), with preset=NAME's keys and then the key=values given applied to it first (as :preset and :set would, architecture keys included): how a live model is rebuilt in another shape. A live model is replaced (in a session, saved first if it is in no file)."},
     {":step", cmd_step, NULL, ":step [N]", "Take N optimizer steps (default 1), one log line each."},
-    {":train", cmd_train, NULL, ":train N [eval_every=..] [ckpt_every=..] [log_every=..] [stop_after=K]", "Train N steps with periodic log lines (every log_every-th step; its ms and tok/s are the mean step time and the rate over the steps since the line before, metrics.tsv has each step's own), evals and checkpoints. Ctrl-C stops at the next step boundary (or part-way through an eval, which then records no row) with the state intact. stop_after=K runs the first K steps of that run (its schedule horizon, evals and checkpoints as for N): a transcript records a :train cut short (Ctrl-C, a signal, a killed process resumed with -r) that way, so its replay rebuilds the steps it took."},
+    {":train", cmd_train, NULL, ":train N [eval_every=..] [ckpt_every=..] [ckpt_keep=..] [log_every=..] [stop_after=K]", "Train N steps with periodic log lines (every log_every-th step; its ms and tok/s are the mean step time and the rate over the steps since the line before, metrics.tsv has each step's own), evals and checkpoints. ckpt_keep=N keeps the session's N newest step-N checkpoints: after each checkpoint of the run the older ones are removed, and said (0 keeps all; a file :save PATH named and the one ckpt/LATEST names are never removed). Ctrl-C stops at the next step boundary (or part-way through an eval, which then records no row) with the state intact. stop_after=K runs the first K steps of that run (its schedule horizon, evals and checkpoints as for N): a transcript records a :train cut short (Ctrl-C, a signal, a killed process resumed with -r) that way, so its replay rebuilds the steps it took."},
     {":eval", cmd_eval, NULL, ":eval [depth=k]", "Held-out BPB on the fixed eval window at depth k (default L)."},
     {":eval-depths", cmd_eval_depths, NULL, ":eval-depths", "Held-out BPB at every depth 1..L from one forward pass."},
     {":anchors", cmd_anchors, NULL, ":anchors", "Unigram and Kneser-Ney 5-gram BPB on the eval window, fit on the training split."},

@@ -135,7 +135,7 @@ char **(*dm_probe_provider)(void *eng);
 static const struct {
     const char *cmd, *keys;
 } options[] = {
-    {":train", "eval_every|ckpt_every|log_every|stop_after"},
+    {":train", "eval_every|ckpt_every|ckpt_keep|log_every|stop_after"},
     {":init", "seed|preset"},  // (and every config key: below)
     {":eval", "depth"},
     {":data", "eval"},

@@ -26,6 +26,14 @@ int session_rewrite_metrics(Engine *e, dm_err *err);
 // the later branch step-N-bK); 0 when found. *step: N of a step-N name, -1 for a name a
 // :save PATH gave (mine.ckpt).
 int session_latest_ckpt(const char *dir, char *path, size_t n, long long *step);
+// DIR/ckpt's step-N checkpoints (step-N.ckpt, step-N-bK.ckpt; not the names a :save PATH gave),
+// the most recently written first (ties: the larger step, the later branch, the name): the
+// `max` newest into out[] and their N into steps[]; returns how many.
+int session_list_ckpts(const char *dir, char out[][256], long long *steps, int max);
+// ckpt_keep: removes all but the `keep` newest step-N checkpoints of the session's ckpt/ (never
+// the one LATEST names, never a name a :save PATH gave); said gets what was removed (or could
+// not be), "" when nothing; returns how many were removed.
+int session_keep_ckpts(const Engine *e, int keep, char *said, size_t n);
 // 1 when DIR/ckpt/LATEST exists but cannot be followed (it names a file that is gone, or holds
 // no checkpoint name), with why saying so in one phrase; session_latest_ckpt then falls back.
 int session_latest_broken(const char *dir, char *why, size_t n);

@@ -388,7 +388,7 @@ static void test_session_safety(void **s) {
         write_file("sig.dm", script);
         char cmd[1200];
         snprintf(cmd, sizeof cmd,
-                 "(timeout 300 %%s -b sig.dm > o8.txt 2> e8.txt & p=$!; for i in $(seq 600); do grep -q 'step 3 ' o8.txt 2>/dev/null && break; sleep 0.1; done; kill -%s $p; wait $p)",
+                 "(rm -f o8.txt; timeout 300 %%s -b sig.dm > o8.txt 2> e8.txt & p=$!; for i in $(seq 600); do grep -q 'step 3 ' o8.txt 2>/dev/null && break; sleep 0.1; done; kill -%s $p; wait $p)",
                  sigs[k]);
         int rc = sh_in_dir(cmd, dmsh);
         assert_int_equal(rc, k ? 143 : 1);

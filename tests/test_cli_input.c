@@ -530,6 +530,40 @@ static void test_cuda_backend_loads_late(void **s) {
     snprintf(dmsh, sizeof dmsh, "%s", real);
 }
 
+// ckpt_keep=N: a long :train keeps the session's N newest step-N checkpoints, says what it
+// removed, and never touches a name a :save PATH gave; without a session nothing is removed
+static void test_ckpt_keep(void **s) {
+    (void)s;
+    char script[1600];
+    snprintf(script, sizeof script, ":session kp\n%s:data %s\n:init seed=3\n:save runs/kp/ckpt/mine.ckpt\n"
+             ":train 10 ckpt_every=2 ckpt_keep=2 eval_every=0 log_every=10\n", SMALL, corpus);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    assert_non_null(strstr(out, "checkpoint runs/kp/ckpt/step-4.ckpt\n"));  // two kept: nothing to remove yet
+    assert_non_null(strstr(out, "checkpoint runs/kp/ckpt/step-6.ckpt (ckpt_keep=2: removed step-2.ckpt)\n"));
+    assert_non_null(strstr(out, "checkpoint runs/kp/ckpt/step-10.ckpt (ckpt_keep=2: removed step-6.ckpt)\n"));
+    assert_int_equal(sh_in_dir("test \"$(ls runs/kp/ckpt | tr '\\n' ' ')\" = 'LATEST mine.ckpt step-10.ckpt step-8.ckpt '%s", ""), 0);
+    // resumed, with a smaller keep (a :set of the key this time): the first checkpoint removes both
+    assert_int_equal(sh_in_dir("%s --norc -r runs/kp -e ':set ckpt_keep=1' -e ':train 3 ckpt_every=1 eval_every=0' > out.txt 2> err.txt", dmsh), 0);
+    slurp_to("out.txt", out, sizeof out);
+    assert_non_null(strstr(out, "checkpoint runs/kp/ckpt/step-11.ckpt (ckpt_keep=1: removed step-8.ckpt, step-10.ckpt)\n"));
+    assert_int_equal(sh_in_dir("test \"$(ls runs/kp/ckpt | tr '\\n' ' ')\" = 'LATEST mine.ckpt step-13.ckpt '%s", ""), 0);
+    assert_int_equal(sh_in_dir("test \"$(cat runs/kp/ckpt/LATEST)\" = step-13.ckpt%s", ""), 0);
+    // and -r resumes from what was kept
+    assert_int_equal(sh_in_dir("%s --norc -r runs/kp -e ':show metrics' > out.txt 2> err.txt", dmsh), 0);
+    slurp_to("out.txt", out, sizeof out);
+    assert_non_null(strstr(out, "resumed runs/kp at step 13 from ckpt/step-13.ckpt"));
+    // no session: the working directory's checkpoints all stay, and the run says so
+    snprintf(script, sizeof script, "%s:data %s\n:init seed=3\n:train 4 ckpt_every=1 ckpt_keep=1 eval_every=0\n", SMALL, corpus);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    assert_non_null(strstr(out, "note: ckpt_keep=1 removes the older checkpoints of a session's ckpt/; with no session open"));
+    for (int i = 1; i <= 4; i++) {
+        char f[64];
+        snprintf(f, sizeof f, "dmsh-step-%d.ckpt", i);
+        assert_true(file_size(f) > 0);
+    }
+    expect_error(":train 4 ckpt_keep=-1\n", "s.dm:1: error: bad ckpt_keep '-1'");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_integers_are_digits),
@@ -548,6 +582,7 @@ int main(void) {
         cmocka_unit_test(test_e_and_b_in_order),
         cmocka_unit_test(test_train_line_is_the_interval),
         cmocka_unit_test(test_cuda_backend_loads_late),
+        cmocka_unit_test(test_ckpt_keep),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

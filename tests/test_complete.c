@@ -141,7 +141,7 @@ static void test_arguments(void **s) {
     expect(":check parity route=", (const char *[]){"route=device", "route=own", NULL});
     expect(":help ev", (const char *[]){"eval", "eval-depths", NULL});
     expect(":help :ev", (const char *[]){":eval", ":eval-depths", NULL});
-    expect(":train 100 ", (const char *[]){"ckpt_every=", "eval_every=", "log_every=", "stop_after=", NULL});
+    expect(":train 100 ", (const char *[]){"ckpt_every=", "ckpt_keep=", "eval_every=", "log_every=", "stop_after=", NULL});
     expect(":t 100 l", (const char *[]){"log_every=", NULL});
     expect(":init s", (const char *[]){"seed=", "seq=", "steps=", NULL});  // :init d=64 rebuilds a live model's shape
     expect(":init preset=m", (const char *[]){"preset=mini", NULL});
