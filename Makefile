@@ -110,10 +110,17 @@ else
   DMSHLINK :=
 endif
 
-# -fPIC: the objects go into libdmcuda.so (and link as they are into the GPU test programs)
-$(B)/cuda/%.o: kernels/cuda/%.cu Makefile kernels/backend.h $(wildcard kernels/cuda/*.cuh) $(wildcard kernels/cuda/*.h) $(wildcard kernels/cpu/*.h)
+# -fPIC: the objects go into libdmcuda.so (and link as they are into the GPU test programs).
+# $(B)/cuda/flags holds the nvcc command line: a change of it (CUDA_ARCH, a flag) rebuilds the
+# objects, an edit elsewhere in this Makefile does not (every .cu is minutes on 2 cores)
+NVCCFLAGS = -arch=$(CUDA_ARCH) -O2 -Xcompiler -fPIC $(if $(filter double,$(DM_REAL)),-DDM_DOUBLE)
+$(B)/cuda/flags: FORCE
 	@mkdir -p $(dir $@)
-	$(NVCC) -arch=$(CUDA_ARCH) -O2 -Xcompiler -fPIC $(if $(filter double,$(DM_REAL)),-DDM_DOUBLE) -c $< -o $@
+	@echo '$(NVCC) $(NVCCFLAGS)' | cmp -s - $@ || echo '$(NVCC) $(NVCCFLAGS)' > $@
+$(B)/cuda/%.o: kernels/cuda/%.cu $(B)/cuda/flags kernels/backend.h $(wildcard kernels/cuda/*.cuh) $(wildcard kernels/cuda/*.h) $(wildcard kernels/cpu/*.h)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+.PHONY: FORCE
 
 # -Bsymbolic: the library's own symbols bind inside it (backend_cuda is also dmsh's loader's name)
 $(B)/libdmcuda.so: $(CUDAOBJ)

@@ -52,7 +52,6 @@ const ConfigKey dm_config_keys[] = {
     {"anchor_fit_bytes", KEY_I64, OFF(anchor_fit_bytes), 1, BIG, NULL, 0, "training bytes the anchors fit on"},
     {"eval_every", KEY_INT, OFF(eval_every), 0, 1 << 30, NULL, 0, "eval period of :train (0 = off)"},
     {"ckpt_every", KEY_INT, OFF(ckpt_every), 0, 1 << 30, NULL, 0, "checkpoint period of :train (0 = off)"},
-    {"ckpt_keep", KEY_INT, OFF(ckpt_keep), 0, 1 << 30, NULL, 0, "step-N checkpoints of the session's ckpt/ that :train keeps: after each of its checkpoints, all but the newest N are removed (0 = keep all)"},
     {"log_every", KEY_INT, OFF(log_every), 1, 1 << 30, NULL, 0, "log period of :train"},
     {"precision", KEY_ENUM, OFF(precision_fp32), 0, 1, "bf16|fp32", 0, "CUDA matrix-product precision"},
     {"cuda_graph", KEY_BOOL, OFF(cuda_graph), 0, 1, "off|on", 0, "replay the training step as one CUDA graph after warm-up (off: launch every op, for debugging)"},

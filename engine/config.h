@@ -37,7 +37,6 @@ typedef struct {
     double eval_frac;
     int64_t eval_bytes, anchor_fit_bytes;
     int eval_every, ckpt_every, log_every;
-    int ckpt_keep;               // :train keeps the newest ckpt_keep step-N checkpoints of the session (0 = all)
     int precision_fp32;          // CUDA: precision = bf16 (0) | fp32 (1)
     int cuda_graph;              // replay the training step as one captured graph (where the backend has graphs)
 } Config;

@@ -1,6 +1,7 @@
 // cmd_inspect.c — :probe, :gen, :device, :sessions: looking inside the live model.
 #include <ctype.h>
 #include <dirent.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -210,7 +211,7 @@ int cmd_device(Shell *sh, Words *w, dm_err *err) {
             if (v < 0 || *end || v > 64) return dm_fail(err, "device '%s': use cuda or cuda:N (N = 0, 1, ...)", a);
             dev = (int)v;
         }
-        char why[300], name[16];
+        char why[PATH_MAX + 400], name[16];  // (the reason may name the library's path)
         const Backend *be = backend_cuda(dev, why, sizeof why);
         if (!be) return dm_fail(err, "%s", why);
         snprintf(name, sizeof name, "cuda:%d", dev);

@@ -2,6 +2,7 @@
 // verifications and measurements (SPEC §7, §8). Each leaves the live model as it found it,
 // except :stress, which trains it.
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,7 +48,7 @@ static int check_parity(Shell *sh, Words *w, dm_err *err) {
         if (!strcmp(f, "off")) flags &= ~PARITY_FLOOR;
     }
     // (the options first: a malformed one gets its own error on any machine)
-    char why[300];
+    char why[PATH_MAX + 400];  // (the reason may name the library's path)
     const Backend *cu = backend_cuda(dev, why, sizeof why);
     if (!cu) {  // (the backend's reason ends in advice for :device, which parity cannot take)
         char *adv = strstr(why, ": use :device cpu");

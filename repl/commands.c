@@ -365,7 +365,7 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
     if (sh_check_keys(w, 1, keys, err)) return 1;
     const char *ns = sh_positional(w, 0);
     if (!ns) return dm_fail(err, "usage: :train N [eval_every=..] [ckpt_every=..] [ckpt_keep=..] [log_every=..] [stop_after=K]");
-    long long n = 0, ev = E_->cfg.eval_every, ck = E_->cfg.ckpt_every, keep = E_->cfg.ckpt_keep, lg = E_->cfg.log_every;
+    long long n = 0, ev = E_->cfg.eval_every, ck = E_->cfg.ckpt_every, keep = 0, lg = E_->cfg.log_every;
     if (sh_parse_int(ns, 1, 1LL << 40, "step count", &n, err)) return 1;
     // stop_after=K: this run of N steps (its horizon, evals, checkpoints) stopped after its first K:
     // what a transcript records for a :train cut short, so that its replay rebuilds the steps taken
@@ -375,6 +375,9 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
     if (sh_kv(w, "ckpt_every") && sh_parse_int(sh_kv(w, "ckpt_every"), 0, 1LL << 40, "ckpt_every", &ck, err)) return 1;
     if (sh_kv(w, "ckpt_keep") && sh_parse_int(sh_kv(w, "ckpt_keep"), 0, 1 << 30, "ckpt_keep", &keep, err)) return 1;
     if (sh_kv(w, "log_every") && sh_parse_int(sh_kv(w, "log_every"), 1, 1LL << 40, "log_every", &lg, err)) return 1;
+    if (keep > 0 && ck == 0)  // (it would do nothing, silently)
+        return dm_fail(err, "ckpt_keep=%lld has nothing to keep: this :train writes no checkpoint (ckpt_every is 0); "
+                       "add ckpt_every=K", keep);
     Engine *e = E_;
     if (!e->live || !e->has_data) return dm_fail(err, !e->live ? "no model: :init builds one" : "no data: :data PATH opens a corpus");
     // an eval this run would reach on a window of no sequence: refused now, before its steps (it
@@ -385,9 +388,6 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
     if (ev > 0 && first_eval <= e->step + k_stop && engine_eval_window(e, &nseq, &werr))
         return dm_fail(err, "its first eval (step %lld, eval_every=%lld) would fail, so no step ran: %s; or eval_every=0 trains without evals",
                        first_eval, ev, werr.msg);
-    if (keep > 0 && ck > 0 && !e->session_dir[0])  // (the working directory may hold anyone's files)
-        fprintf(OUT, "note: ckpt_keep=%lld removes the older checkpoints of a session's ckpt/; with no session open (:session NAME) "
-                "every checkpoint of this run stays\n", keep);
     int chose_horizon = e->cfg.steps == 0;
     if (chose_horizon) {
         e->cfg.steps = e->step + n;
@@ -430,6 +430,7 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
     long long iv_n = 0;
     int nloss = 0, closs = 0, skipped = 0, rc = 0, stopped = 0;
     MetricRow last = {0};
+    CkptKeep kept = {.keep = (int)keep};  // ckpt_keep: this run's checkpoints on disk
     while (e->step < end && !stopped && !rc) {
         long long chunk = lg - (e->step % lg);
         if (chunk > end - e->step) chunk = end - e->step;
@@ -500,16 +501,20 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
             bpb = er.bpb[e->cfg.L - 1];
         }
         if (ck > 0 && e->step % ck == 0) {
-            char path[1200], note[1600] = "";  // where :save puts it: the session's ckpt/, else the working directory
+            char path[1200], note[1600] = "", before[sizeof e->synced_path];  // where :save puts it: the session's ckpt/, else the working directory
+            snprintf(before, sizeof before, "%s", e->synced_path);
             if (e->session_dir[0]) {
                 if (session_save(e, path, sizeof path, note, sizeof note, err)) { rc = 1; break; }
             } else if (session_save_default(e, path, sizeof path, note, sizeof note, err)) {
                 rc = 1;
                 break;
             }
-            char kept[700] = "";  // ckpt_keep: the older step-N files go once this one is written
-            session_keep_ckpts(e, (int)keep, kept, sizeof kept);
-            fprintf(OUT, "checkpoint %s%s%s%s\n", path, kept[0] ? " (" : "", kept, kept[0] ? ")" : "");
+            // ckpt_keep: this run's oldest goes once a newer one is in place; a file the save found
+            // already holding the state (its note), or the one the state came from, is not this run's
+            char said[700];
+            int fresh = !strstr(note, " already held this exact state") && !session_same_dir(path, before);
+            ckpt_keep_after(&kept, path, fresh, said, sizeof said);
+            fprintf(OUT, "checkpoint %s%s%s%s\n", path, said[0] ? " (" : "", said, said[0] ? ")" : "");
             if (note[0]) fprintf(OUT, "note: %s\n", note);
         }
         // every line of the run as it happens, the eval's and checkpoint's too (to a pipe or a
@@ -534,6 +539,7 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
         if (e->cfg.lr_cosine)  // the schedule line above announced it
             fprintf(OUT, "schedule: withdrawn (no step of this run ran): steps=0 again, the next :train sets it\n");
     }
+    ckpt_keep_free(&kept);
     if (stopped == 1) fprintf(OUT, "interrupted at step %lld (state intact)\n", (long long)e->step);
     if (stopped == 2) {
         sh->cut_in_eval = (long long)e->step;  // (the transcript says so: its replay runs that eval)
@@ -644,7 +650,7 @@ const Command dm_commands[] = {
     {":data", cmd_data, NULL, ":data PATH [eval=PATH2]", "Open a corpus: a file or a directory (regular files and links to them, recursive, sorted, each file once; symlinked directories, fifos and the like are left out and said), memory-mapped. Without eval=, the last eval_frac is held out."},
     {":init", cmd_init, NULL, ":init [seed=N] [preset=NAME] [key=value ...]", "Build the model and optimizer from the current config (SPEC §4 defaults), with preset=NAME's keys and then the key=values given applied to it first (as :preset and :set would, architecture keys included): how a live model is rebuilt in another shape. A live model is replaced (in a session, saved first if it is in no file)."},
     {":step", cmd_step, NULL, ":step [N]", "Take N optimizer steps (default 1), one log line each."},
-    {":train", cmd_train, NULL, ":train N [eval_every=..] [ckpt_every=..] [ckpt_keep=..] [log_every=..] [stop_after=K]", "Train N steps with periodic log lines (every log_every-th step; its ms and tok/s are the mean step time and the rate over the steps since the line before, metrics.tsv has each step's own), evals and checkpoints. ckpt_keep=N keeps the session's N newest step-N checkpoints: after each checkpoint of the run the older ones are removed, and said (0 keeps all; a file :save PATH named and the one ckpt/LATEST names are never removed). Ctrl-C stops at the next step boundary (or part-way through an eval, which then records no row) with the state intact. stop_after=K runs the first K steps of that run (its schedule horizon, evals and checkpoints as for N): a transcript records a :train cut short (Ctrl-C, a signal, a killed process resumed with -r) that way, so its replay rebuilds the steps it took."},
+    {":train", cmd_train, NULL, ":train N [eval_every=..] [ckpt_every=..] [ckpt_keep=..] [log_every=..] [stop_after=K]", "Train N steps with periodic log lines (every log_every-th step; its ms and tok/s are the mean step time and the rate over the steps since the line before, metrics.tsv has each step's own), evals and checkpoints. ckpt_keep=N keeps the N newest of the checkpoints this run writes: once a newer one is in place the oldest is removed, and its checkpoint line says so (0, the default, keeps all; no file from before this :train is ever removed). Ctrl-C stops at the next step boundary (or part-way through an eval, which then records no row) with the state intact. stop_after=K runs the first K steps of that run (its schedule horizon, evals and checkpoints as for N): a transcript records a :train cut short (Ctrl-C, a signal, a killed process resumed with -r) that way, so its replay rebuilds the steps it took."},
     {":eval", cmd_eval, NULL, ":eval [depth=k]", "Held-out BPB on the fixed eval window at depth k (default L)."},
     {":eval-depths", cmd_eval_depths, NULL, ":eval-depths", "Held-out BPB at every depth 1..L from one forward pass."},
     {":anchors", cmd_anchors, NULL, ":anchors", "Unigram and Kneser-Ney 5-gram BPB on the eval window, fit on the training split."},

@@ -1,11 +1,10 @@
-// ckpt_keep.c — a long :train keeps a bounded number of its checkpoints (ckpt_keep=N).
+// ckpt_keep.c — :train ckpt_every=K ckpt_keep=N: of the checkpoints this :train writes, the N
+// newest stay; each older one is removed when a newer one is in place, and said.
 //
-// Why: a base model's checkpoint holds every parameter and both Adam moments (1.05 GB); a run
-// of hours with ckpt_every=1000 fills a disk. Only the step-N names are removed — the files
-// :train and :save write on their own — never a name a :save PATH gave, never the file LATEST
-// names (where -r resumes), and only in the session's own ckpt/ (the session lock: no other dmsh
-// writes there). Recency is session_list_ckpts' order, the one -r's fallbacks take, so what
-// stays is what -r would fall back to. Every removal is said on :train's checkpoint line.
+// Why: a base model's checkpoint holds every parameter and both Adam moments (1.05 GB); a run of
+// hours with ckpt_every=1000 fills a disk. Only files this :train wrote itself go: never a
+// checkpoint from before it (an earlier run's, a :save, the file a :load went back to), never
+// one a save found already holding the state. Nothing saved before the command is touched.
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,51 +12,46 @@
 #include <unistd.h>
 #include "session.h"
 
-int session_keep_ckpts(const Engine *e, int keep, char *said, size_t n) {
+int ckpt_keep_after(CkptKeep *k, const char *path, int fresh, char *said, size_t n) {
     said[0] = 0;
-    if (keep <= 0 || !e->session_dir[0]) return 0;
-    // every step-N file: list with room for all of them (a cap would leave the oldest for ever)
-    int cap = 64, got;
-    char (*names)[256];
-    long long *steps;
-    for (;;) {
-        names = mallocCheck((size_t)cap * 256);
-        steps = mallocCheck(sizeof(long long) * (size_t)cap);
-        got = session_list_ckpts(e->session_dir, names, steps, cap);
-        if (got < cap) break;
-        free(names);
-        free(steps);
-        cap *= 4;
+    if (k->keep <= 0 || !fresh) return 0;
+    // at most keep + 1 paths are held: the one over is removed at once
+    if (k->n % 16 == 0) {
+        char **grown = mallocCheck(sizeof(char *) * (size_t)(k->n + 16));
+        if (k->n) memcpy(grown, k->paths, sizeof(char *) * (size_t)k->n);
+        free(k->paths);
+        k->paths = grown;
     }
-    char latest[2048] = "";
-    long long lstep;
-    const char *lname = "";
-    if (!session_latest_ckpt(e->session_dir, latest, sizeof latest, &lstep))
-        lname = strrchr(latest, '/') ? strrchr(latest, '/') + 1 : latest;
-    int removed = 0, failed = 0;
-    const char *oldest = NULL, *newest = NULL;  // of the removed: names[] runs newest first
-    char fail[512] = "";
-    for (int i = keep; i < got; i++) {
-        if (!strcmp(names[i], lname)) continue;
-        char p[2400];
-        snprintf(p, sizeof p, "%s/ckpt/%s", e->session_dir, names[i]);
-        if (unlink(p) == 0) {
-            if (!newest) newest = names[i];
-            oldest = names[i];
+    k->paths[k->n] = mallocCheck(strlen(path) + 1);
+    strcpy(k->paths[k->n++], path);
+    int removed = 0;
+    size_t u = 0;
+    while (k->n > k->keep) {
+        char *old = k->paths[0];
+        const char *base = strrchr(old, '/') ? strrchr(old, '/') + 1 : old;
+        if (unlink(old) == 0) {
             removed++;
-        } else if (errno != ENOENT && !failed++) {
-            snprintf(fail, sizeof fail, "could not remove %s: %s", names[i], strerror(errno));
+            if (u < n) u += (size_t)snprintf(said + u, n - u, "%s%s", u ? ", " : "removed ", base);
+        } else if (errno != ENOENT && u < n) {  // (gone already, by hand: nothing to remove or say)
+            u += (size_t)snprintf(said + u, n - u, "%scould not remove %s: %s", u ? "; " : "", base, strerror(errno));
+        }
+        free(old);
+        memmove(k->paths, k->paths + 1, sizeof(char *) * (size_t)--k->n);
+    }
+    if (u && u < n) {  // "ckpt_keep=N: removed step-6.ckpt"
+        char tmp[64];
+        int l = snprintf(tmp, sizeof tmp, "ckpt_keep=%d: ", k->keep);
+        if (u + (size_t)l < n) {
+            memmove(said + l, said, u + 1);
+            memcpy(said, tmp, (size_t)l);
         }
     }
-    size_t u = 0;
-    if (removed == 1) u = (size_t)snprintf(said, n, "ckpt_keep=%d: removed %s", keep, newest);
-    else if (removed == 2) u = (size_t)snprintf(said, n, "ckpt_keep=%d: removed %s, %s", keep, oldest, newest);
-    else if (removed > 2)
-        u = (size_t)snprintf(said, n, "ckpt_keep=%d: removed %d, %s to %s", keep, removed, oldest, newest);
-    if (failed && u < n)
-        snprintf(said + u, n - u, "%sckpt_keep=%d: %s%s", u ? "; " : "", keep, fail,
-                 failed > 1 ? " (and others: see ckpt/)" : "");
-    free(names);
-    free(steps);
     return removed;
+}
+
+void ckpt_keep_free(CkptKeep *k) {
+    for (int i = 0; i < k->n; i++) free(k->paths[i]);
+    free(k->paths);
+    k->paths = NULL;
+    k->n = 0;
 }

@@ -261,8 +261,8 @@ void session_transcript_end(TranscriptMark *m) {
 // and came to N again) is step-N-bK.ckpt, never written over the first. ckpt/LATEST names the
 // file written last: `dmsh -r` resumes where the session stopped, not at the largest N. Without
 // a LATEST to follow, and past a checkpoint that does not load, -r takes the checkpoint written
-// most recently (session_list_ckpts): the state the run was in when it last saved, on the branch
-// it was on. The largest N can be a branch the user left with :load (step-20 of the first run, when
+// most recently (list_ckpts): the state the run was in when it last saved, on the branch it was
+// on. The largest N can be a branch the user left with :load (step-20 of the first run, when
 // the second went back to step 10 and stopped at 15).
 
 // step N of a checkpoint file name (step-N.ckpt or step-N-bK.ckpt), -1 for any other name; *branch
@@ -377,7 +377,7 @@ static void write_latest(const Engine *e, const char *path, char *note, size_t n
 // system that keeps whole seconds) are ordered by the larger step, then the later branch (the
 // larger K; step-N.ckpt is K = 0, written before any step-N-bK), then the name: the same
 // directory always gives the same order, whatever readdir's.
-int session_list_ckpts(const char *dir, char out[][256], long long *steps, int max) {
+static int list_ckpts(const char *dir, char out[][256], long long *steps, int max) {
     char ck[1100];
     snprintf(ck, sizeof ck, "%s/ckpt", dir);
     DIR *d = opendir(ck);
@@ -431,8 +431,8 @@ int session_latest_ckpt(const char *dir, char *path, size_t n, long long *step) 
             return 0;
         }
     }
-    char newest[1][256];  // no LATEST to follow: the checkpoint written most recently (session_list_ckpts)
-    if (session_list_ckpts(dir, newest, step, 1) < 1) return 1;
+    char newest[1][256];  // no LATEST to follow: the checkpoint written most recently (list_ckpts)
+    if (list_ckpts(dir, newest, step, 1) < 1) return 1;
     snprintf(path, n, "%s/ckpt/%s", dir, newest[0]);
     return 0;
 }
@@ -560,8 +560,8 @@ int session_resume(Engine *e, const char *dir_in, dm_err *err) {
     char path[1200], broken[2048];
     long long step;
     // a LATEST naming a file that is gone: -r falls back to the checkpoint written most recently,
-    // as past one that does not load (session_list_ckpts), and says so (it once resumed at the
-    // largest step silently: an older state, or another branch, passed for the latest)
+    // as past one that does not load (list_ckpts), and says so (it once resumed at the largest
+    // step silently: an older state, or another branch, passed for the latest)
     int lost = session_latest_broken(dir, broken, sizeof broken);
     if (session_latest_ckpt(dir, path, sizeof path, &step)) {
         if (lost) return dm_fail(err, "%s, and no checkpoint is in %s/ckpt: nothing to resume", broken, dir);
@@ -580,7 +580,7 @@ int session_resume(Engine *e, const char *dir_in, dm_err *err) {
         enum { MAXC = 256 };
         static char names[MAXC][256];
         static long long steps[MAXC];
-        int n = session_list_ckpts(dir, names, steps, MAXC), done = 0;
+        int n = list_ckpts(dir, names, steps, MAXC), done = 0;
         for (int i = 0; i < n && !done; i++) {
             char alt[PATH_MAX];
             if (snprintf(alt, sizeof alt, "%s/ckpt/%s", dir, names[i]) >= (int)sizeof alt) continue;

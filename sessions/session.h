@@ -26,14 +26,17 @@ int session_rewrite_metrics(Engine *e, dm_err *err);
 // the later branch step-N-bK); 0 when found. *step: N of a step-N name, -1 for a name a
 // :save PATH gave (mine.ckpt).
 int session_latest_ckpt(const char *dir, char *path, size_t n, long long *step);
-// DIR/ckpt's step-N checkpoints (step-N.ckpt, step-N-bK.ckpt; not the names a :save PATH gave),
-// the most recently written first (ties: the larger step, the later branch, the name): the
-// `max` newest into out[] and their N into steps[]; returns how many.
-int session_list_ckpts(const char *dir, char out[][256], long long *steps, int max);
-// ckpt_keep: removes all but the `keep` newest step-N checkpoints of the session's ckpt/ (never
-// the one LATEST names, never a name a :save PATH gave); said gets what was removed (or could
-// not be), "" when nothing; returns how many were removed.
-int session_keep_ckpts(const Engine *e, int keep, char *said, size_t n);
+// :train ckpt_keep=N (ckpt_keep.c): of the checkpoints one :train writes, the N newest stay.
+typedef struct CkptKeep {
+    int keep;       // N (0: every one stays)
+    int n;          // this run's checkpoints still on disk, oldest first
+    char **paths;
+} CkptKeep;
+// After a checkpoint of the run at path; fresh: a file this save wrote (not an earlier file that
+// already held the state). Removes the run's oldest beyond keep; said: what went (or could
+// not), "" when nothing. Returns how many were removed.
+int ckpt_keep_after(CkptKeep *k, const char *path, int fresh, char *said, size_t n);
+void ckpt_keep_free(CkptKeep *k);
 // 1 when DIR/ckpt/LATEST exists but cannot be followed (it names a file that is gone, or holds
 // no checkpoint name), with why saying so in one phrase; session_latest_ckpt then falls back.
 int session_latest_broken(const char *dir, char *why, size_t n);

@@ -3,13 +3,15 @@
 # library and dmsh (headless) with the CUDA backend, then
 #   check: tests/gpu/parity.cu + parity_optim.cu + parity_fused.cu (every op CPU vs CUDA, pass/fail table),
 #          tests/gpu/parity_model.c (:check parity per preset x arms x precision) and
+#          dmsh itself (headless) loading libdmcuda.so for two nano steps, and
 #          tests/gpu/graph_step.c (the step graph's replay = the eager step, two processes)
 #   bench: tests/gpu/bench_gpu.c (the issue-5 benchmark table)
 #   build: only build and link everything (make test runs this on machines without a GPU)
 # Exits non-zero on any build error or failed row. Put the corpus in shared-data/ (ignored by
 # git) to bench on real text. Aimed at < 5 minutes on an H200; each program has a time cap
-# (90/150/90/150 s: with the build, the worst case stays under a 10-minute device command) so a
-# hang cannot eat a whole device lease.
+# (90/150/30/90/150 s; a hang cannot eat a whole device lease). All caps together (510 s) and
+# the build do not fit one 10-minute device command: run `check` and `bench` as two commands
+# when a program might hang; a passing `all` takes a fraction of its caps.
 # Env: CUDA_HOME (default /usr/local/cuda), CUDA_ARCH (default: this machine's GPU, else sm_90), JOBS (default nproc),
 # DM_GPU_LOGS (a folder to copy the programs' full logs into).
 set -euo pipefail
@@ -107,7 +109,7 @@ if [ "$MODE" = all ] || [ "$MODE" = check ]; then
     echo "== dmsh itself on the GPU: libdmcuda.so loaded by :device cuda, two nano steps (build/float-headless/dmsh)"
     corpus=shared-data/tinyshakespeare.txt
     [ -f "$corpus" ] || corpus=docs/decisions.md   # (any text: two steps of nano)
-    run_prog dmsh_cuda 60 1 ./build/float-headless/dmsh --norc -e ":device cuda; :show device; :preset nano; :data $corpus; :init; :step 2"
+    run_prog dmsh_cuda 30 1 ./build/float-headless/dmsh --norc -e ":device cuda; :show device; :preset nano; :data $corpus; :init; :step 2"
     echo "== the whole-step CUDA graph: replay = un-captured step bit for bit, two processes (tests/gpu/graph_step.c)"
     run_prog graph_step 90 1 "./$OUT/graph_step"
 fi
