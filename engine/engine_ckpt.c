@@ -154,6 +154,16 @@ static int ckpt_head_check(const Engine *e, const CkptFile *f, const char *path,
                            dm_arm_names[a], st->arms_on[a], (long long)st->arms_fwd[a], (long long)st->arms_bwd[a]);
     if (!(isfinite(st->last_orth_err) && (st->last_orth_err >= 0 || st->last_orth_err == -1)))
         return dm_fail(err, "%s: impossible orthogonality error %g in the state section: not loaded", path, st->last_orth_err);
+    // the corpus split it was written with (train and held-out bytes): summed when loaded, so
+    // bounded here (a fuzzed INT64_MAX overflowed that sum: QA, session 27)
+    const CkptSection *ssp = ckpt_find(f, "data.split");
+    if (ssp && ssp->size == 2 * sizeof(int64_t)) {
+        int64_t was[2];
+        memcpy(was, ssp->data, sizeof was);
+        if (was[0] < 0 || was[1] < 0 || was[0] > CK_COUNT_MAX || was[1] > CK_COUNT_MAX)
+            return dm_fail(err, "%s: impossible corpus split in the data.split section (%lld training, %lld held-out bytes): not loaded",
+                           path, (long long)was[0], (long long)was[1]);
+    }
     char *text = mallocCheck(sc->size + 1);
     memcpy(text, sc->data, sc->size);
     text[sc->size] = 0;

@@ -586,6 +586,11 @@ static int cmd_session(Shell *sh, Words *w, dm_err *err) {
     if (w->argc != 2) return dm_fail(err, "usage: :session NAME (creates runs/NAME)");
     if (!w->argv[1][0]) return dm_fail(err, "usage: :session NAME: the name is empty (it becomes runs/NAME)");
     if (strchr(w->argv[1], '/') || w->argv[1][0] == '.') return dm_fail(err, "session name '%s': use a plain name (it becomes runs/NAME)", w->argv[1]);
+    // a line break or an escape byte in a directory name broke every line that names it (the
+    // session line, :sessions, -r's; QA, session 27)
+    for (const char *c = w->argv[1]; *c; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f)
+            return dm_fail(err, "session name with a control byte (0x%02x): use a plain name (it becomes runs/NAME)", (unsigned char)*c);
     if (getenv("DMSH_DIGEST")) {  // a `dmsh --replay` process: its twin would meet it in runs/NAME
         fprintf(OUT, "session runs/%s not opened: a --replay run leaves sessions alone\n", w->argv[1]);
         return 0;
@@ -630,6 +635,12 @@ static int cmd_session(Shell *sh, Words *w, dm_err *err) {
 
 static int cmd_run(Shell *sh, Words *w, dm_err *err) {
     if (w->argc != 2) return dm_fail(err, "usage: :run FILE.dm");
+    // a fifo (or a device) would block in the open until a writer came, with no way out but a
+    // signal (QA, session 27); dmsh -b reads a pipe
+    struct stat st;
+    if (stat(w->argv[1], &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
+        return dm_fail(err, "%s: not a regular file (%s): :run reads a script file (dmsh -b FILE reads a pipe)", w->argv[1],
+                       S_ISFIFO(st.st_mode) ? "a fifo" : S_ISCHR(st.st_mode) ? "a character device" : S_ISSOCK(st.st_mode) ? "a socket" : "a device");
     sh->depth++;
     int rc = sh_run_file_err(sh, w->argv[1], err);
     sh->depth--;

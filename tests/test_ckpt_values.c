@@ -133,6 +133,9 @@ static void test_counters_and_rows_checked(void **s) {
     EXPECT_BYTES_REFUSED("state", offsetof(CkptState, real_size), (uint32_t)0, "names reals of 0 bytes (4 or 8 are written)");
     EXPECT_BYTES_REFUSED("state", offsetof(CkptState, total_skips), (int64_t)INT64_MAX, "impossible counters in the state section");
     EXPECT_BYTES_REFUSED("state", offsetof(CkptState, consecutive_skips), (int32_t)INT32_MAX, "impossible counters in the state section");
+    // a corpus split past any corpus: its sum overflowed at the load (QA, session 27)
+    EXPECT_BYTES_REFUSED("data.split", 0, (int64_t)INT64_MAX, "impossible corpus split in the data.split section");
+    EXPECT_BYTES_REFUSED("data.split", 8, (int64_t)-1, "impossible corpus split in the data.split section");
     double neg_ms = -3;  // a clock that stepped back: timings are not checked (never used)
     assert_int_equal(load_bytes("metrics", sizeof(MetricRow) + offsetof(MetricRow, ms), &neg_ms, sizeof neg_ms, &err), 0);
     size_t row1 = sizeof(MetricRow);

@@ -231,7 +231,9 @@ static void test_command_slips(void **s) {
                                "grep -q '<stdin>:1: error: a line longer than 1048576 bytes' out.txt",
                                dmsh),
                      0);
-    expect_error(":run /dev/zero\n", "s.dm:1: error: /dev/zero:1: a line longer than 1048576 bytes (is this a text file?)");
+    expect_error(":run /dev/zero\n", "s.dm:1: error: /dev/zero: not a regular file (a character device)");  // (session 27)
+    assert_int_equal(sh_in_dir("head -c 2000000 /dev/zero | tr '\\0' a > long.dm%s", ""), 0);
+    expect_error(":run long.dm\n", "s.dm:1: error: long.dm:1: a line longer than 1048576 bytes (is this a text file?)");
     // typed control bytes came back raw in the error (an escape sequence recoloured the
     // terminal); a session directory's name with a line break split its :sessions entry
     assert_int_equal(sh_in_dir("printf ':show \\033[31mX\\007\\n' | %s --norc > out.txt 2>&1; "
@@ -596,6 +598,18 @@ static void test_ckpt_keep(void **s) {
     expect_error(":train 4 ckpt_keep=2 ckpt_every=0\n", "s.dm:1: error: ckpt_keep=2 has nothing to keep: this :train writes no checkpoint");
 }
 
+// QA, session 27 (a fuzzer): `:run` of a fifo blocked in its open until a signal; a session name
+// with a line break made a directory whose name broke every line naming it
+static void test_run_fifo_and_session_name(void **s) {
+    (void)s;
+    assert_int_equal(sh_in_dir("rm -f ff && mkfifo ff && timeout 20 %s --norc -e ':run ff' > out.txt 2> err.txt; test $? = 1", dmsh), 0);
+    slurp_to("err.txt", err_, sizeof err_);
+    assert_string_equal(err_, "-e: error: ff: not a regular file (a fifo): :run reads a script file (dmsh -b FILE reads a pipe)\n");
+    expect_error(":session \"a\tb\"\n", "s.dm:1: error: session name with a control byte (0x09): use a plain name");
+    expect_error(":session a\x1b[2J\n", "s.dm:1: error: session name with a control byte (0x1b)");
+    assert_int_equal(sh_in_dir("! ls runs 2>/dev/null | LC_ALL=C grep -q '[[:cntrl:]]'%s", ""), 0);  // no such directory made
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_integers_are_digits),
@@ -615,6 +629,7 @@ int main(void) {
         cmocka_unit_test(test_train_line_is_the_interval),
         cmocka_unit_test(test_cuda_backend_loads_late),
         cmocka_unit_test(test_ckpt_keep),
+        cmocka_unit_test(test_run_fifo_and_session_name),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -162,6 +162,19 @@ static void test_huge_values_and_one_point(void **state) {
     tmp_path(path, sizeof path, "one.png");
     if (viz_chart_png(path, &c, msg, sizeof msg)) fail_msg("%s", msg);
     check_chart(path, 640, 400);
+    // QA, session 27 (a hand-made checkpoint's rows under UBSan): on a log axis the top decade's
+    // margin made ymax inf near 1e308 (ticks and pixels overflowed), and a subnormal bottom 0
+    double xs[3] = {0, 1, 2}, big[3] = {1, 1e308, 1.7e308}, tiny[3] = {4.9e-324, 1e-310, 1};
+    s.x = xs; s.y = big; s.n = 3; c.logy = 1;
+    if (viz_chart_png(path, &c, msg, sizeof msg)) fail_msg("%s", msg);
+    check_chart(path, 640, 400);
+    s.y = tiny;
+    if (viz_chart_png(path, &c, msg, sizeof msg)) fail_msg("%s", msg);
+    check_chart(path, 640, 400);
+    double both[3] = {-1.7e308, 0, 1.7e308};  // linear: a span no double holds is said, not drawn
+    s.y = both; c.logy = 0;
+    assert_int_equal(viz_chart_png(path, &c, msg, sizeof msg), 1);
+    assert_non_null(strstr(msg, "spans more than a chart's scale can hold"));
 }
 
 static void test_hist(void **state) {

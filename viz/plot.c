@@ -59,12 +59,17 @@ static int chart_ranges(const VizChart *c, VizAxes *a, long *nonfinite, long *no
         double l0 = log10(y0), l1 = log10(y1);
         if (l1 - l0 < 1e-9) { l0 -= 0.2; l1 += 0.2; }
         double p = (l1 - l0) * 0.06;
-        a->ymin = pow(10, l0 - p); a->ymax = pow(10, l1 + p);
+        // the margin stays inside the doubles (a top decade of ~290 made ymax inf, and the ticks
+        // and pixels after it overflowed: QA, session 27)
+        a->ymin = pow(10, fmax(l0 - p, -307.0)); a->ymax = pow(10, fmin(l1 + p, 308.25));
     } else {
         if (y1 == y0) { double d = y0 != 0 ? fabs(y0) * 0.05 : 1; y0 -= d; y1 += d; }
         double p = (y1 - y0) * 0.06;
         a->ymin = y0 - p; a->ymax = y1 + p;
     }
+    // a span no double holds (values near +-1.8e308 of both signs): nothing to scale by
+    if (!isfinite(a->xmax - a->xmin) || !isfinite(a->ymax - a->ymin))
+        return fail(err, n, "'%s' spans more than a chart's scale can hold (values of both signs near 1.8e308): nothing drawn", what);
     return 0;
 }
 
