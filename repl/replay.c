@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <ftw.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -79,9 +80,14 @@ static void forward_signal(int sig) {
 static int run_child(const char *self, const char *script, const char *shown, const char *digest,
                      const char *savedir, int quiet, int perturb) {
     fflush(NULL);
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) return -1;
     if (pid == 0) {
+        // a parent killed outright (SIGKILL: nothing to pass on) takes the child with it: it
+        // trained on to the end, orphaned, and left a checkpoint in TMPDIR (QA, session 27).
+        // (the parent may be gone before the prctl: then its new parent is another process)
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(127);
         setenv("DMSH_DIGEST", digest, 1);
         setenv("DMSH_REPLAY_DIR", savedir, 1);
         setenv("DMSH_REPLAY_NAME", shown, 1);  // the name its messages give the script (a copy's original)

@@ -32,8 +32,9 @@ int ckpt_keep_after(CkptKeep *k, const char *path, int fresh, char *said, size_t
         if (unlink(old) == 0) {
             removed++;
             if (u < n) u += (size_t)snprintf(said + u, n - u, "%s%s", u ? ", " : "removed ", base);
-        } else if (errno != ENOENT && u < n) {  // (gone already, by hand: nothing to remove or say)
-            u += (size_t)snprintf(said + u, n - u, "%scould not remove %s: %s", u ? "; " : "", base, strerror(errno));
+        } else if (u < n) {  // (gone from where it was written: the session moved, or a hand removed it)
+            u += (size_t)snprintf(said + u, n - u, "%scould not remove %s: %s", u ? "; " : "", base,
+                                  errno == ENOENT ? "not where it was written (the session moved, or it was removed)" : strerror(errno));
         }
         free(old);
         memmove(k->paths, k->paths + 1, sizeof(char *) * (size_t)--k->n);

@@ -727,6 +727,13 @@ static void test_spec_audit(void **s) {
                                "! pgrep -f -- '--norc -b long[.]dm' > /dev/null && grep -q 'process 1 of 2 failed' err.txt",
                                dmsh),
                      0);
+    // SIGKILL to the parent (nothing to pass on): the child goes with it (it trained on to the
+    // end, orphaned: QA, session 27); its temp files are the only trace (TMPDIR here)
+    assert_int_equal(sh_in_dir("true; mkdir -p ktmp; TMPDIR=$PWD/ktmp %s --replay long.dm > out.txt 2> err.txt & p=$!; "
+                               "for i in $(seq 200); do pgrep -f -- '--norc -b long[.]dm' > /dev/null && break; sleep 0.05; done; "
+                               "sleep 0.5; kill -KILL $p; wait $p; sleep 1; ! pgrep -f -- '--norc -b long[.]dm' > /dev/null",
+                               dmsh),
+                     0);
 }
 
 // docs/commands.md is generated from the command table: it must equal the table's output
