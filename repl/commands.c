@@ -510,7 +510,8 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
                 break;
             }
             // ckpt_keep: this run's oldest goes once a newer one is in place; a file the save found
-            // already holding the state (its note), or the one the state came from, is not this run's
+            // already holding the state (its note), or the one the state came from (the same file:
+            // session_same_dir compares any two paths), is not this run's
             char said[700];
             int fresh = !strstr(note, " already held this exact state") && !session_same_dir(path, before);
             ckpt_keep_after(&kept, path, fresh, said, sizeof said);

@@ -25,28 +25,21 @@ int ckpt_keep_after(CkptKeep *k, const char *path, int fresh, char *said, size_t
     k->paths[k->n] = mallocCheck(strlen(path) + 1);
     strcpy(k->paths[k->n++], path);
     int removed = 0;
-    size_t u = 0;
+    size_t u0 = (size_t)snprintf(said, n, "ckpt_keep=%d: ", k->keep), u = u0;  // (taken back if nothing follows)
     while (k->n > k->keep) {
         char *old = k->paths[0];
         const char *base = strrchr(old, '/') ? strrchr(old, '/') + 1 : old;
         if (unlink(old) == 0) {
             removed++;
-            if (u < n) u += (size_t)snprintf(said + u, n - u, "%s%s", u ? ", " : "removed ", base);
+            if (u < n) u += (size_t)snprintf(said + u, n - u, "%s%s", u > u0 ? ", " : "removed ", base);
         } else if (u < n) {  // (gone from where it was written: the session moved, or a hand removed it)
-            u += (size_t)snprintf(said + u, n - u, "%scould not remove %s: %s", u ? "; " : "", base,
+            u += (size_t)snprintf(said + u, n - u, "%scould not remove %s: %s", u > u0 ? "; " : "", base,
                                   errno == ENOENT ? "not where it was written (the session moved, or it was removed)" : strerror(errno));
         }
         free(old);
         memmove(k->paths, k->paths + 1, sizeof(char *) * (size_t)--k->n);
     }
-    if (u && u < n) {  // "ckpt_keep=N: removed step-6.ckpt"
-        char tmp[64];
-        int l = snprintf(tmp, sizeof tmp, "ckpt_keep=%d: ", k->keep);
-        if (u + (size_t)l < n) {
-            memmove(said + l, said, u + 1);
-            memcpy(said, tmp, (size_t)l);
-        }
-    }
+    if (u == u0) said[0] = 0;  // "ckpt_keep=N: removed step-6.ckpt", or nothing
     return removed;
 }
 

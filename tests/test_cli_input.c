@@ -491,9 +491,6 @@ static void test_train_line_is_the_interval(void **s) {
     assert_true(fabs(tok / (10 * 4 * 32 / (sum / 1e3)) - 1) < 2e-3);  // 10 steps of batch 4 x seq 32 (ms to 3 decimals there)
 }
 
-// The CUDA backend is a library loaded by the first :device cuda (kernels/cuda/backend_dl.c):
-// linked in, cuBLAS loaded at every start-up (221 MB RSS and 0.13 s for `dmsh -e :quit`). A dmsh
-// built without nvcc says so; one copied away from its library names the file it looked for.
 // :device cuda's answer came from the library's own backend_cuda: a GPU, or its reason for none
 // (the runtime's, or the double build's)
 static int backend_answered(void) {
@@ -501,6 +498,9 @@ static int backend_answered(void) {
            strstr(out, "device cuda:0");
 }
 
+// The CUDA backend is a library loaded by the first :device cuda (kernels/cuda/backend_dl.c):
+// linked in, cuBLAS loaded at every start-up (221 MB RSS and 0.13 s for `dmsh -e :quit`). A dmsh
+// built without nvcc says so; one copied away from its library names the file it looked for.
 static void test_cuda_backend_loads_late(void **s) {
     (void)s;
     char lib[sizeof dmsh + 32];
