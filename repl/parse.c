@@ -283,7 +283,7 @@ int sh_exec_line(Shell *sh, const char *line, dm_err *err) {
         }
         // while it runs, the transcript holds a mark that says so: a process killed during it
         // leaves the mark, so the transcript names the command whose effects it lacks
-        TranscriptMark mark = {.len = 0};
+        TranscriptMark mark = {.len = 0, .pushed = 0};
         if (e && !is_run) {
             char *t = transcript_text(cmds[i].text, cmds[i].textlen, 0);
             size_t ml = strlen(t) + strlen(c->name) + 200;
@@ -292,12 +292,16 @@ int sh_exec_line(Shell *sh, const char *line, dm_err *err) {
             // line that takes the steps it took, sessions/transcript_cut.c)
             snprintf(ml_line, ml, UNFINISHED " (%s from step %lld; the process ended during it; a -r resumes from its last checkpoint): %s",
                      c->name, step0, t);
-            session_transcript_begin(e, ml_line, &mark);
+            session_transcript_begin(e, ml_line, c->name, step0, t, &mark);
             free(ml_line);
-            free(t);
         }
         rc = c->fn(sh, &cmds[i], err);
         session_transcript_end(&mark);
+        if (mark.pushed) {
+            free((char *)mark.text);
+            mark.text = NULL;
+            session_transcript_ckpt_lines(e, &mark, 1);  // checkpoints of the state it left: before its line
+        }
         built |= !rc && (!strcmp(c->name, ":init") || !strcmp(c->name, ":load"));
         fflush(sh->out);
         // An interrupt (Ctrl-C; SIGINT or SIGTERM in a script) stopped the running command at a
@@ -353,6 +357,7 @@ int sh_exec_line(Shell *sh, const char *line, dm_err *err) {
             }
             free(t);
         }
+        if (mark.pushed) session_transcript_ckpt_lines(e, &mark, 0);  // the checkpoint it ended in: after its line
         if (intr) {
             stopped = !sh->interactive || sh->depth > 0;  // (a :run at the prompt stops too)
             if (sh->interactive && sh->depth == 0) *e->interrupt = 0;

@@ -177,6 +177,15 @@ static void append_line(FILE *f, const char *line) {
     fprintf(f, "%s%s", line, n && line[n - 1] == '\n' ? "" : "\n");
 }
 
+void session_transcript_in(const char *dir, const char *line) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/transcript.dm", dir);
+    FILE *f = session_fopen_regular(path, "a");
+    if (!f) return;
+    append_line(f, line);
+    fclose(f);
+}
+
 void session_transcript(Engine *e, const char *line) {
     if (!e->session_dir[0]) {
         size_t n = strlen(line);
@@ -217,43 +226,6 @@ void session_transcript(Engine *e, const char *line) {
     fclose(f);
     dm_err err = {0};
     session_write_config(e, &err);  // config.dm follows :set / :data (best effort, as the transcript)
-}
-
-void session_transcript_begin(Engine *e, const char *line, TranscriptMark *m) {
-    m->len = 0;
-    if (!e->session_dir[0]) return;  // no session: nothing to resume, nothing to mark
-    session_transcript(e, line);
-    snprintf(m->path, sizeof m->path, "%s/transcript.dm", e->session_dir);
-    struct stat st;
-    long len = (long)strlen(line) + 1;  // (append_line adds the line break)
-    // the file itself is held (not its name): the session directory may be renamed during the
-    // command, and the name it left may be another run's
-    int fd = open(m->path, O_RDWR | O_CLOEXEC);
-    if (fd < 0) return;
-    if (fstat(fd, &st) != 0 || st.st_size < len) { close(fd); return; }
-    m->fd = fd;
-    m->off = (long)st.st_size - len;
-    m->len = len;
-}
-
-void session_transcript_end(TranscriptMark *m) {
-    long len = m->len;
-    if (!len) return;
-    m->len = 0;
-    int fd = m->fd;
-    struct stat st;
-    // nothing written after the mark (the usual case): cut it off
-    if (fstat(fd, &st) == 0 && st.st_size == m->off + len && ftruncate(fd, m->off) == 0) { close(fd); return; }
-    // the command wrote lines of its own after it (a session header, a note): blank the mark in
-    // place, a comment of the same length, so what follows stays where it is
-    char *b = malloc((size_t)len);
-    if (b && pread(fd, b, (size_t)len, m->off) == (ssize_t)len && b[0] == '#' && b[len - 1] == '\n') {
-        static const char done[] = "# (finished)";
-        for (long k = 1; k < len - 1; k++) b[k] = k < (long)sizeof done - 1 ? done[k] : ' ';
-        if (pwrite(fd, b, (size_t)len, m->off) != (ssize_t)len) {}  // (best effort, as every transcript write)
-    }
-    free(b);
-    close(fd);
 }
 
 // ---- checkpoints of a session ----------------------------------------------------------------
@@ -722,6 +694,7 @@ int session_save(Engine *e, char *path, size_t n, char *note, size_t nnote, dm_e
         if (save_step(e, prefix, path, n, note, nnote, err)) return 1;
     }
     write_latest(e, path, note, nnote);
+    session_transcript_ckpt(e, path);
     return 0;
 }
 
@@ -747,6 +720,7 @@ int session_autosave(Engine *e, char *path, size_t n, dm_err *err) {
     if (!engine_unsaved(e) && in_session && !gone) {
         char name[512];
         if (latest_pointer(e->session_dir, name, sizeof name) || strcmp(name, base + 1)) write_latest(e, e->synced_path, NULL, 0);
+        session_transcript_ckpt(e, e->synced_path);
         return 0;
     }
     char note[1600];

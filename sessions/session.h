@@ -9,14 +9,40 @@
 int session_open(Engine *e, const char *dir, dm_err *err);
 // Append one typed line to transcript.dm (no-op without a session).
 void session_transcript(Engine *e, const char *line);
-// A command's mark while it runs: session_transcript_begin appends LINE (a comment that says the
-// command started and never finished) and remembers where; session_transcript_end takes it out
-// again once the command has returned, before its own line is written. A process killed during
-// the command (SIGKILL, the OOM killer, a power cut) leaves the mark: the transcript then says
-// which command it was, and a -b replay names it instead of silently missing what it did.
-typedef struct { char path[1200]; long off, len; int fd; } TranscriptMark;
-void session_transcript_begin(Engine *e, const char *line, TranscriptMark *m);
+// Append one line to DIR/transcript.dm (a session left by a :session switch).
+void session_transcript_in(const char *dir, const char *line);
+// A command's mark while it runs (sessions/transcript_marks.c): session_transcript_begin appends
+// LINE (a comment that says the command started and never finished) and remembers where;
+// session_transcript_end takes it out again once the command has returned, before its own line is
+// written. A process killed during the command (SIGKILL, the OOM killer, a power cut) leaves the
+// mark: the transcript then says which command it was, and a -b replay names it instead of
+// silently missing what it did. name, step0, text: the command (resolved name, the step it
+// started at, its transcript text), for the checkpoints it writes (session_transcript_ckpt).
+typedef struct TranscriptMark {
+    char path[1200];
+    long off, len;
+    int fd, pushed;
+    const char *name, *text;
+    long long step0;
+    struct TranscriptMark *outer;  // the command running this one (a :run's line inside another's)
+    int wrote;                     // checkpoints written in the session during it
+    int npend;                     // those whose line waits for the command's end (not a :train's)
+    struct { char dir[1100], base[256]; long long step; } pend[4];
+} TranscriptMark;
+void session_transcript_begin(Engine *e, const char *line, const char *name, long long step0, const char *text,
+                              TranscriptMark *m);
 void session_transcript_end(TranscriptMark *m);
+// Where the transcript is when a checkpoint of the session is written (or the state proves to be
+// one already there): each holds the state the transcript's lines rebuild at one line of it, and
+// -r, resuming that file, turns the command lines after that line into comments (they ran, but
+// their effect is not in the state). Written by session_save and session_autosave (path: the
+// file). A :train's checkpoints go in at once, naming the run (a -r from one takes its steps with
+// a stop_after line); another command's at its end: before its line (a state it then left: the
+// save before a :load or an :init) or after it (the state it ended in). Nothing without a session.
+void session_transcript_ckpt(Engine *e, const char *path);
+// After the command's mark is taken out and before its line is written (before = 1), then after
+// it (before = 0; this also ends the command for session_transcript_ckpt).
+void session_transcript_ckpt_lines(Engine *e, TranscriptMark *m, int before);
 // Rewrite config.dm from the engine's config.
 int session_write_config(const Engine *e, dm_err *err);
 // Rewrite metrics.tsv from the engine's rows (after a resume: no duplicated or lost rows).

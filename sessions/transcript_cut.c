@@ -4,7 +4,9 @@
 // from a checkpoint the command wrote): its steps stay in the run, so the transcript must take
 // them for a replay to rebuild it (it held the cut line as a comment only, and a replay trained
 // a different run).
+#include <errno.h>
 #include <limits.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +54,110 @@ char *transcript_cut_line(const char *name, const char *typed, long long k) {
     return session_steps_line(name, nw - 1, words + 1, k);
 }
 
+// Where the transcript placed the checkpoint -r loaded (sessions/transcript_marks.c writes the
+// lines; a -r's own "resumed from" line places the file it resumed): the last such line for its
+// file name and step. off: the offset just past it (-1: none); name/step0/text: the :train that
+// wrote it, when one did (name "" otherwise).
+typedef struct {
+    long off;
+    int line;
+    char name[32], text[512];
+    long long step0;
+} ResumePos;
+
+static void resume_pos_line(const char *q, long off, int line, const char *base, long long step, ResumePos *rp) {
+    static const char ck[] = "# checkpoint ckpt/", rs[] = "# dmsh -r: resumed from ";
+    size_t bl = strlen(base);
+    long long at;
+    int used = 0;
+    if (!strncmp(q, ck, sizeof ck - 1)) {
+        q += sizeof ck - 1;
+        if (strncmp(q, base, bl) || sscanf(q + bl, " at step %lld%n", &at, &used) != 1 || at != step) return;
+        q += bl + (size_t)used;
+        rp->off = off;
+        rp->line = line;
+        rp->name[0] = 0;
+        static const char run[] = ", written by the ";
+        int u2 = 0;
+        if (strncmp(q, run, sizeof run - 1) ||
+            sscanf(q + sizeof run - 1, "%31s running here (from step %lld): %n", rp->name, &rp->step0, &u2) != 2 || !u2) {
+            rp->name[0] = 0;
+            return;
+        }
+        q += sizeof run - 1 + (size_t)u2;
+        size_t tl = strcspn(q, "\r\n");
+        if (tl >= sizeof rp->text) rp->name[0] = 0;  // (its words are not all here: no line takes its steps)
+        else snprintf(rp->text, sizeof rp->text, "%.*s", (int)tl, q);
+    } else if (!strncmp(q, rs, sizeof rs - 1)) {
+        const char *p = q + sizeof rs - 1, *a = strstr(p, " at step ");
+        if (!a || sscanf(a, " at step %lld", &at) != 1 || at != step) return;
+        const char *b = a;
+        while (b > p && b[-1] != '/') b--;
+        if ((size_t)(a - b) != bl || strncmp(b, base, bl)) return;
+        rp->off = off;
+        rp->line = line;
+        rp->name[0] = 0;
+    }
+}
+
+// The command lines after rp->off become comments that say why (they ran, but their effect is
+// not in the state resumed): the file is rewritten whole (a temp file, fsynced, renamed over
+// it). Returns how many, or -1 (why set) when the file could not be rewritten.
+static long comment_out_after(const char *path, const ResumePos *rp, const char *base, char *why, size_t nwhy) {
+    FILE *f = session_fopen_regular(path, "r");
+    if (!f) { snprintf(why, nwhy, "it could not be read"); return -1; }
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (len + 65536 > cap) {
+            size_t nc = cap ? 2 * cap : 1 << 20;
+            char *nb = realloc(buf, nc);
+            if (!nb) { free(buf); fclose(f); snprintf(why, nwhy, "out of memory"); return -1; }
+            buf = nb;
+            cap = nc;
+        }
+        size_t got = fread(buf + len, 1, cap - len, f);
+        len += got;
+        if (!got) break;
+    }
+    fclose(f);
+    long count = 0;
+    for (size_t o = (size_t)rp->off; o < len;) {
+        size_t e = o;
+        while (e < len && buf[e] != '\n') e++;
+        size_t lead = o;
+        while (lead < e && (buf[lead] == ' ' || buf[lead] == '\t')) lead++;
+        count += lead < e && buf[lead] != '#' && buf[lead] != '\r';
+        o = e + 1;
+    }
+    if (!count) { free(buf); return 0; }
+    char tmp[PATH_MAX + 128];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *o = fopen(tmp, "w");
+    if (!o) { free(buf); snprintf(why, nwhy, "transcript.dm.tmp: %s", strerror(errno)); return -1; }
+    fwrite(buf, 1, (size_t)rp->off, o);
+    for (size_t p = (size_t)rp->off; p < len;) {
+        size_t e = p;
+        while (e < len && buf[e] != '\n') e++;
+        size_t lead = p;
+        while (lead < e && (buf[lead] == ' ' || buf[lead] == '\t')) lead++;
+        if (lead < e && buf[lead] != '#' && buf[lead] != '\r')
+            fprintf(o, "# ran after ckpt/%s was written, not in the state -r resumed from it: ", base);
+        fwrite(buf + p, 1, e - p, o);
+        fputc('\n', o);
+        p = e + 1;
+    }
+    free(buf);
+    int bad = fflush(o) != 0 || fsync(fileno(o)) != 0;
+    bad |= fclose(o) != 0;
+    if (bad || rename(tmp, path) != 0) {
+        snprintf(why, nwhy, "transcript.dm.tmp: %s", strerror(errno));
+        unlink(tmp);
+        return -1;
+    }
+    return count;
+}
+
 void session_resume_transcript(Engine *e, const char *dir, int fell_back) {
     // A checkpoint holds no device (it loads anywhere): -r starts on the CPU. When the session's
     // transcript last moved to another device, say so rather than continue there silently.
@@ -66,10 +172,17 @@ void session_resume_transcript(Engine *e, const char *dir, int fell_back) {
                     "keep a transcript", path, S_ISFIFO(tst.st_mode) ? "a fifo" : S_ISDIR(tst.st_mode) ? "a directory" : "a device or link");
     LostSettings lost_set;
     lost_settings_reset(&lost_set);
+    const char *base = strrchr(e->synced_path, '/') ? strrchr(e->synced_path, '/') + 1 : e->synced_path;
+    ResumePos rp = {.off = -1};
     if (tf) {
         char tl[4096];
+        int line = 0, at_start = 1;
         while (fgets(tl, sizeof tl, tf)) {
+            int start = at_start;
+            at_start = strchr(tl, '\n') != NULL;  // (a longer line comes in pieces)
+            line += start;
             const char *q = tl + strspn(tl, " \t");
+            if (start && at_start) resume_pos_line(q, ftell(tf), line, base, (long long)e->step, &rp);
             lost_settings_line(&lost_set, q);
             // the mark a command leaves while it runs (repl/parse.c): the last one of a killed run
             static const char mark[] = "# started, never finished";
@@ -87,6 +200,33 @@ void session_resume_transcript(Engine *e, const char *dir, int fell_back) {
             if (w > 0 && w < sizeof last_dev) { memcpy(last_dev, q, w); last_dev[w] = 0; }
         }
         fclose(tf);
+    }
+    if (rp.off >= 0) {  // the transcript says where the file was written: what ran after it is not in it
+        char why[PATH_MAX + 64] = "";
+        long n = comment_out_after(path, &rp, base, why, sizeof why);
+        long long k = (long long)e->step - rp.step0;
+        char *again = rp.name[0] && n >= 0 ? transcript_cut_line(rp.name, rp.text, k) : NULL;
+        if (cut[0]) engine_note(e, "the process ended during `%s` (its transcript's last command)", cut);
+        if (n < 0)
+            engine_note(e, "%s: the command lines after its line %d, where ckpt/%s was written, ran but are not in the state resumed from it, "
+                        "and could not be made comments (%s): a replay of the transcript ends past this state", path, rp.line, base, why);
+        else if (n > 0)
+            engine_note(e, "the transcript's %ld command line%s after ckpt/%s was written (its line %d) ran but %s not in the state resumed "
+                        "from it: comments now, so a replay of the transcript rebuilds this state", n, n == 1 ? "" : "s", base, rp.line,
+                        n == 1 ? "is" : "are");
+        if (again) {
+            char line[PATH_MAX + 256];
+            snprintf(line, sizeof line, "# -r resumed from ckpt/%s, which the :train at line %d wrote %lld steps into its run: the next line takes them",
+                     base, rp.line, k);
+            session_transcript(e, line);
+            session_transcript(e, again);
+            engine_note(e, "ckpt/%s was written %lld steps into `%s`: the transcript takes them with `%s`", base, k, rp.text, again);
+            free(again);
+        } else if (rp.name[0] && n >= 0) {
+            engine_note(e, "ckpt/%s was written %lld steps into `%s`, and no line takes exactly those steps (a quoted or unknown word): "
+                        "a replay of the transcript does not rebuild this state", base, k, rp.text);
+        }
+        cut[0] = 0;  // (said)
     }
     // a :step or :train that wrote the checkpoint resumed from: the transcript takes its steps
     char *again = cut[0] && cut_name[0] && !fell_back ? transcript_cut_line(cut_name, cut, (long long)e->step - cut_step) : NULL;

@@ -95,29 +95,33 @@ static void test_transcript_mark(void **s) {
     snprintf(e.session_dir, sizeof e.session_dir, "test_step_mark");
     session_transcript(&e, ":set seed=2");
     TranscriptMark m;
-    session_transcript_begin(&e, "# started, never finished: :step 3", &m);
+    session_transcript_begin(&e, "# started, never finished: :step 3", ":step", 0, ":step 3", &m);
     char *t = read_whole_file("test_step_mark/transcript.dm", NULL);
     assert_non_null(strstr(t, "\n# started, never finished: :step 3\n"));  // a kill now leaves it
     free(t);
     session_transcript_end(&m);
+    session_transcript_ckpt_lines(&e, &m, 1);
     session_transcript(&e, ":step 3");
+    session_transcript_ckpt_lines(&e, &m, 0);
     t = read_whole_file("test_step_mark/transcript.dm", NULL);
     assert_null(strstr(t, "started"));
     assert_non_null(strstr(t, "\n:set seed=2\n:step 3\n"));
     free(t);
     // lines written during the command: the mark becomes a blank comment, they stay
-    session_transcript_begin(&e, "# started, never finished: :x", &m);
+    session_transcript_begin(&e, "# started, never finished: :x", ":x", 0, ":x", &m);
     session_transcript(&e, "# a line of its own");
     session_transcript_end(&m);
+    session_transcript_ckpt_lines(&e, &m, 0);
     t = read_whole_file("test_step_mark/transcript.dm", NULL);
     assert_null(strstr(t, "started"));
     assert_non_null(strstr(t, "\n:step 3\n# (finished)                 \n# a line of its own\n"));
     free(t);
     // no session: no mark, nothing written
     e.session_dir[0] = 0;
-    session_transcript_begin(&e, "# started, never finished: :y", &m);
+    session_transcript_begin(&e, "# started, never finished: :y", ":y", 0, ":y", &m);
     assert_int_equal(m.len, 0);
     session_transcript_end(&m);
+    session_transcript_ckpt_lines(&e, &m, 0);
     unlink("test_step_mark/transcript.dm");
     unlink("test_step_mark/config.dm");
     rmdir("test_step_mark");

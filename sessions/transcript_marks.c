@@ -1,0 +1,142 @@
+// transcript_marks.c — the lines a session's transcript holds about the command running now:
+// its mark while it runs, and where each checkpoint the session writes stands among the lines
+// (see session.h). The second is what lets -r make the transcript rebuild the state it resumed:
+// a process killed after more commands had finished (`:train 200` with no checkpoint, then a
+// SIGKILL during a :gen) left those commands as plain lines, and a replay ended 200 steps past
+// the session (QA, session 27).
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "session.h"
+
+static TranscriptMark *innermost;  // the command running now (NULL between commands)
+
+void session_transcript_begin(Engine *e, const char *line, const char *name, long long step0, const char *text,
+                              TranscriptMark *m) {
+    m->len = 0;
+    m->name = name;
+    m->text = text;
+    m->step0 = step0;
+    m->wrote = m->npend = 0;
+    m->outer = innermost;
+    m->pushed = 1;
+    innermost = m;
+    if (!e->session_dir[0]) return;  // no session: nothing to resume, nothing to mark
+    session_transcript(e, line);
+    snprintf(m->path, sizeof m->path, "%s/transcript.dm", e->session_dir);
+    struct stat st;
+    long len = (long)strlen(line) + 1;  // (append_line adds the line break)
+    // the file itself is held (not its name): the session directory may be renamed during the
+    // command, and the name it left may be another run's
+    int fd = open(m->path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) return;
+    if (fstat(fd, &st) != 0 || st.st_size < len) { close(fd); return; }
+    m->fd = fd;
+    m->off = (long)st.st_size - len;
+    m->len = len;
+}
+
+void session_transcript_end(TranscriptMark *m) {
+    long len = m->len;
+    if (!len) return;
+    m->len = 0;
+    int fd = m->fd;
+    struct stat st;
+    // nothing written after the mark (the usual case): cut it off
+    if (fstat(fd, &st) == 0 && st.st_size == m->off + len && ftruncate(fd, m->off) == 0) { close(fd); return; }
+    // the command wrote lines of its own after it (a session header, a note, a checkpoint's
+    // line): blank the mark in place, a comment of the same length, so what follows stays where it is
+    char *b = malloc((size_t)len);
+    if (b && pread(fd, b, (size_t)len, m->off) == (ssize_t)len && b[0] == '#' && b[len - 1] == '\n') {
+        static const char done[] = "# (finished)";
+        for (long k = 1; k < len - 1; k++) b[k] = k < (long)sizeof done - 1 ? done[k] : ' ';
+        if (pwrite(fd, b, (size_t)len, m->off) != (ssize_t)len) {}  // (best effort, as every transcript write)
+    }
+    free(b);
+    close(fd);
+}
+
+// The line that says a checkpoint holds the state the lines above it rebuild (read back by -r,
+// sessions/transcript_cut.c; the format is part of the transcript's)
+static void plain_line(char *buf, size_t n, const char *base, long long step) {
+    snprintf(buf, n, "# checkpoint ckpt/%s at step %lld: the state the lines above rebuild", base, step);
+}
+
+// 1 when the transcript's last line is LINE already (an exit after a command that ended in a
+// checkpoint's state: one line says so)
+static int last_line_is(const Engine *e, const char *line) {
+    char path[1200], buf[4200];
+    snprintf(path, sizeof path, "%s/transcript.dm", e->session_dir);
+    size_t n = strlen(line) + 1;
+    FILE *f = session_fopen_regular(path, "r");
+    if (!f) return 0;
+    int same = n < sizeof buf && fseek(f, -(long)n, SEEK_END) == 0 && fread(buf, 1, n, f) == n &&
+               !memcmp(buf, line, n - 1) && buf[n - 1] == '\n';
+    fclose(f);
+    return same;
+}
+
+static void put_plain(Engine *e, const char *base, long long step) {
+    char line[4096];
+    plain_line(line, sizeof line, base, step);
+    if (!last_line_is(e, line)) session_transcript(e, line);
+}
+
+void session_transcript_ckpt(Engine *e, const char *path) {
+    if (!e->session_dir[0] || !session_own_ckpt(e, path)) return;
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    if (strlen(base) >= sizeof innermost->pend[0].base || strchr(base, '\n') || strchr(base, ' ')) return;
+    TranscriptMark *m = innermost;
+    char line[4096];
+    if (!m) {  // between commands (the exit's save): the state of the transcript as it stands
+        put_plain(e, base, (long long)e->step);
+        return;
+    }
+    m->wrote++;
+    if (!strcmp(m->name, ":train")) {
+        // a :train's own checkpoint, at once: a process killed later in the run leaves it, and -r
+        // from it takes the run's steps to there (the :train's line is written at its end)
+        snprintf(line, sizeof line, "# checkpoint ckpt/%s at step %lld, written by the :train running here (from step %lld): %s",
+                 base, (long long)e->step, m->step0, m->text);
+        session_transcript(e, line);
+        return;
+    }
+    // another command's: whether it holds the state before the command or after it is known at
+    // its end (the save before a :load holds the state the :load then replaced)
+    if (m->npend == (int)(sizeof m->pend / sizeof m->pend[0])) return;  // (at most two per command now)
+    snprintf(m->pend[m->npend].dir, sizeof m->pend[0].dir, "%s", e->session_dir);
+    snprintf(m->pend[m->npend].base, sizeof m->pend[0].base, "%s", base);
+    m->pend[m->npend].step = (long long)e->step;
+    m->npend++;
+}
+
+// 1 when the state now is the one in DIR/ckpt/BASE
+static int synced_to(const Engine *e, const char *dir, const char *base) {
+    const char *sb = strrchr(e->synced_path, '/');
+    return !engine_unsaved(e) && sb && !strcmp(sb + 1, base) && !strcmp(dir, e->session_dir) && session_own_ckpt(e, e->synced_path);
+}
+
+void session_transcript_ckpt_lines(Engine *e, TranscriptMark *m, int before) {
+    if (!m->pushed) return;
+    if (before) {
+        for (int i = 0; i < m->npend; i++) {
+            if (synced_to(e, m->pend[i].dir, m->pend[i].base)) continue;  // (after the line, below)
+            char line[4096];
+            plain_line(line, sizeof line, m->pend[i].base, m->pend[i].step);
+            // a session left by a :session switch: its transcript ends with it (the :session line
+            // goes to the new session's)
+            if (strcmp(m->pend[i].dir, e->session_dir)) session_transcript_in(m->pend[i].dir, line);
+            else session_transcript(e, line);
+        }
+        return;
+    }
+    if (innermost == m) innermost = m->outer;
+    m->pushed = 0;
+    const char *sb = strrchr(e->synced_path, '/');
+    if ((m->wrote || m->npend) && e->session_dir[0] && sb && synced_to(e, e->session_dir, sb + 1))
+        put_plain(e, sb + 1, (long long)e->step);
+}

@@ -1,0 +1,164 @@
+// test_cli_resume.c — dmsh as a process: after `dmsh -r`, a replay of the session's transcript
+// ends in the state -r resumed. Each checkpoint the session writes leaves a line in the transcript
+// that says where it stands among the commands (sessions/transcript_marks.c), and -r turns the
+// command lines after the one for the file it loaded into comments (sessions/transcript_cut.c).
+#include "cli_harness.h"
+
+// dmsh --norc ARGS run in the test directory and killed with SIGKILL once the shell test UNTIL
+// holds (polled every 50 ms, 60 s at most); k.out removed first (a stale one would satisfy UNTIL)
+static void run_and_kill(const char *args, const char *until) {
+    char cmd[2400];
+    int cl = snprintf(cmd, sizeof cmd, "(rm -f k.out; %s --norc %s > k.out 2>&1 & p=$!; for i in $(seq 1200); do %s && break; sleep 0.05; done; "
+                      "kill -9 $p; wait $p; true)", dmsh, args, until);
+    assert_true(cl > 0 && cl < (int)sizeof cmd);
+    assert_int_equal(sh_in_dir("%s", cmd), 0);
+}
+
+static const char *TINY = ":preset nano; :set d=32 H=2 L=2 E=2 k=1 r=8 f=64 engram_rows=257 engram_dim=8 seq=32 batch=4 warmup=5";
+
+// `dmsh -r NAME -e ':probe head'`, then the transcript replayed with -b (a copy: the replay makes
+// no session) and its own `:probe head`: the two lines must be the same (mean, std, min, max of
+// every head weight to 6 digits). The -r output stays in out.
+static void replay_matches_resume(const char *name) {
+    char cmd[600], probe[400];
+    snprintf(cmd, sizeof cmd, "%%s --norc -r runs/%s -e ':probe head' > out.txt 2> err.txt", name);
+    assert_int_equal(sh_in_dir(cmd, dmsh), 0);
+    slurp_to("out.txt", out, sizeof out);
+    const char *pl = strstr(out, "\nhead ");
+    if (!pl) print_error("%s\n", out);
+    assert_non_null(pl);
+    snprintf(probe, sizeof probe, "%.*s", (int)strcspn(pl + 1, "\n"), pl + 1);
+    char saved[sizeof out];
+    memcpy(saved, out, sizeof out);
+    snprintf(cmd, sizeof cmd, "rm -f dmsh-step-*.ckpt; cp runs/%s/transcript.dm r.dm && %%s --norc -b r.dm > out.txt 2> err.txt", name);
+    assert_int_equal(sh_in_dir(cmd, dmsh), 0);
+    slurp_to("out.txt", out, sizeof out);
+    if (!strstr(out, probe)) print_error("want %s\n%s\n", probe, out);
+    assert_non_null(strstr(out, probe));
+    memcpy(out, saved, sizeof out);
+}
+
+static char *transcript(const char *name) {
+    char tp[600];
+    snprintf(tp, sizeof tp, "%s/runs/%s/transcript.dm", dir, name);
+    char *t = slurp(tp);
+    assert_non_null(t);
+    return t;
+}
+
+// Found by a QA pass (session 27): commands that finished after the last checkpoint, in a process
+// killed later, stayed plain lines, so a replay of the transcript ended past the state -r resumed
+// (here 7 steps and an lr past it). Now they are comments that say why, and the :train that wrote
+// the checkpoint takes the steps it had run with a stop_after line.
+static void test_lines_after_the_checkpoint(void **s) {
+    (void)s;
+    char args[1600];
+    snprintf(args, sizeof args, "-e ':session aft' -e '%s' -e ':data %s' -e ':init seed=1' -e ':train 6 ckpt_every=4 eval_every=0' "
+             "-e ':set lr=0.001' -e ':train 5 ckpt_every=0 eval_every=0' -e ':train 1000000 ckpt_every=0 eval_every=0 log_every=1'",
+             TINY, corpus);
+    run_and_kill(args, "grep -q '^step 14 ' k.out");
+    char *t = transcript("aft");
+    if (!strstr(t, "\n# checkpoint ckpt/step-4.ckpt at step 4, written by the :train running here (from step 0): :train 6 ckpt_every=4 eval_every=0\n"))
+        print_error("%s\n", t);
+    assert_non_null(strstr(t, "\n# checkpoint ckpt/step-4.ckpt at step 4, written by the :train running here (from step 0): "));
+    assert_non_null(strstr(t, "\n:train 5 ckpt_every=0 eval_every=0\n"));  // (as the killed process left it)
+    free(t);
+    replay_matches_resume("aft");
+    assert_non_null(strstr(out, "resumed runs/aft at step 4 from ckpt/step-4.ckpt"));
+    assert_non_null(strstr(out, "the process ended during `:train 1000000 ckpt_every=0 eval_every=0 log_every=1`"));
+    assert_non_null(strstr(out, "the transcript's 3 command lines after ckpt/step-4.ckpt was written (its line "));
+    assert_non_null(strstr(out, "the transcript takes them with `:train 6 ckpt_every=4 eval_every=0 stop_after=4`"));
+    t = transcript("aft");
+    static const char ran[] = "\n# ran after ckpt/step-4.ckpt was written, not in the state -r resumed from it: ";
+    char want[600];
+    snprintf(want, sizeof want, "%s:train 6 ckpt_every=4 eval_every=0%s:set lr=0.001%s:train 5 ckpt_every=0 eval_every=0\n", ran, ran, ran);
+    if (!strstr(t, want)) print_error("%s\n", t);
+    assert_non_null(strstr(t, want));
+    assert_non_null(strstr(t, "\n:train 6 ckpt_every=4 eval_every=0 stop_after=4\n# dmsh -r: resumed from "));
+    free(t);
+    // a second -r of the same state (killed again before any checkpoint): the lines of the first
+    // -r's process after its resume line go the same way, the first -r's lines stay
+    run_and_kill("-r runs/aft -e ':step 3' -e ':train 1000000 ckpt_every=0 eval_every=0 log_every=1'", "grep -q '^step 9 ' k.out");
+    replay_matches_resume("aft");
+    assert_non_null(strstr(out, "the transcript's 1 command line after ckpt/step-4.ckpt was written (its line "));
+    t = transcript("aft");
+    assert_non_null(strstr(t, "\n# ran after ckpt/step-4.ckpt was written, not in the state -r resumed from it: :step 3\n"));
+    assert_int_equal(strstr(t, "\n:train 6 ckpt_every=4 eval_every=0 stop_after=4\n") != NULL, 1);
+    free(t);
+    // a clean exit: the exit's save is the last line about a checkpoint, nothing becomes a comment
+    assert_int_equal(sh_in_dir("%s --norc -r runs/aft -e ':step 2' > out.txt 2> err.txt", dmsh), 0);
+    assert_int_equal(sh_in_dir("grep -q '^# checkpoint ckpt/step-6.ckpt at step 6: the state the lines above rebuild$' runs/aft/transcript.dm%s", ""), 0);
+    replay_matches_resume("aft");
+    assert_null(strstr(out, "command line"));
+    assert_non_null(strstr(out, "resumed runs/aft at step 6 from ckpt/step-6.ckpt"));
+}
+
+// The save before a :load (a state the :load then left) stands before the :load's line, the
+// loaded file after it; a :session switch's save goes into the transcript of the session left.
+static void test_load_and_session_switch(void **s) {
+    (void)s;
+    char args[1600];
+    snprintf(args, sizeof args, "-e ':session ld' -e '%s' -e ':data %s' -e ':init seed=1' -e ':train 4 ckpt_every=2 eval_every=0' "
+             "-e ':step 1' -e ':load runs/ld/ckpt/step-2.ckpt' -e ':step 2' -e ':train 1000000 ckpt_every=0 eval_every=0 log_every=1'",
+             TINY, corpus);
+    run_and_kill(args, "grep -q '^step 8 ' k.out");
+    char *t = transcript("ld");
+    static const char want[] = "\n# checkpoint ckpt/step-5.ckpt at step 5: the state the lines above rebuild\n:load runs/ld/ckpt/step-2.ckpt\n"
+                               "# checkpoint ckpt/step-2.ckpt at step 2: the state the lines above rebuild\n:step 2\n";
+    if (!strstr(t, want)) print_error("%s\n", t);
+    assert_non_null(strstr(t, want));
+    free(t);
+    replay_matches_resume("ld");
+    assert_non_null(strstr(out, "resumed runs/ld at step 2 from ckpt/step-2.ckpt"));
+    assert_non_null(strstr(out, "the transcript's 1 command line after ckpt/step-2.ckpt was written"));
+    // -r from the state the :load left (LATEST names it): the :load and what followed are comments
+    assert_int_equal(sh_in_dir("echo step-5.ckpt > runs/ld/ckpt/LATEST%s", ""), 0);
+    replay_matches_resume("ld");
+    assert_non_null(strstr(out, "resumed runs/ld at step 5 from ckpt/step-5.ckpt"));
+    t = transcript("ld");
+    assert_non_null(strstr(t, "\n# ran after ckpt/step-5.ckpt was written, not in the state -r resumed from it: :load runs/ld/ckpt/step-2.ckpt\n"));
+    free(t);
+    // a :session switch: the state left is saved, and its line is the old transcript's last
+    snprintf(args, sizeof args, "%%s --norc -e ':session sw1' -e '%s' -e ':data %s' -e ':init seed=1' -e ':step 3' -e ':session sw2' -e ':step 1' "
+             "> out.txt 2> err.txt", TINY, corpus);
+    assert_int_equal(sh_in_dir(args, dmsh), 0);
+    assert_int_equal(sh_in_dir("tail -n 1 runs/sw1/transcript.dm | grep -qx '# checkpoint ckpt/step-3.ckpt at step 3: the state the lines above rebuild'%s", ""), 0);
+    assert_int_equal(sh_in_dir("! grep -q 'step-3.ckpt' runs/sw2/transcript.dm%s", ""), 0);
+    replay_matches_resume("sw1");
+    assert_null(strstr(out, "command line"));
+}
+
+// A transcript from before these lines (none for the file): -r keeps to the command the process
+// ended in, as before; a transcript that cannot be rewritten is said, and left as it was.
+static void test_old_transcript_and_no_rewrite(void **s) {
+    (void)s;
+    char args[1600];
+    snprintf(args, sizeof args, "-e ':session old' -e '%s' -e ':data %s' -e ':init seed=1' "
+             "-e ':train 1000000 ckpt_every=2 eval_every=0 log_every=1'", TINY, corpus);
+    run_and_kill(args, "grep -q '^step 5 ' k.out");
+    assert_int_equal(sh_in_dir("cp -r runs/old runs/nrw && sed -i '/^# checkpoint ckpt/d' runs/old/transcript.dm%s", ""), 0);
+    replay_matches_resume("old");
+    assert_non_null(strstr(out, "the transcript takes the "));
+    assert_null(strstr(out, "command line"));
+    // transcript.dm.tmp cannot be made (a directory is there): said, the transcript left whole
+    assert_int_equal(sh_in_dir("echo ':step 2' >> runs/nrw/transcript.dm && cp runs/nrw/transcript.dm nrw.before && "
+                               "mkdir runs/nrw/transcript.dm.tmp%s", ""), 0);
+    assert_int_equal(sh_in_dir("%s --norc -r runs/nrw -e ':quit' > out.txt 2> err.txt", dmsh), 0);
+    slurp_to("out.txt", out, sizeof out);
+    if (!strstr(out, "could not be made comments (transcript.dm.tmp: ")) print_error("%s\n", out);
+    assert_non_null(strstr(out, "could not be made comments (transcript.dm.tmp: "));
+    assert_non_null(strstr(out, "a replay of the transcript ends past this state"));
+    // (what it held is all still there, first; no stop_after line added to lines still live)
+    assert_int_equal(sh_in_dir("head -c $(stat -c %%s nrw.before) runs/nrw/transcript.dm | cmp -s - nrw.before%s", ""), 0);
+    assert_int_equal(sh_in_dir("! grep -q 'stop_after' runs/nrw/transcript.dm%s", ""), 0);
+}
+
+int main(void) {
+    (void)SMALL;  // (cli_harness.h's; these tests type theirs on one -e line, TINY)
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_lines_after_the_checkpoint),
+        cmocka_unit_test(test_load_and_session_switch),
+        cmocka_unit_test(test_old_transcript_and_no_rewrite),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
