@@ -215,6 +215,9 @@ const Command *sh_resolve(const char *word, dm_err *err) {
 #define INTERRUPTED "# interrupted during the command below"
 #define FAILED_PART "# failed part-way during the command below"
 #define UNFINISHED "# started, never finished"  // a command's mark while it runs (session.h)
+// a :step or :train that failed after taking steps: the next line takes them, and a replay goes
+// on past it when it fails at the same step
+#define FAILED_STEPS "# failed part-way, its steps taken by the next line"
 
 // One command as a transcript line. A line break inside quotes (typed with -e) would split it
 // into two lines that no longer parse (or, after a '#', into a live line that never ran): such a
@@ -342,6 +345,21 @@ int sh_exec_line(Shell *sh, const char *line, dm_err *err) {
                 session_transcript(e, t);
             } else if (!rc) {
                 session_transcript(e, t);
+            } else if (e->step != step0 && (again = steps_taken_line(c, &cmds[i], (long long)e->step - step0))) {
+                // it failed after taking steps (a nan_limit stop, a checkpoint it could not
+                // write): the line that takes exactly them, after a comment a replay reads as
+                // "the next line may fail here as this one did" (a repeating nan_limit stop would
+                // otherwise end the replaying script there)
+                char *c2 = transcript_text(cmds[i].text, cmds[i].textlen, 0);
+                size_t nl = strlen(c2) + 700;
+                char *note = malloc(nl);
+                snprintf(note, nl, FAILED_STEPS " (it took the run from step %lld to %lld, then failed: %.240s; a replay goes on past the "
+                         "next line when it fails there at step %lld): %s", step0, (long long)e->step, err->msg, (long long)e->step, c2);
+                session_transcript(e, note);
+                session_transcript(e, again);
+                free(note);
+                free(c2);
+                free(again);
             } else if (e->step != step0 || e->nrows != rows0) {
                 // it failed after it changed the run (steps taken, rows recorded: a nan_limit
                 // stop, a refused step or eval, a checkpoint that could not be written): left out,
@@ -417,9 +435,12 @@ static int run_stream(Shell *sh, FILE *f, const char *name, dm_err *err) {
     size_t cap = 0;
     int rc = 0;
     ssize_t got;
+    long long expect_at = -1;  // the step the line after a FAILED_STEPS comment failed at in the session
     while (!sh->quit && (got = read_line_max(&line, &cap, f)) != -1) {
         sh->line++;
         dm_err e1 = {0};
+        long long expect = expect_at;  // (for this line only)
+        expect_at = -1;
         if (got == -2) {
             rc = dm_fail(err, "%s:%d: a line longer than %d bytes (is this a text file?)", name, sh->line, SH_LINE_MAX);
             break;
@@ -433,7 +454,17 @@ static int run_stream(Shell *sh, FILE *f, const char *name, dm_err *err) {
         if (!strncmp(lp, NOT_REPLAYABLE, strlen(NOT_REPLAYABLE)) || !strncmp(lp, INTERRUPTED, strlen(INTERRUPTED)) ||
             !strncmp(lp, FAILED_PART, strlen(FAILED_PART)) || !strncmp(lp, UNFINISHED, strlen(UNFINISHED)))
             fprintf(stderr, "%s:%d: note: this line is not run: %.*s\n", name, sh->line, (int)strcspn(lp + 2, "\n"), lp + 2);
+        long long from;
+        if (!strncmp(lp, FAILED_STEPS, strlen(FAILED_STEPS)) &&
+            sscanf(lp + strlen(FAILED_STEPS), " (it took the run from step %lld to %lld,", &from, &expect_at) != 2)
+            expect_at = -1;
         if (sh_exec_line(sh, line, &e1)) {
+            if (expect >= 0 && sh->eng && (long long)sh->eng->step == expect && !sh->quit && !(sh->eng->interrupt && *sh->eng->interrupt)) {
+                // the failure the session's run met, at the same step: the state is the session's
+                fprintf(stderr, "%s:%d: note: failed at step %lld as the session's command did (the comment above says so); the replay goes on: %s\n",
+                        name, sh->line, expect, e1.msg);
+                continue;
+            }
             // FILE:LINE: then the message (a nested script's own FILE:LINE: comes with it): one
             // line that says where, however deep. Past the message's room the middle of the chain
             // goes, never its end (the cause)

@@ -153,12 +153,53 @@ static void test_old_transcript_and_no_rewrite(void **s) {
     assert_int_equal(sh_in_dir("! grep -q 'stop_after' runs/nrw/transcript.dm%s", ""), 0);
 }
 
+// A command that failed after it took steps (a nan_limit stop) is not left out in silence: the
+// transcript says what it did and takes its steps with the next line, and a -b replay goes on past
+// that line when it fails there at the same step (session 28: it was a comment only, and the
+// replay missed its steps), ending in the session's state; a failure at another step stops it.
+static void test_failed_part_way_replays(void **s) {
+    (void)s;
+    char script[1200];
+    for (int train = 0; train < 2; train++) {
+        snprintf(script, sizeof script, "%s:data %s\n:session nls%d\n:set warmup=0 clip=0 nan_limit=2 lr=10 lr_muon=10 eps=1e-30 beta2=0\n"
+                 ":init seed=1\n%s\n", SMALL, corpus, train, train ? ":train 40 ckpt_every=2 eval_every=0" : ":step 40");
+        assert_int_not_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+        assert_non_null(strstr(err_, "nan_limit (2)"));
+        char name[16];
+        snprintf(name, sizeof name, "nls%d", train);
+        char *tl = transcript(name);
+        // (how many steps it takes to blow up depends on the build's precision: 4 in float, 8 in double)
+        static const char head[] = "\n# failed part-way, its steps taken by the next line (it took the run from step 0 to ";
+        const char *fp = strstr(tl, head);
+        if (!fp) print_error("%s\n", tl);
+        assert_non_null(fp);
+        int to = -1, at = -1;
+        assert_int_equal(sscanf(fp + sizeof head - 1, "%d, then failed: step %d: nan_limit", &to, &at), 2);
+        assert_true(to >= 2 && at == to - 1);
+        char want[300];
+        if (train)
+            snprintf(want, sizeof want, "fails there at step %d): :train 40 ckpt_every=2 eval_every=0\n:train 40 ckpt_every=2 eval_every=0 stop_after=%d\n",
+                     to, to);
+        else
+            snprintf(want, sizeof want, "a replay goes on past the next line when it fails there at step %d): :step 40\n:step %d\n", to, to);
+        if (!strstr(fp, want)) print_error("%s\n", fp);
+        assert_non_null(strstr(fp, want));
+        free(tl);
+        replay_matches_resume(name);
+        assert_int_equal(sh_in_dir("grep -q 'r.dm:[0-9]*: note: failed at step [0-9]* as the session.s command did' err.txt%s", ""), 0);
+    }
+    // a failure at another step than the session's is the replay's own: it stops there
+    assert_int_equal(sh_in_dir("sed -i 's/(it took the run from step 0 to [0-9]*,/(it took the run from step 0 to 99,/' r.dm && "
+                               "! %s --norc -b r.dm > out.txt 2> err.txt && grep -q 'r.dm:[0-9]*: error: step [0-9]*: nan_limit' err.txt && "
+                               "! grep -q '^head ' out.txt", dmsh), 0);
+}
+
 int main(void) {
-    (void)SMALL;  // (cli_harness.h's; these tests type theirs on one -e line, TINY)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lines_after_the_checkpoint),
         cmocka_unit_test(test_load_and_session_switch),
         cmocka_unit_test(test_old_transcript_and_no_rewrite),
+        cmocka_unit_test(test_failed_part_way_replays),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
