@@ -89,7 +89,8 @@ static void put_plain(Engine *e, const char *base, long long step) {
 void session_transcript_ckpt(Engine *e, const char *path) {
     if (!e->session_dir[0] || !session_own_ckpt(e, path)) return;
     const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
-    if (strlen(base) >= sizeof innermost->pend[0].base || strchr(base, '\n') || strchr(base, ' ')) return;
+    // (a name a line cannot hold: no line, and -r keeps to its older rule for that file)
+    if (strlen(base) >= sizeof innermost->pend[0].base || strpbrk(base, "\r\n")) return;
     TranscriptMark *m = innermost;
     char line[4096];
     if (!m) {  // between commands (the exit's save): the state of the transcript as it stands
