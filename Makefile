@@ -177,7 +177,8 @@ test: deps
 	@echo "make test: all test programs passed"
 
 test-float test-double: $(addprefix $(B)/tests/,$(TESTS)) $(B)/dmsh
-	@set -e; for t in $(TESTS); do echo "== $(DM_REAL) $$t"; $(TESTENV) ./$(B)/tests/$$t; done
+	@set -e; for t in $(TESTS); do echo "== $(DM_REAL) $$t"; s=$$(date +%s); $(TESTENV) ./$(B)/tests/$$t; \
+	  echo "== $(DM_REAL) $$t: passed in $$(( $$(date +%s) - s )) s"; done
 	@if [ "$(DM_REAL)" = double ]; then $(MAKE) --no-print-directory spec-forward DM_REAL=double; fi
 	@if [ "$(DM_REAL)" = double ]; then $(MAKE) --no-print-directory spec-optim DM_REAL=double; fi
 	@if [ "$(DM_REAL)" = float ]; then $(MAKE) --no-print-directory test-sgemm-avx2 DM_REAL=float; fi
