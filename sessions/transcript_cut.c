@@ -63,6 +63,7 @@ typedef struct {
     int line;
     char name[32], text[512];
     long long step0;
+    int long_text;  // a :train's checkpoint whose command is longer than text holds
 } ResumePos;
 
 static void resume_pos_line(const char *q, long off, int line, const char *base, long long step, ResumePos *rp) {
@@ -77,6 +78,7 @@ static void resume_pos_line(const char *q, long off, int line, const char *base,
         rp->off = off;
         rp->line = line;
         rp->name[0] = 0;
+        rp->long_text = 0;
         static const char run[] = ", written by the ";
         int u2 = 0;
         if (strncmp(q, run, sizeof run - 1) ||
@@ -86,7 +88,10 @@ static void resume_pos_line(const char *q, long off, int line, const char *base,
         }
         q += sizeof run - 1 + (size_t)u2;
         size_t tl = strcspn(q, "\r\n");
-        if (tl >= sizeof rp->text) rp->name[0] = 0;  // (its words are not all here: no line takes its steps)
+        if (tl >= sizeof rp->text) {  // (no line takes its steps: said at the resume)
+            rp->name[0] = 0;
+            rp->long_text = 1;
+        }
         else snprintf(rp->text, sizeof rp->text, "%.*s", (int)tl, q);
     } else if (!strncmp(q, rs, sizeof rs - 1)) {
         const char *p = q + sizeof rs - 1, *a = strstr(p, " at step ");
@@ -97,6 +102,7 @@ static void resume_pos_line(const char *q, long off, int line, const char *base,
         rp->off = off;
         rp->line = line;
         rp->name[0] = 0;
+        rp->long_text = 0;
     }
 }
 
@@ -175,7 +181,7 @@ void session_resume_transcript(Engine *e, const char *dir, int fell_back) {
     const char *base = strrchr(e->synced_path, '/') ? strrchr(e->synced_path, '/') + 1 : e->synced_path;
     ResumePos rp = {.off = -1};
     if (tf) {
-        char tl[4096];
+        char tl[8192];  // (a checkpoint's line is under 4 096 bytes: read whole)
         int line = 0, at_start = 1;
         while (fgets(tl, sizeof tl, tf)) {
             int start = at_start;
@@ -225,6 +231,9 @@ void session_resume_transcript(Engine *e, const char *dir, int fell_back) {
         } else if (rp.name[0] && n >= 0) {
             engine_note(e, "ckpt/%s was written %lld steps into `%s`, and no line takes exactly those steps (a quoted or unknown word): "
                         "a replay of the transcript does not rebuild this state", base, k, rp.text);
+        } else if (rp.long_text && n >= 0) {
+            engine_note(e, "ckpt/%s was written inside a :train whose line is longer than %zu bytes, and no line takes the steps it had run: "
+                        "a replay of the transcript does not rebuild this state", base, sizeof rp.text - 1);
         }
         cut[0] = 0;  // (said)
     }
