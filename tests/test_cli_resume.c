@@ -4,16 +4,6 @@
 // command lines after the one for the file it loaded into comments (sessions/transcript_cut.c).
 #include "cli_harness.h"
 
-// dmsh --norc ARGS run in the test directory and killed with SIGKILL once the shell test UNTIL
-// holds (polled every 50 ms, 60 s at most); k.out removed first (a stale one would satisfy UNTIL)
-static void run_and_kill(const char *args, const char *until) {
-    char cmd[2400];
-    int cl = snprintf(cmd, sizeof cmd, "(rm -f k.out; %s --norc %s > k.out 2>&1 & p=$!; for i in $(seq 1200); do %s && break; sleep 0.05; done; "
-                      "kill -9 $p; wait $p; true)", dmsh, args, until);
-    assert_true(cl > 0 && cl < (int)sizeof cmd);
-    assert_int_equal(sh_in_dir("%s", cmd), 0);
-}
-
 static const char *TINY = ":preset nano; :set d=32 H=2 L=2 E=2 k=1 r=8 f=64 engram_rows=257 engram_dim=8 seq=32 batch=4 warmup=5";
 
 // `dmsh -r NAME -e ':probe head'`, then the transcript replayed with -b (a copy: the replay makes

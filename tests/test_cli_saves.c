@@ -152,18 +152,6 @@ static void test_resume_names_the_device(void **s) {
     assert_non_null(strstr(out, "`:device cuda:0` to go back"));
 }
 
-// dmsh --norc ARGS (the -e / -r words, shell-quoted by the caller) run in the test directory and
-// killed with SIGKILL once the shell test UNTIL holds (polled every 50 ms, 60 s at most)
-static void run_and_kill(const char *args, const char *until) {
-    char cmd[2000];
-    // (rm first: the background shell truncates k.out only when it gets to run, and an `until`
-    // reading the previous run's k.out — its "step 6" — killed this one before it began)
-    int cl = snprintf(cmd, sizeof cmd, "(rm -f k.out; %s --norc %s > k.out 2>&1 & p=$!; for i in $(seq 1200); do %s && break; sleep 0.05; done; "
-                      "kill -9 $p; wait $p; true)", dmsh, args, until);
-    assert_true(cl > 0 && cl < (int)sizeof cmd);
-    assert_int_equal(sh_in_dir("%s", cmd), 0);
-}
-
 // Found by a QA pass (session 21): a process killed during a :train (SIGKILL, the OOM killer)
 // left that :train out of the transcript, whose checkpoints -r then resumed from: the transcript
 // said nothing of the steps it lacked, and its replay trained a different run without a word.
