@@ -198,11 +198,13 @@ static void test_killed_command_is_named(void **s) {
     if (!strstr(out, probe)) print_error("want %s\n%s\n", probe, out);
     assert_non_null(strstr(out, probe));
     // an interrupt (SIGTERM in a script) the same way: the cut :train's steps are in the
-    // transcript, and its replay ends where the session did
+    // transcript, and its replay ends where the session did (the wait is for step-6.ckpt: from
+    // step 3 with ckpt_every=2 there never is a step-5.ckpt, and the test waited out its 60 s,
+    // then replayed the thousands of steps run meanwhile — 2 of CI's minutes a precision)
     char sig[3000];
     snprintf(sig, sizeof sig, "(%s --norc -e ':session sig' -e '%s' -e ':data %s' -e ':init seed=1' -e ':step 3' "
              "-e ':t 1000000 ckpt_every=2 log_every=100000' > k.out 2>&1 & p=$!; for i in $(seq 1200); do "
-             "ls runs/sig/ckpt/step-5.ckpt > /dev/null 2>&1 && break; sleep 0.05; done; kill -TERM $p; wait $p; test $? = 143)", dmsh,
+             "ls runs/sig/ckpt/step-6.ckpt > /dev/null 2>&1 && break; sleep 0.05; done; kill -TERM $p; wait $p; test $? = 143)", dmsh,
              ":preset nano; :set d=32 H=2 L=2 E=2 k=1 r=8 f=64 engram_rows=257 engram_dim=8 seq=32 batch=4 warmup=5 eval_every=4", corpus);
     assert_int_equal(sh_in_dir("%s", sig), 0);
     assert_int_equal(sh_in_dir("%s --norc -r runs/sig -e ':probe head' > out.txt 2> err.txt", dmsh), 0);
