@@ -299,7 +299,7 @@ int sh_exec_line(Shell *sh, const char *line, dm_err *err) {
             free(ml_line);
         }
         rc = c->fn(sh, &cmds[i], err);
-        session_transcript_end(&mark);
+        session_transcript_finishing(&mark);  // (its lines take the mark's place: session_transcript_end below)
         if (mark.pushed) {
             free((char *)mark.text);
             mark.text = NULL;
@@ -320,7 +320,10 @@ int sh_exec_line(Shell *sh, const char *line, dm_err *err) {
         // :quit would end a replay there (a later -r's lines come after it); :session NAME in
         // NAME's own transcript would be refused when replayed in place (the run is there): both
         // go in as comments
-        int as_comment = cut || !strcmp(c->name, ":quit") || !strcmp(c->name, ":session");
+        // a :save PATH into the session's own ckpt/ too: a replay of it would be refused (another
+        // session's ckpt/, or no such directory), and it changes no state (QA, session 28)
+        const char *save_to = !strcmp(c->name, ":save") ? sh_positional(&cmds[i], 0) : NULL;
+        int as_comment = cut || !strcmp(c->name, ":quit") || !strcmp(c->name, ":session") || (save_to && e && session_own_ckpt(e, save_to));
         if (e && !is_run) {
             char *t = transcript_text(cmds[i].text, cmds[i].textlen, as_comment);
             char *again = cut && !rc ? steps_taken_line(c, &cmds[i], (long long)e->step - step0) : NULL;
@@ -376,6 +379,7 @@ int sh_exec_line(Shell *sh, const char *line, dm_err *err) {
             free(t);
         }
         if (mark.pushed) session_transcript_ckpt_lines(e, &mark, 0);  // the checkpoint it ended in: after its line
+        session_transcript_end(&mark);
         if (intr) {
             stopped = !sh->interactive || sh->depth > 0;  // (a :run at the prompt stops too)
             if (sh->interactive && sh->depth == 0) *e->interrupt = 0;

@@ -134,11 +134,28 @@ int session_open(Engine *e, const char *dir, dm_err *err) {
     int bad = engine_session(e, dir, err);
     session_lock_commit(!bad);  // the old session's lock goes only once the switch succeeded
     if (bad) return 1;
-    if (prev[0] && !session_same_dir(prev, dir) && e->live) {  // the lines below do not rebuild this state
-        char line[2200];
-        snprintf(line, sizeof line, "# continues session %s at step %lld: the model was built there (see its transcript)", prev,
-                 (long long)e->step);
+    if (prev[0] && !session_same_dir(prev, dir)) session_transcript_unplaced(0);  // (a new transcript)
+    if (prev[0] && !session_same_dir(prev, dir) && e->live) {
+        // the model was built there: this transcript starts from the checkpoint the switch left
+        // it in, a live :load, so it replays alone (its replay failed with "no model": QA,
+        // session 28)
+        char line[PATH_MAX + 2400];
+        int in_file = !engine_unsaved(e) && e->synced_path[0];
+        snprintf(line, sizeof line, "# continues session %s at step %lld: the model was built there (see its transcript)%s", prev,
+                 (long long)e->step, in_file ? "; the next line loads the state it left" : "");
         session_transcript(e, line);
+        if (in_file) {
+            char *buf = NULL;
+            size_t blen = 0;
+            FILE *m = open_memstream(&buf, &blen);
+            if (m) {
+                fputs(":load ", m);
+                put_word(m, e->synced_path);
+                fclose(m);
+                session_transcript(e, buf);
+                free(buf);
+            }
+        }
     } else if (prev[0] && !session_same_dir(prev, dir)) {
         // no model yet: the config (and corpus) set in the other session is this one's start,
         // written out as lines, so a replay of this transcript alone builds the same model
@@ -177,9 +194,48 @@ static void append_line(FILE *f, const char *line) {
     fprintf(f, "%s%s", line, n && line[n - 1] == '\n' ? "" : "\n");
 }
 
+// Lines held while a command finishes (session_transcript_hold): they go into its mark's place
+// in one write (transcript_marks.c), so no moment exists at which the file holds neither the mark
+// nor the command's line (a process killed there lost the command without a word: QA, session 28)
+static char hold_path[1200], *hold_buf;
+static size_t hold_len, hold_cap;
+static int hold_on;
+
+void session_transcript_hold(const char *path) {
+    snprintf(hold_path, sizeof hold_path, "%s", path);
+    hold_len = 0;
+    hold_on = 1;
+}
+
+char *session_transcript_unhold(size_t *len) {
+    hold_on = 0;
+    *len = hold_len;
+    hold_len = 0;
+    return hold_buf;  // (valid until the next hold's first line)
+}
+
+// 1 when the line went into the held lines (path is the held one)
+static int held(const char *path, const char *line) {
+    if (!hold_on || strcmp(path, hold_path)) return 0;
+    size_t n = strlen(line), need = hold_len + n + 2;
+    if (need > hold_cap) {
+        size_t cap = hold_cap ? 2 * hold_cap : 4096;
+        while (cap < need) cap *= 2;
+        char *b = realloc(hold_buf, cap);
+        if (!b) return 0;  // (written as it comes instead)
+        hold_buf = b;
+        hold_cap = cap;
+    }
+    memcpy(hold_buf + hold_len, line, n);
+    hold_len += n;
+    if (!n || line[n - 1] != '\n') hold_buf[hold_len++] = '\n';
+    return 1;
+}
+
 void session_transcript_in(const char *dir, const char *line) {
     char path[1200];
     snprintf(path, sizeof path, "%s/transcript.dm", dir);
+    if (held(path, line)) return;
     FILE *f = session_fopen_regular(path, "a");
     if (!f) return;
     append_line(f, line);
@@ -207,6 +263,11 @@ void session_transcript(Engine *e, const char *line) {
     if (engine_session_dir_check(e, &derr)) return;  // deleted: said by the next save or metrics row
     char path[1200];
     snprintf(path, sizeof path, "%s/transcript.dm", e->session_dir);
+    if (held(path, line)) {
+        dm_err err = {0};
+        session_write_config(e, &err);
+        return;
+    }
     FILE *f = session_fopen_regular(path, "a");
     if (!f) return;
     struct stat tst;
@@ -574,8 +635,10 @@ int session_resume(Engine *e, const char *dir_in, dm_err *err) {
     // (and from which directory: a -r run elsewhere types paths relative to there)
     char line[sizeof e->synced_path + PATH_MAX + 128], cwd[PATH_MAX];
     if (!getcwd(cwd, sizeof cwd)) snprintf(cwd, sizeof cwd, "?");
-    snprintf(line, sizeof line, "# dmsh -r: resumed from %s at step %lld, run in %s (relative paths below are from there)",
-             e->synced_path, (long long)e->step, cwd);
+    // (a state the lines above do not rebuild: worded so that no later -r reads it as a place)
+    snprintf(line, sizeof line, "# dmsh -r: resumed %s %s at step %lld, run in %s (relative paths below are from there)",
+             session_transcript_is_unplaced() ? "(a state the lines above do not rebuild) from" : "from", e->synced_path,
+             (long long)e->step, cwd);
     session_transcript(e, line);
     // metrics.tsv becomes the checkpoint's rows: rows past them (steps a killed process never
     // saved, or a fallback's newer checkpoint that did not load) leave it, said with their count

@@ -31,7 +31,16 @@ typedef struct TranscriptMark {
 } TranscriptMark;
 void session_transcript_begin(Engine *e, const char *line, const char *name, long long step0, const char *text,
                               TranscriptMark *m);
+// Once the command has returned: the lines written from now on to its transcript are held, and
+// session_transcript_end puts them in the mark's place in one write (the file holds the mark or
+// the command's lines at every moment: a process killed between taking the mark out and writing
+// the line lost the command without a word). Without it, end only takes the mark out.
+void session_transcript_finishing(TranscriptMark *m);
 void session_transcript_end(TranscriptMark *m);
+// (session.c) hold the lines appended to PATH; unhold: them (len bytes, with one byte spare after
+// them), and appends go to the file again
+void session_transcript_hold(const char *path);
+char *session_transcript_unhold(size_t *len);
 // Where the transcript is when a checkpoint of the session is written (or the state proves to be
 // one already there): each holds the state the transcript's lines rebuild at one line of it, and
 // -r, resuming that file, turns the command lines after that line into comments (they ran, but
@@ -40,6 +49,10 @@ void session_transcript_end(TranscriptMark *m);
 // a stop_after line); another command's at its end: before its line (a state it then left: the
 // save before a :load or an :init) or after it (the state it ended in). Nothing without a session.
 void session_transcript_ckpt(Engine *e, const char *path);
+// -r resumed a state the transcript's lines do not rebuild: the checkpoint lines written from
+// now on say so and place nothing (`# unplaced checkpoint ...`), until a :load or a session switch.
+void session_transcript_unplaced(int on);
+int session_transcript_is_unplaced(void);
 // After the command's mark is taken out and before its line is written (before = 1), then after
 // it (before = 0; this also ends the command for session_transcript_ckpt).
 void session_transcript_ckpt_lines(Engine *e, TranscriptMark *m, int before);

@@ -106,6 +106,12 @@ static void resume_pos_line(const char *q, long off, int line, const char *base,
     }
 }
 
+// A line that places a checkpoint among the commands (what resume_pos_line reads)
+static int is_place_line(const char *q, size_t n) {
+    static const char ck[] = "# checkpoint ckpt/", rs[] = "# dmsh -r: resumed from ";
+    return (n >= sizeof ck - 1 && !memcmp(q, ck, sizeof ck - 1)) || (n >= sizeof rs - 1 && !memcmp(q, rs, sizeof rs - 1));
+}
+
 // The command lines after rp->off become comments that say why (they ran, but their effect is
 // not in the state resumed): the file is rewritten whole (a temp file, fsynced, renamed over
 // it). Returns how many, or -1 (why set) when the file could not be rewritten.
@@ -127,16 +133,17 @@ static long comment_out_after(const char *path, const ResumePos *rp, const char 
         if (!got) break;
     }
     fclose(f);
-    long count = 0;
+    long count = 0, places = 0;
     for (size_t o = (size_t)rp->off; o < len;) {
         size_t e = o;
         while (e < len && buf[e] != '\n') e++;
         size_t lead = o;
         while (lead < e && (buf[lead] == ' ' || buf[lead] == '\t')) lead++;
         count += lead < e && buf[lead] != '#' && buf[lead] != '\r';
+        places += is_place_line(buf + lead, e - lead);
         o = e + 1;
     }
-    if (!count) { free(buf); return 0; }
+    if (!count && !places) { free(buf); return 0; }
     char tmp[PATH_MAX + 128];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *o = fopen(tmp, "w");
@@ -149,6 +156,8 @@ static long comment_out_after(const char *path, const ResumePos *rp, const char 
         while (lead < e && (buf[lead] == ' ' || buf[lead] == '\t')) lead++;
         if (lead < e && buf[lead] != '#' && buf[lead] != '\r')
             fprintf(o, "# ran after ckpt/%s was written, not in the state -r resumed from it: ", base);
+        else if (is_place_line(buf + lead, e - lead))  // (the lines above it no longer rebuild that state)
+            fprintf(o, "# no longer placed (the commands above it that rebuilt it are comments now): ");
         fwrite(buf + p, 1, e - p, o);
         fputc('\n', o);
         p = e + 1;
@@ -180,6 +189,7 @@ void session_resume_transcript(Engine *e, const char *dir, int fell_back) {
     lost_settings_reset(&lost_set);
     const char *base = strrchr(e->synced_path, '/') ? strrchr(e->synced_path, '/') + 1 : e->synced_path;
     ResumePos rp = {.off = -1};
+    int places = 0;  // lines that place a checkpoint (a transcript since session 28 has them)
     if (tf) {
         char tl[8192];  // (a checkpoint's line is under 4 096 bytes: read whole)
         int line = 0, at_start = 1;
@@ -188,7 +198,10 @@ void session_resume_transcript(Engine *e, const char *dir, int fell_back) {
             at_start = strchr(tl, '\n') != NULL;  // (a longer line comes in pieces)
             line += start;
             const char *q = tl + strspn(tl, " \t");
-            if (start && at_start) resume_pos_line(q, ftell(tf), line, base, (long long)e->step, &rp);
+            if (start && at_start) {
+                resume_pos_line(q, ftell(tf), line, base, (long long)e->step, &rp);
+                places += !strncmp(q, "# checkpoint ckpt/", 18);
+            }
             lost_settings_line(&lost_set, q);
             // the mark a command leaves while it runs (repl/parse.c): the last one of a killed run
             static const char mark[] = "# started, never finished";
@@ -207,12 +220,14 @@ void session_resume_transcript(Engine *e, const char *dir, int fell_back) {
         }
         fclose(tf);
     }
+    session_transcript_unplaced(0);
     if (rp.off >= 0) {  // the transcript says where the file was written: what ran after it is not in it
         char why[PATH_MAX + 64] = "";
         long n = comment_out_after(path, &rp, base, why, sizeof why);
         long long k = (long long)e->step - rp.step0;
         char *again = rp.name[0] && n >= 0 ? transcript_cut_line(rp.name, rp.text, k) : NULL;
         if (cut[0]) engine_note(e, "the process ended during `%s` (its transcript's last command)", cut);
+        if (n < 0) session_transcript_unplaced(1);
         if (n < 0)
             engine_note(e, "%s: the command lines after its line %d, where ckpt/%s was written, ran but are not in the state resumed from it, "
                         "and could not be made comments (%s): a replay of the transcript ends past this state", path, rp.line, base, why);
@@ -222,20 +237,26 @@ void session_resume_transcript(Engine *e, const char *dir, int fell_back) {
                         n == 1 ? "is" : "are");
         if (again) {
             char line[PATH_MAX + 256];
-            snprintf(line, sizeof line, "# -r resumed from ckpt/%s, which the :train at line %d wrote %lld steps into its run: the next line takes them",
-                     base, rp.line, k);
+            snprintf(line, sizeof line, "# -r resumed from ckpt/%s, which the :train that line %d names wrote %lld steps into its run: "
+                     "the next line takes them", base, rp.line, k);
             session_transcript(e, line);
             session_transcript(e, again);
             engine_note(e, "ckpt/%s was written %lld steps into `%s`: the transcript takes them with `%s`", base, k, rp.text, again);
             free(again);
         } else if (rp.name[0] && n >= 0) {
+            session_transcript_unplaced(1);
             engine_note(e, "ckpt/%s was written %lld steps into `%s`, and no line takes exactly those steps (a quoted or unknown word): "
                         "a replay of the transcript does not rebuild this state", base, k, rp.text);
         } else if (rp.long_text && n >= 0) {
+            session_transcript_unplaced(1);
             engine_note(e, "ckpt/%s was written inside a :train whose line is longer than %zu bytes, and no line takes the steps it had run: "
                         "a replay of the transcript does not rebuild this state", base, sizeof rp.text - 1);
         }
         cut[0] = 0;  // (said)
+    } else if (places) {  // (a LATEST set by hand, a file copied in, a kill between its save and its line)
+        engine_note(e, "no line of the transcript places %s among its commands: a replay of the transcript may not end in this state", base);
+        session_transcript_unplaced(1);
+        cut_name[0] = 0;  // (and no line is added on the older rule's word below: only its note)
     }
     // a :step or :train that wrote the checkpoint resumed from: the transcript takes its steps
     char *again = cut[0] && cut_name[0] && !fell_back ? transcript_cut_line(cut_name, cut, (long long)e->step - cut_step) : NULL;
@@ -248,9 +269,11 @@ void session_resume_transcript(Engine *e, const char *dir, int fell_back) {
         engine_note(e, "the process ended during `%s` (its transcript's last command): resumed from its last checkpoint, step %lld; "
                     "the transcript takes the %lld steps it ran to there with `%s`", cut, (long long)e->step, (long long)e->step - cut_step, again);
         free(again);
-    } else if (cut[0])
+    } else if (cut[0]) {
+        session_transcript_unplaced(1);
         engine_note(e, "the process ended during `%s` (its transcript's last command): resumed from its last checkpoint, step %lld; a replay of the transcript does not rebuild what it did",
                     cut, (long long)e->step);
+    }
     lost_settings_note(e, &lost_set);
     if (last_dev[0] && strcmp(last_dev, "cpu") && strcmp(last_dev, e->device))
         engine_note(e, "this session last ran on %s (its transcript's last :device); resumed on %s: `:device %s` to go back",

@@ -14,6 +14,13 @@
 #include "session.h"
 
 static TranscriptMark *innermost;  // the command running now (NULL between commands)
+// -r resumed a state the transcript's lines do not rebuild (it found no line placing the file, or
+// could not make the lines after it comments): checkpoint lines say so and place nothing, until a
+// :load (its line rebuilds the state whatever came before) or a switch to another session
+static int unplaced;
+
+void session_transcript_unplaced(int on) { unplaced = on; }
+int session_transcript_is_unplaced(void) { return unplaced; }
 
 void session_transcript_begin(Engine *e, const char *line, const char *name, long long step0, const char *text,
                               TranscriptMark *m) {
@@ -40,21 +47,45 @@ void session_transcript_begin(Engine *e, const char *line, const char *name, lon
     m->len = len;
 }
 
+void session_transcript_finishing(TranscriptMark *m) {
+    if (m->len) session_transcript_hold(m->path);
+}
+
 void session_transcript_end(TranscriptMark *m) {
+    size_t hl = 0;
+    char *hb = m->len ? session_transcript_unhold(&hl) : NULL;
     long len = m->len;
     if (!len) return;
     m->len = 0;
     int fd = m->fd;
     struct stat st;
-    // nothing written after the mark (the usual case): cut it off
-    if (fstat(fd, &st) == 0 && st.st_size == m->off + len && ftruncate(fd, m->off) == 0) { close(fd); return; }
-    // the command wrote lines of its own after it (a session header, a note, a checkpoint's
-    // line): blank the mark in place, a comment of the same length, so what follows stays where it is
+    if (fstat(fd, &st) == 0 && st.st_size == m->off + len) {
+        // nothing written after the mark (the usual case): its place takes the command's lines in
+        // one write, so the file holds the mark or the lines at every moment. Shorter lines leave
+        // the rest of the mark until the truncate: a '#' after them makes it a comment meanwhile.
+        if (!hl) {
+            if (ftruncate(fd, m->off) != 0) {}  // (best effort, as every transcript write)
+        } else {
+            size_t n = hl;
+            if ((long)hl < len) hb[n++] = '#';  // (session.c keeps a byte spare past the lines)
+            if (pwrite(fd, hb, n, m->off) != (ssize_t)n) {
+                // (a full disk: the mark goes as before the lines were held, and they with it)
+                if (ftruncate(fd, m->off) != 0) {}
+            } else if ((long)hl < len && ftruncate(fd, m->off + (long)hl) != 0) {
+            }
+        }
+        close(fd);
+        return;
+    }
+    // the command wrote lines of its own after it (a session header, a note, a :train's
+    // checkpoint line): its lines go at the end, then the mark is blanked in place, a comment of
+    // the same length, so what follows stays where it is
+    if (hl && pwrite(fd, hb, hl, st.st_size) != (ssize_t)hl) {}
     char *b = malloc((size_t)len);
     if (b && pread(fd, b, (size_t)len, m->off) == (ssize_t)len && b[0] == '#' && b[len - 1] == '\n') {
         static const char done[] = "# (finished)";
         for (long k = 1; k < len - 1; k++) b[k] = k < (long)sizeof done - 1 ? done[k] : ' ';
-        if (pwrite(fd, b, (size_t)len, m->off) != (ssize_t)len) {}  // (best effort, as every transcript write)
+        if (pwrite(fd, b, (size_t)len, m->off) != (ssize_t)len) {}
     }
     free(b);
     close(fd);
@@ -63,7 +94,11 @@ void session_transcript_end(TranscriptMark *m) {
 // The line that says a checkpoint holds the state the lines above it rebuild (read back by -r,
 // sessions/transcript_cut.c; the format is part of the transcript's)
 static void plain_line(char *buf, size_t n, const char *base, long long step) {
-    snprintf(buf, n, "# checkpoint ckpt/%s at step %lld: the state the lines above rebuild", base, step);
+    if (unplaced)
+        snprintf(buf, n, "# unplaced checkpoint ckpt/%s at step %lld: the lines above do not rebuild it (-r resumed a state they do not)",
+                 base, step);
+    else
+        snprintf(buf, n, "# checkpoint ckpt/%s at step %lld: the state the lines above rebuild", base, step);
 }
 
 // 1 when the transcript's last line is LINE already (an exit after a command that ended in a
@@ -101,8 +136,8 @@ void session_transcript_ckpt(Engine *e, const char *path) {
     if (!strcmp(m->name, ":train")) {
         // a :train's own checkpoint, at once: a process killed later in the run leaves it, and -r
         // from it takes the run's steps to there (the :train's line is written at its end)
-        snprintf(line, sizeof line, "# checkpoint ckpt/%s at step %lld, written by the :train running here (from step %lld): %s",
-                 base, (long long)e->step, m->step0, m->text);
+        snprintf(line, sizeof line, "# %scheckpoint ckpt/%s at step %lld, written by the :train running here (from step %lld): %s",
+                 unplaced ? "unplaced " : "", base, (long long)e->step, m->step0, m->text);
         session_transcript(e, line);
         return;
     }
@@ -126,18 +161,23 @@ void session_transcript_ckpt_lines(Engine *e, TranscriptMark *m, int before) {
     if (before) {
         for (int i = 0; i < m->npend; i++) {
             if (synced_to(e, m->pend[i].dir, m->pend[i].base)) continue;  // (after the line, below)
-            char line[4096];
-            plain_line(line, sizeof line, m->pend[i].base, m->pend[i].step);
             // a session left by a :session switch: its transcript ends with it (the :session line
             // goes to the new session's)
-            if (strcmp(m->pend[i].dir, e->session_dir)) session_transcript_in(m->pend[i].dir, line);
-            else session_transcript(e, line);
+            if (strcmp(m->pend[i].dir, e->session_dir)) {
+                char line[4096];
+                plain_line(line, sizeof line, m->pend[i].base, m->pend[i].step);
+                session_transcript_in(m->pend[i].dir, line);
+            } else {
+                put_plain(e, m->pend[i].base, m->pend[i].step);
+            }
         }
         return;
     }
     if (innermost == m) innermost = m->outer;
     m->pushed = 0;
     const char *sb = strrchr(e->synced_path, '/');
-    if ((m->wrote || m->npend) && e->session_dir[0] && sb && synced_to(e, e->session_dir, sb + 1))
+    if ((m->wrote || m->npend) && e->session_dir[0] && sb && synced_to(e, e->session_dir, sb + 1)) {
+        if (!strcmp(m->name, ":load")) unplaced = 0;  // (the state is the loaded file's, and its line says which)
         put_plain(e, sb + 1, (long long)e->step);
+    }
 }

@@ -113,9 +113,45 @@ static void test_load_and_session_switch(void **s) {
              "> out.txt 2> err.txt", TINY, corpus);
     assert_int_equal(sh_in_dir(args, dmsh), 0);
     assert_int_equal(sh_in_dir("tail -n 1 runs/sw1/transcript.dm | grep -qx '# checkpoint ckpt/step-3.ckpt at step 3: the state the lines above rebuild'%s", ""), 0);
-    assert_int_equal(sh_in_dir("! grep -q 'step-3.ckpt' runs/sw2/transcript.dm%s", ""), 0);
     replay_matches_resume("sw1");
     assert_null(strstr(out, "command line"));
+    // and the new session's transcript starts from it with a live :load, so it replays alone (its
+    // replay failed with "no model": QA, session 28)
+    assert_int_equal(sh_in_dir("grep -q '^:load .*/runs/sw1/ckpt/step-3.ckpt$' runs/sw2/transcript.dm%s", ""), 0);
+    replay_matches_resume("sw2");
+    assert_non_null(strstr(out, "resumed runs/sw2 at step 4"));
+}
+
+// A state -r resumed that no line of the transcript places (LATEST set by hand to a file whose
+// line an earlier -r took out with the commands before it): said, and from then on the
+// checkpoint lines place nothing ("unplaced"), so no later -r claims a replay rebuilds it (QA,
+// session 28: it did), until a :load. A :save PATH into the session's own ckpt/ is a comment (a
+// replay of it was refused: another session's ckpt/).
+static void test_unplaced_and_own_save(void **s) {
+    (void)s;
+    char args[1600];
+    snprintf(args, sizeof args, "%%s --norc -e ':session up' -e '%s' -e ':data %s' -e ':init seed=1' -e ':train 10 ckpt_every=5 eval_every=0' "
+             "-e ':save runs/up/ckpt/mine.ckpt' -e ':step 10' > out.txt 2> err.txt", TINY, corpus);
+    assert_int_equal(sh_in_dir(args, dmsh), 0);
+    assert_int_equal(sh_in_dir("grep -qx '# :save runs/up/ckpt/mine.ckpt' runs/up/transcript.dm%s", ""), 0);
+    assert_int_equal(sh_in_dir("echo step-10.ckpt > runs/up/ckpt/LATEST && %s --norc -r runs/up -e ':quit' > out.txt 2> err.txt", dmsh), 0);
+    assert_int_equal(sh_in_dir("echo step-20.ckpt > runs/up/ckpt/LATEST && %s --norc -r runs/up -e ':step 1' > out.txt 2> err.txt", dmsh), 0);
+    slurp_to("out.txt", out, sizeof out);
+    if (!strstr(out, "no line of the transcript places step-20.ckpt among its commands")) print_error("%s\n", out);
+    assert_non_null(strstr(out, "no line of the transcript places step-20.ckpt among its commands"));
+    char *t = transcript("up");
+    assert_non_null(strstr(t, "\n# no longer placed (the commands above it that rebuilt it are comments now): # checkpoint ckpt/step-20.ckpt "));
+    assert_non_null(strstr(t, "\n# dmsh -r: resumed (a state the lines above do not rebuild) from "));
+    assert_non_null(strstr(t, "\n# unplaced checkpoint ckpt/step-21.ckpt at step 21: "));
+    free(t);
+    assert_int_equal(sh_in_dir("%s --norc -r runs/up -e ':quit' > out.txt 2> err.txt", dmsh), 0);
+    slurp_to("out.txt", out, sizeof out);
+    assert_non_null(strstr(out, "no line of the transcript places step-21.ckpt"));
+    // a :load: its line rebuilds the state, and the lines place again
+    assert_int_equal(sh_in_dir("%s --norc -r runs/up -e ':load runs/up/ckpt/mine.ckpt' -e ':step 2' > out.txt 2> err.txt", dmsh), 0);
+    replay_matches_resume("up");
+    assert_non_null(strstr(out, "resumed runs/up at step 12"));
+    assert_null(strstr(out, "no line of the transcript places"));
 }
 
 // A transcript from before these lines (none for the file): -r keeps to the command the process
@@ -190,6 +226,7 @@ int main(void) {
         cmocka_unit_test(test_load_and_session_switch),
         cmocka_unit_test(test_old_transcript_and_no_rewrite),
         cmocka_unit_test(test_failed_part_way_replays),
+        cmocka_unit_test(test_unplaced_and_own_save),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

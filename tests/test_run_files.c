@@ -99,17 +99,42 @@ static void test_transcript_mark(void **s) {
     char *t = read_whole_file("test_step_mark/transcript.dm", NULL);
     assert_non_null(strstr(t, "\n# started, never finished: :step 3\n"));  // a kill now leaves it
     free(t);
-    session_transcript_end(&m);
+    // its lines take the mark's place in one write (session 28): until then the mark stays, so
+    // a process killed at any moment leaves the mark or the line, never neither
+    session_transcript_finishing(&m);
     session_transcript_ckpt_lines(&e, &m, 1);
     session_transcript(&e, ":step 3");
     session_transcript_ckpt_lines(&e, &m, 0);
     t = read_whole_file("test_step_mark/transcript.dm", NULL);
+    assert_non_null(strstr(t, "\n# started, never finished: :step 3\n"));
+    assert_null(strstr(t, "\n:step 3\n"));
+    free(t);
+    session_transcript_end(&m);
+    t = read_whole_file("test_step_mark/transcript.dm", NULL);
     assert_null(strstr(t, "started"));
     assert_non_null(strstr(t, "\n:set seed=2\n:step 3\n"));
+    assert_int_equal(t[strlen(t) - 1], '\n');
+    assert_null(strstr(t, "\n:step 3\n#"));  // (the rest of the mark truncated)
     free(t);
+    // lines longer than the mark: they cover it and go on
+    session_transcript_begin(&e, "# started: :a", ":a", 0, ":a", &m);
+    session_transcript_finishing(&m);
+    session_transcript(&e, ":a with a line longer than its mark");
+    session_transcript(&e, "# and a second line");
+    session_transcript_end(&m);
+    session_transcript_ckpt_lines(&e, &m, 0);
+    t = read_whole_file("test_step_mark/transcript.dm", NULL);
+    if (!strstr(t, "\n:step 3\n:a with a line longer than its mark\n# and a second line\n")) print_error("%s\n", t);
+    assert_non_null(strstr(t, "\n:step 3\n:a with a line longer than its mark\n# and a second line\n"));
+    assert_null(strstr(t, "started"));
+    free(t);
+    assert_int_equal(truncate("test_step_mark/transcript.dm", 0), 0);
+    session_transcript(&e, ":set seed=2");
+    session_transcript(&e, ":step 3");
     // lines written during the command: the mark becomes a blank comment, they stay
     session_transcript_begin(&e, "# started, never finished: :x", ":x", 0, ":x", &m);
     session_transcript(&e, "# a line of its own");
+    session_transcript_finishing(&m);
     session_transcript_end(&m);
     session_transcript_ckpt_lines(&e, &m, 0);
     t = read_whole_file("test_step_mark/transcript.dm", NULL);
