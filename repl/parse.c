@@ -303,7 +303,6 @@ int sh_exec_line(Shell *sh, const char *line, dm_err *err) {
         if (mark.pushed) {
             free((char *)mark.text);
             mark.text = NULL;
-            session_transcript_ckpt_lines(e, &mark, 1);  // checkpoints of the state it left: before its line
         }
         built |= !rc && (!strcmp(c->name, ":init") || !strcmp(c->name, ":load"));
         fflush(sh->out);
@@ -342,6 +341,9 @@ int sh_exec_line(Shell *sh, const char *line, dm_err *err) {
                 free(c2);
                 free(again);
             } else if (cut) {
+                // (steps it took that no line retakes — a :stress, a quoted word: the lines no
+                // longer rebuild the state, and checkpoint lines say so from now on)
+                if (e->step != step0) session_transcript_unplaced(1);
                 char note[200];
                 snprintf(note, sizeof note, INTERRUPTED " (at step %lld; a stepping command stops at a step boundary):", (long long)e->step);
                 session_transcript(e, note);
@@ -371,6 +373,7 @@ int sh_exec_line(Shell *sh, const char *line, dm_err *err) {
                 char note[400];
                 snprintf(note, sizeof note, FAILED_PART " (it took the run from step %lld to %lld, then failed: %.240s):",
                          step0, (long long)e->step, err->msg);
+                session_transcript_unplaced(1);  // (as for a cut above)
                 session_transcript(e, note);
                 char *c2 = transcript_text(cmds[i].text, cmds[i].textlen, 1);
                 session_transcript(e, c2);
@@ -378,7 +381,7 @@ int sh_exec_line(Shell *sh, const char *line, dm_err *err) {
             }
             free(t);
         }
-        if (mark.pushed) session_transcript_ckpt_lines(e, &mark, 0);  // the checkpoint it ended in: after its line
+        session_transcript_ckpt_after(e, &mark);  // the checkpoint it ended in: after its line
         session_transcript_end(&mark);
         if (intr) {
             stopped = !sh->interactive || sh->depth > 0;  // (a :run at the prompt stops too)

@@ -214,6 +214,21 @@ char *session_transcript_unhold(size_t *len) {
     return hold_buf;  // (valid until the next hold's first line)
 }
 
+int session_transcript_last_is(const Engine *e, const char *line) {
+    char path[1200], buf[4200];
+    snprintf(path, sizeof path, "%s/transcript.dm", e->session_dir);
+    size_t n = strlen(line) + 1;
+    if (hold_on && !strcmp(path, hold_path) && hold_len)  // (the file's last line is the running command's mark)
+        return hold_len >= n && !memcmp(hold_buf + hold_len - n, line, n - 1) && hold_buf[hold_len - 1] == '\n' &&
+               (hold_len == n || hold_buf[hold_len - n - 1] == '\n');
+    FILE *f = session_fopen_regular(path, "r");
+    if (!f) return 0;
+    int same = n < sizeof buf - 1 && fseek(f, -(long)(n + 1), SEEK_END) == 0 && fread(buf, 1, n + 1, f) == n + 1 &&
+               buf[0] == '\n' && !memcmp(buf + 1, line, n - 1) && buf[n] == '\n';
+    fclose(f);
+    return same;
+}
+
 // 1 when the line went into the held lines (path is the held one)
 static int held(const char *path, const char *line) {
     if (!hold_on || strcmp(path, hold_path)) return 0;
@@ -756,8 +771,11 @@ int session_save(Engine *e, char *path, size_t n, char *note, size_t nnote, dm_e
         snprintf(prefix, sizeof prefix, "%s/ckpt/step-", e->session_dir);
         if (save_step(e, prefix, path, n, note, nnote, err)) return 1;
     }
+    // (the line first: LATEST naming a file no line places yet left a -r killed between the two
+    // with a transcript that could not rebuild it; a line for a file LATEST does not name yet is
+    // taken out with the commands after it)
+    session_transcript_ckpt(e, path, 1);
     write_latest(e, path, note, nnote);
-    session_transcript_ckpt(e, path);
     return 0;
 }
 
@@ -782,8 +800,8 @@ int session_autosave(Engine *e, char *path, size_t n, dm_err *err) {
         fprintf(stderr, "dmsh: note: %s/ckpt/%s, where this state was saved, is gone: saving it again\n", e->session_dir, base + 1);
     if (!engine_unsaved(e) && in_session && !gone) {
         char name[512];
+        session_transcript_ckpt(e, e->synced_path, 0);
         if (latest_pointer(e->session_dir, name, sizeof name) || strcmp(name, base + 1)) write_latest(e, e->synced_path, NULL, 0);
-        session_transcript_ckpt(e, e->synced_path);
         return 0;
     }
     char note[1600];

@@ -25,9 +25,7 @@ typedef struct TranscriptMark {
     const char *name, *text;
     long long step0;
     struct TranscriptMark *outer;  // the command running this one (a :run's line inside another's)
-    int wrote;                     // checkpoints written in the session during it
-    int npend;                     // those whose line waits for the command's end (not a :train's)
-    struct { char dir[1100], base[256]; long long step; } pend[4];
+    int wrote;                     // checkpoints of the session written (or found) during it
 } TranscriptMark;
 void session_transcript_begin(Engine *e, const char *line, const char *name, long long step0, const char *text,
                               TranscriptMark *m);
@@ -41,21 +39,25 @@ void session_transcript_end(TranscriptMark *m);
 // them), and appends go to the file again
 void session_transcript_hold(const char *path);
 char *session_transcript_unhold(size_t *len);
+// 1 when the transcript's last line (the held lines' last, while they are held) is LINE
+int session_transcript_last_is(const Engine *e, const char *line);
 // Where the transcript is when a checkpoint of the session is written (or the state proves to be
 // one already there): each holds the state the transcript's lines rebuild at one line of it, and
 // -r, resuming that file, turns the command lines after that line into comments (they ran, but
 // their effect is not in the state). Written by session_save and session_autosave (path: the
-// file). A :train's checkpoints go in at once, naming the run (a -r from one takes its steps with
-// a stop_after line); another command's at its end: before its line (a state it then left: the
-// save before a :load or an :init) or after it (the state it ended in). Nothing without a session.
-void session_transcript_ckpt(Engine *e, const char *path);
+// file), at once, naming the command running (`..., written by the :NAME running here (from step
+// S): CMD`): a :train's checkpoint is K steps into its run (-r takes them with a stop_after line),
+// another command's holds the state before its line; a :save's, and the state a command ends in
+// when it is a file's, get a line after the command's (session_transcript_ckpt_after). Nothing
+// without a session.
+void session_transcript_ckpt(Engine *e, const char *path, int written);
+// After the command's line is written: the line for the file the state is still in, if the
+// command wrote or found one (this also ends the command for session_transcript_ckpt).
+void session_transcript_ckpt_after(Engine *e, TranscriptMark *m);
 // -r resumed a state the transcript's lines do not rebuild: the checkpoint lines written from
 // now on say so and place nothing (`# unplaced checkpoint ...`), until a :load or a session switch.
 void session_transcript_unplaced(int on);
 int session_transcript_is_unplaced(void);
-// After the command's mark is taken out and before its line is written (before = 1), then after
-// it (before = 0; this also ends the command for session_transcript_ckpt).
-void session_transcript_ckpt_lines(Engine *e, TranscriptMark *m, int before);
 // Rewrite config.dm from the engine's config.
 int session_write_config(const Engine *e, dm_err *err);
 // Rewrite metrics.tsv from the engine's rows (after a resume: no duplicated or lost rows).

@@ -63,10 +63,12 @@ typedef struct {
     int line;
     char name[32], text[512];
     long long step0;
-    int long_text;  // a :train's checkpoint whose command is longer than text holds
+    int long_text;  // a command's checkpoint whose command is longer than text holds
+    int open;       // written during a command whose mark is still there (the process ended in it)
 } ResumePos;
 
-static void resume_pos_line(const char *q, long off, int line, const char *base, long long step, ResumePos *rp) {
+// mark_open: the last command mark before this line is one a command never took out
+static void resume_pos_line(const char *q, long off, int line, const char *base, long long step, int mark_open, ResumePos *rp) {
     static const char ck[] = "# checkpoint ckpt/", rs[] = "# dmsh -r: resumed from ";
     size_t bl = strlen(base);
     long long at;
@@ -79,6 +81,7 @@ static void resume_pos_line(const char *q, long off, int line, const char *base,
         rp->line = line;
         rp->name[0] = 0;
         rp->long_text = 0;
+        rp->open = 0;
         static const char run[] = ", written by the ";
         int u2 = 0;
         if (strncmp(q, run, sizeof run - 1) ||
@@ -88,11 +91,13 @@ static void resume_pos_line(const char *q, long off, int line, const char *base,
         }
         q += sizeof run - 1 + (size_t)u2;
         size_t tl = strcspn(q, "\r\n");
+        rp->open = mark_open;
         if (tl >= sizeof rp->text) {  // (no line takes its steps: said at the resume)
-            rp->name[0] = 0;
             rp->long_text = 1;
+            rp->text[0] = 0;
+        } else {
+            snprintf(rp->text, sizeof rp->text, "%.*s", (int)tl, q);
         }
-        else snprintf(rp->text, sizeof rp->text, "%.*s", (int)tl, q);
     } else if (!strncmp(q, rs, sizeof rs - 1)) {
         const char *p = q + sizeof rs - 1, *a = strstr(p, " at step ");
         if (!a || sscanf(a, " at step %lld", &at) != 1 || at != step) return;
@@ -103,6 +108,7 @@ static void resume_pos_line(const char *q, long off, int line, const char *base,
         rp->line = line;
         rp->name[0] = 0;
         rp->long_text = 0;
+        rp->open = 0;
     }
 }
 
@@ -189,7 +195,8 @@ void session_resume_transcript(Engine *e, const char *dir, int fell_back) {
     lost_settings_reset(&lost_set);
     const char *base = strrchr(e->synced_path, '/') ? strrchr(e->synced_path, '/') + 1 : e->synced_path;
     ResumePos rp = {.off = -1};
-    int places = 0;  // lines that place a checkpoint (a transcript since session 28 has them)
+    int places = 0;  // checkpoint lines, placing or unplaced (a transcript since session 28 has them)
+    int mark_open = 0;
     if (tf) {
         char tl[8192];  // (a checkpoint's line is under 4 096 bytes: read whole)
         int line = 0, at_start = 1;
@@ -198,9 +205,11 @@ void session_resume_transcript(Engine *e, const char *dir, int fell_back) {
             at_start = strchr(tl, '\n') != NULL;  // (a longer line comes in pieces)
             line += start;
             const char *q = tl + strspn(tl, " \t");
+            if (start && !strncmp(q, "# started, never finished", 25)) mark_open = 1;
+            else if (start && !strncmp(q, "# (finished)", 12)) mark_open = 0;
             if (start && at_start) {
-                resume_pos_line(q, ftell(tf), line, base, (long long)e->step, &rp);
-                places += !strncmp(q, "# checkpoint ckpt/", 18);
+                resume_pos_line(q, ftell(tf), line, base, (long long)e->step, mark_open, &rp);
+                places += !strncmp(q, "# checkpoint ckpt/", 18) || !strncmp(q, "# unplaced checkpoint ckpt/", 27);
             }
             lost_settings_line(&lost_set, q);
             // the mark a command leaves while it runs (repl/parse.c): the last one of a killed run
@@ -225,7 +234,8 @@ void session_resume_transcript(Engine *e, const char *dir, int fell_back) {
         char why[PATH_MAX + 64] = "";
         long n = comment_out_after(path, &rp, base, why, sizeof why);
         long long k = (long long)e->step - rp.step0;
-        char *again = rp.name[0] && n >= 0 ? transcript_cut_line(rp.name, rp.text, k) : NULL;
+        int train = !strcmp(rp.name, ":train");
+        char *again = train && !rp.long_text && n >= 0 ? transcript_cut_line(rp.name, rp.text, k) : NULL;
         if (cut[0]) engine_note(e, "the process ended during `%s` (its transcript's last command)", cut);
         if (n < 0) session_transcript_unplaced(1);
         if (n < 0)
@@ -243,14 +253,20 @@ void session_resume_transcript(Engine *e, const char *dir, int fell_back) {
             session_transcript(e, again);
             engine_note(e, "ckpt/%s was written %lld steps into `%s`: the transcript takes them with `%s`", base, k, rp.text, again);
             free(again);
-        } else if (rp.name[0] && n >= 0) {
+        } else if (train && n >= 0) {
             session_transcript_unplaced(1);
-            engine_note(e, "ckpt/%s was written %lld steps into `%s`, and no line takes exactly those steps (a quoted or unknown word): "
-                        "a replay of the transcript does not rebuild this state", base, k, rp.text);
-        } else if (rp.long_text && n >= 0) {
+            if (rp.long_text)
+                engine_note(e, "ckpt/%s was written inside a :train whose line is longer than %zu bytes, and no line takes the steps it had run: "
+                            "a replay of the transcript does not rebuild this state", base, sizeof rp.text - 1);
+            else
+                engine_note(e, "ckpt/%s was written %lld steps into `%s`, and no line takes exactly those steps (a quoted or unknown word): "
+                            "a replay of the transcript does not rebuild this state", base, k, rp.text);
+        } else if (rp.name[0] && rp.open && n == 0) {
+            // written during the command the process ended in: the state before its change (the
+            // save before a :load or an :init) or after it (the new model's) — the lines cannot say
             session_transcript_unplaced(1);
-            engine_note(e, "ckpt/%s was written inside a :train whose line is longer than %zu bytes, and no line takes the steps it had run: "
-                        "a replay of the transcript does not rebuild this state", base, sizeof rp.text - 1);
+            engine_note(e, "ckpt/%s was written during %s, which the process ended in: whether it holds the state before that command "
+                        "or after it the transcript cannot say, so a replay of it may not end in this state", base, rp.name);
         }
         cut[0] = 0;  // (said)
     } else if (places) {  // (a LATEST set by hand, a file copied in, a kill between its save and its line)

@@ -28,7 +28,7 @@ void session_transcript_begin(Engine *e, const char *line, const char *name, lon
     m->name = name;
     m->text = text;
     m->step0 = step0;
-    m->wrote = m->npend = 0;
+    m->wrote = 0;
     m->outer = innermost;
     m->pushed = 1;
     innermost = m;
@@ -101,82 +101,43 @@ static void plain_line(char *buf, size_t n, const char *base, long long step) {
         snprintf(buf, n, "# checkpoint ckpt/%s at step %lld: the state the lines above rebuild", base, step);
 }
 
-// 1 when the transcript's last line is LINE already (an exit after a command that ended in a
-// checkpoint's state: one line says so)
-static int last_line_is(const Engine *e, const char *line) {
-    char path[1200], buf[4200];
-    snprintf(path, sizeof path, "%s/transcript.dm", e->session_dir);
-    size_t n = strlen(line) + 1;
-    FILE *f = session_fopen_regular(path, "r");
-    if (!f) return 0;
-    int same = n < sizeof buf && fseek(f, -(long)n, SEEK_END) == 0 && fread(buf, 1, n, f) == n &&
-               !memcmp(buf, line, n - 1) && buf[n - 1] == '\n';
-    fclose(f);
-    return same;
-}
-
 static void put_plain(Engine *e, const char *base, long long step) {
     char line[4096];
     plain_line(line, sizeof line, base, step);
-    if (!last_line_is(e, line)) session_transcript(e, line);
+    if (!session_transcript_last_is(e, line)) session_transcript(e, line);
 }
 
-void session_transcript_ckpt(Engine *e, const char *path) {
+void session_transcript_ckpt(Engine *e, const char *path, int written) {
     if (!e->session_dir[0] || !session_own_ckpt(e, path)) return;
     const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
-    // (a name a line cannot hold: no line, and -r keeps to its older rule for that file)
-    if (strlen(base) >= sizeof innermost->pend[0].base || strpbrk(base, "\r\n")) return;
+    // (a name a line cannot hold: no line, and -r says that none places the file)
+    if (strlen(base) >= 1024 || strpbrk(base, "\r\n")) return;
     TranscriptMark *m = innermost;
-    char line[4096];
     if (!m) {  // between commands (the exit's save): the state of the transcript as it stands
         put_plain(e, base, (long long)e->step);
         return;
     }
     m->wrote++;
-    if (!strcmp(m->name, ":train")) {
-        // a :train's own checkpoint, at once: a process killed later in the run leaves it, and -r
-        // from it takes the run's steps to there (the :train's line is written at its end)
-        snprintf(line, sizeof line, "# %scheckpoint ckpt/%s at step %lld, written by the :train running here (from step %lld): %s",
-                 unplaced ? "unplaced " : "", base, (long long)e->step, m->step0, m->text);
-        session_transcript(e, line);
-        return;
-    }
-    // another command's: whether it holds the state before the command or after it is known at
-    // its end (the save before a :load holds the state the :load then replaced)
-    if (m->npend == (int)(sizeof m->pend / sizeof m->pend[0])) return;  // (at most two per command now)
-    snprintf(m->pend[m->npend].dir, sizeof m->pend[0].dir, "%s", e->session_dir);
-    snprintf(m->pend[m->npend].base, sizeof m->pend[0].base, "%s", base);
-    m->pend[m->npend].step = (long long)e->step;
-    m->npend++;
+    // a :save changes nothing: its line places the file once the :save's own line is in; a file
+    // found holding the state (no write: a :load's own ckpt/ file) is the state the command ends in
+    if (!strcmp(m->name, ":save") || !written) return;
+    // any other command's, at once (a name reused since — ckpt_keep removed the file, or a save
+    // of another state took it — is placed by its newest line): a :train's own checkpoint is
+    // -r's to take the run's steps to (the :train's line is written at its end); another's holds
+    // the state before the command's line (the save before a :load, an :init, a :session switch)
+    // unless the state is the file's still when the command returns (then a line after it says so)
+    char line[4096];
+    snprintf(line, sizeof line, "# %scheckpoint ckpt/%s at step %lld, written by the %s running here (from step %lld): %s",
+             unplaced ? "unplaced " : "", base, (long long)e->step, m->name, m->step0, m->text);
+    session_transcript(e, line);
 }
 
-// 1 when the state now is the one in DIR/ckpt/BASE
-static int synced_to(const Engine *e, const char *dir, const char *base) {
-    const char *sb = strrchr(e->synced_path, '/');
-    return !engine_unsaved(e) && sb && !strcmp(sb + 1, base) && !strcmp(dir, e->session_dir) && session_own_ckpt(e, e->synced_path);
-}
-
-void session_transcript_ckpt_lines(Engine *e, TranscriptMark *m, int before) {
+void session_transcript_ckpt_after(Engine *e, TranscriptMark *m) {
     if (!m->pushed) return;
-    if (before) {
-        for (int i = 0; i < m->npend; i++) {
-            if (synced_to(e, m->pend[i].dir, m->pend[i].base)) continue;  // (after the line, below)
-            // a session left by a :session switch: its transcript ends with it (the :session line
-            // goes to the new session's)
-            if (strcmp(m->pend[i].dir, e->session_dir)) {
-                char line[4096];
-                plain_line(line, sizeof line, m->pend[i].base, m->pend[i].step);
-                session_transcript_in(m->pend[i].dir, line);
-            } else {
-                put_plain(e, m->pend[i].base, m->pend[i].step);
-            }
-        }
-        return;
-    }
     if (innermost == m) innermost = m->outer;
     m->pushed = 0;
     const char *sb = strrchr(e->synced_path, '/');
-    if ((m->wrote || m->npend) && e->session_dir[0] && sb && synced_to(e, e->session_dir, sb + 1)) {
+    if (m->wrote && e->session_dir[0] && sb && !engine_unsaved(e) && session_own_ckpt(e, e->synced_path)) {
         if (!strcmp(m->name, ":load")) unplaced = 0;  // (the state is the loaded file's, and its line says which)
         put_plain(e, sb + 1, (long long)e->step);
     }

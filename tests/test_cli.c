@@ -494,7 +494,8 @@ static void test_spec_audit(void **s) {
     assert_non_null(t1);
     assert_non_null(t2);
     assert_non_null(strstr(t1, "\n:step 2\n"));
-    assert_null(strstr(t1, ":session sw2"));
+    assert_null(strstr(t1, "\n:session sw2\n"));
+    assert_null(strstr(t1, "\n# :session sw2\n"));
     assert_non_null(strstr(t2, ":session sw2\n:step 1\n"));
     assert_null(strstr(t2, ":step 2"));
     assert_non_null(strstr(t2, "# :session sw2\n"));  // a comment: replayed in place it would be refused

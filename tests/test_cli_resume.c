@@ -93,7 +93,8 @@ static void test_load_and_session_switch(void **s) {
              TINY, corpus);
     run_and_kill(args, "grep -q '^step 8 ' k.out");
     char *t = transcript("ld");
-    static const char want[] = "\n# checkpoint ckpt/step-5.ckpt at step 5: the state the lines above rebuild\n:load runs/ld/ckpt/step-2.ckpt\n"
+    static const char want[] = "\n# checkpoint ckpt/step-5.ckpt at step 5, written by the :load running here (from step 5): "
+                               ":load runs/ld/ckpt/step-2.ckpt\n:load runs/ld/ckpt/step-2.ckpt\n"
                                "# checkpoint ckpt/step-2.ckpt at step 2: the state the lines above rebuild\n:step 2\n";
     if (!strstr(t, want)) print_error("%s\n", t);
     assert_non_null(strstr(t, want));
@@ -112,7 +113,8 @@ static void test_load_and_session_switch(void **s) {
     snprintf(args, sizeof args, "%%s --norc -e ':session sw1' -e '%s' -e ':data %s' -e ':init seed=1' -e ':step 3' -e ':session sw2' -e ':step 1' "
              "> out.txt 2> err.txt", TINY, corpus);
     assert_int_equal(sh_in_dir(args, dmsh), 0);
-    assert_int_equal(sh_in_dir("tail -n 1 runs/sw1/transcript.dm | grep -qx '# checkpoint ckpt/step-3.ckpt at step 3: the state the lines above rebuild'%s", ""), 0);
+    assert_int_equal(sh_in_dir("tail -n 1 runs/sw1/transcript.dm | grep -qx '# checkpoint ckpt/step-3.ckpt at step 3, written by the :session running here "
+                               "(from step 3): :session sw2'%s", ""), 0);
     replay_matches_resume("sw1");
     assert_null(strstr(out, "command line"));
     // and the new session's transcript starts from it with a live :load, so it replays alone (its
@@ -220,6 +222,44 @@ static void test_failed_part_way_replays(void **s) {
                                "! grep -q '^head ' out.txt", dmsh), 0);
 }
 
+// From a second QA pass (session 28): (1) a checkpoint written during a command the process ended
+// in (the save before an :init, whose name ckpt_keep had freed) holds the state before the
+// command or after it: -r cannot tell, says so, and claims no rebuild (it took an older line for
+// the same name, of another state, and said the replay rebuilt it); (2) steps no line retakes (a
+// nan_limit stop of a :step with a quoted count) leave the checkpoint lines after them unplaced.
+static void test_open_command_and_steps_no_line_takes(void **s) {
+    (void)s;
+    char args[1600];
+    snprintf(args, sizeof args, "%%s --norc -e ':session oc' -e '%s' -e ':data %s' -e ':init seed=1' -e ':step 2' -e ':save' "
+             "> out.txt 2> err.txt", TINY, corpus);
+    assert_int_equal(sh_in_dir(args, dmsh), 0);
+    // the transcript as a kill during `:init seed=2` leaves it, after the save of the state it replaces
+    assert_int_equal(sh_in_dir("printf '%%s\\n' '# started, never finished (:init from step 2; the process ended during it): :init seed=2' "
+                               "'# checkpoint ckpt/step-2.ckpt at step 2, written by the :init running here (from step 2): :init seed=2' "
+                               ">> runs/oc/transcript.dm%s", ""), 0);
+    assert_int_equal(sh_in_dir("%s --norc -r runs/oc -e ':step 1' > out.txt 2> err.txt", dmsh), 0);
+    slurp_to("out.txt", out, sizeof out);
+    if (!strstr(out, "ckpt/step-2.ckpt was written during :init, which the process ended in")) print_error("%s\n", out);
+    assert_non_null(strstr(out, "ckpt/step-2.ckpt was written during :init, which the process ended in"));
+    assert_null(strstr(out, "rebuilds this state"));
+    char *t = transcript("oc");
+    assert_non_null(strstr(t, "\n# dmsh -r: resumed (a state the lines above do not rebuild) from "));
+    assert_non_null(strstr(t, "\n# unplaced checkpoint ckpt/step-3.ckpt at step 3: "));
+    free(t);
+    // a nan_limit stop of `:step "40"` (no line retakes a quoted count): the exit's line is unplaced
+    snprintf(args, sizeof args, "%%s --norc -e ':session nq' -e '%s' -e ':data %s' -e ':set warmup=0 clip=0 nan_limit=2 lr=10 lr_muon=10 "
+             "eps=1e-30 beta2=0' -e ':init seed=1' -e ':step \"40\"' > out.txt 2> err.txt", TINY, corpus);
+    assert_int_not_equal(sh_in_dir(args, dmsh), 0);
+    t = transcript("nq");
+    if (!strstr(t, "\n# failed part-way during the command below (")) print_error("%s\n", t);
+    assert_non_null(strstr(t, "\n# failed part-way during the command below ("));
+    assert_non_null(strstr(t, "\n# unplaced checkpoint ckpt/step-"));
+    free(t);
+    assert_int_equal(sh_in_dir("%s --norc -r runs/nq -e ':quit' > out.txt 2> err.txt", dmsh), 0);
+    slurp_to("out.txt", out, sizeof out);
+    assert_non_null(strstr(out, "no line of the transcript places step-"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lines_after_the_checkpoint),
@@ -227,6 +267,7 @@ int main(void) {
         cmocka_unit_test(test_old_transcript_and_no_rewrite),
         cmocka_unit_test(test_failed_part_way_replays),
         cmocka_unit_test(test_unplaced_and_own_save),
+        cmocka_unit_test(test_open_command_and_steps_no_line_takes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

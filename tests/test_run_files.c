@@ -102,9 +102,8 @@ static void test_transcript_mark(void **s) {
     // its lines take the mark's place in one write (session 28): until then the mark stays, so
     // a process killed at any moment leaves the mark or the line, never neither
     session_transcript_finishing(&m);
-    session_transcript_ckpt_lines(&e, &m, 1);
     session_transcript(&e, ":step 3");
-    session_transcript_ckpt_lines(&e, &m, 0);
+    session_transcript_ckpt_after(&e, &m);
     t = read_whole_file("test_step_mark/transcript.dm", NULL);
     assert_non_null(strstr(t, "\n# started, never finished: :step 3\n"));
     assert_null(strstr(t, "\n:step 3\n"));
@@ -122,7 +121,7 @@ static void test_transcript_mark(void **s) {
     session_transcript(&e, ":a with a line longer than its mark");
     session_transcript(&e, "# and a second line");
     session_transcript_end(&m);
-    session_transcript_ckpt_lines(&e, &m, 0);
+    session_transcript_ckpt_after(&e, &m);
     t = read_whole_file("test_step_mark/transcript.dm", NULL);
     if (!strstr(t, "\n:step 3\n:a with a line longer than its mark\n# and a second line\n")) print_error("%s\n", t);
     assert_non_null(strstr(t, "\n:step 3\n:a with a line longer than its mark\n# and a second line\n"));
@@ -136,7 +135,7 @@ static void test_transcript_mark(void **s) {
     session_transcript(&e, "# a line of its own");
     session_transcript_finishing(&m);
     session_transcript_end(&m);
-    session_transcript_ckpt_lines(&e, &m, 0);
+    session_transcript_ckpt_after(&e, &m);
     t = read_whole_file("test_step_mark/transcript.dm", NULL);
     assert_null(strstr(t, "started"));
     assert_non_null(strstr(t, "\n:step 3\n# (finished)                 \n# a line of its own\n"));
@@ -146,7 +145,7 @@ static void test_transcript_mark(void **s) {
     session_transcript_begin(&e, "# started, never finished: :y", ":y", 0, ":y", &m);
     assert_int_equal(m.len, 0);
     session_transcript_end(&m);
-    session_transcript_ckpt_lines(&e, &m, 0);
+    session_transcript_ckpt_after(&e, &m);
     unlink("test_step_mark/transcript.dm");
     unlink("test_step_mark/config.dm");
     rmdir("test_step_mark");
