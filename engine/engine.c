@@ -87,6 +87,16 @@ uint64_t engine_extras_hash(const Engine *e) {
     return fnv(h, &e->last_orth_err, sizeof e->last_orth_err);
 }
 
+// The corpus a state names (its files and their fingerprint): a save of the same state with
+// another corpus is a new file, never the old one rewritten (a :load of it elsewhere, by its
+// path, would read the new corpus: QA, session 28)
+uint64_t engine_corpus_hash(const Engine *e) {
+    uint64_t h = 1469598103934665603ull;
+    h = fnv(h, e->data_path, strlen(e->data_path) + 1);
+    h = fnv(h, e->eval_path, strlen(e->eval_path) + 1);
+    return fnv(h, &e->data_fp, sizeof e->data_fp);
+}
+
 // unsaved: steps, metric rows, settings (:set, :arm: a checkpoint keeps them, and -r resumes
 // with what it keeps) or the extras above that the last save or load does not hold
 int engine_unsaved(const Engine *e) {
@@ -100,6 +110,7 @@ void engine_mark_synced(Engine *e, const char *path) {
     e->synced_nrows = e->nrows;
     e->synced_settings = engine_settings_hash(e);
     e->synced_extras = engine_extras_hash(e);
+    e->synced_corpus = engine_corpus_hash(e);
     char abs[PATH_MAX];
     const char *p = realpath(path, abs) ? abs : path;
     snprintf(e->synced_path, sizeof e->synced_path, "%s", p);
@@ -198,7 +209,7 @@ int engine_set_device(Engine *e, const Backend *be, const char *name, dm_err *er
     snapshot_take(&s, e);
     int64_t sst = e->synced_step;  // the same state, moved: still in the same file
     int snr = e->synced_nrows;
-    uint64_t sset = e->synced_settings, sext = e->synced_extras;
+    uint64_t sset = e->synced_settings, sext = e->synced_extras, scor = e->synced_corpus;
     char spath[sizeof e->synced_path];
     memcpy(spath, e->synced_path, sizeof spath);
     const Backend *old = e->be;
@@ -225,6 +236,7 @@ int engine_set_device(Engine *e, const Backend *be, const char *name, dm_err *er
     e->synced_nrows = snr;
     e->synced_settings = sset;
     e->synced_extras = sext;
+    e->synced_corpus = scor;
     memcpy(e->synced_path, spath, sizeof spath);
     snprintf(e->device, sizeof e->device, "%s", name);
     e->emulated = backend_emulated(be);

@@ -72,6 +72,7 @@ typedef struct Engine {
     char synced_path[4096];     // the file it was saved to / loaded from (realpath when known)
     uint64_t synced_settings;   // engine_settings_hash of that state (a :set or :arm since is unsaved)
     uint64_t synced_extras;     // engine_extras_hash of it (a :gen's counts or an :anchors since is unsaved)
+    uint64_t synced_corpus;     // engine_corpus_hash of it (another corpus since: a save is a new file)
     int steps_auto;             // cfg.steps was set by the first :train, not by the user: a new
                                 // model (:init) starts without it, as a fresh process would
     char note[800];             // a pending message for the user (engine_notice), e.g. a resume
@@ -126,6 +127,7 @@ int engine_unsaved(const Engine *e);
 // A hash of what a checkpoint keeps besides the weights and rows: the config text and the arms.
 uint64_t engine_settings_hash(const Engine *e);
 uint64_t engine_extras_hash(const Engine *e);  // the arms' counters, anchors, corpus, orth error
+uint64_t engine_corpus_hash(const Engine *e);  // the corpus files named and their fingerprint
 // The eval window's sequences (SPEC §5) into *nseq; 1 with the reason and the fix when it holds
 // none (eval_bytes < seq, or a held-out split shorter than one sequence). :eval, :anchors and a
 // :train that evals check it first.

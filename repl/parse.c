@@ -443,6 +443,7 @@ static int run_stream(Shell *sh, FILE *f, const char *name, dm_err *err) {
     int rc = 0;
     ssize_t got;
     long long expect_at = -1;  // the step the line after a FAILED_STEPS comment failed at in the session
+    int told_step = 0;
     while (!sh->quit && (got = read_line_max(&line, &cap, f)) != -1) {
         sh->line++;
         dm_err e1 = {0};
@@ -461,6 +462,20 @@ static int run_stream(Shell *sh, FILE *f, const char *name, dm_err *err) {
         if (!strncmp(lp, NOT_REPLAYABLE, strlen(NOT_REPLAYABLE)) || !strncmp(lp, INTERRUPTED, strlen(INTERRUPTED)) ||
             !strncmp(lp, FAILED_PART, strlen(FAILED_PART)) || !strncmp(lp, UNFINISHED, strlen(UNFINISHED)))
             fprintf(stderr, "%s:%d: note: this line is not run: %.*s\n", name, sh->line, (int)strcspn(lp + 2, "\n"), lp + 2);
+        // a checkpoint's line says the step the lines above it reached in the session: a replay
+        // elsewhere is not rebuilding it (a line edited or deleted by hand, a loaded file since
+        // rewritten): said once (QA, session 28: the replay went on in silence)
+        if (!told_step && sh->eng && sh->eng->live && !strncmp(lp, "# checkpoint ckpt/", 18)) {
+            const char *rb = strstr(lp, ": the state the lines above rebuild"), *at = NULL;
+            for (const char *q = lp; rb && (q = strstr(q, " at step ")) && q < rb; q++) at = q;
+            long long was;
+            if (at && sscanf(at, " at step %lld", &was) == 1 && was != (long long)sh->eng->step) {
+                fprintf(stderr, "%s:%d: note: the session was at step %lld here, this replay is at step %lld: it does not rebuild the "
+                        "session's state (a line above edited or missing, a file it loads since rewritten?)\n", name, sh->line, was,
+                        (long long)sh->eng->step);
+                told_step = 1;
+            }
+        }
         long long from;
         if (!strncmp(lp, FAILED_STEPS, strlen(FAILED_STEPS)) &&
             sscanf(lp + strlen(FAILED_STEPS), " (it took the run from step %lld to %lld,", &from, &expect_at) != 2)
@@ -468,8 +483,8 @@ static int run_stream(Shell *sh, FILE *f, const char *name, dm_err *err) {
         if (sh_exec_line(sh, line, &e1)) {
             if (expect >= 0 && sh->eng && (long long)sh->eng->step == expect && !sh->quit && !(sh->eng->interrupt && *sh->eng->interrupt)) {
                 // the failure the session's run met, at the same step: the state is the session's
-                fprintf(stderr, "%s:%d: note: failed at step %lld as the session's command did (the comment above says so); the replay goes on: %s\n",
-                        name, sh->line, expect, e1.msg);
+                fprintf(stderr, "%s:%d: note: failed as the session's command did, the run at step %lld (the comment above says so); the replay "
+                        "goes on: %s\n", name, sh->line, expect, e1.msg);
                 continue;
             }
             // FILE:LINE: then the message (a nested script's own FILE:LINE: comes with it): one

@@ -685,7 +685,7 @@ static int same_file(const char *a, const char *b) {
 // loaded from) already is the same file again.
 static void free_ckpt_path(const Engine *e, const char *prefix, char *path, size_t n, int *branch) {
     *branch = 0;
-    int same = e->synced_step == e->step && e->synced_settings == engine_settings_hash(e);
+    int same = e->synced_step == e->step && e->synced_settings == engine_settings_hash(e) && e->synced_corpus == engine_corpus_hash(e);
     // the same state (a :gen's counts or an :anchors since) whose file is a name of the user's in
     // this directory (:save ckpt/mine.ckpt, or -r from it): that file again (it went to a new
     // step-N-bK as "another state", and LATEST left mine.ckpt: QA, session 24)

@@ -161,7 +161,7 @@ static long comment_out_after(const char *path, const ResumePos *rp, const char 
         size_t lead = p;
         while (lead < e && (buf[lead] == ' ' || buf[lead] == '\t')) lead++;
         if (lead < e && buf[lead] != '#' && buf[lead] != '\r')
-            fprintf(o, "# ran after ckpt/%s was written, not in the state -r resumed from it: ", base);
+            fprintf(o, "# after ckpt/%s was written, not in the state -r resumed from it: ", base);
         else if (is_place_line(buf + lead, e - lead))  // (the lines above it no longer rebuild that state)
             fprintf(o, "# no longer placed (the commands above it that rebuilt it are comments now): ");
         fwrite(buf + p, 1, e - p, o);
@@ -242,7 +242,7 @@ void session_resume_transcript(Engine *e, const char *dir, int fell_back) {
             engine_note(e, "%s: the command lines after its line %d, where ckpt/%s was written, ran but are not in the state resumed from it, "
                         "and could not be made comments (%s): a replay of the transcript ends past this state", path, rp.line, base, why);
         else if (n > 0)
-            engine_note(e, "the transcript's %ld command line%s after ckpt/%s was written (its line %d) ran but %s not in the state resumed "
+            engine_note(e, "the transcript's %ld command line%s after ckpt/%s was written (its line %d) %s not in the state resumed "
                         "from it: comments now, so a replay of the transcript rebuilds this state", n, n == 1 ? "" : "s", base, rp.line,
                         n == 1 ? "is" : "are");
         if (again) {

@@ -25,6 +25,10 @@ static void replay_matches_resume(const char *name) {
     slurp_to("out.txt", out, sizeof out);
     if (!strstr(out, probe)) print_error("want %s\n%s\n", probe, out);
     assert_non_null(strstr(out, probe));
+    // (and every checkpoint line it passed named the step it was at)
+    slurp_to("err.txt", err_, sizeof err_);
+    if (strstr(err_, "does not rebuild the session's state")) print_error("%s\n", err_);
+    assert_null(strstr(err_, "does not rebuild the session's state"));
     memcpy(out, saved, sizeof out);
 }
 
@@ -59,7 +63,7 @@ static void test_lines_after_the_checkpoint(void **s) {
     assert_non_null(strstr(out, "the transcript's 3 command lines after ckpt/step-4.ckpt was written (its line "));
     assert_non_null(strstr(out, "the transcript takes them with `:train 6 ckpt_every=4 eval_every=0 stop_after=4`"));
     t = transcript("aft");
-    static const char ran[] = "\n# ran after ckpt/step-4.ckpt was written, not in the state -r resumed from it: ";
+    static const char ran[] = "\n# after ckpt/step-4.ckpt was written, not in the state -r resumed from it: ";
     char want[600];
     snprintf(want, sizeof want, "%s:train 6 ckpt_every=4 eval_every=0%s:set lr=0.001%s:train 5 ckpt_every=0 eval_every=0\n", ran, ran, ran);
     if (!strstr(t, want)) print_error("%s\n", t);
@@ -72,9 +76,14 @@ static void test_lines_after_the_checkpoint(void **s) {
     replay_matches_resume("aft");
     assert_non_null(strstr(out, "the transcript's 1 command line after ckpt/step-4.ckpt was written (its line "));
     t = transcript("aft");
-    assert_non_null(strstr(t, "\n# ran after ckpt/step-4.ckpt was written, not in the state -r resumed from it: :step 3\n"));
+    assert_non_null(strstr(t, "\n# after ckpt/step-4.ckpt was written, not in the state -r resumed from it: :step 3\n"));
     assert_int_equal(strstr(t, "\n:train 6 ckpt_every=4 eval_every=0 stop_after=4\n") != NULL, 1);
     free(t);
+    // a line deleted by hand: the replay says where it stops rebuilding the session (QA, session 28)
+    assert_int_equal(sh_in_dir("grep -v 'stop_after=4$' r.dm > cut.dm && %s --norc -b cut.dm > out.txt 2> err.txt", dmsh), 0);
+    slurp_to("err.txt", err_, sizeof err_);
+    if (!strstr(err_, "cut.dm:")) print_error("%s\n", err_);
+    assert_non_null(strstr(err_, ": note: the session was at step "));
     // a clean exit: the exit's save is the last line about a checkpoint, nothing becomes a comment
     assert_int_equal(sh_in_dir("%s --norc -r runs/aft -e ':step 2' > out.txt 2> err.txt", dmsh), 0);
     assert_int_equal(sh_in_dir("grep -q '^# checkpoint ckpt/step-6.ckpt at step 6: the state the lines above rebuild$' runs/aft/transcript.dm%s", ""), 0);
@@ -107,7 +116,7 @@ static void test_load_and_session_switch(void **s) {
     replay_matches_resume("ld");
     assert_non_null(strstr(out, "resumed runs/ld at step 5 from ckpt/step-5.ckpt"));
     t = transcript("ld");
-    assert_non_null(strstr(t, "\n# ran after ckpt/step-5.ckpt was written, not in the state -r resumed from it: :load runs/ld/ckpt/step-2.ckpt\n"));
+    assert_non_null(strstr(t, "\n# after ckpt/step-5.ckpt was written, not in the state -r resumed from it: :load runs/ld/ckpt/step-2.ckpt\n"));
     free(t);
     // a :session switch: the state left is saved, and its line is the old transcript's last
     snprintf(args, sizeof args, "%%s --norc -e ':session sw1' -e '%s' -e ':data %s' -e ':init seed=1' -e ':step 3' -e ':session sw2' -e ':step 1' "
@@ -214,7 +223,7 @@ static void test_failed_part_way_replays(void **s) {
         assert_non_null(strstr(fp, want));
         free(tl);
         replay_matches_resume(name);
-        assert_int_equal(sh_in_dir("grep -q 'r.dm:[0-9]*: note: failed at step [0-9]* as the session.s command did' err.txt%s", ""), 0);
+        assert_int_equal(sh_in_dir("grep -q 'r.dm:[0-9]*: note: failed as the session.s command did, the run at step [0-9]* ' err.txt%s", ""), 0);
     }
     // a failure at another step than the session's is the replay's own: it stops there
     assert_int_equal(sh_in_dir("sed -i 's/(it took the run from step 0 to [0-9]*,/(it took the run from step 0 to 99,/' r.dm && "
@@ -260,6 +269,21 @@ static void test_open_command_and_steps_no_line_takes(void **s) {
     assert_non_null(strstr(out, "no line of the transcript places step-"));
 }
 
+// A save of the same state with another corpus is a new file: the exit after a :data rewrote the
+// checkpoint -r had loaded in place, and another session's transcript that :load's it by its path
+// then replayed with another corpus, in silence (QA, session 28)
+static void test_other_corpus_is_a_new_file(void **s) {
+    (void)s;
+    char args[1600];
+    snprintf(args, sizeof args, "%%s --norc -e ':session oa' -e '%s' -e ':data %s' -e ':init seed=1' -e ':step 3' > out.txt 2> err.txt",
+             TINY, corpus);
+    assert_int_equal(sh_in_dir(args, dmsh), 0);
+    assert_int_equal(sh_in_dir("cp runs/oa/ckpt/step-3.ckpt s3.keep && yes 'the quick brown fox jumps' | head -c 200000 > other.txt && "
+                               "%s --norc -r runs/oa -e ':data other.txt' > out.txt 2> err.txt", dmsh), 0);
+    assert_int_equal(sh_in_dir("cmp -s s3.keep runs/oa/ckpt/step-3.ckpt && test -s runs/oa/ckpt/step-3-b1.ckpt && "
+                               "grep -qx step-3-b1.ckpt runs/oa/ckpt/LATEST%s", ""), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lines_after_the_checkpoint),
@@ -268,6 +292,7 @@ int main(void) {
         cmocka_unit_test(test_failed_part_way_replays),
         cmocka_unit_test(test_unplaced_and_own_save),
         cmocka_unit_test(test_open_command_and_steps_no_line_takes),
+        cmocka_unit_test(test_other_corpus_is_a_new_file),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
