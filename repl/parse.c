@@ -443,12 +443,13 @@ static int run_stream(Shell *sh, FILE *f, const char *name, dm_err *err) {
     int rc = 0;
     ssize_t got;
     long long expect_at = -1;  // the step the line after a FAILED_STEPS comment failed at in the session
+    long long expect_from = -1;  // and the step it started from
     int told_step = 0;
     while (!sh->quit && (got = read_line_max(&line, &cap, f)) != -1) {
         sh->line++;
         dm_err e1 = {0};
-        long long expect = expect_at;  // (for this line only)
-        expect_at = -1;
+        long long expect = expect_at, from_at = expect_from;  // (for this line only)
+        expect_at = expect_from = -1;
         if (got == -2) {
             rc = dm_fail(err, "%s:%d: a line longer than %d bytes (is this a text file?)", name, sh->line, SH_LINE_MAX);
             break;
@@ -476,12 +477,15 @@ static int run_stream(Shell *sh, FILE *f, const char *name, dm_err *err) {
                 told_step = 1;
             }
         }
-        long long from;
         if (!strncmp(lp, FAILED_STEPS, strlen(FAILED_STEPS)) &&
-            sscanf(lp + strlen(FAILED_STEPS), " (it took the run from step %lld to %lld,", &from, &expect_at) != 2)
-            expect_at = -1;
+            sscanf(lp + strlen(FAILED_STEPS), " (it took the run from step %lld to %lld,", &expect_from, &expect_at) != 2)
+            expect_at = expect_from = -1;
+        long long step_before = sh->eng ? (long long)sh->eng->step : -1;
         if (sh_exec_line(sh, line, &e1)) {
-            if (expect >= 0 && sh->eng && (long long)sh->eng->step == expect && !sh->quit && !(sh->eng->interrupt && *sh->eng->interrupt)) {
+            // (the same failure: the line started where the session's command did and stopped
+            // where it did; a run that reached here otherwise is the replay's own failure)
+            if (expect >= 0 && sh->eng && step_before == from_at && (long long)sh->eng->step == expect && !sh->quit &&
+                !(sh->eng->interrupt && *sh->eng->interrupt)) {
                 // the failure the session's run met, at the same step: the state is the session's
                 fprintf(stderr, "%s:%d: note: failed as the session's command did, the run at step %lld (the comment above says so); the replay "
                         "goes on: %s\n", name, sh->line, expect, e1.msg);

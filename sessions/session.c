@@ -237,7 +237,16 @@ static int held(const char *path, const char *line) {
         size_t cap = hold_cap ? 2 * hold_cap : 4096;
         while (cap < need) cap *= 2;
         char *b = realloc(hold_buf, cap);
-        if (!b) return 0;  // (written as it comes instead)
+        if (!b) {  // (no memory: the lines held so far go to the file first, in their order, then this one)
+            FILE *f = session_fopen_regular(path, "a");
+            if (f) {
+                fwrite(hold_buf, 1, hold_len, f);
+                fclose(f);
+            }
+            hold_len = 0;
+            hold_on = 0;
+            return 0;
+        }
         hold_buf = b;
         hold_cap = cap;
     }
@@ -245,16 +254,6 @@ static int held(const char *path, const char *line) {
     hold_len += n;
     if (!n || line[n - 1] != '\n') hold_buf[hold_len++] = '\n';
     return 1;
-}
-
-void session_transcript_in(const char *dir, const char *line) {
-    char path[1200];
-    snprintf(path, sizeof path, "%s/transcript.dm", dir);
-    if (held(path, line)) return;
-    FILE *f = session_fopen_regular(path, "a");
-    if (!f) return;
-    append_line(f, line);
-    fclose(f);
 }
 
 void session_transcript(Engine *e, const char *line) {

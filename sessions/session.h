@@ -9,8 +9,6 @@
 int session_open(Engine *e, const char *dir, dm_err *err);
 // Append one typed line to transcript.dm (no-op without a session).
 void session_transcript(Engine *e, const char *line);
-// Append one line to DIR/transcript.dm (a session left by a :session switch).
-void session_transcript_in(const char *dir, const char *line);
 // A command's mark while it runs (sessions/transcript_marks.c): session_transcript_begin appends
 // LINE (a comment that says the command started and never finished) and remembers where;
 // session_transcript_end takes it out again once the command has returned, before its own line is

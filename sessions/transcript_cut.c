@@ -138,6 +138,12 @@ static long comment_out_after(const char *path, const ResumePos *rp, const char 
         len += got;
         if (!got) break;
     }
+    if (ferror(f)) {  // (a read error is no end of file: the rewrite would drop the rest)
+        snprintf(why, nwhy, "reading it: %s", strerror(errno));
+        free(buf);
+        fclose(f);
+        return -1;
+    }
     fclose(f);
     long count = 0, places = 0;
     for (size_t o = (size_t)rp->off; o < len;) {
@@ -169,10 +175,14 @@ static long comment_out_after(const char *path, const ResumePos *rp, const char 
         p = e + 1;
     }
     free(buf);
-    int bad = fflush(o) != 0 || fsync(fileno(o)) != 0;
-    bad |= fclose(o) != 0;
-    if (bad || rename(tmp, path) != 0) {
-        snprintf(why, nwhy, "transcript.dm.tmp: %s", strerror(errno));
+    // (a write that failed part-way, a full disk, sets the stream's error even when the last
+    // flush succeeds: the temp file is then short and must not replace the transcript)
+    int bad = fflush(o) != 0 || ferror(o) || fsync(fileno(o)) != 0;
+    int saved = errno;
+    if (fclose(o) != 0 && !bad) { bad = 1; saved = errno; }
+    if (!bad && rename(tmp, path) != 0) { bad = 1; saved = errno; }
+    if (bad) {
+        snprintf(why, nwhy, "transcript.dm.tmp: %s", strerror(saved ? saved : EIO));
         unlink(tmp);
         return -1;
     }
@@ -236,6 +246,8 @@ void session_resume_transcript(Engine *e, const char *dir, int fell_back) {
         long long k = (long long)e->step - rp.step0;
         int train = !strcmp(rp.name, ":train");
         char *again = train && !rp.long_text && n >= 0 ? transcript_cut_line(rp.name, rp.text, k) : NULL;
+        // (whether the lines can rebuild the state is known before anything is said of it)
+        int no_retake = train && !again && n >= 0, open = !train && rp.name[0] && rp.open && n == 0;
         if (cut[0]) engine_note(e, "the process ended during `%s` (its transcript's last command)", cut);
         if (n < 0) session_transcript_unplaced(1);
         if (n < 0)
@@ -243,8 +255,8 @@ void session_resume_transcript(Engine *e, const char *dir, int fell_back) {
                         "and could not be made comments (%s): a replay of the transcript ends past this state", path, rp.line, base, why);
         else if (n > 0)
             engine_note(e, "the transcript's %ld command line%s after ckpt/%s was written (its line %d) %s not in the state resumed "
-                        "from it: comments now, so a replay of the transcript rebuilds this state", n, n == 1 ? "" : "s", base, rp.line,
-                        n == 1 ? "is" : "are");
+                        "from it: comments now%s", n, n == 1 ? "" : "s", base, rp.line, n == 1 ? "is" : "are",
+                        no_retake || open ? "" : ", so a replay of the transcript rebuilds this state");
         if (again) {
             char line[PATH_MAX + 256];
             snprintf(line, sizeof line, "# -r resumed from ckpt/%s, which the :train that line %d names wrote %lld steps into its run: "
@@ -253,7 +265,7 @@ void session_resume_transcript(Engine *e, const char *dir, int fell_back) {
             session_transcript(e, again);
             engine_note(e, "ckpt/%s was written %lld steps into `%s`: the transcript takes them with `%s`", base, k, rp.text, again);
             free(again);
-        } else if (train && n >= 0) {
+        } else if (no_retake) {
             session_transcript_unplaced(1);
             if (rp.long_text)
                 engine_note(e, "ckpt/%s was written inside a :train whose line is longer than %zu bytes, and no line takes the steps it had run: "
@@ -261,7 +273,7 @@ void session_resume_transcript(Engine *e, const char *dir, int fell_back) {
             else
                 engine_note(e, "ckpt/%s was written %lld steps into `%s`, and no line takes exactly those steps (a quoted or unknown word): "
                             "a replay of the transcript does not rebuild this state", base, k, rp.text);
-        } else if (rp.name[0] && rp.open && n == 0) {
+        } else if (open) {
             // written during the command the process ended in: the state before its change (the
             // save before a :load or an :init) or after it (the new model's) — the lines cannot say
             session_transcript_unplaced(1);
@@ -273,6 +285,12 @@ void session_resume_transcript(Engine *e, const char *dir, int fell_back) {
         engine_note(e, "no line of the transcript places %s among its commands: a replay of the transcript may not end in this state", base);
         session_transcript_unplaced(1);
         cut_name[0] = 0;  // (and no line is added on the older rule's word below: only its note)
+    } else {
+        // a transcript from before checkpoint lines (or of a name no line can hold): the older
+        // rule below does what it can, but no later line can vouch for what the lines rebuild
+        session_transcript_unplaced(1);
+        engine_note(e, "no line of the transcript places a checkpoint (it was written before dmsh placed them): a replay of it may not end "
+                    "in this state, and the checkpoint lines written from now on do not claim it does");
     }
     // a :step or :train that wrote the checkpoint resumed from: the transcript takes its steps
     char *again = cut[0] && cut_name[0] && !fell_back ? transcript_cut_line(cut_name, cut, (long long)e->step - cut_step) : NULL;

@@ -59,7 +59,8 @@ void session_transcript_end(TranscriptMark *m) {
     m->len = 0;
     int fd = m->fd;
     struct stat st;
-    if (fstat(fd, &st) == 0 && st.st_size == m->off + len) {
+    if (fstat(fd, &st) != 0) { close(fd); return; }  // (best effort, as every transcript write)
+    if (st.st_size == m->off + len) {
         // nothing written after the mark (the usual case): its place takes the command's lines in
         // one write, so the file holds the mark or the lines at every moment. Shorter lines leave
         // the rest of the mark until the truncate: a '#' after them makes it a comment meanwhile.
@@ -67,7 +68,8 @@ void session_transcript_end(TranscriptMark *m) {
             if (ftruncate(fd, m->off) != 0) {}  // (best effort, as every transcript write)
         } else {
             size_t n = hl;
-            if ((long)hl < len) hb[n++] = '#';  // (session.c keeps a byte spare past the lines)
+            // (not over the mark's last byte, its line break: the next line would join the '#')
+            if ((long)hl < len - 1) hb[n++] = '#';  // (session.c keeps a byte spare past the lines)
             if (pwrite(fd, hb, n, m->off) != (ssize_t)n) {
                 // (a full disk: the mark goes as before the lines were held, and they with it)
                 if (ftruncate(fd, m->off) != 0) {}

@@ -177,6 +177,9 @@ static void test_old_transcript_and_no_rewrite(void **s) {
     replay_matches_resume("old");
     assert_non_null(strstr(out, "the transcript takes the "));
     assert_null(strstr(out, "command line"));
+    // (and claims nothing from then on: its lines were never checked against its checkpoints)
+    assert_non_null(strstr(out, "no line of the transcript places a checkpoint (it was written before dmsh placed them)"));
+    assert_int_equal(sh_in_dir("grep -q '^# dmsh -r: resumed (a state the lines above do not rebuild) from ' runs/old/transcript.dm%s", ""), 0);
     // transcript.dm.tmp cannot be made (a directory is there): said, the transcript left whole
     assert_int_equal(sh_in_dir("echo ':step 2' >> runs/nrw/transcript.dm && cp runs/nrw/transcript.dm nrw.before && "
                                "mkdir runs/nrw/transcript.dm.tmp%s", ""), 0);
@@ -225,6 +228,10 @@ static void test_failed_part_way_replays(void **s) {
         replay_matches_resume(name);
         assert_int_equal(sh_in_dir("grep -q 'r.dm:[0-9]*: note: failed as the session.s command did, the run at step [0-9]* ' err.txt%s", ""), 0);
     }
+    // a failure that started from another step than the session's command did is the replay's
+    // own: it stops there (the run reached the same step another way)
+    assert_int_equal(sh_in_dir("cp r.dm r2.dm && sed -i 's/(it took the run from step 0 to/(it took the run from step 1 to/' r2.dm && "
+                               "! %s --norc -b r2.dm > out.txt 2> err.txt && grep -q 'r2.dm:[0-9]*: error: step [0-9]*: nan_limit' err.txt", dmsh), 0);
     // a failure at another step than the session's is the replay's own: it stops there
     assert_int_equal(sh_in_dir("sed -i 's/(it took the run from step 0 to [0-9]*,/(it took the run from step 0 to 99,/' r.dm && "
                                "! %s --norc -b r.dm > out.txt 2> err.txt && grep -q 'r.dm:[0-9]*: error: step [0-9]*: nan_limit' err.txt && "
