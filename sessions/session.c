@@ -194,68 +194,6 @@ static void append_line(FILE *f, const char *line) {
     fprintf(f, "%s%s", line, n && line[n - 1] == '\n' ? "" : "\n");
 }
 
-// Lines held while a command finishes (session_transcript_hold): they go into its mark's place
-// in one write (transcript_marks.c), so no moment exists at which the file holds neither the mark
-// nor the command's line (a process killed there lost the command without a word: QA, session 28)
-static char hold_path[1200], *hold_buf;
-static size_t hold_len, hold_cap;
-static int hold_on;
-
-void session_transcript_hold(const char *path) {
-    snprintf(hold_path, sizeof hold_path, "%s", path);
-    hold_len = 0;
-    hold_on = 1;
-}
-
-char *session_transcript_unhold(size_t *len) {
-    hold_on = 0;
-    *len = hold_len;
-    hold_len = 0;
-    return hold_buf;  // (valid until the next hold's first line)
-}
-
-int session_transcript_last_is(const Engine *e, const char *line) {
-    char path[1200], buf[4200];
-    snprintf(path, sizeof path, "%s/transcript.dm", e->session_dir);
-    size_t n = strlen(line) + 1;
-    if (hold_on && !strcmp(path, hold_path) && hold_len)  // (the file's last line is the running command's mark)
-        return hold_len >= n && !memcmp(hold_buf + hold_len - n, line, n - 1) && hold_buf[hold_len - 1] == '\n' &&
-               (hold_len == n || hold_buf[hold_len - n - 1] == '\n');
-    FILE *f = session_fopen_regular(path, "r");
-    if (!f) return 0;
-    int same = n < sizeof buf - 1 && fseek(f, -(long)(n + 1), SEEK_END) == 0 && fread(buf, 1, n + 1, f) == n + 1 &&
-               buf[0] == '\n' && !memcmp(buf + 1, line, n - 1) && buf[n] == '\n';
-    fclose(f);
-    return same;
-}
-
-// 1 when the line went into the held lines (path is the held one)
-static int held(const char *path, const char *line) {
-    if (!hold_on || strcmp(path, hold_path)) return 0;
-    size_t n = strlen(line), need = hold_len + n + 2;
-    if (need > hold_cap) {
-        size_t cap = hold_cap ? 2 * hold_cap : 4096;
-        while (cap < need) cap *= 2;
-        char *b = realloc(hold_buf, cap);
-        if (!b) {  // (no memory: the lines held so far go to the file first, in their order, then this one)
-            FILE *f = session_fopen_regular(path, "a");
-            if (f) {
-                fwrite(hold_buf, 1, hold_len, f);
-                fclose(f);
-            }
-            hold_len = 0;
-            hold_on = 0;
-            return 0;
-        }
-        hold_buf = b;
-        hold_cap = cap;
-    }
-    memcpy(hold_buf + hold_len, line, n);
-    hold_len += n;
-    if (!n || line[n - 1] != '\n') hold_buf[hold_len++] = '\n';
-    return 1;
-}
-
 void session_transcript(Engine *e, const char *line) {
     if (!e->session_dir[0]) {
         size_t n = strlen(line);
@@ -277,7 +215,7 @@ void session_transcript(Engine *e, const char *line) {
     if (engine_session_dir_check(e, &derr)) return;  // deleted: said by the next save or metrics row
     char path[1200];
     snprintf(path, sizeof path, "%s/transcript.dm", e->session_dir);
-    if (held(path, line)) {
+    if (session_transcript_held(path, line)) {
         dm_err err = {0};
         session_write_config(e, &err);
         return;

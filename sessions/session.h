@@ -37,6 +37,8 @@ void session_transcript_end(TranscriptMark *m);
 // them), and appends go to the file again
 void session_transcript_hold(const char *path);
 char *session_transcript_unhold(size_t *len);
+// 1 when LINE, to be appended to PATH, went into the held lines instead (PATH is the held one)
+int session_transcript_held(const char *path, const char *line);
 // 1 when the transcript's last line (the held lines' last, while they are held) is LINE
 int session_transcript_last_is(const Engine *e, const char *line);
 // Where the transcript is when a checkpoint of the session is written (or the state proves to be
