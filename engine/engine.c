@@ -581,6 +581,17 @@ int engine_anchors(Engine *e, dm_err *err) {
     return 0;
 }
 
+const Anchors *engine_anchors_for(const Engine *e, int64_t window, uint32_t set) {
+    if (!e->has_anchors || e->anchors.window_bytes != window) return NULL;
+    if (set && e->anchors.eval_set && set != e->anchors.eval_set) return NULL;
+    // fit bytes as anchors_compute takes them: min(anchor_fit_bytes, n_train); without a corpus
+    // (a checkpoint's anchors drawn on a plot) the training split is not here to ask
+    int64_t fit = e->cfg.anchor_fit_bytes;
+    if (e->has_data && e->data.n_train < fit) fit = e->data.n_train;
+    if (e->has_data ? e->anchors.fit_bytes != fit : e->anchors.fit_bytes > fit) return NULL;
+    return &e->anchors;
+}
+
 void engine_counters(const Engine *e, char *buf, size_t n) {
     char arms[512];
     arms_format(&e->model.arms, arms, sizeof arms);

@@ -135,6 +135,10 @@ int engine_eval_window(const Engine *e, int64_t *nseq, dm_err *err);
 // Eval on the fixed window: depth k (1..L) or all depths (depth = 0).
 int engine_eval(Engine *e, int depth, EvalResult *r, dm_err *err);
 int engine_anchors(Engine *e, dm_err *err);
+// The anchors as a reference for an eval of (window, set): NULL unless they were scored on those
+// bytes and fit as the config now asks (anchor_fit_bytes: a :set after :anchors makes them
+// another fit). set 0 (rows from before set ids) matches any set of the window's size.
+const Anchors *engine_anchors_for(const Engine *e, int64_t window, uint32_t set);
 int engine_save(Engine *e, const char *path, dm_err *err);
 // mode: CK_REPLACE (engine_save) or CK_NEW (engine/ckpt.h: 2 when the file appeared meanwhile)
 int engine_save_mode(Engine *e, const char *path, int mode, dm_err *err);

@@ -137,9 +137,7 @@ static int in_set(const MetricRow *r, EvalKey k) {
 }
 
 // anchors are a property of one eval set: drawn only on a plot of that set
-static int anchors_match(const Engine *e, EvalKey k) {
-    return e->has_anchors && e->anchors.window_bytes == k.window && same_set(e->anchors.eval_set, k.set);
-}
+static int anchors_match(const Engine *e, EvalKey k) { return engine_anchors_for(e, k.window, k.set) != NULL; }
 static void add_anchors(Panel *p, const Engine *e, EvalKey k) {
     if (!anchors_match(e, k)) return;
     add_ref(p, e->anchors.unigram_bpb, 0x6f6f6f, "unigram %.3f", e->anchors.unigram_bpb);
@@ -319,8 +317,10 @@ static int panel_bpb(Ctx *cx, Panel *p, dm_err *err) {
         snprintf(p->subtitle + strlen(p->subtitle), sizeof p->subtitle - strlen(p->subtitle), "%s%d more of other arm sets not drawn",
                  p->subtitle[0] ? "; " : "", nlost);
     if (e->has_anchors && !anchors_match(e, key))
-        snprintf(p->subtitle + strlen(p->subtitle), sizeof p->subtitle - strlen(p->subtitle),
-                 "%sanchors were scored on other bytes: not drawn", p->subtitle[0] ? "; " : "");
+        snprintf(p->subtitle + strlen(p->subtitle), sizeof p->subtitle - strlen(p->subtitle), "%sanchors %s: not drawn",
+                 p->subtitle[0] ? "; " : "",
+                 engine_anchors_for(e, e->anchors.window_bytes, e->anchors.eval_set) ? "were scored on other bytes"
+                                                                                      : "were fit with another anchor_fit_bytes");
     add_anchors(p, e, key);
     p->chart.logy = cx->log_set && cx->log_on;
     snprintf(p->xlabel, sizeof p->xlabel, "%s", x_label(cx));

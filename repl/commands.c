@@ -66,10 +66,13 @@ static void print_eval(Shell *sh, const EvalResult *r) {
         if (isnan(b)) b = fabs(b);  // a NaN prints as "nan", never "-nan" (its sign means nothing)
         fprintf(OUT, "eval step %lld depth %d bpb %.4f over %lld B (%lld x %lld)", (long long)e->step, d, b,
                 (long long)r->window, (long long)r->nseq, (long long)r->T);
-        if (e->has_anchors && e->anchors.window_bytes == r->window && e->anchors.eval_set == r->eval_set)
-            fprintf(OUT, " | unigram %.3f %s, 5-gram %.3f %s", e->anchors.unigram_bpb,
-                    b < e->anchors.unigram_bpb ? "beaten" : "NOT beaten", e->anchors.kn5_bpb,
-                    b < e->anchors.kn5_bpb ? "beaten" : "not beaten");
+        const Anchors *an = engine_anchors_for(e, r->window, r->eval_set);
+        if (an)
+            fprintf(OUT, " | unigram %.3f %s, 5-gram %.3f %s", an->unigram_bpb, b < an->unigram_bpb ? "beaten" : "NOT beaten",
+                    an->kn5_bpb, b < an->kn5_bpb ? "beaten" : "not beaten");
+        else if (e->has_anchors && e->anchors.window_bytes == r->window && e->anchors.eval_set == r->eval_set)
+            fprintf(OUT, " | anchors fit on %lld training bytes, not anchor_fit_bytes=%lld: :anchors refits them",
+                    (long long)e->anchors.fit_bytes, (long long)e->cfg.anchor_fit_bytes);
         fprintf(OUT, "\n");
     }
     // a short last batch is filled with copies (same shapes): they ran, and are said apart

@@ -467,6 +467,13 @@ static void test_resume_keeps_anchors(void **s) {
     if (!ev || !strstr(ev, " | unigram ")) print_error("%s\n", out);
     assert_non_null(ev);
     assert_non_null(strstr(ev, " | unigram "));
+    // anchors fit under another anchor_fit_bytes are another reference: not quoted (QA, session 29)
+    assert_int_equal(sh_in_dir("%s --norc -r runs/anc -e ':set anchor_fit_bytes=100' -e ':eval' > out.txt 2> err.txt", dmsh), 0);
+    slurp_to("out.txt", out, sizeof out);
+    ev = strstr(out, "eval step 4 ");
+    assert_non_null(ev);
+    assert_null(strstr(ev, " | unigram "));
+    assert_non_null(strstr(ev, " | anchors fit on "));
 }
 
 // Noticed in session 23: a :gen or an :anchors after the last checkpoint changed what a
