@@ -270,8 +270,14 @@ int cmd_stress(Shell *sh, Words *w, dm_err *err) {
     char bad[96] = "";
     if (r.gnorm_bad == r.done) snprintf(bad, sizeof bad, " (no norm was finite)");
     else if (r.gnorm_bad) snprintf(bad, sizeof bad, " (of the finite norms: %lld not finite)", r.gnorm_bad);
-    fprintf(OUT, "stress lr_mult=%g steps=%lld: loss spikes %lld%s, non-finite losses %lld, gnorm p99.9 %.3f%s, final loss %.4f, arm maxima |kda| %.3g |engram| %.3g |moe| %.3g, skipped %lld (the model's total %lld)\n",
-            mult, r.done, r.spikes, jd, r.nonfinite, r.gnorm_p999, bad, r.final_loss,
+    // cut short: the numbers are over the steps that ran, and a run of other length (spikes and
+    // p99.9 depend on it): said in the line's head, never read as a finished protocol (QA, session 29)
+    char cutw[160] = "";
+    if (r.done < n)
+        snprintf(cutw, sizeof cutw, ", %s after %lld step%s (the model keeps them; the numbers are over them)",
+                 r.interrupted ? "interrupted" : "stopped", r.done, r.done == 1 ? "" : "s");
+    fprintf(OUT, "stress lr_mult=%g steps=%lld%s: loss spikes %lld%s, non-finite losses %lld, gnorm p99.9 %.3f%s, final loss %.4f, arm maxima |kda| %.3g |engram| %.3g |moe| %.3g, skipped %lld (the model's total %lld)\n",
+            mult, n, cutw, r.spikes, jd, r.nonfinite, r.gnorm_p999, bad, r.final_loss,
             r.amax[0], r.amax[1], r.amax[2], r.skipped, (long long)E_->opt.total_skips);
     return rc;
 }

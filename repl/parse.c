@@ -241,7 +241,7 @@ static char *transcript_text(const char *text, size_t ln, int as_comment) {
     return t;
 }
 
-#define CUT_SHORT "# cut short"  // a :step or :train that stopped early: the line after it rebuilds it
+#define CUT_SHORT "# cut short"  // a :step, :train or :stress that stopped early: the line after it rebuilds it
 
 // A :step or :train cut short: the command that takes the steps it took (sessions/transcript_cut.c);
 // a quoted word is not plain (that one stays a comment)
@@ -341,7 +341,7 @@ int sh_exec_line(Shell *sh, const char *line, dm_err *err) {
                 free(c2);
                 free(again);
             } else if (cut) {
-                // (steps it took that no line retakes — a :stress, a quoted word: the lines no
+                // (steps it took that no line retakes — a quoted word: the lines no
                 // longer rebuild the state, and checkpoint lines say so from now on)
                 if (e->step != step0) session_transcript_unplaced(1);
                 char note[200];

@@ -113,10 +113,11 @@ const char *session_default_dir(const Engine *e, char *buf, size_t n);
 // 1 when a and b name the same directory (equal strings, or the same file: runs/X/, ./runs/X)
 int session_same_dir(const char *a, const char *b);
 
-// A :step or :train cut short (name resolved; its words after the name, or the line as typed):
-// the command that takes the k steps (k >= 1) it took from the step it started at: `:step k`,
-// or the :train with stop_after=k (the same N: its horizon, evals and checkpoints). NULL for any
-// other command, k < 1, or a word that is not plain (letters, digits, '_', '='); malloc'd.
+// A :step, :train or :stress cut short (name resolved; its words after the name, or the line as
+// typed): the command that takes the k steps (k >= 1) it took from the step it started at:
+// `:step k`, the :train with stop_after=k (the same N: its horizon, evals and checkpoints), the
+// :stress with steps=k (its lr is constant). NULL for any other command, k < 1, or a word that is
+// not plain (letters, digits, '_', '=', '.', '+', '-'); malloc'd.
 // sessions/transcript_cut.c.
 char *session_steps_line(const char *name, int nw, const char *const *words, long long k);
 char *transcript_cut_line(const char *name, const char *typed, long long k);

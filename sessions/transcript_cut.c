@@ -15,17 +15,30 @@
 #include "session.h"
 
 char *session_steps_line(const char *name, int nw, const char *const *words, long long k) {
-    if (k < 1 || (strcmp(name, ":step") && strcmp(name, ":train"))) return NULL;
+    if (k < 1 || (strcmp(name, ":step") && strcmp(name, ":train") && strcmp(name, ":stress"))) return NULL;
     size_t n = 64;
     for (int a = 0; a < nw; a++) {
         size_t l = strlen(words[a]);
-        if (!l || strspn(words[a], "abcdefghijklmnopqrstuvwxyz_=0123456789") != l) return NULL;
+        if (!l || strspn(words[a], "abcdefghijklmnopqrstuvwxyz_=0123456789.+-") != l) return NULL;
         n += l + 1;
     }
     char *t = malloc(n);
     if (!t) return NULL;
     if (!strcmp(name, ":step")) {
         snprintf(t, n, ":step %lld", k);
+        return t;
+    }
+    if (!strcmp(name, ":stress")) {  // each of its steps runs at the same constant lr whatever its
+        // N: its first k steps are the same command with steps=k (the report is over those k)
+        size_t used = (size_t)snprintf(t, n, ":stress");
+        int has = 0;
+        for (int a = 0; a < nw; a++) {
+            if (strncmp(words[a], "steps=", 6)) { used += (size_t)snprintf(t + used, n - used, " %s", words[a]); continue; }
+            if (strtoll(words[a] + 6, NULL, 10) <= k) break;  // (k at its N is no cut of it)
+            used += (size_t)snprintf(t + used, n - used, " steps=%lld", k);
+            has = 1;
+        }
+        if (!has) { free(t); return NULL; }
         return t;
     }
     for (int a = 0; a < nw; a++)  // (k past the run's N is no cut of it)

@@ -291,6 +291,36 @@ static void test_other_corpus_is_a_new_file(void **s) {
                                "grep -qx step-3-b1.ckpt runs/oa/ckpt/LATEST%s", ""), 0);
 }
 
+// Found by a QA pass (session 29): an interrupted :stress kept its steps in the run, but the
+// transcript held it as a comment only, so the replay ended where the stress began and every later
+// checkpoint line blamed a -r that never ran; and its report read as a finished protocol of the
+// steps that ran. Now the line that takes them (:stress ... steps=K: its lr is constant) follows.
+static void test_interrupted_stress_replays(void **s) {
+    (void)s;
+    char cmd[2400];
+    snprintf(cmd, sizeof cmd, "(rm -f k.out; %%s --norc -e ':session str' -e '%s' -e ':data %s' -e ':init seed=1' -e ':step 2' "
+             "-e ':stress lr_mult=2 steps=1000000' > k.out 2>&1 & p=$!; for i in $(seq 1200); do "
+             "test $(grep -c '^train' runs/str/metrics.tsv 2> /dev/null || echo 0) -ge 7 && break; sleep 0.05; done; "
+             "kill -TERM $p; wait $p; test $? = 143)", TINY, corpus);
+    assert_int_equal(sh_in_dir(cmd, dmsh), 0);
+    slurp_to("k.out", out, sizeof out);
+    if (!strstr(out, "stress lr_mult=2 steps=1000000, interrupted after ")) print_error("%s\n", out);
+    assert_non_null(strstr(out, "stress lr_mult=2 steps=1000000, interrupted after "));
+    char *t = transcript("str");
+    const char *cut = strstr(t, "\n# cut short at step ");
+    long long at = 0;
+    if (!cut) print_error("%s\n", t);
+    assert_non_null(cut);
+    assert_int_equal(sscanf(cut, "\n# cut short at step %lld", &at), 1);
+    char want[200];
+    snprintf(want, sizeof want, "\n:stress lr_mult=2 steps=%lld\n", at - 2);
+    if (!strstr(t, want)) print_error("want %s in\n%s\n", want, t);
+    assert_non_null(strstr(t, want));
+    assert_null(strstr(t, "unplaced"));
+    free(t);
+    replay_matches_resume("str");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lines_after_the_checkpoint),
@@ -300,6 +330,7 @@ int main(void) {
         cmocka_unit_test(test_unplaced_and_own_save),
         cmocka_unit_test(test_open_command_and_steps_no_line_takes),
         cmocka_unit_test(test_other_corpus_is_a_new_file),
+        cmocka_unit_test(test_interrupted_stress_replays),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
