@@ -222,6 +222,17 @@ char **dm_complete(const Command *table, const char *line, const char *word) {
     for (int i = 1; i < argi; i++)
         if (!strchr(words[i], '=')) pos++;
     const char *eq = strchr(word, '=');
+    // key="partial: readline hands over only what follows the quote (the key and the quote stay
+    // in the line), so the key is read from the line's word (QA, session 29: eval="/pa completed
+    // nothing, though eval=/pa did)
+    if (argi < nw) {
+        const char *lw = words[argi];
+        size_t kl = strspn(lw, "abcdefghijklmnopqrstuvwxyz_");
+        if (kl && lw[kl] == '=' && (lw[kl + 1] == '"' || lw[kl + 1] == '\'')) {
+            if ((!strncmp(lw, "eval", kl) && kl == 4) || (!strncmp(lw, "out", kl) && kl == 3)) add_paths(&l, word, "", word);
+            return finish(&l);
+        }
+    }
 
     if (eq) {  // a value: key=...
         char key[128];
@@ -243,6 +254,8 @@ char **dm_complete(const Command *table, const char *line, const char *word) {
             add_paths(&l, word, pre, eq + 1);
         } else if (!strcmp(cmd, ":plot") && !strcmp(key, "x")) {
             add_choices(&l, word, pre, "step|tokens|time");
+        } else if (!strcmp(cmd, ":plot") && !strcmp(key, "log")) {
+            add_choices(&l, word, pre, "on|off");
         }
         return finish(&l);
     }

@@ -103,7 +103,12 @@ static char **attempt_completion(const char *text, int start, int end) {
     // "lr=" and "dir/" are unfinished: the next keystroke continues them, so no space
     if (!g_cands[1]) {
         size_t n = strlen(g_cands[0]);
-        if (n && (g_cands[0][n - 1] == '=' || g_cands[0][n - 1] == '/')) rl_completion_append_character = '\0';
+        // (and an open quote stays open: readline closed it after "dir/", and the next Tab
+        // completed nothing inside the directory: QA, session 29)
+        if (n && (g_cands[0][n - 1] == '=' || g_cands[0][n - 1] == '/')) {
+            rl_completion_append_character = '\0';
+            rl_completion_suppress_quote = 1;
+        }
     }
     char **m = rl_completion_matches(text, next_cand);
     dm_complete_free(g_cands);

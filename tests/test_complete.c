@@ -158,6 +158,18 @@ static void test_paths(void **s) {
     v = comp(":data eval=/us");
     assert_true(has(v, "eval=/usr/"));
     dm_complete_free(v);
+    // after key=" readline hands over the part after the quote: the key is the line's (QA,
+    // session 29: nothing was offered)
+    v = dm_complete(table, ":data x eval=\"/us", "/us");
+    dump(":data x eval=\"/us", v);
+    assert_true(has(v, "/usr/"));
+    dm_complete_free(v);
+    v = dm_complete(table, ":plot bpb out='/us", "/us");
+    assert_true(has(v, "/usr/"));
+    dm_complete_free(v);
+    v = comp(":plot bpb log=o");
+    assert_true(has(v, "log=on") && has(v, "log=off"));
+    dm_complete_free(v);
     v = comp(":data /usr/include/std");  // files: no trailing '/'
     assert_true(has(v, "/usr/include/stdio.h"));
     dm_complete_free(v);
