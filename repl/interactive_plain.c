@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include "../engine/engine.h"
 #include "shell.h"
 
@@ -14,14 +15,16 @@ int repl_interactive(Shell *sh) {
     if (!dm_norc) sh_run_rc(sh);
     char *line = NULL;
     size_t cap = 0;
+    // stdout a pipe or a file at a terminal: the prompt goes to the terminal (as with readline)
+    FILE *pout = !isatty(STDOUT_FILENO) && isatty(STDERR_FILENO) ? stderr : stdout;
     for (;;) {
-        fputs("dmsh> ", stdout);
-        fflush(stdout);
+        fputs("dmsh> ", pout);
+        fflush(pout);
         errno = 0;
         if (dm_leave_signal || getline(&line, &cap, stdin) < 0) {
             // a Ctrl-C at the prompt (the read was interrupted) drops the line; SIGTERM and
             // end-of-file leave
-            if (errno == EINTR && !dm_leave_signal && !feof(stdin)) { clearerr(stdin); fputc('\n', stdout); continue; }
+            if (errno == EINTR && !dm_leave_signal && !feof(stdin)) { clearerr(stdin); fputc('\n', pout); continue; }
             if (errno == EIO) sh->tty_lost = 1;  // the terminal closed (the hangup signal may come after)
             fputc('\n', stdout);
             break;

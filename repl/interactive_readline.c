@@ -130,6 +130,10 @@ int repl_interactive(Shell *sh) {
     sa.sa_flags = SA_RESTART;
     sigaction(SIGINT, &sa, NULL);
 
+    // stdout a pipe or a file (`dmsh | tee run.log`, `dmsh > out.txt`) at a terminal: the prompt,
+    // the echo and readline's redraws go to the terminal on stderr, and the log holds what the
+    // commands print (QA, session 29: the log held prompts, completion lists and escape codes)
+    if (!isatty(STDOUT_FILENO) && isatty(STDERR_FILENO)) rl_outstream = stderr;
     static char breaks[] = " \t;";  // '=' is not a break: "eval=/us" completes as one word
     rl_readline_name = "dmsh";
     rl_attempted_completion_function = attempt_completion;

@@ -286,6 +286,9 @@ int main(int argc, char **argv) {
             fprintf(stderr, "dmsh: saved %s (no session: the state the signal stopped)%s%s\n", path, note[0] ? "; " : "", note);
         }
     }
+    if (g_signal == SIGPIPE)  // (the Ctrl-C that killed a `| tee` ended dmsh too: say why)
+        fprintf(stderr, "dmsh: left because the reader of standard output went away (SIGPIPE): a `| tee` or `| less` ended "
+                        "(Ctrl-C at the terminal reaches them too; `tee -i` ignores it)\n");
     const char *digest = getenv("DMSH_DIGEST");  // a --replay child: its state for the comparison
     if (digest && digest[0] && replay_write_digest(&eng, digest)) {
         fprintf(stderr, "dmsh: cannot write the replay digest %s\n", digest);

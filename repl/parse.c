@@ -597,7 +597,25 @@ void sh_run_rc(Shell *sh) {
             session_transcript(sh->eng, line);
         }
         sh->depth++;  // a script: Ctrl-C stops the whole file, as for :run
-        sh_run_file(sh, paths[i]);
+        dm_err err = {0};
+        int intr0 = sh->eng && sh->eng->interrupt && *sh->eng->interrupt;
+        if (sh_run_file_as_err(sh, paths[i], paths[i], &err)) {
+            print_script_error(paths[i], &err);
+            // the lines after the failed one did not run: said (QA, session 29: a later :set was
+            // silently not in effect); an interrupt's own words say the script stops there
+            size_t pl = strlen(paths[i]);
+            long at = !strncmp(err.msg, paths[i], pl) && err.msg[pl] == ':' ? strtol(err.msg + pl + 1, NULL, 10) : 0;
+            long nl = 0;
+            FILE *f = fopen(paths[i], "r");
+            int ch, last = '\n';
+            while (f && (ch = getc(f)) != EOF) { nl += ch == '\n'; last = ch; }
+            if (f) fclose(f);
+            nl += last != '\n';
+            int intr = sh->eng && sh->eng->interrupt && *sh->eng->interrupt && !intr0;
+            if (at > 0 && at < nl && !intr)
+                fprintf(stderr, "%s: lines %ld..%ld not run (a start-up file stops at its first error, as a script does)\n", paths[i],
+                        at + 1, nl);
+        }
         sh->depth--;
         if (sh->eng && sh->eng->interrupt) *sh->eng->interrupt = 0;
         sh->quit = 0;  // a :quit in an rc file does not end the session before it starts

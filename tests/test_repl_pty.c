@@ -43,6 +43,7 @@ static void kill_child(void) {
 }
 
 static int spawn_hup_blocked;  // the child starts with SIGHUP blocked (test_hangup_eof_first)
+static const char *spawn_stdout;  // the child's stdout goes to this file (test_stdout_not_a_tty)
 static void spawn(int norc, int tui) {
     ntty = seen = 0;
     tty[0] = 0;  // nothing of a previous session may match
@@ -67,6 +68,11 @@ static void spawn(int norc, int tui) {
             sigemptyset(&set);
             sigaddset(&set, SIGHUP);
             sigprocmask(SIG_BLOCK, &set, NULL);
+        }
+        if (spawn_stdout) {
+            int fd = open(spawn_stdout, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+            if (fd < 0 || dup2(fd, 1) < 0) _exit(125);
+            close(fd);
         }
         if (norc) execl(dmsh, "dmsh", "--norc", (char *)NULL);
         else execl(dmsh, "dmsh", (char *)NULL);
@@ -455,6 +461,34 @@ static void test_sigterm_saves(void **s) {
     }
 }
 
+// `dmsh | tee run.log` or `dmsh > out.txt` at a terminal: the prompt, the typed echo and
+// readline's redraws go to the terminal (stderr), the file holds what the commands print (QA,
+// session 29: it held prompts, completion lists and escape codes)
+static void test_stdout_not_a_tty(void **s) {
+    (void)s;
+    char p[400];
+    snprintf(p, sizeof p, "%s/stdout.txt", dir);
+    spawn_stdout = p;
+    spawn(1, 0);
+    spawn_stdout = NULL;
+    command(":preset nano");
+    expect_out("dmsh> ", 20);
+    type(":sho\t");
+    for (double t1 = now_s(); now_s() - t1 < 0.3;) pump(50);
+    type("con\t\r");
+    expect_out(":show config", 20);  // (the prompt and the completed line on the terminal)
+    command(":quit");
+    int st = wait_exit(20);
+    assert_true(WIFEXITED(st));
+    const char *o = slurp(p);
+    assert_non_null(o);
+    if (strstr(o, "dmsh> ") || strchr(o, '\033') || !strstr(o, "preset nano: ")) print_error("[%s]\n", o);
+    assert_non_null(strstr(o, "preset nano: "));
+    assert_non_null(strstr(o, "\n  lr "));
+    assert_null(strstr(o, "dmsh> "));
+    assert_null(strchr(o, '\033'));
+}
+
 static void test_rc_files(void **s) {
     (void)s;
     char p[400];
@@ -468,6 +502,7 @@ static void test_rc_files(void **s) {
     fclose(f);
     spawn(0, 0);
     expect_out(".dmshrc:2: error: unknown command ':bogus'", 20);
+    expect_out(".dmshrc: lines 3..3 not run (a start-up file stops at its first error", 20);  // (QA, session 29)
     command(":show config");
     const char *hit = expect_out("\n  lr ", 20);
     assert_true(fabs(atof(hit + 5 + strspn(hit + 5, " ")) - 0.00123) < 1e-9);
@@ -570,6 +605,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_interrupts_and_completion, teardown_one),
         cmocka_unit_test_teardown(test_hangup_eof_first, teardown_one),
         cmocka_unit_test_teardown(test_sigterm_saves, teardown_one),
+        cmocka_unit_test_teardown(test_stdout_not_a_tty, teardown_one),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
