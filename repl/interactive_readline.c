@@ -185,11 +185,19 @@ int repl_interactive(Shell *sh) {
         if (!line || dm_leave_signal) { free(line); fputc('\n', stdout); break; }  // Ctrl-D, SIGTERM
         sh->line++;
         if (!line[strspn(line, " \t")]) { free(line); continue; }
-        HIST_ENTRY *prev = history_length ? history_get(history_base + history_length - 1) : NULL;
-        if (!prev || strcmp(prev->line, line)) {
-            add_history(line);
-            if (hist[0]) append_history(1, hist);
+        // each line of a multi-line paste is an entry of its own (one entry with newlines in it
+        // came back from the file as several, one of them empty: QA, session 29)
+        char *hl = strdup(line), *save = NULL;
+        int added = 0;
+        for (char *q = hl ? strtok_r(hl, "\r\n", &save) : NULL; q; q = strtok_r(NULL, "\r\n", &save)) {
+            if (!q[strspn(q, " \t")]) continue;
+            HIST_ENTRY *prev = history_length ? history_get(history_base + history_length - 1) : NULL;
+            if (prev && !strcmp(prev->line, q)) continue;
+            add_history(q);
+            added++;
         }
+        free(hl);
+        if (added && hist[0]) append_history(added, hist);
         if (g_run_interrupt) *g_run_interrupt = 0;  // a Ctrl-C that raced the prompt must not stop this command
         dm_err err = {0};
         if (sh_exec_line(sh, line, &err)) fprintf(stderr, "error: %s\n", err.msg);

@@ -192,6 +192,10 @@ static void test_session(void **s) {
     char line[100];
     snprintf(line, sizeof line, "\nstep %lld ", stopped + 1);
     expect_out(line, 60);
+    // a bracketed multi-line paste: each line runs, and is a history entry of its own
+    expect_out("dmsh> ", 20);
+    type("\033[200~:show arms\n:show device\033[201~\r");
+    expect_out("device cpu", 20);
     // Ctrl-D at an empty prompt quits cleanly
     expect_out("dmsh> ", 20);
     type("\x04");
@@ -209,6 +213,7 @@ static void test_session(void **s) {
     assert_non_null(strstr(h, ":train 100000 log_every=1\n"));
     assert_non_null(strstr(h, ":show metrics\n"));
     assert_null(strstr(h, ":hel\n"));
+    assert_non_null(strstr(h, "\n:show arms\n:show device\n"));
 }
 
 // a tiny model on the corpus, at the prompt
