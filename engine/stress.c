@@ -52,10 +52,16 @@ int engine_stress(Engine *e, double mult, long long n, StressReport *rep, dm_err
     rep->gnorm_p999 = NAN;
     rep->final_loss = NAN;
     if (!e->live || !e->has_data) return dm_fail(err, !e->live ? "no model: :init builds one" : "no data: :data PATH opens a corpus");
+    // (a record of every step: a huge N the memory cannot hold is refused, not the process ended)
+    double *loss = malloc(sizeof(double) * (size_t)n), *gn = malloc(sizeof(double) * (size_t)n);
+    if (!loss || !gn) {
+        free(loss);
+        free(gn);
+        return dm_fail(err, "stress: cannot allocate the record of %lld steps (%.1f GB): fewer steps", n, 16e-9 * (double)n);
+    }
     Config saved = e->cfg;
     e->cfg.lr *= mult; e->cfg.lr_muon *= mult; e->cfg.lr_cosine = 0; e->cfg.warmup = 0;
     e->model.cfg = e->cfg;
-    double *loss = mallocCheck(sizeof(double) * n), *gn = mallocCheck(sizeof(double) * n);
     int rc = 0;
     for (long long i = 0; i < n; i++) {
         if (e->interrupt && *e->interrupt) { e->intr_honored++; rep->interrupted = 1; break; }

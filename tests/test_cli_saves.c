@@ -745,6 +745,11 @@ static void test_refused_first_step_leaves_nothing(void **s) {
     slurp_to("out.txt", out, sizeof out);
     if (strstr(out, "stress lr_mult")) print_error("%s\n", out);
     assert_null(strstr(out, "stress lr_mult"));
+    // a record of more steps than the memory holds: refused in one line (it ended the process)
+    snprintf(script, sizeof script, "%s:data %s\n:init seed=1\n:stress lr_mult=1 steps=1000000000\n", SMALL, corpus);
+    write_file("st.dm", script);
+    assert_int_equal(sh_in_dir("(ulimit -v 3000000; timeout 60 %s --norc -b st.dm > out.txt 2> err.txt; test $? = 1) && "
+                               "grep -q 'st.dm:5: error: stress: cannot allocate the record of 1000000000 steps' err.txt", dmsh), 0);
 }
 
 int main(void) {
