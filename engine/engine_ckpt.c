@@ -298,7 +298,12 @@ int engine_load(Engine *e, const char *path, dm_err *err) {
     e->has_anchors = 0;
     // reopen the checkpoint's corpus when none is open (a resumed session continues on it)
     const CkptSection *sd = ckpt_find(&f, "data"), *se = ckpt_find(&f, "data.eval");
-    if (!e->has_data && sd && sd->size && sd->size < sizeof e->data_path) {
+    // a path holding a NUL names another file than the one written (it would end there: a
+    // crafted "/tmp/\0x" opened all of /tmp: QA, session 29); no dmsh writes one
+    int nul = (sd && memchr(sd->data, 0, sd->size)) || (se && memchr(se->data, 0, se->size));
+    if (!e->has_data && nul) {
+        engine_note(e, "the checkpoint's corpus path holds a NUL byte (not a path dmsh writes), so no corpus is open; :data PATH opens one");
+    } else if (!e->has_data && sd && sd->size && sd->size < sizeof e->data_path) {
         char dp[1024], ep[1024] = "";
         memcpy(dp, sd->data, sd->size);
         dp[sd->size] = 0;

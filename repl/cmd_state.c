@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include "../engine/engine.h"
 #include "../sessions/session.h"
 #include "shell.h"
@@ -135,6 +136,11 @@ int cmd_save(Shell *sh, Words *w, dm_err *err) {
                            "choose another path", p, owner);
         struct stat st;
         int existed = stat(p, &st) == 0;
+        // a link is replaced by the file (the save renames a temp file onto the name), and the
+        // file it pointed to stays as it was: said so (it read "replaced the checkpoint")
+        char target[1024] = "";
+        ssize_t tl = lstat(p, &st) == 0 && S_ISLNK(st.st_mode) ? readlink(p, target, sizeof target - 1) : -1;
+        if (tl >= 0) target[tl] = 0;
         // (a longer path was cut to fit and another file written: "saved .../model.ck": QA, session 24)
         if (strlen(p) >= sizeof path)
             return dm_fail(err, ":save: the path is %zu bytes long, at most %zu: not written", strlen(p), sizeof path - 1);
@@ -147,7 +153,10 @@ int cmd_save(Shell *sh, Words *w, dm_err *err) {
                            "those are temp files): choose another", p);
         snprintf(path, sizeof path, "%s", p);
         if (engine_save(E_, path, err)) return 1;
-        if (existed) snprintf(note, sizeof note, "replaced the checkpoint that was at %s", p);
+        if (tl >= 0)
+            snprintf(note, sizeof note, "%s was a link to %s: the link is replaced by this checkpoint, the file it named is unchanged",
+                     p, target);
+        else if (existed) snprintf(note, sizeof note, "replaced the checkpoint that was at %s", p);
         // a name of the user's in the session's own ckpt/: -r resumes from it from now on, as
         // after a :save without a path (LATEST was written only by the exit's save)
         if (session_own_ckpt(E_, path)) make_resumable(sh, "this state");

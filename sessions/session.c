@@ -121,8 +121,18 @@ static void session_lock_commit(int ok);
 static int mkdir_p(const char *dir, dm_err *err) {
     char p[1100];
     snprintf(p, sizeof p, "%s", dir);
+    // each level's own failure is the one said (a runs/ that could not be made was reported as
+    // "cannot create runs/x: No such file or directory": QA, session 29)
+    struct stat st;
     for (char *q = p + 1; *q; q++)
-        if (*q == '/') { *q = 0; mkdir(p, 0755); *q = '/'; }
+        if (*q == '/') {
+            *q = 0;
+            if (mkdir(p, 0755) && errno != EEXIST) {
+                int why = errno;  // (before stat sets its own)
+                if (!(stat(p, &st) == 0 && S_ISDIR(st.st_mode))) return dm_fail(err, "cannot create %s: %s", p, strerror(why));
+            }
+            *q = '/';
+        }
     if (mkdir(p, 0755) && errno != EEXIST) return dm_fail(err, "cannot create %s: %s", p, strerror(errno));
     return 0;
 }
@@ -406,6 +416,19 @@ static int list_ckpts(const char *dir, char out[][256], long long *steps, int ma
     return n;
 }
 
+// (for -r's note when there is no LATEST to follow: 2 means "more than one")
+static int count_ckpts(const char *dir) {
+    char names[2][256];
+    long long steps[2];
+    return list_ckpts(dir, names, steps, 2);
+}
+static int latest_exists(const char *dir) {
+    char p[1200];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/ckpt/LATEST", dir);
+    return lstat(p, &st) == 0;
+}
+
 int session_latest_ckpt(const char *dir, char *path, size_t n, long long *step) {
     char name[512];
     struct stat st;
@@ -553,8 +576,11 @@ int session_resume(Engine *e, const char *dir_in, dm_err *err) {
         return dm_fail(err, "%s: no checkpoint in %s/ckpt (nothing to resume; :save writes one)", dir, dir);
     }
     if (lost)
-        fprintf(stderr, "dmsh: -r: note: %s; resuming from %s, the checkpoint written most recently (:load another of %s/ckpt if that is not the state you want)\n",
+        fprintf(stderr, "dmsh: -r: note: %s; resuming from %s, the newest checkpoint by file time (:load another of %s/ckpt if that is not the state you want)\n",
                 broken, path, dir);
+    else if (!latest_exists(dir) && count_ckpts(dir) > 1)  // (said too: QA, session 29)
+        fprintf(stderr, "dmsh: -r: note: no %s/ckpt/LATEST; resuming from %s, the newest checkpoint by file time (:load another of %s/ckpt "
+                "if that is not the state you want)\n", dir, path, dir);
     int fell_back = lost;  // (resumed from another file than LATEST's)
     if (engine_load(e, path, err)) {
         fell_back = 1;
@@ -572,7 +598,8 @@ int session_resume(Engine *e, const char *dir_in, dm_err *err) {
             if (!strcmp(alt, path)) continue;
             dm_err e2 = {0};
             if (!engine_load(e, alt, &e2)) {
-                fprintf(stderr, "dmsh: -r: %s did not load (%s); resumed from %s instead, the checkpoint written most recently that loads\n",
+                fprintf(stderr, "dmsh: -r: %s did not load (%s); resumed from %s instead, the newest by file time that loads (a copy "
+                        "that did not keep file times, cp -r, has lost that order)\n",
                         path, first, alt);
                 done = 1;
             }

@@ -16,6 +16,8 @@
 #include <stdint.h>
 
 static char corpus[64] = "", good[64] = "";
+static char last_note[900];  // load_bytes: the load's note, and whether a corpus opened
+static int last_has_data;
 
 static int setup(void **s) {
     (void)s;
@@ -87,6 +89,9 @@ static int load_bytes(const char *name, size_t off, const void *bytes, size_t n,
     engine_init(&b);
     b.be = backend_cpu();
     int rc = engine_load(&b, path, err);
+    const char *nt = engine_notice(&b);
+    snprintf(last_note, sizeof last_note, "%s", nt ? nt : "");
+    last_has_data = b.has_data;
     engine_free(&b);
     unlink(path);
     return rc;
@@ -185,10 +190,27 @@ static void test_values_checked(void **s) {
     expect_refused("optim.mom", 0, -INFINITY, "section 'optim.mom' holds -inf at index 0");
 }
 
+// A corpus path with a NUL in it names another file than the one written (a crafted "/tmp/\0zz"
+// opened all of /tmp as the corpus: QA, session 29): no corpus is opened, and the note says why
+static void test_corpus_path_with_nul(void **s) {
+    (void)s;
+    dm_err err = {0};
+    assert_int_equal(load_bytes("data", SIZE_MAX, corpus, strlen(corpus), &err), 0);
+    assert_int_equal(last_has_data, 1);  // (the path as written opens)
+    char bad[80];
+    size_t n = (size_t)snprintf(bad, sizeof bad, "%s", corpus);
+    bad[n - 2] = 0;  // ".../dm_ckv_corpus_XXXX\0X": as a C string, another path
+    assert_int_equal(load_bytes("data", SIZE_MAX, bad, n, &err), 0);
+    assert_int_equal(last_has_data, 0);
+    if (!strstr(last_note, "corpus path holds a NUL byte")) print_error("%s\n", last_note);
+    assert_non_null(strstr(last_note, "corpus path holds a NUL byte"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_values_checked),
         cmocka_unit_test(test_counters_and_rows_checked),
+        cmocka_unit_test(test_corpus_path_with_nul),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
