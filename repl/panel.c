@@ -176,34 +176,63 @@ static void draw(Panel *p, const PanelInfo *in) {
     long long done = in->step - in->start_step, total = in->end_step - in->start_step;
     double frac = total > 0 ? (double)done / total : 1;
     frac = frac < 0 ? 0 : frac > 1 ? 1 : frac;
-    char head[160];
-    int hl = snprintf(head, sizeof head, "dmsh :train  step %lld / %lld  ", in->step, in->end_step);
-    mvaddstr(0, 0, head);
-    int barw = cols - hl - 9;
-    if (barw > 4) {
-        addch('[');
-        int fillw = (int)(frac * barw);
-        for (int i = 0; i < barw; i++) addch(i < fillw ? '#' : '.');
-        printw("] %5.1f%%", 100 * frac);
-    }
-    char bpb[32], eta[32];
+    // the three status lines as fields, each whole on a row: a narrow terminal takes them on
+    // more rows (a line wider than the terminal wrapped and the next one overwrote it, cutting
+    // "step 2712" to "step 27": QA, session 29); a field wider than the terminal alone is cut
+    // with a '>' at its end
+    char f[10][96], bpb[32], eta[32];
     if (isnan(in->bpb)) snprintf(bpb, sizeof bpb, "--");
     else snprintf(bpb, sizeof bpb, "%.4f", in->bpb);
     fmt_eta(eta, sizeof eta, in->eta_s);
-    mvprintw(1, 0, "loss %.4f   bpb %s   lr %.3e   gnorm %.3f", in->loss_last, bpb, in->lr, in->gnorm);
-    mvprintw(2, 0, "tok/s %.0f%s   ETA %s   RSS %.1f MiB   skipped %d", in->tok_s, in->emulated ? " (cuemu: emulated on the CPU)" : "",
-             eta, rss_mib(), in->skipped);
+    snprintf(f[0], sizeof f[0], "dmsh :train");
+    snprintf(f[1], sizeof f[1], "step %lld / %lld", in->step, in->end_step);
+    snprintf(f[2], sizeof f[2], "loss %.4f", in->loss_last);
+    snprintf(f[3], sizeof f[3], "bpb %s", bpb);
+    snprintf(f[4], sizeof f[4], "lr %.3e", in->lr);
+    snprintf(f[5], sizeof f[5], "gnorm %.3f", in->gnorm);
+    snprintf(f[6], sizeof f[6], "tok/s %.0f%s", in->tok_s, in->emulated ? " (cuemu: emulated on the CPU)" : "");
+    snprintf(f[7], sizeof f[7], "ETA %s", eta);
+    snprintf(f[8], sizeof f[8], "RSS %.1f MiB", rss_mib());
+    snprintf(f[9], sizeof f[9], "skipped %d", in->skipped);
+    static const int line_of[10] = {0, 0, 1, 1, 1, 1, 2, 2, 2, 2};
+    int y = 0, x = 0, line = 0;
+    for (int i = 0; i < 10 && y < rows; i++) {
+        int w = (int)strlen(f[i]);
+        if (line_of[i] != line || (x > 0 && x + 3 + w > cols)) { y++; x = 0; line = line_of[i]; }
+        if (y >= rows) break;
+        if (x > 0) x += 3;
+        if (w > cols - x) {  // alone and still too wide
+            mvaddnstr(y, x, f[i], cols - x - 1 > 0 ? cols - x - 1 : 0);
+            if (cols - x - 1 >= 0) mvaddch(y, cols - 1, '>');
+        } else {
+            mvaddstr(y, x, f[i]);
+        }
+        x += w;
+        // the progress bar after the step, when the row has room for it
+        if (i == 1 && cols - x - 11 > 4) {
+            int barw = cols - x - 11;
+            move(y, x + 2);
+            addch('[');
+            int fillw = (int)(frac * barw);
+            for (int b = 0; b < barw; b++) addch(b < fillw ? '#' : '.');
+            printw("] %5.1f%%", 100 * frac);
+            x = cols;
+        }
+    }
+    int top = y + 2;  // (a blank row under the status lines)
     // the rest: chart, then as many recent log lines as fit (at most 6), then the hint
     int nlogs = p->nlog < 6 ? p->nlog : 6;
-    int h = rows - 4 - 1 - (nlogs ? nlogs + 1 : 0) - 1;
+    int h = rows - top - 1 - (nlogs ? nlogs + 1 : 0) - 1;
     if (h > 12) h = 12;
     if (h >= 2) {
-        mvprintw(4, 0, "loss, %d steps", in->nloss);
-        draw_chart(p, in, 5, h, cols - 10);
+        mvprintw(top, 0, "loss, %d steps", in->nloss);
+        draw_chart(p, in, top + 1, h, cols - 10);
     }
-    int y = 5 + (h >= 2 ? h : 0) + 1;
+    y = top + 1 + (h >= 2 ? h : 0) + 1;
+    if (h < 2) y = top;
     for (int i = p->nlog - nlogs; i < p->nlog && y < rows - 1; i++, y++) mvaddnstr(y, 0, p->logs[i], cols - 1);
-    if (rows > 3) mvaddnstr(rows - 1, 0, "Ctrl-C: stop at the next step (state intact)", cols - 1);
+    if (rows > 3 && top - 2 < rows - 1)  // (never over a status row: a tiny terminal keeps the numbers)
+        mvaddnstr(rows - 1, 0, "Ctrl-C: stop at the next step (state intact)", cols - 1);
     refresh();
 }
 

@@ -44,11 +44,12 @@ static void kill_child(void) {
 
 static int spawn_hup_blocked;  // the child starts with SIGHUP blocked (test_hangup_eof_first)
 static const char *spawn_stdout;  // the child's stdout goes to this file (test_stdout_not_a_tty)
+static unsigned short spawn_rows = 40, spawn_cols = 200;  // the terminal's size
 static void spawn(int norc, int tui) {
     ntty = seen = 0;
     tty[0] = 0;  // nothing of a previous session may match
     child_status = -1;
-    struct winsize ws = {.ws_row = 40, .ws_col = 200};
+    struct winsize ws = {.ws_row = spawn_rows, .ws_col = spawn_cols};
     child = forkpty(&mfd, NULL, NULL, &ws);
     assert_true(child >= 0);
     if (child == 0) {
@@ -253,6 +254,31 @@ static void test_panel(void **s) {
     command(":show metrics");
     hit = expect_out(" metric rows, step ", 20);
     assert_int_equal(atoll(hit + strlen(" metric rows, step ")), stopped);
+    expect_out("dmsh> ", 20);
+    type("\x04");
+    int st = wait_exit(20);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+// A terminal narrower than the panel's status lines: each field stays whole on a row of its
+// own (QA, session 29: the first line wrapped and the second overwrote it, so 22 columns showed
+// "step 27" for step 2712, and "/ 100000" never reached the screen)
+static void test_panel_narrow(void **s) {
+    (void)s;
+    spawn_rows = 10;
+    spawn_cols = 22;
+    spawn(1, 1);
+    spawn_rows = 40;
+    spawn_cols = 200;
+    small_model(1);
+    command(":train 100000 log_every=1");
+    const char *smcup = "\x1b[?1049h";
+    double t0 = now_s();
+    while (!strstr(tty + seen, smcup) && !strstr(tty + seen, "\nstep ") && now_s() - t0 < 60) pump(50);
+    if (strstr(tty + seen, smcup)) expect_out(" / 100000", 30);
+    else print_message("no panel: :train does not open it\n");
+    type("\x03");
+    expect_out("interrupted at step ", 60);
     expect_out("dmsh> ", 20);
     type("\x04");
     int st = wait_exit(20);
@@ -605,6 +631,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_session, teardown_one),
         cmocka_unit_test_teardown(test_panel, teardown_one),
         cmocka_unit_test_teardown(test_panel_shows_newest, teardown_one),
+        cmocka_unit_test_teardown(test_panel_narrow, teardown_one),
         cmocka_unit_test_teardown(test_interrupt_in_eval, teardown_one),
         cmocka_unit_test_teardown(test_rc_files, teardown_one),
         cmocka_unit_test_teardown(test_interrupts_and_completion, teardown_one),
