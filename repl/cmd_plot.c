@@ -198,15 +198,17 @@ static int panel_train(Ctx *cx, Panel *p, const char *m, dm_err *err) {
         // the logged lr is AdamW's (and the tables'); Muon's follows the same schedule from
         // lr_muon, which a reader of the chart would otherwise not know
         snprintf(p->title, sizeof p->title, "learning rate");
-        snprintf(p->subtitle, sizeof p->subtitle, "AdamW and tables; Muon: lr_muon (%g) on the same schedule, %g x this curve",
-                 e->cfg.lr_muon, e->cfg.lr > 0 ? e->cfg.lr_muon / e->cfg.lr : 0.0);
+        // (the ratio is the settings' now: a :set of lr or lr_muon during the run changed it, and
+        // the rows keep AdamW's lr only: QA, session 29)
+        snprintf(p->subtitle, sizeof p->subtitle, "AdamW and tables; Muon on the same schedule, lr_muon/lr x this curve (%g x with the "
+                 "settings now: lr_muon %g, lr %g)", e->cfg.lr > 0 ? e->cfg.lr_muon / e->cfg.lr : 0.0, e->cfg.lr_muon, e->cfg.lr);
         snprintf(p->ylabel, sizeof p->ylabel, "lr%s", p->chart.logy ? " (log scale)" : "");
         add_series(p, x, y, n, 0x2ca02c, "lr (AdamW)");
     } else if (!strcmp(m, "gnorm")) {
         snprintf(p->title, sizeof p->title, "gradient norm (before clipping)");
         snprintf(p->ylabel, sizeof p->ylabel, "global L2 norm%s", p->chart.logy ? " (log scale)" : "");
         add_series(p, x, y, n, 0xd62728, "gnorm")->width = 1.5;
-        if (e->cfg.clip > 0) add_ref(p, e->cfg.clip, 0x555555, "clip %g", e->cfg.clip);
+        if (e->cfg.clip > 0) add_ref(p, e->cfg.clip, 0x555555, "clip %g (the setting now)", e->cfg.clip);
     } else {
         if (cx->nemulated)  // (the CPU running the CUDA code: not a GPU's throughput)
             snprintf(p->title, sizeof p->title, "training throughput (%d of %d steps emulated on the CPU: cuemu)", cx->nemulated, n);

@@ -85,10 +85,13 @@ int cmd_init(Shell *sh, Words *w, dm_err *err) {
     uint64_t seed = tmp.seed;
     // in a session, the model :init replaces keeps its state: saved first if it is in no file
     // (its rows leave metrics.tsv below; its checkpoint keeps them, as a :session switch does)
+    int rows_before = E_->live && E_->session_dir[0] ? E_->nrows : 0;
+    char rows_in[sizeof E_->synced_path] = "";
     if (E_->session_dir[0] && E_->live) {
         char saved[1300];
         if (session_autosave(E_, saved, sizeof saved, err)) return 1;
         if (saved[0]) fprintf(OUT, "saved %s (the model :init replaces)\n", saved);
+        snprintf(rows_in, sizeof rows_in, "%s", saved[0] ? saved : E_->synced_path);
     }
     // a horizon the first :train chose belongs to that model's run
     int auto0 = E_->steps_auto;
@@ -115,6 +118,9 @@ int cmd_init(Shell *sh, Words *w, dm_err *err) {
     fprintf(OUT, "init seed %llu: %zu compute params + %zu memory-table (%.2fM + %.2fM), device %s (%s)\n",
             (unsigned long long)seed, comp, tab, comp / 1e6, tab / 1e6, E_->device[0] ? E_->device : "cpu", REAL_NAME);
     say_arm_changes(sh, arms0, had, ":init (a new model starts with every arm on)");
+    if (rows_before)  // (said: a researcher reading metrics.tsv lost the first model's record in silence: QA, session 29)
+        fprintf(OUT, "note: %s/metrics.tsv now holds the new model's rows; the %d of the model it replaced are in %s (:load brings them back)\n",
+                E_->session_dir, rows_before, rows_in[0] ? rows_in : "no checkpoint");
     // a session that holds checkpoints of another model: -r resumes this one from now on (LATEST
     // names its step 0), as after a :load. A process killed after the :init resumed the model it
     // replaced, "from its last checkpoint", with this one's settings called lost (QA, session 23).

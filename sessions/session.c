@@ -576,11 +576,11 @@ int session_resume(Engine *e, const char *dir_in, dm_err *err) {
         return dm_fail(err, "%s: no checkpoint in %s/ckpt (nothing to resume; :save writes one)", dir, dir);
     }
     if (lost)
-        fprintf(stderr, "dmsh: -r: note: %s; resuming from %s, the newest checkpoint by file time (:load another of %s/ckpt if that is not the state you want)\n",
-                broken, path, dir);
+        fprintf(stderr, "dmsh: -r: note: %s; resuming from %s, the newest checkpoint by file time (a copy that kept no file times, "
+                "cp -r, has lost that order: :load another of %s/ckpt if that is not the state you want)\n", broken, path, dir);
     else if (!latest_exists(dir) && count_ckpts(dir) > 1)  // (said too: QA, session 29)
-        fprintf(stderr, "dmsh: -r: note: no %s/ckpt/LATEST; resuming from %s, the newest checkpoint by file time (:load another of %s/ckpt "
-                "if that is not the state you want)\n", dir, path, dir);
+        fprintf(stderr, "dmsh: -r: note: no %s/ckpt/LATEST; resuming from %s, the newest checkpoint by file time (a copy that kept no "
+                "file times, cp -r, has lost that order: :load another of %s/ckpt if that is not the state you want)\n", dir, path, dir);
     int fell_back = lost;  // (resumed from another file than LATEST's)
     if (engine_load(e, path, err)) {
         fell_back = 1;

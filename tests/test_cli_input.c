@@ -637,6 +637,22 @@ static void test_resume_and_save_words(void **s) {
     assert_int_equal(sh_in_dir(cmd, dmsh), 0);
 }
 
+// QA, session 29: an :init in a session emptied metrics.tsv of the model it replaced without a
+// word; a :set eval_frac that moved the held-out split into bytes the model trained on did too
+static void test_split_and_rows_said(void **s) {
+    (void)s;
+    char script[2000];
+    snprintf(script, sizeof script, ":session rows\n%s:data %s\n:init seed=1\n:step 3\n:set eval_frac=0.2\n:set eval_frac=0.1\n:init seed=2\n",
+             SMALL, corpus);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    if (!strstr(out, "note: runs/rows/metrics.tsv now holds the new model's rows; the 3 of the model it replaced are in runs/rows/ckpt/step-3.ckpt"))
+        print_error("%s\n", out);
+    assert_non_null(strstr(out, "note: runs/rows/metrics.tsv now holds the new model's rows; the 3 of the model it replaced are in runs/rows/ckpt/step-3.ckpt"));
+    const char *n1 = strstr(out, "note: the held-out split now starts at byte ");
+    assert_non_null(n1);
+    assert_null(strstr(n1 + 1, "note: the held-out split now starts at byte "));  // (not when it shrinks back)
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_integers_are_digits),
@@ -658,6 +674,7 @@ int main(void) {
         cmocka_unit_test(test_ckpt_keep),
         cmocka_unit_test(test_run_fifo_and_session_name),
         cmocka_unit_test(test_resume_and_save_words),
+        cmocka_unit_test(test_split_and_rows_said),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

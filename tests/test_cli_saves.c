@@ -664,7 +664,8 @@ static void test_resume_fallbacks_agree(void **s) {
     slurp_to("out.txt", out, sizeof out);
     if (!strstr(out, "from ckpt/step-4-b1.ckpt")) print_error("stderr: %s\nstdout: %s\n", err_, out);
     assert_non_null(strstr(err_, "dmsh: -r: note: runs/FB/ckpt/LATEST named step-5.ckpt, which is missing; resuming from runs/FB/ckpt/step-4-b1.ckpt, "
-                                 "the checkpoint written most recently (:load another of runs/FB/ckpt if that is not the state you want)\n"));
+                                 "the newest checkpoint by file time (a copy that kept no file times, cp -r, has lost that order: :load "
+                                 "another of runs/FB/ckpt if that is not the state you want)\n"));
     assert_non_null(strstr(out, "resumed runs/FB at step 4 from ckpt/step-4-b1.ckpt"));
     // the same session with step-5 there but unreadable: the same file, said the same way
     assert_int_equal(sh_in_dir("truncate -s 1000 runs/FC/ckpt/step-5.ckpt && %s --norc -r runs/FC -e ':show metrics' > out.txt 2> err.txt", dmsh), 0);
@@ -672,7 +673,8 @@ static void test_resume_fallbacks_agree(void **s) {
     slurp_to("out.txt", out, sizeof out);
     if (!strstr(out, "from ckpt/step-4-b1.ckpt")) print_error("stderr: %s\nstdout: %s\n", err_, out);
     assert_non_null(strstr(err_, "dmsh: -r: runs/FC/ckpt/step-5.ckpt did not load ("));
-    assert_non_null(strstr(err_, "); resumed from runs/FC/ckpt/step-4-b1.ckpt instead, the checkpoint written most recently that loads\n"));
+    assert_non_null(strstr(err_, "); resumed from runs/FC/ckpt/step-4-b1.ckpt instead, the newest by file time that loads (a copy that did "
+                                 "not keep file times, cp -r, has lost that order)\n"));
     assert_non_null(strstr(out, "resumed runs/FC at step 4 from ckpt/step-4-b1.ckpt"));
     // files of one time (whole seconds, or a copy that set them all): the larger step, then the
     // later branch, whatever order the directory lists them in
