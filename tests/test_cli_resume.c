@@ -319,6 +319,16 @@ static void test_interrupted_stress_replays(void **s) {
     assert_null(strstr(t, "unplaced"));
     free(t);
     replay_matches_resume("str");
+    // stopped by nan_limit part-way: the retake fails where the session's did, and the replay goes on
+    snprintf(cmd, sizeof cmd, "%%s --norc -e ':session sn' -e '%s' -e ':data %s' -e ':init seed=1' -e ':step 2' "
+             "-e ':set clip=0 nan_limit=2 eps=1e-30 beta2=0' -e ':stress lr_mult=3000 steps=200' > k.out 2>&1; test $? = 1", TINY, corpus);
+    assert_int_equal(sh_in_dir(cmd, dmsh), 0);
+    t = transcript("sn");
+    if (!strstr(t, "\n# failed part-way, its steps taken by the next line (it took the run from step 2 to ")) print_error("%s\n", t);
+    assert_non_null(strstr(t, "\n# failed part-way, its steps taken by the next line (it took the run from step 2 to "));
+    assert_non_null(strstr(t, "\n:stress lr_mult=3000 steps="));
+    free(t);
+    replay_matches_resume("sn");
 }
 
 int main(void) {
