@@ -148,6 +148,23 @@ static void test_thread_invariance(void **state) {
     }
 }
 
+// A chunk longer than the sequence is the sequence: the workspace of C = T, and the same bits
+// (QA, session 29: the workspace grew as C^2 whatever T was; kda_chunk=1024 at seq=31 asked
+// the CPU for 27 GB)
+static void test_chunk_longer_than_seq(void **state) {
+    (void)state;
+    const int B = 2, T = 31, H = 3, D = 8;
+    assert_int_equal(kda_chunk_ws_size(B, T, H, D, 1024), kda_chunk_ws_size(B, T, H, D, T));
+    assert_true(kda_chunk_ws_size(B, T, H, D, 1024) < kda_chunk_ws_size(B, 2 * T, H, D, 2 * T));
+    Prob a = prob_new(B, T, H, D, T, 5.0, 2.0, 31), b = prob_new(B, T, H, D, 1024, 5.0, 2.0, 31);
+    prob_forward(&a); prob_backward(&a);
+    prob_forward(&b); prob_backward(&b);
+    size_t N = (size_t)B * T * H * D;
+    assert_memory_equal(a.o, b.o, sizeof(real) * N);
+    for (int w = 0; w < IN_N; w++) assert_memory_equal(a.d[w], b.d[w], sizeof(real) * a.n[w]);
+    prob_free(&a); prob_free(&b);
+}
+
 #ifdef DM_DOUBLE
 // ---- finite differences ----
 static double prob_loss(Prob *p) {
@@ -297,6 +314,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_step_matches_recurrent),
         cmocka_unit_test(test_thread_invariance),
+        cmocka_unit_test(test_chunk_longer_than_seq),
 #ifdef DM_DOUBLE
         cmocka_unit_test(test_fd_recurrent),
         cmocka_unit_test(test_fd_chunk),

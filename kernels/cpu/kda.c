@@ -310,7 +310,13 @@ static size_t chunk_scratch_size(int D, int C) {
            2 * DD + (CD + 1) * sizeof(double) / sizeof(real) + 1;
 }
 
+// A chunk longer than the sequence is the sequence: every size below is taken at min(C, T) (the
+// workspace grew as C^2 per head whatever T was: kda_chunk=1024 at seq=31 asked for 27 GB, and
+// nano at kda_chunk=1024 held twice its memory, for the same numbers: QA, session 29)
+static int chunk_len(int C, int T) { return C < T ? C : (T > 0 ? T : 1); }
+
 size_t kda_chunk_ws_size(int B, int T, int H, int D, int C) {
+    C = chunk_len(C, T);
     return (size_t)B * H * chunk_per_bh(T, D, C);
 }
 
@@ -442,6 +448,7 @@ static void chunk_Y(ChunkWs *w, real *Y, real *hf, const real *k, size_t ld, int
 
 void kda_chunk_forward(real *o, real *ws, const real *q, const real *k, const real *v,
                        const real *beta, const real *g, int B, int T, int H, int D, int C) {
+    C = chunk_len(C, T);
     size_t HD = (size_t)H * D, DD = (size_t)D * D;
     size_t PMc = (size_t)((C + KDA_BC - 1) / KDA_BC) * 2 * KDA_BC * C;  // PM per chunk
     int nc = (T + C - 1) / C;
@@ -551,6 +558,7 @@ void kda_chunk_backward(real *dq, real *dk, real *dv, real *dbeta, real *dg, con
                         const real *q, const real *k, const real *v, const real *beta,
                         const real *g, real *ws, int B, int T, int H, int D, int C) {
     (void)v;  // v enters backward only through W, which forward kept
+    C = chunk_len(C, T);
     size_t HD = (size_t)H * D, DD = (size_t)D * D;
     size_t PMc = (size_t)((C + KDA_BC - 1) / KDA_BC) * 2 * KDA_BC * C;
     int nc = (T + C - 1) / C;
