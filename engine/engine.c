@@ -179,6 +179,7 @@ int engine_build(Engine *e, uint64_t seed, dm_err *err) {
     if (optim_create(&e->opt, &e->model, err)) { model_free(&e->model); return 1; }
     e->live = 1;
     e->step = e->tokens = 0;
+    e->trained_upto = 0;
     e->nrows = 0;
     e->last_orth_err = model_orth_error(&e->model);
     return 0;
@@ -272,6 +273,7 @@ int engine_open_data(Engine *e, const char *path, const char *eval_path, dm_err 
     e->data = d;
     e->has_data = 1;
     e->has_anchors = 0;
+    e->trained_upto = 0;  // (another corpus: no step of this model drew from it; a re-split keeps it)
     memcpy(e->data_path, dp, sizeof dp);
     memcpy(e->eval_path, ep, sizeof ep);
     return 0;
@@ -294,11 +296,14 @@ int engine_resplit(Engine *e, double old_frac, dm_err *err) {
     if (!e->has_data || e->eval_path[0] || e->cfg.eval_frac == old_frac) return 0;
     char path[sizeof e->data_path];
     snprintf(path, sizeof path, "%s", e->data_path);
+    int64_t upto = e->trained_upto;  // (the same bytes, split elsewhere)
     if (engine_open_data(e, path, NULL, err)) {  // the old corpus stays open on failure
         e->cfg.eval_frac = old_frac;
         e->model.cfg.eval_frac = old_frac;
+        e->trained_upto = upto;
         return 1;
     }
+    e->trained_upto = upto;
     return 0;
 }
 

@@ -62,6 +62,9 @@ typedef struct Engine {
     int data_drift_noted;       // the corpus's bytes changed on disk since :data opened it (said;
                                 // data_fp then follows the new bytes)
     int64_t step, tokens;       // steps taken (the next step's index), bytes trained on
+    int64_t trained_upto;       // the longest training split (bytes from the start of the open
+                                // corpus) the live model's steps drew windows from: a held-out
+                                // split that starts below it is not held out (0: none known)
     Anchors anchors;
     int has_anchors;
     MetricRow *rows;

@@ -300,9 +300,10 @@ int engine_load(Engine *e, const char *path, dm_err *err) {
     const CkptSection *sd = ckpt_find(&f, "data"), *se = ckpt_find(&f, "data.eval");
     // a path holding a NUL names another file than the one written (it would end there: a
     // crafted "/tmp/\0x" opened all of /tmp: QA, session 29); no dmsh writes one
-    int nul = (sd && memchr(sd->data, 0, sd->size)) || (se && memchr(se->data, 0, se->size));
-    if (!e->has_data && nul) {
-        engine_note(e, "the checkpoint's corpus path holds a NUL byte (not a path dmsh writes), so no corpus is open; :data PATH opens one");
+    int nul_d = sd && memchr(sd->data, 0, sd->size), nul_e = se && memchr(se->data, 0, se->size);
+    if (!e->has_data && (nul_d || nul_e)) {
+        engine_note(e, "the checkpoint's %s holds a NUL byte (not a path dmsh writes), so no corpus is open; :data PATH opens one",
+                    nul_d ? "corpus path" : "eval file path");
     } else if (!e->has_data && sd && sd->size && sd->size < sizeof e->data_path) {
         char dp[1024], ep[1024] = "";
         memcpy(dp, sd->data, sd->size);
@@ -330,6 +331,7 @@ int engine_load(Engine *e, const char *path, dm_err *err) {
         dm_err rerr = {0};
         if (engine_resplit(e, frac0, &rerr)) engine_note(e, "the corpus keeps its split at eval_frac %g: %s", frac0, rerr.msg);
     }
+    e->trained_upto = 0;  // (the loaded model's, set below when the file says it)
     // the same path with other bytes (a regenerated or edited file): the windows from here are
     // not the original run's, which a resume must not hide
     const CkptSection *sfp = ckpt_find(&f, "data.fingerprint");
@@ -344,6 +346,8 @@ int engine_load(Engine *e, const char *path, dm_err *err) {
         if (ssp && ssp->size == sizeof was) memcpy(was, ssp->data, sizeof was);
         int resplit = ssp && ssp->size == sizeof was && was[0] + was[1] == e->data.n_train + e->data.n_eval &&
                       (was[0] != e->data.n_train || was[1] != e->data.n_eval);
+        // its run drew windows from the first was[0] bytes of this corpus (as far as a file can say)
+        if (same_path && was[0] + was[1] == e->data.n_train + e->data.n_eval && e->step > 0) e->trained_upto = was[0];
         int eval_was_same = se && se->size == strlen(e->eval_path) && !memcmp(se->data, e->eval_path, se->size);
         if (!se) eval_was_same = !e->eval_path[0];
         if (same_path && want != e->data_fp && !eval_was_same)

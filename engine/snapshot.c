@@ -11,6 +11,7 @@ void snapshot_take(Snapshot *s, const Engine *e) {
     model_params_get(&e->model, s->p);  // wherever the parts live (backend, host tables)
     optim_state_get(&e->opt, &e->model, s->m, s->v, s->mom, s->row_steps);
     s->step = e->step; s->tokens = e->tokens; s->opt_t = e->opt.t; s->skips = e->opt.total_skips;
+    s->trained_upto = e->trained_upto;
     s->consecutive = e->opt.consecutive_skips; s->nrows = e->nrows;
     s->arms = e->model.arms;
     s->last_orth_err = e->last_orth_err;
@@ -21,6 +22,7 @@ void snapshot_restore(const Snapshot *s, Engine *e) {
     optim_state_put(&e->opt, &e->model, s->m, s->v, s->mom, s->row_steps);
     optim_set_counters(&e->opt, s->opt_t, s->skips, s->consecutive);  // host mirror and backend status
     e->step = s->step; e->tokens = s->tokens; e->nrows = s->nrows;
+    e->trained_upto = s->trained_upto;
     e->model.arms = s->arms;
     e->last_orth_err = s->last_orth_err;
     // the activations and expert loads in memory came from steps the restore undid: they

@@ -8,7 +8,7 @@ typedef struct {
     real *p, *m, *v, *mom;
     int64_t *row_steps;
     size_t P, R;
-    int64_t step, tokens, opt_t, skips;
+    int64_t step, tokens, opt_t, skips, trained_upto;
     int consecutive, nrows;
     Arms arms;
     double last_orth_err;

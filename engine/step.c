@@ -286,6 +286,7 @@ int engine_step_enqueue(Engine *e, dm_err *err) {
     e->fwd_undone = e->fwd_moved = e->fwd_cut = 0;
     e->step++;
     e->tokens += N;
+    if (e->data.n_train > e->trained_upto) e->trained_upto = e->data.n_train;  // (its windows came from there)
     return 0;
 }
 

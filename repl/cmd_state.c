@@ -144,9 +144,10 @@ int cmd_save(Shell *sh, Words *w, dm_err *err) {
         int existed = stat(p, &st) == 0;
         // a link is replaced by the file (the save renames a temp file onto the name), and the
         // file it pointed to stays as it was: said so (it read "replaced the checkpoint")
-        char target[1024] = "";
+        char target[PATH_MAX] = "";
         ssize_t tl = lstat(p, &st) == 0 && S_ISLNK(st.st_mode) ? readlink(p, target, sizeof target - 1) : -1;
         if (tl >= 0) target[tl] = 0;
+        if (tl == (ssize_t)sizeof target - 1) snprintf(target, sizeof target, "a target too long to name");
         // (a longer path was cut to fit and another file written: "saved .../model.ck": QA, session 24)
         if (strlen(p) >= sizeof path)
             return dm_fail(err, ":save: the path is %zu bytes long, at most %zu: not written", strlen(p), sizeof path - 1);

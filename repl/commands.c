@@ -176,7 +176,6 @@ static int cmd_set(Shell *sh, Words *w, dm_err *err) {
             }
     }
     Config old = E_->cfg, old_model = E_->model.cfg;
-    int64_t ntrain0 = E_->has_data ? E_->data.n_train : 0;
     int rc = engine_set_many(E_, n, keys, vals, err);
     for (int i = 0; i < n; i++) ((char *)vals[i])[-1] = '=';  // the words as typed again (transcript)
     if (rc) return 1;
@@ -189,10 +188,10 @@ static int cmd_set(Shell *sh, Words *w, dm_err *err) {
         fprintf(OUT, "%s\n", E_->data.desc);
         // a held-out split that grew into bytes this model trained on is no longer held out
         // (SPEC §5: never read by training): said (QA, session 29)
-        if (E_->live && E_->step > 0 && E_->data.n_train < ntrain0)
-            fprintf(OUT, "note: the held-out split now starts at byte %lld, inside the %lld training bytes this model's %lld steps "
-                    "drew from: evals from here score bytes it may have trained on (their BPB is not held-out)\n",
-                    (long long)E_->data.n_train, (long long)ntrain0, (long long)E_->step);
+        if (E_->live && E_->data.n_train < E_->trained_upto)
+            fprintf(OUT, "note: the held-out split now starts at byte %lld, inside the first %lld bytes of this corpus, which this "
+                    "model's steps drew training windows from: evals from here score bytes it may have trained on (their BPB is "
+                    "not held-out)\n", (long long)E_->data.n_train, (long long)E_->trained_upto);
     }
     return 0;
 }

@@ -26,7 +26,7 @@ int repl_interactive(Shell *sh) {
             // end-of-file leave
             if (errno == EINTR && !dm_leave_signal && !feof(stdin)) { clearerr(stdin); fputc('\n', pout); continue; }
             if (errno == EIO) sh->tty_lost = 1;  // the terminal closed (the hangup signal may come after)
-            fputc('\n', stdout);
+            fputc('\n', pout);
             break;
         }
         sh->line++;

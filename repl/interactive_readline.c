@@ -182,7 +182,7 @@ int repl_interactive(Shell *sh) {
         char *line = dm_leave_signal ? NULL : readline("dmsh> ");
         g_at_prompt = 0;
         if (!line && errno == EIO) sh->tty_lost = 1;  // the terminal closed (the hangup signal may come after)
-        if (!line || dm_leave_signal) { free(line); fputc('\n', stdout); break; }  // Ctrl-D, SIGTERM
+        if (!line || dm_leave_signal) { free(line); fputc('\n', rl_outstream ? rl_outstream : stdout); break; }  // Ctrl-D, SIGTERM
         sh->line++;
         if (!line[strspn(line, " \t")]) { free(line); continue; }
         // each line of a multi-line paste is an entry of its own (one entry with newlines in it

@@ -605,16 +605,22 @@ void sh_run_rc(Shell *sh) {
             // silently not in effect); an interrupt's own words say the script stops there
             size_t pl = strlen(paths[i]);
             long at = !strncmp(err.msg, paths[i], pl) && err.msg[pl] == ':' ? strtol(err.msg + pl + 1, NULL, 10) : 0;
-            long nl = 0;
+            // (up to its last line that holds a command: blank lines and comments run nothing)
+            long ln = 0, last_cmd = 0;
             FILE *f = fopen(paths[i], "r");
-            int ch, last = '\n';
-            while (f && (ch = getc(f)) != EOF) { nl += ch == '\n'; last = ch; }
+            char *l = NULL;
+            size_t cap = 0;
+            while (f && getline(&l, &cap, f) >= 0) {
+                ln++;
+                const char *q = l + strspn(l, " \t\r\n");
+                if (*q && *q != '#') last_cmd = ln;
+            }
+            free(l);
             if (f) fclose(f);
-            nl += last != '\n';
             int intr = sh->eng && sh->eng->interrupt && *sh->eng->interrupt && !intr0;
-            if (at > 0 && at < nl && !intr)
+            if (at > 0 && at < last_cmd && !intr)
                 fprintf(stderr, "%s: lines %ld..%ld not run (a start-up file stops at its first error, as a script does)\n", paths[i],
-                        at + 1, nl);
+                        at + 1, last_cmd);
         }
         sh->depth--;
         if (sh->eng && sh->eng->interrupt) *sh->eng->interrupt = 0;

@@ -422,11 +422,10 @@ static int count_ckpts(const char *dir) {
     long long steps[2];
     return list_ckpts(dir, names, steps, 2);
 }
+// a LATEST that can be read (one that is missing, a dangling link or unreadable is none to follow)
 static int latest_exists(const char *dir) {
-    char p[1200];
-    struct stat st;
-    snprintf(p, sizeof p, "%s/ckpt/LATEST", dir);
-    return lstat(p, &st) == 0;
+    char name[512];
+    return latest_pointer(dir, name, sizeof name) != 1;
 }
 
 int session_latest_ckpt(const char *dir, char *path, size_t n, long long *step) {
@@ -579,7 +578,7 @@ int session_resume(Engine *e, const char *dir_in, dm_err *err) {
         fprintf(stderr, "dmsh: -r: note: %s; resuming from %s, the newest checkpoint by file time (a copy that kept no file times, "
                 "cp -r, has lost that order: :load another of %s/ckpt if that is not the state you want)\n", broken, path, dir);
     else if (!latest_exists(dir) && count_ckpts(dir) > 1)  // (said too: QA, session 29)
-        fprintf(stderr, "dmsh: -r: note: no %s/ckpt/LATEST; resuming from %s, the newest checkpoint by file time (a copy that kept no "
+        fprintf(stderr, "dmsh: -r: note: no readable %s/ckpt/LATEST; resuming from %s, the newest checkpoint by file time (a copy that kept no "
                 "file times, cp -r, has lost that order: :load another of %s/ckpt if that is not the state you want)\n", dir, path, dir);
     int fell_back = lost;  // (resumed from another file than LATEST's)
     if (engine_load(e, path, err)) {

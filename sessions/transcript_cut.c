@@ -34,7 +34,7 @@ char *session_steps_line(const char *name, int nw, const char *const *words, lon
         int has = 0;
         for (int a = 0; a < nw; a++) {
             if (strncmp(words[a], "steps=", 6)) { used += (size_t)snprintf(t + used, n - used, " %s", words[a]); continue; }
-            if (strtoll(words[a] + 6, NULL, 10) <= k) break;  // (k at its N is no cut of it)
+            if (strtoll(words[a] + 6, NULL, 10) < k) break;  // (k = N: failed at its last step, the line as typed)
             used += (size_t)snprintf(t + used, n - used, " steps=%lld", k);
             has = 1;
         }

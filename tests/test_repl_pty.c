@@ -508,10 +508,13 @@ static void test_stdout_not_a_tty(void **s) {
     for (double t1 = now_s(); now_s() - t1 < 0.3;) pump(50);
     type("con\t\r");
     expect_out(":show config", 20);  // (the prompt and the completed line on the terminal)
-    command(":quit");
+    expect_out("dmsh> ", 20);
+    type("\x04");  // (Ctrl-D's newline goes to the terminal too, not into the file)
     int st = wait_exit(20);
     assert_true(WIFEXITED(st));
     const char *o = slurp(p);
+    size_t ol = strlen(o);
+    assert_true(ol > 2 && !(o[ol - 1] == '\n' && o[ol - 2] == '\n'));
     assert_non_null(o);
     if (strstr(o, "dmsh> ") || strchr(o, '\033') || !strstr(o, "preset nano: ")) print_error("[%s]\n", o);
     assert_non_null(strstr(o, "preset nano: "));
@@ -525,7 +528,7 @@ static void test_rc_files(void **s) {
     char p[400];
     snprintf(p, sizeof p, "%s/.dmshrc", home);
     FILE *f = fopen(p, "w");
-    fputs(":set lr=0.00123\n:bogus\n:set lr=0.5\n", f);  // stops at line 2: lr stays 0.00123
+    fputs(":set lr=0.00123\n:bogus\n:set lr=0.5\n\n# the end\n", f);  // stops at line 2: lr stays 0.00123
     fclose(f);
     snprintf(p, sizeof p, "%s/.dmshrc", dir);
     f = fopen(p, "w");
