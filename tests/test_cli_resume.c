@@ -329,6 +329,27 @@ static void test_interrupted_stress_replays(void **s) {
     assert_non_null(strstr(t, "\n:stress lr_mult=3000 steps="));
     free(t);
     replay_matches_resume("sn");
+    // the same stress with N = the steps it took there: it fails at its last step, and its line
+    // is the one typed (it was left out as no cut of itself, and a replay missed its steps)
+    long long from = 0, to = 0;
+    const char *fp = strstr(t = transcript("sn"), "(it took the run from step ");
+    assert_non_null(fp);
+    assert_int_equal(sscanf(fp, "(it took the run from step %lld to %lld", &from, &to), 2);
+    free(t);
+    assert_true(to - from >= 2);
+    snprintf(cmd, sizeof cmd, "%%s --norc -e ':session sl' -e '%s' -e ':data %s' -e ':init seed=1' -e ':step 2' "
+             "-e ':set clip=0 nan_limit=2 eps=1e-30 beta2=0' -e ':stress lr_mult=3000 steps=%lld' > k.out 2>&1; test $? = 1", TINY,
+             corpus, to - from);
+    assert_int_equal(sh_in_dir(cmd, dmsh), 0);
+    t = transcript("sl");
+    char took[200], line[120];
+    snprintf(took, sizeof took, "(it took the run from step %lld to %lld, then failed", from, to);
+    snprintf(line, sizeof line, "\n:stress lr_mult=3000 steps=%lld\n", to - from);
+    if (!strstr(t, took) || !strstr(t, line)) print_error("want '%s' and '%s' in\n%s\n", took, line, t);
+    assert_non_null(strstr(t, took));
+    assert_non_null(strstr(t, line));
+    free(t);
+    replay_matches_resume("sl");
 }
 
 int main(void) {

@@ -37,12 +37,14 @@ int __real_viz_charts_png(const char *path, const VizChart *c, int ncharts, int 
 static char seen_subtitle[400];
 static int seen_series, seen_labels;
 static long seen_nan, seen_gaps;  // NaN points in the first panel's series; what it says are gaps
+static char seen_ref[120];         // the first panel's first reference line's label, or ""
 int __wrap_viz_charts_png(const char *path, const VizChart *c, int ncharts, int width, int height, char *err, size_t n) {
     snprintf(seen_subtitle, sizeof seen_subtitle, "%s", ncharts > 0 && c[0].subtitle ? c[0].subtitle : "");
     seen_series = ncharts > 0 ? c[0].nseries : 0;
     seen_labels = 0;
     seen_nan = 0;
     seen_gaps = ncharts > 0 ? c[0].gaps : 0;
+    snprintf(seen_ref, sizeof seen_ref, "%s", ncharts > 0 && c[0].nrefs > 0 && c[0].refs[0].label ? c[0].refs[0].label : "");
     for (int k = 0; k < seen_series; k++) {
         seen_labels += c[0].series[k].label != NULL;
         for (int i = 0; i < c[0].series[k].n; i++) seen_nan += isnan(c[0].series[k].y[i]);
@@ -324,6 +326,7 @@ static void test_cmd_plot(void **state) {
     check_chart(path, 960, 720);  // two panels
     eng.session_dir[0] = 0;
     expect_plot_error(":plot loss out=/nonexistent-dir/a.png", "cannot write /nonexistent-dir/a.png");
+    engine_free(&eng);
 }
 
 // experts: the last forward's [L, E] loads on a faked live model (no training needed)
@@ -440,6 +443,31 @@ static void test_cmd_plot_experts(void **state) {
     engine_free(&eng);
 }
 
+// Found by a QA pass (session 29): the lr panel's Muon ratio and the gnorm panel's clip line are
+// the settings at the time of the :plot, not the run's history; the labels say so, with the
+// numbers a :set changed
+static void test_cmd_plot_settings_now(void **state) {
+    (void)state;
+    fill_engine();
+    eng.cfg.lr = 1e-3; eng.cfg.lr_muon = 0.02; eng.cfg.clip = 0.5;
+    dm_err err;
+    char path[400], line[600];
+    tmp_path(path, sizeof path, "lr_now.png");
+    snprintf(line, sizeof line, ":plot lr out=%s", path);
+    if (plot(line, &err)) fail_msg("%s", err.msg);
+    const char *want = "lr_muon/lr x this curve (20 x with the settings now: lr_muon 0.02, lr 0.001)";
+    if (!strstr(seen_subtitle, want)) print_error("subtitle '%s'\n", seen_subtitle);
+    assert_non_null(strstr(seen_subtitle, want));
+    tmp_path(path, sizeof path, "gnorm_now.png");
+    snprintf(line, sizeof line, ":plot gnorm out=%s", path);
+    if (plot(line, &err)) fail_msg("%s", err.msg);
+    assert_string_equal(seen_ref, "clip 0.5 (the setting now)");
+    eng.cfg.clip = 0;   // no clipping: no line
+    if (plot(line, &err)) fail_msg("%s", err.msg);
+    assert_string_equal(seen_ref, "");
+    engine_free(&eng);
+}
+
 // Found by a QA pass (session 22): steps that routed nothing (moe arm off) were drawn as 0 % for
 // every expert, shares that sum to 0 %; they are gaps now, said in the subtitle
 static void test_cmd_plot_expert_gaps(void **state) {
@@ -530,6 +558,7 @@ int main(void) {
         cmocka_unit_test(test_hist),
         cmocka_unit_test(test_bad_path),
         cmocka_unit_test(test_cmd_plot),
+        cmocka_unit_test(test_cmd_plot_settings_now),
         cmocka_unit_test(test_cmd_plot_experts),
         cmocka_unit_test(test_cmd_plot_expert_gaps),
         cmocka_unit_test(test_cmd_plot_ablations_apart),
