@@ -267,13 +267,16 @@ int engine_open_data(Engine *e, const char *path, const char *eval_path, dm_err 
         data_close(&d);
         return 1;
     }
+    // the same file and split with the same bytes, opened again: the model's steps drew from
+    // it as before (the held-out note of a later :set eval_frac must not forget them: QA, session 29)
+    int same = e->has_data && !strcmp(e->data_path, dp) && !strcmp(e->eval_path, ep) && fp == e->data_fp;
     if (e->has_data) data_close(&e->data);  // only after the new corpus opened: a bad path keeps the old
     e->data_fp = fp;
     e->data_drift_noted = 0;
     e->data = d;
     e->has_data = 1;
     e->has_anchors = 0;
-    e->trained_upto = 0;  // (another corpus: no step of this model drew from it; a re-split keeps it)
+    if (!same) e->trained_upto = 0;  // (another corpus: no step of this model drew from it; a re-split keeps it)
     memcpy(e->data_path, dp, sizeof dp);
     memcpy(e->eval_path, ep, sizeof ep);
     return 0;
