@@ -33,7 +33,7 @@ typedef struct {
     VizChart chart;
     VizSeries series[MAX_SERIES];
     VizRef refs[4];
-    char labels[MAX_SERIES][48], ref_labels[4][48];
+    char labels[MAX_SERIES][64], ref_labels[4][48];
     char title[160], subtitle[200], xlabel[64], ylabel[64];
     double *buf;              // every x and y array of the series, one allocation
 } Panel;
@@ -149,7 +149,7 @@ static int panel_train(Ctx *cx, Panel *p, const char *m, dm_err *err) {
     const Engine *e = cx->e;
     if (!cx->ntrain) return dm_fail(err, "nothing to plot yet: train first (:step or :train)");
     int n = cx->ntrain, is_loss = !strcmp(m, "loss");
-    double *x = panel_alloc(p, 4 * (size_t)n), *y = x + n, *sm = y + n, *ya = sm + n;  // (ya: ablation steps)
+    double *x = panel_alloc(p, 7 * (size_t)n), *y = x + n, *sm = y + n, *ya = sm + n;  // (ya: ablation steps, up to four series)
     for (int k = 0; k < n; k++) {
         const MetricRow *r = &e->rows[cx->train[k]];
         x[k] = x_of(cx, r, k);
@@ -175,24 +175,42 @@ static int panel_train(Ctx *cx, Panel *p, const char *m, dm_err *err) {
         } else {
             add_series(p, x, y, n, 0x1f77b4, "loss");
         }
-        // the steps an ablation took (an arm off): marked over the curve, said in the subtitle
-        int nab = 0;
-        uint16_t any = 0;
+        // the steps an ablation took (an arm off): marked over the curve, one series per set of
+        // arms off (steps with moe off and later steps with kda off were one "kda,moe off" series:
+        // QA, session 30), said in the subtitle
+        int nab = 0, nmask = 0;
+        uint16_t masks[3] = {0};
         for (int k = 0; k < n; k++) {
             uint16_t mk = e->rows[cx->train[k]].arms_off;
             nab += mk != 0;
-            any |= mk;
+            int q = 0;
+            while (q < nmask && masks[q] != mk) q++;
+            if (mk && q == nmask && nmask < 3) masks[nmask++] = mk;
         }
         if (nab) {
-            for (int k = 0; k < n; k++) ya[k] = e->rows[cx->train[k]].arms_off ? y[k] : NAN;
-            char names[40], lab[48];
-            arms_mask_names(any, names, sizeof names);
-            snprintf(lab, sizeof lab, "%s off", names);
-            VizSeries *sr = add_series(p, x, ya, n, 0xd62728, lab);
-            if (sr) { sr->width = 1.5; sr->markers = nab <= 40 ? 1 : -1; }
-            p->chart.gaps += n - nab;
+            char all[120] = "";
+            for (int q = 0; q <= nmask; q++) {
+                // (q == nmask: the steps of any further arm set, one series)
+                int cnt = 0;
+                for (int k = 0; k < n; k++) {
+                    uint16_t mk = e->rows[cx->train[k]].arms_off;
+                    int in = q < nmask ? mk == masks[q] : mk && mk != masks[0] && mk != masks[1] && mk != masks[2];
+                    ya[k] = in ? y[k] : NAN;
+                    cnt += in;
+                }
+                if (!cnt) continue;
+                char names[40], lab[48];
+                if (q < nmask) arms_mask_names(masks[q], names, sizeof names);
+                else snprintf(names, sizeof names, "other arms");
+                snprintf(lab, sizeof lab, "%s off", names);
+                snprintf(all + strlen(all), sizeof all - strlen(all), "%s%s", all[0] ? "; " : "", names);
+                VizSeries *sr = add_series(p, x, ya, n, q == 0 ? 0xd62728 : q == 1 ? 0xff7f0e : q == 2 ? 0x8c564b : 0x7f7f7f, lab);
+                if (sr) { sr->width = 1.5; sr->markers = cnt <= 40 ? 1 : -1; }
+                p->chart.gaps += n - cnt;
+                ya += n;  // (each series keeps its own copy: ya has room for four)
+            }
             snprintf(p->subtitle + strlen(p->subtitle), sizeof p->subtitle - strlen(p->subtitle), "%s%d step%s with arms off (%s) marked",
-                     p->subtitle[0] ? "; " : "", nab, nab == 1 ? "" : "s", names);
+                     p->subtitle[0] ? "; " : "", nab, nab == 1 ? "" : "s", all);
         }
     } else if (!strcmp(m, "lr")) {
         // the logged lr is AdamW's (and the tables'); Muon's follows the same schedule from
@@ -337,30 +355,39 @@ static int panel_depths(Ctx *cx, Panel *p, dm_err *err) {
     EvalKey key = latest_set(e, &nwin);
     int64_t win = key.window;
     if (win < 0) return dm_fail(err, "nothing to plot yet: no evals (run :eval-depths)");
-    // groups of rows by step, in order; a later row for the same (step, depth) replaces
+    // groups of rows by step and arms off, in order; a later row for the same (step, arms, depth)
+    // replaces. An eval with a forward-changing arm off scored another model: its own group, never
+    // joined to the same step's depths with every arm on (a QA pass found :eval-depths, then
+    // :arm kda off and :eval depth=2, drawn as one curve)
     int maxd = 1;
     for (int i = 0; i < e->nrows; i++)
         if (e->rows[i].kind == 1 && e->rows[i].depth > maxd) maxd = e->rows[i].depth;
     if (maxd > 64) maxd = 64;
     int cap = 256, ng = 0;
     int64_t *gstep = malloc(sizeof(int64_t) * cap);
+    uint16_t *gmask = malloc(sizeof(uint16_t) * cap);
     double *gval = malloc(sizeof(double) * cap * maxd);
     for (int i = 0; i < e->nrows; i++) {
         const MetricRow *r = &e->rows[i];
         if (!in_set(r, key) || r->depth < 1 || r->depth > maxd) continue;
+        uint16_t mk = r->arms_off & ARMS_FORWARD_MASK;
         while (ng && gstep[ng - 1] > r->step) ng--;   // a rewind
-        if (!ng || gstep[ng - 1] != r->step) {
+        int g = ng - 1;
+        while (g >= 0 && gstep[g] == r->step && gmask[g] != mk) g--;
+        if (g < 0 || gstep[g] != r->step) {
             if (ng == cap) {
                 cap *= 2;
                 gstep = realloc(gstep, sizeof(int64_t) * cap);
+                gmask = realloc(gmask, sizeof(uint16_t) * cap);
                 gval = realloc(gval, sizeof(double) * cap * maxd);
-                if (!gstep || !gval) { fprintf(stderr, "%s:%d: out of memory for a plot\n", __FILE__, __LINE__); exit(1); }
+                if (!gstep || !gmask || !gval) { fprintf(stderr, "%s:%d: out of memory for a plot\n", __FILE__, __LINE__); exit(1); }
             }
-            gstep[ng] = r->step;
-            for (int d = 0; d < maxd; d++) gval[(size_t)ng * maxd + d] = NAN;
-            ng++;
+            g = ng++;
+            gstep[g] = r->step;
+            gmask[g] = mk;
+            for (int d = 0; d < maxd; d++) gval[(size_t)g * maxd + d] = NAN;
         }
-        gval[(size_t)(ng - 1) * maxd + r->depth - 1] = r->bpb;
+        gval[(size_t)g * maxd + r->depth - 1] = r->bpb;
     }
     // keep the groups with two or more depths (:eval-depths); a single :eval is not a curve
     int keep[MAX_SERIES], nk = 0, nmulti = 0;
@@ -379,11 +406,13 @@ static int panel_depths(Ctx *cx, Panel *p, dm_err *err) {
         if (seen == target) { keep[nk++] = g; j++; }
         seen++;
     }
-    if (!nk) { free(gstep); free(gval); return dm_fail(err, "nothing to plot yet: no eval scored several depths (run :eval-depths)"); }
+    if (!nk) { free(gstep); free(gmask); free(gval); return dm_fail(err, "nothing to plot yet: no eval scored several depths (run :eval-depths)"); }
     cx->nsets = nwin;
     if (nmulti > cx->set_evals) cx->set_evals = nmulti;
     double *buf = panel_alloc(p, 2 * (size_t)nk * maxd);
-    for (int k = 0; k < nk; k++) {
+    int napart = 0, nall = 0;  // the drawn evals with arms off; of every arm on
+    for (int k = 0; k < nk; k++) nall += !gmask[keep[k]];
+    for (int k = 0, a = 0; k < nk; k++) {
         double *x = buf + 2 * (size_t)k * maxd, *y = x + maxd;
         int n = 0;
         for (int d = 0; d < maxd; d++) {
@@ -391,10 +420,20 @@ static int panel_depths(Ctx *cx, Panel *p, dm_err *err) {
             if (isnan(v)) continue;
             x[n] = d + 1; y[n] = v; n++;
         }
-        char lab[48];
-        snprintf(lab, sizeof lab, "step %lld", (long long)gstep[keep[k]]);
-        int labelled = nk <= 8 || k == 0 || k == nk - 1 || k % ((nk + 4) / 5) == 0;
-        add_series(p, x, y, n, nk == 1 ? 0x1f77b4 : viz_ramp(0.9 * k / (nk - 1)), labelled ? lab : NULL)->markers = 1;
+        char lab[64], names[28];
+        uint16_t mk = gmask[keep[k]];
+        arms_mask_names(mk, names, sizeof names);
+        if (mk) snprintf(lab, sizeof lab, "step %lld, %s off", (long long)gstep[keep[k]], names);
+        else snprintf(lab, sizeof lab, "step %lld", (long long)gstep[keep[k]]);
+        // the every-arm evals on the colour ramp; an ablation's in a colour of its own, dashed
+        // by its markers, always in the legend
+        int labelled = mk || nall <= 8 || a == 0 || a == nall - 1 || a % ((nall + 4) / 5) == 0;
+        uint32_t rgb = mk ? (napart % 3 == 0 ? 0xd62728 : napart % 3 == 1 ? 0xff7f0e : 0x8c564b)
+                          : nall == 1 ? 0x1f77b4 : viz_ramp(0.9 * a / (nall - 1));
+        VizSeries *sr = add_series(p, x, y, n, rgb, labelled ? lab : NULL);
+        if (sr) sr->markers = 1;
+        if (mk) { napart++; if (sr) sr->width = 1.2; }
+        else a++;
     }
     snprintf(p->title, sizeof p->title, "held-out BPB by depth over %lld B", (long long)win);
     int nsub = 0;
@@ -402,14 +441,24 @@ static int panel_depths(Ctx *cx, Panel *p, dm_err *err) {
     if (nwin > 1) nsub += snprintf(p->subtitle + nsub, sizeof p->subtitle - nsub, "latest of %d eval sets; ", nwin);
     // the colour ramp tells evals apart; one eval is one blue line with no legend (a single entry
     // gets none), so its step goes here instead of a colour key with nothing to key
-    if (nk == 1) snprintf(p->subtitle + nsub, sizeof p->subtitle - nsub, "one eval, at step %lld", (long long)gstep[keep[0]]);
-    else snprintf(p->subtitle + nsub, sizeof p->subtitle - nsub, "colour: early (dark) to late (yellow)");
+    if (napart) nsub += snprintf(p->subtitle + nsub, sizeof p->subtitle - nsub, "%d eval%s with arms off drawn apart; ", napart,
+                                 napart == 1 ? "" : "s");
+    if (nk == 1) {
+        char names[28];
+        arms_mask_names(gmask[keep[0]], names, sizeof names);
+        snprintf(p->subtitle + nsub, sizeof p->subtitle - nsub, "one eval, at step %lld%s%s%s", (long long)gstep[keep[0]],
+                 napart ? ", " : "", napart ? names : "", napart ? " off" : "");
+    } else if (nall > 1) {
+        snprintf(p->subtitle + nsub, sizeof p->subtitle - nsub, "colour: early (dark) to late (yellow)");
+    } else if (nsub >= 2) {
+        p->subtitle[nsub - 2] = 0;  // (no ramp to key: the trailing "; " goes)
+    }
     add_anchors(p, e, key);
     p->chart.logy = cx->log_set && cx->log_on;
     p->chart.xint = 1;
     snprintf(p->xlabel, sizeof p->xlabel, "depth (iterations of the block)");
     snprintf(p->ylabel, sizeof p->ylabel, "bits per byte");
-    free(gstep); free(gval);
+    free(gstep); free(gmask); free(gval);
     return 0;
 }
 

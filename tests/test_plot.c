@@ -38,15 +38,19 @@ static char seen_subtitle[400];
 static int seen_series, seen_labels;
 static long seen_nan, seen_gaps;  // NaN points in the first panel's series; what it says are gaps
 static char seen_ref[120];         // the first panel's first reference line's label, or ""
+static char seen_legend[400];      // the first panel's series labels, joined with '|'
 int __wrap_viz_charts_png(const char *path, const VizChart *c, int ncharts, int width, int height, char *err, size_t n) {
     snprintf(seen_subtitle, sizeof seen_subtitle, "%s", ncharts > 0 && c[0].subtitle ? c[0].subtitle : "");
     seen_series = ncharts > 0 ? c[0].nseries : 0;
     seen_labels = 0;
+    seen_legend[0] = 0;
     seen_nan = 0;
     seen_gaps = ncharts > 0 ? c[0].gaps : 0;
     snprintf(seen_ref, sizeof seen_ref, "%s", ncharts > 0 && c[0].nrefs > 0 && c[0].refs[0].label ? c[0].refs[0].label : "");
     for (int k = 0; k < seen_series; k++) {
         seen_labels += c[0].series[k].label != NULL;
+        if (c[0].series[k].label)
+            snprintf(seen_legend + strlen(seen_legend), sizeof seen_legend - strlen(seen_legend), "%s|", c[0].series[k].label);
         for (int i = 0; i < c[0].series[k].n; i++) seen_nan += isnan(c[0].series[k].y[i]);
     }
     return __real_viz_charts_png(path, c, ncharts, width, height, err, n);
@@ -443,6 +447,50 @@ static void test_cmd_plot_experts(void **state) {
     engine_free(&eng);
 }
 
+// Found by a QA pass (session 30): :plot depths grouped evals by step alone, so an :eval-depths
+// with every arm on and an :eval depth=2 with kda off at the same step were one curve (the
+// second iteration looked harmful), and an :eval-depths with an arm off was an ordinary curve.
+// Each arm set is its own group now, labelled and said in the subtitle.
+static void add_eval(int64_t step, int depth, double bpb, uint16_t off) {
+    MetricRow ev = {0};
+    ev.kind = 1; ev.step = step; ev.tokens = step * 512; ev.window = 4096; ev.depth = depth; ev.bpb = bpb; ev.arms_off = off;
+    engine_add_row(&eng, &ev);
+}
+static void test_cmd_plot_depths_arms_apart(void **state) {
+    (void)state;
+    engine_init(&eng);
+    for (int s = 0; s < 40; s++) {
+        MetricRow r = {0};
+        r.step = s; r.tokens = (int64_t)(s + 1) * 512; r.loss = 3 - s / 60.0; r.ms = 10; r.tok_s = 5e4;
+        r.arms_off = s >= 10 && s < 20 ? 1u << ARM_MOE : 0;
+        engine_add_row(&eng, &r);
+        if (s + 1 == 20) { add_eval(20, 1, 4.0, 1u << ARM_MOE); add_eval(20, 2, 3.9, 1u << ARM_MOE); }
+    }
+    add_eval(40, 1, 3.5, 0); add_eval(40, 2, 3.4, 0);
+    add_eval(40, 2, 3.45, 1u << ARM_KDA);   // :arm kda off; :eval depth=2: one depth, not a curve
+    dm_err err;
+    char path[400], line[600];
+    tmp_path(path, sizeof path, "depths_arms.png");
+    snprintf(line, sizeof line, ":plot depths out=%s", path);
+    if (plot(line, &err)) fail_msg("%s", err.msg);
+    check_written(path, 960, 540);
+    if (strcmp(seen_legend, "step 20, moe off|step 40|")) print_error("legend '%s'\n", seen_legend);
+    assert_string_equal(seen_legend, "step 20, moe off|step 40|");
+    assert_int_equal(seen_series, 2);
+    if (strcmp(seen_subtitle, "1 eval with arms off drawn apart")) print_error("subtitle '%s'\n", seen_subtitle);
+    assert_string_equal(seen_subtitle, "1 eval with arms off drawn apart");
+    // the step-40 curve holds the every-arm rows only: 3.5, 3.4 (the kda-off 3.45 is no point of it)
+    assert_int_equal(seen_nan, 0);
+    engine_free(&eng);
+    // the kda-off eval alone at step 40 with every-arm rows of one depth: the only curve is the ablation's
+    engine_init(&eng);
+    add_eval(40, 1, 3.5, 1u << ARM_KDA); add_eval(40, 2, 3.45, 1u << ARM_KDA); add_eval(40, 2, 3.4, 0);
+    if (plot(line, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(seen_series, 1);
+    assert_string_equal(seen_subtitle, "1 eval with arms off drawn apart; one eval, at step 40, kda off");
+    engine_free(&eng);
+}
+
 // Found by a QA pass (session 29): the lr panel's Muon ratio and the gnorm panel's clip line are
 // the settings at the time of the :plot, not the run's history; the labels say so, with the
 // numbers a :set changed
@@ -525,6 +573,16 @@ static void test_cmd_plot_ablations_apart(void **state) {
     if (plot(line, &err)) fail_msg("%s", err.msg);
     assert_string_equal(seen_subtitle, "5 steps with arms off (kda) marked");
     assert_int_equal(seen_gaps, 55);
+    assert_string_equal(seen_legend, "loss|kda off|");
+    // moe off at steps 40..42 as well: a series of its own (QA, session 30: one "kda,moe off"
+    // series marked all 8 steps as if both arms were off in each)
+    for (int i = 0; i < eng.nrows; i++)
+        if (eng.rows[i].kind == 0 && eng.rows[i].step >= 40 && eng.rows[i].step < 43) eng.rows[i].arms_off = 1u << ARM_MOE;
+    if (plot(line, &err)) fail_msg("%s", err.msg);
+    if (strcmp(seen_legend, "loss|kda off|moe off|")) print_error("legend '%s'\n", seen_legend);
+    assert_string_equal(seen_legend, "loss|kda off|moe off|");
+    assert_string_equal(seen_subtitle, "8 steps with arms off (kda; moe) marked");
+    assert_int_equal(seen_gaps, 55 + 57);
     engine_free(&eng);
 }
 
@@ -564,6 +622,7 @@ int main(void) {
         cmocka_unit_test(test_cmd_plot_ablations_apart),
         cmocka_unit_test(test_cmd_plot_eval_sets),
         cmocka_unit_test(test_cmd_plot_depths_one_eval),
+        cmocka_unit_test(test_cmd_plot_depths_arms_apart),
         cmocka_unit_test(test_complete),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
