@@ -276,9 +276,16 @@ int cmd_stress(Shell *sh, Words *w, dm_err *err) {
     if (r.done < n)
         snprintf(cutw, sizeof cutw, ", %s after %lld step%s (the model keeps them; the numbers are over them)",
                  r.interrupted ? "interrupted" : "stopped", r.done, r.done == 1 ? "" : "s");
-    fprintf(OUT, "stress lr_mult=%g steps=%lld%s: loss spikes %lld%s, non-finite losses %lld, gnorm p99.9 %.3f%s, final loss %.4f, arm maxima |kda| %.3g |engram| %.3g |moe| %.3g, skipped %lld (the model's total %lld)\n",
+    // an arm that is off ran nothing: "off", not a measured-looking 0 (QA, session 30)
+    char amax[3][24];
+    uint16_t off = arms_off_mask(&E_->model.arms);
+    const int ids[3] = {ARM_KDA, ARM_ENGRAM, ARM_MOE};
+    for (int k = 0; k < 3; k++)
+        if (off >> ids[k] & 1) snprintf(amax[k], sizeof amax[k], "off");
+        else snprintf(amax[k], sizeof amax[k], "%.3g", r.amax[k]);
+    fprintf(OUT, "stress lr_mult=%g steps=%lld%s: loss spikes %lld%s, non-finite losses %lld, gnorm p99.9 %.3f%s, final loss %.4f, arm maxima |kda| %s |engram| %s |moe| %s, skipped %lld (the model's total %lld)\n",
             mult, n, cutw, r.spikes, jd, r.nonfinite, r.gnorm_p999, bad, r.final_loss,
-            r.amax[0], r.amax[1], r.amax[2], r.skipped, (long long)E_->opt.total_skips);
+            amax[0], amax[1], amax[2], r.skipped, (long long)E_->opt.total_skips);
     return rc;
 }
 

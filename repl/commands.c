@@ -45,6 +45,17 @@ static const char *emulated_tag(const MetricRow *r) {
     return buf;
 }
 
+// An eval's tag: the forward-changing arms that were off when it scored ("[off: kda]"), so an
+// ablation's BPB is never read as the model's (QA, session 30: the headline and :show metrics
+// said nothing; only the ran: line showed it)
+static const char *eval_tag(uint16_t arms_off) {
+    static char buf[80];
+    char arms[64] = "";
+    arms_mask_names(arms_off & ARMS_FORWARD_MASK, arms, sizeof arms);
+    snprintf(buf, sizeof buf, "%s%s%s", arms[0] ? " [off: " : "", arms, arms[0] ? "]" : "");
+    return buf;
+}
+
 static void print_step(Shell *sh, const MetricRow *r) {
     if (r->kind < 0) return;  // the step was refused before it ran (engine_step): nothing to show
     fprintf(OUT, "step %lld loss %.4f lr %.3e gnorm %.3f ms %.1f tok/s %.0f skipped %d%s\n", (long long)r->step,
@@ -64,8 +75,8 @@ static void print_eval(Shell *sh, const EvalResult *r) {
     for (int d = r->depth_lo; d <= r->depth_hi; d++) {
         double b = r->bpb[d - 1];
         if (isnan(b)) b = fabs(b);  // a NaN prints as "nan", never "-nan" (its sign means nothing)
-        fprintf(OUT, "eval step %lld depth %d bpb %.4f over %lld B (%lld x %lld)", (long long)e->step, d, b,
-                (long long)r->window, (long long)r->nseq, (long long)r->T);
+        fprintf(OUT, "eval step %lld depth %d bpb %.4f over %lld B (%lld x %lld)%s", (long long)e->step, d, b,
+                (long long)r->window, (long long)r->nseq, (long long)r->T, eval_tag(arms_off_mask(&e->model.arms)));
         const Anchors *an = engine_anchors_for(e, r->window, r->eval_set);
         if (an)
             fprintf(OUT, " | unigram %.3f %s, 5-gram %.3f %s", an->unigram_bpb, b < an->unigram_bpb ? "beaten" : "NOT beaten",
@@ -316,8 +327,8 @@ static int cmd_show(Shell *sh, Words *w, dm_err *err) {
         }
         for (int i = e->nrows - 1, k = 0; i >= 0 && k < 1; i--)
             if (e->rows[i].kind == 1) {
-                fprintf(OUT, "  last eval: step %lld depth %d bpb %.4f over %lld B\n", (long long)e->rows[i].step,
-                        e->rows[i].depth, e->rows[i].bpb, (long long)e->rows[i].window);
+                fprintf(OUT, "  last eval: step %lld depth %d bpb %.4f over %lld B%s\n", (long long)e->rows[i].step,
+                        e->rows[i].depth, e->rows[i].bpb, (long long)e->rows[i].window, eval_tag(e->rows[i].arms_off));
                 k++;
             }
         return 0;

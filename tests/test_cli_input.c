@@ -3,6 +3,7 @@
 // accepted, and stops the script there. An eval window shorter than one sequence, said where it
 // is left and refused where it is needed (not on the lines that set it). And :gen's forwards,
 // which ran without a count; the schedule note of a run that is all warmup; :init's words.
+#include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -662,6 +663,30 @@ static void test_split_and_rows_said(void **s) {
     assert_int_equal(notes, 3);  // 0.1 -> 0.2 after steps at 0.1, 0.5 -> 0.6 after a step at 0.5, 0.6 -> 0.7 after :data
 }
 
+// An ablation is said wherever its numbers are (QA, session 30): the eval headline and :show
+// metrics' last eval carry "[off: kda]", and :stress says "off" for an arm that ran nothing
+// (it printed a measured-looking |kda| 0)
+static void test_ablation_said(void **s) {
+    (void)s;
+    char script[1000];
+    snprintf(script, sizeof script, "%s:data %s\n:init seed=1\n:set eval_bytes=256\n:step 1\n:eval\n:arm kda off\n:eval\n:show metrics\n"
+             ":stress lr_mult=2 steps=2\n:arm kda on\n:arm moe off\n:stress lr_mult=2 steps=1\n", SMALL, corpus);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    const char *want[] = {"eval step 1 depth 2 bpb ", "(8 x 32) [off: kda]\n", "  last eval: step 1 depth 2 bpb ",
+                          " over 256 B [off: kda]\n", "arm maxima |kda| off |engram| ", " |moe| off, skipped"};
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+        if (!strstr(out, want[i])) print_error("no '%s' in\n%s\n", want[i], out);
+        assert_non_null(strstr(out, want[i]));
+    }
+    // with kda on again its maximum is measured
+    const char *second = strstr(out, "stress lr_mult=2 steps=1:");
+    assert_non_null(second);
+    assert_true(strstr(second, "|kda| ") && isdigit((unsigned char)strstr(second, "|kda| ")[6]));
+    // the every-arm eval has no tag
+    const char *first = strstr(out, "eval step 1 depth 2 bpb ");
+    assert_true(first && strncmp(strchr(first, ')'), ")\n", 2) == 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_integers_are_digits),
@@ -684,6 +709,7 @@ int main(void) {
         cmocka_unit_test(test_run_fifo_and_session_name),
         cmocka_unit_test(test_resume_and_save_words),
         cmocka_unit_test(test_split_and_rows_said),
+        cmocka_unit_test(test_ablation_said),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
