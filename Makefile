@@ -384,7 +384,9 @@ deps:
 # The main job on an embedded default: nano trained on the C headers under /usr/include.
 demo: deps
 	$(MAKE) --no-print-directory dmsh
-	rm -rf runs/demo
+	@# an earlier demo (or a session of the user's named demo) is moved aside, never deleted
+	@if [ -e runs/demo ]; then d=runs/demo.prev-$$(date +%Y%m%d-%H%M%S); mv runs/demo $$d && \
+	  echo "make demo: the earlier runs/demo is kept as $$d"; fi
 	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 ./$(B)/dmsh --norc --no-tui -b configs/runs/demo.dm
 
 # dmsh without readline, ncurses or PNG (machines without those headers, e.g. the GPU box)

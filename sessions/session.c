@@ -80,7 +80,7 @@ int session_write_config(const Engine *e, dm_err *err) {
         if (fd >= 0) close(fd);
         return dm_fail(err, "cannot write %s: %s", path, strerror(why));
     }
-    fputs("# resolved config of this session (dmsh writes it on :init and :session)\n", f);
+    fputs("# resolved config of this session (dmsh rewrites it after every command: the settings now)\n", f);
     put_config_lines(f, e);
     int bad = ferror(f);
     if (fclose(f) != 0 || bad || rename(tmp, path) != 0) {
