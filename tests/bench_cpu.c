@@ -152,6 +152,17 @@ int main(int argc, char **argv) {
         {"small", 8, 512, 1, 4},
     };
     int nc = (int)(sizeof cases / sizeof cases[0]);
+    int nogemm = 0, npick = 0;
+    for (int a = 1; a < argc; a++) {
+        if (strcmp(argv[a], "nogemm") == 0) { nogemm = 1; continue; }
+        int known = 0;
+        for (int i = 0; i < nc; i++) known |= strcmp(argv[a], cases[i].preset) == 0;
+        if (!known) {  // (it printed the footer alone: QA)
+            fprintf(stderr, "bench_cpu: unknown argument '%s' (presets: nano, mini, small; nogemm skips the GEMM reference)\n", argv[a]);
+            return 2;
+        }
+        npick++;
+    }
     const char *omp = getenv("OMP_NUM_THREADS"), *obl = getenv("OPENBLAS_NUM_THREADS");
     printf("dmsh bench_cpu: backend cpu, real = %s, OMP_NUM_THREADS=%s OPENBLAS_NUM_THREADS=%s\n",
            sizeof(real) == 4 ? "float" : "double", omp ? omp : "(unset)", obl ? obl : "(unset)");
@@ -160,13 +171,9 @@ int main(int argc, char **argv) {
     printf("%s\n", desc);
     // The GEMM rate is measured before the presets (the ratios use it) and again after them: on a
     // shared machine clock and load drift, and the second number shows by how much.
-    int nogemm = 0, npick = 0;
-    for (int a = 1; a < argc; a++) {
-        if (strcmp(argv[a], "nogemm") == 0) nogemm = 1;
-        else npick++;
-    }
     double g_before = nogemm ? NAN : gemm_gflops(1024, 0), g = g_before;
-    printf("cblas_%s 1024^3: %.1f GFLOP/s (median of 5; the ratios use this)\n", sizeof(real) == 4 ? "sgemm" : "dgemm", g);
+    if (nogemm) printf("GEMM reference skipped (nogemm): the ratio columns are n/a\n");
+    else printf("cblas_%s 1024^3: %.1f GFLOP/s (median of 5; the ratios use this)\n", sizeof(real) == 4 ? "sgemm" : "dgemm", g);
     // the backend's own product (float): the second ratio, "own", is against it — the rate the
     // step's products could reach at best on this machine (it can exceed the vendor BLAS's)
     double g_own = nogemm || sizeof(real) != 4 ? NAN : gemm_gflops(1024, 1);
@@ -192,10 +199,16 @@ int main(int argc, char **argv) {
         snprintf(s2, sizeof s2, "%ld..%ld", r.full_first, r.full_last);
         // model FLOPs count forward + backward; the full step adds the (uncounted) optimizer
         double rfb = r.flops / (r.ms_fb * 1e-3) / 1e9, rfull = r.flops / (r.ms_full * 1e-3) / 1e9;
-        printf("%-6s %3d %4d  %-11s %-9s %9.1f %9.0f %9.2f %8.2f %6.3f %6.3f\n", bc->preset, bc->B, bc->T,
-               "fwd+bwd", s1, r.ms_fb, tok / (r.ms_fb * 1e-3), r.flops / 1e9, rfb, rfb / g, rfb / g_own);
-        printf("%-6s %3d %4d  %-11s %-9s %9.1f %9.0f %9.2f %8.2f %6.3f %6.3f\n", bc->preset, bc->B, bc->T,
-               "full step", s2, r.ms_full, tok / (r.ms_full * 1e-3), r.flops / 1e9, rfull, rfull / g, rfull / g_own);
+        char q[4][16];  // the ratios; "n/a" where no reference rate was measured
+        const double qv[4] = {rfb / g, rfb / g_own, rfull / g, rfull / g_own};
+        for (int k = 0; k < 4; k++) {
+            if (isnan(qv[k])) snprintf(q[k], sizeof q[k], "n/a");
+            else snprintf(q[k], sizeof q[k], "%.3f", qv[k]);
+        }
+        printf("%-6s %3d %4d  %-11s %-9s %9.1f %9.0f %9.2f %8.2f %6s %6s\n", bc->preset, bc->B, bc->T,
+               "fwd+bwd", s1, r.ms_fb, tok / (r.ms_fb * 1e-3), r.flops / 1e9, rfb, q[0], q[1]);
+        printf("%-6s %3d %4d  %-11s %-9s %9.1f %9.0f %9.2f %8.2f %6s %6s\n", bc->preset, bc->B, bc->T,
+               "full step", s2, r.ms_full, tok / (r.ms_full * 1e-3), r.flops / 1e9, rfull, q[2], q[3]);
         printf("%-6s             phases of the full step (medians): forward %.1f ms, backward %.1f ms, "
                "optimizer %.1f ms; params %.2fM compute + %.2fM table; loss %.3f -> %.3f; %.0f s\n",
                "", r.ms_fwd, r.ms_bwd, r.ms_opt, r.compute / 1e6, r.table / 1e6, r.loss0, r.loss1, wall);
