@@ -277,6 +277,16 @@ static void check_written(const char *path, int w, int h) {
     check_chart(path, w, h);
 }
 
+// ":plot ARGS out=DIR/FILE" must succeed; the file is checked as a chart of w x h (w = 0: not checked)
+static void plot_ok(const char *args, const char *file, int w, int h) {
+    dm_err err;
+    char path[400], line[600];
+    tmp_path(path, sizeof path, file);
+    snprintf(line, sizeof line, ":plot %s out=%s", args, path);
+    if (plot(line, &err)) fail_msg("%s: %s", line, err.msg);
+    if (w) check_written(path, w, h);
+}
+
 static void test_cmd_plot(void **state) {
     (void)state;
     fill_engine();
@@ -396,12 +406,7 @@ static void test_cmd_plot_depths_one_eval(void **state) {
                 engine_add_row(&eng, &ev);
             }
         if (s + 1 == 30) {
-            dm_err err;
-            char path[400], line[600];
-            tmp_path(path, sizeof path, "depths1.png");
-            snprintf(line, sizeof line, ":plot depths out=%s", path);
-            if (plot(line, &err)) fail_msg("%s", err.msg);
-            check_written(path, 960, 540);
+            plot_ok("depths", "depths1.png", 960, 540);
             if (strstr(seen_subtitle, "colour")) print_error("subtitle: '%s'\n", seen_subtitle);
             assert_null(strstr(seen_subtitle, "colour"));
             assert_string_equal(seen_subtitle, "one eval, at step 30");
@@ -468,12 +473,7 @@ static void test_cmd_plot_depths_arms_apart(void **state) {
     }
     add_eval(40, 1, 3.5, 0); add_eval(40, 2, 3.4, 0);
     add_eval(40, 2, 3.45, 1u << ARM_KDA);   // :arm kda off; :eval depth=2: one depth, not a curve
-    dm_err err;
-    char path[400], line[600];
-    tmp_path(path, sizeof path, "depths_arms.png");
-    snprintf(line, sizeof line, ":plot depths out=%s", path);
-    if (plot(line, &err)) fail_msg("%s", err.msg);
-    check_written(path, 960, 540);
+    plot_ok("depths", "depths_arms.png", 960, 540);
     if (strcmp(seen_legend, "step 20, moe off|step 40|")) print_error("legend '%s'\n", seen_legend);
     assert_string_equal(seen_legend, "step 20, moe off|step 40|");
     assert_int_equal(seen_series, 2);
@@ -485,7 +485,7 @@ static void test_cmd_plot_depths_arms_apart(void **state) {
     // the kda-off eval alone at step 40 with every-arm rows of one depth: the only curve is the ablation's
     engine_init(&eng);
     add_eval(40, 1, 3.5, 1u << ARM_KDA); add_eval(40, 2, 3.45, 1u << ARM_KDA); add_eval(40, 2, 3.4, 0);
-    if (plot(line, &err)) fail_msg("%s", err.msg);
+    plot_ok("depths", "depths_arms.png", 0, 0);
     assert_int_equal(seen_series, 1);
     assert_string_equal(seen_subtitle, "1 eval with arms off drawn apart; one eval, at step 40, kda off");
     engine_free(&eng);
@@ -498,20 +498,14 @@ static void test_cmd_plot_settings_now(void **state) {
     (void)state;
     fill_engine();
     eng.cfg.lr = 1e-3; eng.cfg.lr_muon = 0.02; eng.cfg.clip = 0.5;
-    dm_err err;
-    char path[400], line[600];
-    tmp_path(path, sizeof path, "lr_now.png");
-    snprintf(line, sizeof line, ":plot lr out=%s", path);
-    if (plot(line, &err)) fail_msg("%s", err.msg);
+    plot_ok("lr", "lr_now.png", 0, 0);
     const char *want = "lr_muon/lr x this curve (20 x with the settings now: lr_muon 0.02, lr 0.001)";
     if (!strstr(seen_subtitle, want)) print_error("subtitle '%s'\n", seen_subtitle);
     assert_non_null(strstr(seen_subtitle, want));
-    tmp_path(path, sizeof path, "gnorm_now.png");
-    snprintf(line, sizeof line, ":plot gnorm out=%s", path);
-    if (plot(line, &err)) fail_msg("%s", err.msg);
+    plot_ok("gnorm", "gnorm_now.png", 0, 0);
     assert_string_equal(seen_ref, "clip 0.5 (the setting now)");
     eng.cfg.clip = 0;   // no clipping: no line
-    if (plot(line, &err)) fail_msg("%s", err.msg);
+    plot_ok("gnorm", "gnorm_now.png", 0, 0);
     assert_string_equal(seen_ref, "");
     engine_free(&eng);
 }
