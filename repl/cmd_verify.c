@@ -379,9 +379,10 @@ int cmd_bench(Shell *sh, Words *w, dm_err *err) {
         const char *emu = e->emulated ? " [cuemu: the CUDA code emulated on the CPU, not a GPU time]" : "";
         // model FLOP/s in the unit of the device's scale (SPEC §8: TFLOP/s on a GPU, whose peak is quoted so)
         int dev = be->peak_tflops != NULL;
-        fprintf(OUT, "bench %s%s (%s): %.2f ms/step (median of steps %lld..%lld, %d warm), %.0f tok/s, %.*f %s model",
+        // (3 significant digits: a tiny model's TFLOP/s printed "0.000" beside a non-zero MFU)
+        fprintf(OUT, "bench %s%s (%s): %.2f ms/step (median of steps %lld..%lld, %d warm), %.0f tok/s, %.3g %s model",
                 e->device, emu, REAL_NAME, med, first, first + n - 1, warm, e->cfg.batch * e->cfg.seq / (med / 1e3),
-                dev ? 3 : 2, flops / (dev ? 1e12 : 1e9), dev ? "TFLOP/s" : "GFLOP/s");
+                flops / (dev ? 1e12 : 1e9), dev ? "TFLOP/s" : "GFLOP/s");
         // MFU as a percentage on both backends, with its denominator named
         if (be->peak_tflops) {
             double pk = be->peak_tflops();

@@ -56,6 +56,15 @@ static const char *eval_tag(uint16_t arms_off) {
     return buf;
 }
 
+// :train's log line: step r's loss, lr and gnorm; ms and tok/s over the n steps since the line
+// before (ms_sum their times, tok_sum their tokens)
+static void train_line(Shell *sh, const MetricRow *r, double ms_sum, double tok_sum, long long n, double eta) {
+    double ms = ms_sum / (double)n, tok_s = ms_sum > 0 ? tok_sum / (ms_sum / 1e3) : r->tok_s;
+    fprintf(OUT, "step %lld loss %.4f lr %.3e gnorm %.3f ms %.1f tok/s %.0f skipped %d eta %.0fs%s\n", (long long)r->step, r->loss,
+            r->lr, r->gnorm, ms, tok_s, r->skipped, eta, emulated_tag(r));
+    fflush(OUT);
+}
+
 static void print_step(Shell *sh, const MetricRow *r) {
     if (r->kind < 0) return;  // the step was refused before it ran (engine_step): nothing to show
     fprintf(OUT, "step %lld loss %.4f lr %.3e gnorm %.3f ms %.1f tok/s %.0f skipped %d%s\n", (long long)r->step,
@@ -474,7 +483,12 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
         for (int k = row0; k < e->nrows; k++) {
             MetricRow r = e->rows[k];
             if (r.kind != 0) continue;
-            if (stop && k == e->nrows - 1) { print_step(sh, &r); break; }  // the step that stopped the run
+            if (stop && k == e->nrows - 1) {  // the step that stopped the run, after the steps before it
+                if (!panel && iv_n > 0) train_line(sh, &last, iv_ms, iv_tok, iv_n, eta);
+                iv_n = 0;
+                print_step(sh, &r);
+                break;
+            }
             last = r;
             if (panel) {  // drawn once the chunk's rows are in (below): its newest row
                 if (nloss == closs) { closs = closs ? 2 * closs : 1024; losses = realloc(losses, closs * sizeof *losses); }
@@ -485,10 +499,7 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
                 iv_tok += r.tok_s * r.ms / 1e3;
                 iv_n++;
                 if ((r.step + 1) % lg == 0 || r.step + 1 == end || r.skipped) {
-                    double ms = iv_ms / (double)iv_n, tok_s = iv_ms > 0 ? iv_tok / (iv_ms / 1e3) : r.tok_s;
-                    fprintf(OUT, "step %lld loss %.4f lr %.3e gnorm %.3f ms %.1f tok/s %.0f skipped %d eta %.0fs%s\n",
-                            (long long)r.step, r.loss, r.lr, r.gnorm, ms, tok_s, r.skipped, eta, emulated_tag(&r));
-                    fflush(OUT);
+                    train_line(sh, &r, iv_ms, iv_tok, iv_n, eta);
                     iv_ms = iv_tok = 0;
                     iv_n = 0;
                 }
@@ -543,6 +554,10 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
         // SIGKILL lost them from the log: QA, session 24)
         fflush(OUT);
     }
+    // a run stopped between log lines (Ctrl-C, a signal, an error) says where it got: the line of
+    // its last step over the steps since the line before (with a large log_every the steps it
+    // ran were in metrics.tsv only: QA, session 30)
+    if (!panel && iv_n > 0) train_line(sh, &last, iv_ms, iv_tok, iv_n, eta);
     if (panel) {  // the screen goes back as it was: leave the last step as a plain line
         sh->out = out0;
         panel_close(panel);

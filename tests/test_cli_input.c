@@ -397,6 +397,25 @@ static void test_reports_of_their_own(void **s) {
     slurp_to("k.out", out, sizeof out);
     if (!strstr(out, "eval step 4 ")) print_error("%s\n", out);
     assert_non_null(strstr(out, "eval step 4 "));
+    // a :train stopped between log lines prints the line of its last step (over the steps since
+    // the line before) before it says where it stopped: with a large log_every the steps it ran
+    // were in metrics.tsv only (QA, session 30)
+    snprintf(cmd, sizeof cmd, "(%s --norc -e '%s' -e ':data %s' -e ':session iv' -e ':init seed=1' "
+             "-e ':train 1000000 eval_every=0 log_every=1000000' > k.out 2>&1 & p=$!; "
+             "for i in $(seq 1200); do [ $(wc -l < runs/iv/metrics.tsv 2>/dev/null || echo 0) -gt 12 ] && break; sleep 0.05; done; "
+             "kill -INT $p; wait $p; true)", dmsh,
+             ":preset nano; :set d=32 H=2 L=2 E=2 k=1 r=8 f=64 engram_rows=257 engram_dim=8 seq=32 batch=4", corpus);
+    assert_int_equal(sh_in_dir("%s", cmd), 0);
+    slurp_to("k.out", out, sizeof out);
+    const char *at = strstr(out, "interrupted at step ");
+    if (!at) print_error("%s\n", out);
+    assert_non_null(at);
+    long long n = atoll(at + strlen("interrupted at step "));
+    char want[64];
+    snprintf(want, sizeof want, "\nstep %lld loss ", n - 1);
+    const char *line = strstr(out, want);
+    if (!line || line > at || n < 12) print_error("want '%s' before the interrupt line in\n%s\n", want + 1, out);
+    assert_true(line && line < at && n >= 12);
 }
 
 // :check grad in the float binary runs the double one beside it (../double/dmsh): the child's
