@@ -385,7 +385,8 @@ deps:
 demo: deps
 	$(MAKE) --no-print-directory dmsh
 	@# an earlier demo (or a session of the user's named demo) is moved aside, never deleted
-	@if [ -e runs/demo ]; then d=runs/demo.prev-$$(date +%Y%m%d-%H%M%S); mv runs/demo $$d && \
+	@if [ -e runs/demo ] || [ -L runs/demo ]; then d=runs/demo.prev-$$(date +%Y%m%d-%H%M%S); \
+	  while [ -e $$d ] || [ -L $$d ]; do d=$$d.x; done; mv -T runs/demo $$d && \
 	  echo "make demo: the earlier runs/demo is kept as $$d"; fi
 	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 ./$(B)/dmsh --norc --no-tui -b configs/runs/demo.dm
 

@@ -379,10 +379,14 @@ int cmd_bench(Shell *sh, Words *w, dm_err *err) {
         const char *emu = e->emulated ? " [cuemu: the CUDA code emulated on the CPU, not a GPU time]" : "";
         // model FLOP/s in the unit of the device's scale (SPEC §8: TFLOP/s on a GPU, whose peak is quoted so)
         int dev = be->peak_tflops != NULL;
-        // (3 significant digits: a tiny model's TFLOP/s printed "0.000" beside a non-zero MFU)
-        fprintf(OUT, "bench %s%s (%s): %.2f ms/step (median of steps %lld..%lld, %d warm), %.0f tok/s, %.3g %s model",
+        // (at least 3 significant digits in plain decimals: a tiny model's TFLOP/s printed "0.000"
+        // beside a non-zero MFU; at most 9 decimals)
+        double rate = flops / (dev ? 1e12 : 1e9);
+        int dec = rate > 0 && isfinite(rate) ? 2 - (int)floor(log10(rate)) : 2;
+        dec = dec < (dev ? 3 : 2) ? (dev ? 3 : 2) : dec > 9 ? 9 : dec;
+        fprintf(OUT, "bench %s%s (%s): %.2f ms/step (median of steps %lld..%lld, %d warm), %.0f tok/s, %.*f %s model",
                 e->device, emu, REAL_NAME, med, first, first + n - 1, warm, e->cfg.batch * e->cfg.seq / (med / 1e3),
-                flops / (dev ? 1e12 : 1e9), dev ? "TFLOP/s" : "GFLOP/s");
+                dec, rate, dev ? "TFLOP/s" : "GFLOP/s");
         // MFU as a percentage on both backends, with its denominator named
         if (be->peak_tflops) {
             double pk = be->peak_tflops();

@@ -57,11 +57,13 @@ static const char *eval_tag(uint16_t arms_off) {
 }
 
 // :train's log line: step r's loss, lr and gnorm; ms and tok/s over the n steps since the line
-// before (ms_sum their times, tok_sum their tokens)
+// before (ms_sum their times, tok_sum their tokens); eta < 0: a run that stopped has none
 static void train_line(Shell *sh, const MetricRow *r, double ms_sum, double tok_sum, long long n, double eta) {
     double ms = ms_sum / (double)n, tok_s = ms_sum > 0 ? tok_sum / (ms_sum / 1e3) : r->tok_s;
-    fprintf(OUT, "step %lld loss %.4f lr %.3e gnorm %.3f ms %.1f tok/s %.0f skipped %d eta %.0fs%s\n", (long long)r->step, r->loss,
-            r->lr, r->gnorm, ms, tok_s, r->skipped, eta, emulated_tag(r));
+    char et[32] = "";
+    if (eta >= 0) snprintf(et, sizeof et, " eta %.0fs", eta);
+    fprintf(OUT, "step %lld loss %.4f lr %.3e gnorm %.3f ms %.1f tok/s %.0f skipped %d%s%s\n", (long long)r->step, r->loss, r->lr,
+            r->gnorm, ms, tok_s, r->skipped, et, emulated_tag(r));
     fflush(OUT);
 }
 
@@ -484,7 +486,7 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
             MetricRow r = e->rows[k];
             if (r.kind != 0) continue;
             if (stop && k == e->nrows - 1) {  // the step that stopped the run, after the steps before it
-                if (!panel && iv_n > 0) train_line(sh, &last, iv_ms, iv_tok, iv_n, eta);
+                if (!panel && iv_n > 0) train_line(sh, &last, iv_ms, iv_tok, iv_n, -1);
                 iv_n = 0;
                 print_step(sh, &r);
                 break;
@@ -557,7 +559,7 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
     // a run stopped between log lines (Ctrl-C, a signal, an error) says where it got: the line of
     // its last step over the steps since the line before (with a large log_every the steps it
     // ran were in metrics.tsv only: QA, session 30)
-    if (!panel && iv_n > 0) train_line(sh, &last, iv_ms, iv_tok, iv_n, eta);
+    if (!panel && iv_n > 0) train_line(sh, &last, iv_ms, iv_tok, iv_n, -1);
     if (panel) {  // the screen goes back as it was: leave the last step as a plain line
         sh->out = out0;
         panel_close(panel);

@@ -416,6 +416,8 @@ static void test_reports_of_their_own(void **s) {
     const char *line = strstr(out, want);
     if (!line || line > at || n < 12) print_error("want '%s' before the interrupt line in\n%s\n", want + 1, out);
     assert_true(line && line < at && n >= 12);
+    const char *eol = strchr(line + 1, '\n');
+    assert_true(eol && !memmem(line, (size_t)(eol - line), " eta ", 5));  // (no time left to a run that stopped)
 }
 
 // :check grad in the float binary runs the double one beside it (../double/dmsh): the child's
