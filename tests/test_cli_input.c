@@ -347,6 +347,18 @@ static void test_init_rebuilds_another_shape(void **s) {
     expect_error(":init d=30 H=4\n", "s.dm:1: error:");
 }
 
+// A tiny :train 1000000 with log_every=1000000 in session NAME (more :set words in SET, :train
+// words in TRAIN), sent SIG once its metrics.tsv holds more than 12 lines; its output in out
+static void train_then_signal(const char *name, const char *set, const char *train, const char *sig) {
+    char cmd[2400];
+    snprintf(cmd, sizeof cmd, "(%s --norc -e ':preset nano; :set d=32 H=2 L=2 E=2 k=1 r=8 f=64 engram_rows=257 engram_dim=8 seq=32 "
+             "batch=4 %s' -e ':data %s' -e ':session %s' -e ':init seed=1' -e ':train 1000000 %s log_every=1000000' > k.out 2>&1 & "
+             "p=$!; for i in $(seq 1200); do [ $(wc -l < runs/%s/metrics.tsv 2>/dev/null || echo 0) -gt 12 ] && break; sleep 0.05; "
+             "done; kill %s $p; wait $p; true)", dmsh, set, corpus, name, train, name, sig);
+    assert_int_equal(sh_in_dir("%s", cmd), 0);
+    slurp_to("k.out", out, sizeof out);
+}
+
 // What :bench and :train report, found by QA (session 24): :bench's peak memory was the
 // process's (an earlier, larger model; the 1024^3 product of an earlier :bench), and :train's
 // eval lines were not flushed to a file or pipe (the last one was lost with a SIGKILL).
@@ -387,26 +399,13 @@ static void test_reports_of_their_own(void **s) {
     assert_true(pk[0] == pk[1] && pk[1] < 10);
     // an eval inside a :train is in the log file as it happens (a few eval lines stayed in
     // stdio's buffer until the run's next step line)
-    char cmd[2400];
-    snprintf(cmd, sizeof cmd, "(%s --norc -e '%s' -e ':data %s' -e ':session fl' -e ':init seed=1' "
-             "-e ':train 1000000 eval_every=4 log_every=1000000' > k.out 2>&1 & p=$!; "
-             "for i in $(seq 1200); do [ $(wc -l < runs/fl/metrics.tsv 2>/dev/null || echo 0) -gt 12 ] && break; sleep 0.05; done; "
-             "kill -9 $p; wait $p; true)", dmsh,
-             ":preset nano; :set d=32 H=2 L=2 E=2 k=1 r=8 f=64 engram_rows=257 engram_dim=8 seq=32 batch=4 eval_bytes=1024", corpus);
-    assert_int_equal(sh_in_dir("%s", cmd), 0);
-    slurp_to("k.out", out, sizeof out);
+    train_then_signal("fl", "eval_bytes=1024", "eval_every=4", "-9");
     if (!strstr(out, "eval step 4 ")) print_error("%s\n", out);
     assert_non_null(strstr(out, "eval step 4 "));
     // a :train stopped between log lines prints the line of its last step (over the steps since
     // the line before) before it says where it stopped: with a large log_every the steps it ran
     // were in metrics.tsv only (QA, session 30)
-    snprintf(cmd, sizeof cmd, "(%s --norc -e '%s' -e ':data %s' -e ':session iv' -e ':init seed=1' "
-             "-e ':train 1000000 eval_every=0 log_every=1000000' > k.out 2>&1 & p=$!; "
-             "for i in $(seq 1200); do [ $(wc -l < runs/iv/metrics.tsv 2>/dev/null || echo 0) -gt 12 ] && break; sleep 0.05; done; "
-             "kill -INT $p; wait $p; true)", dmsh,
-             ":preset nano; :set d=32 H=2 L=2 E=2 k=1 r=8 f=64 engram_rows=257 engram_dim=8 seq=32 batch=4", corpus);
-    assert_int_equal(sh_in_dir("%s", cmd), 0);
-    slurp_to("k.out", out, sizeof out);
+    train_then_signal("iv", "", "eval_every=0", "-INT");
     const char *at = strstr(out, "interrupted at step ");
     if (!at) print_error("%s\n", out);
     assert_non_null(at);
