@@ -268,7 +268,7 @@ int engine_open_data(Engine *e, const char *path, const char *eval_path, dm_err 
         return 1;
     }
     // the same file and split with the same bytes, opened again: the model's steps drew from
-    // it as before (the held-out note of a later :set eval_frac must not forget them: QA, session 29)
+    // it as before (the held-out note of a later :set eval_frac must not forget them: session 30)
     int same = e->has_data && !strcmp(e->data_path, dp) && !strcmp(e->eval_path, ep) && fp == e->data_fp;
     if (e->has_data) data_close(&e->data);  // only after the new corpus opened: a bad path keeps the old
     e->data_fp = fp;
