@@ -35,7 +35,9 @@ fi
 # dynamically with an rpath; cudart stays static as the Makefile has it.
 CULIBS="-L$CUDA_HOME/lib64 -lcublas -lcudart_static -ldl -lrt -lpthread -lstdc++ -Wl,-rpath,$CUDA_HOME/lib64"
 
-nvidia-smi -L 2>/dev/null || echo "run.sh: nvidia-smi not available (continuing)"
+# the card, its memory and the driver: benchmark numbers are this card's own (docs/testing.md)
+nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap --format=csv,noheader 2>/dev/null \
+    || echo "run.sh: nvidia-smi not available (continuing)"
 mkdir -p "$OUT"
 
 # Full logs: build/gpu/logs, or straight into $DM_GPU_LOGS when set (the device tool's $OUT: the
