@@ -57,13 +57,20 @@ static const char *eval_tag(uint16_t arms_off) {
 }
 
 // :train's log line: step r's loss, lr and gnorm; ms and tok/s over the n steps since the line
-// before (ms_sum their times, tok_sum their tokens); eta < 0: a run that stopped has none
-static void train_line(Shell *sh, const MetricRow *r, double ms_sum, double tok_sum, long long n, double eta) {
+// before (ms_sum their times, tok_sum their tokens); eta < 0: a run that stopped has none.
+// With the live panel up the line goes to the panel's scrollback only (printed when it closes,
+// in order with the evals and checkpoints).
+static void train_line(Shell *sh, Panel *panel, const MetricRow *r, double ms_sum, double tok_sum, long long n, double eta) {
     double ms = ms_sum / (double)n, tok_s = ms_sum > 0 ? tok_sum / (ms_sum / 1e3) : r->tok_s;
-    char et[32] = "";
+    char et[32] = "", line[400];
     if (eta >= 0) snprintf(et, sizeof et, " eta %.0fs", eta);
-    fprintf(OUT, "step %lld loss %.4f lr %.3e gnorm %.3f ms %.1f tok/s %.0f skipped %d%s%s\n", (long long)r->step, r->loss, r->lr,
-            r->gnorm, ms, tok_s, r->skipped, et, emulated_tag(r));
+    snprintf(line, sizeof line, "step %lld loss %.4f lr %.3e gnorm %.3f ms %.1f tok/s %.0f skipped %d%s%s", (long long)r->step, r->loss,
+             r->lr, r->gnorm, ms, tok_s, r->skipped, et, emulated_tag(r));
+    if (panel) {
+        panel_keep(panel, line);
+        return;
+    }
+    fprintf(OUT, "%s\n", line);
     fflush(OUT);
 }
 
@@ -448,8 +455,8 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
     clock_gettime(CLOCK_MONOTONIC, &t0);
     long long start = e->step;
     // In a terminal the live panel (panel.h) replaces the step lines; whatever else the run
-    // prints (evals, checkpoints, an error's step line) goes to the panel's log area and is
-    // printed again when it closes. Every way out goes through the close below.
+    // prints (evals, checkpoints, an error's step line) goes to the panel's log area. All of it,
+    // the step lines too, is printed when it closes. Every way out goes through the close below.
     Panel *panel = sh->interactive ? panel_open() : NULL;
     FILE *out0 = sh->out;
     if (panel) sh->out = panel_output(panel);
@@ -486,7 +493,7 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
             MetricRow r = e->rows[k];
             if (r.kind != 0) continue;
             if (stop && k == e->nrows - 1) {  // the step that stopped the run, after the steps before it
-                if (!panel && iv_n > 0) train_line(sh, &last, iv_ms, iv_tok, iv_n, -1);
+                if (iv_n > 0) train_line(sh, panel, &last, iv_ms, iv_tok, iv_n, -1);
                 iv_n = 0;
                 print_step(sh, &r);
                 break;
@@ -496,15 +503,14 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
                 if (nloss == closs) { closs = closs ? 2 * closs : 1024; losses = realloc(losses, closs * sizeof *losses); }
                 losses[nloss++] = r.loss;
                 skipped += r.skipped;
-            } else {
-                iv_ms += r.ms;
-                iv_tok += r.tok_s * r.ms / 1e3;
-                iv_n++;
-                if ((r.step + 1) % lg == 0 || r.step + 1 == end || r.skipped) {
-                    train_line(sh, &r, iv_ms, iv_tok, iv_n, eta);
-                    iv_ms = iv_tok = 0;
-                    iv_n = 0;
-                }
+            }
+            iv_ms += r.ms;
+            iv_tok += r.tok_s * r.ms / 1e3;
+            iv_n++;
+            if ((r.step + 1) % lg == 0 || r.step + 1 == end || r.skipped) {
+                train_line(sh, panel, &r, iv_ms, iv_tok, iv_n, eta);
+                iv_ms = iv_tok = 0;
+                iv_n = 0;
             }
         }
         if (panel && nloss) {
@@ -513,9 +519,11 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
             // through the eval or checkpoint that follows); drawn even inside that limit when an
             // eval, a checkpoint or the end comes next, which hold the screen for a while
             int held = e->step >= end || (ev > 0 && e->step % ev == 0) || (ck > 0 && e->step % ck == 0);
+            char off[64] = "";
+            if (last.arms_off) arms_mask_names(last.arms_off, off, sizeof off);
             PanelInfo pi = {.step = last.step + 1, .start_step = start, .end_step = end, .loss = losses, .nloss = nloss,
                             .loss_last = last.loss, .bpb = bpb, .tok_s = last.tok_s, .eta_s = eta, .skipped = skipped,
-                            .lr = last.lr, .gnorm = last.gnorm, .emulated = last.emulated, .force = held};
+                            .lr = last.lr, .gnorm = last.gnorm, .emulated = last.emulated, .force = held, .off = off};
             panel_update(panel, &pi);
         }
         if (stop) rc = 1;
@@ -559,15 +567,11 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
     // a run stopped between log lines (Ctrl-C, a signal, an error) says where it got: the line of
     // its last step over the steps since the line before (with a large log_every the steps it
     // ran were in metrics.tsv only: QA, session 30)
-    if (!panel && iv_n > 0) train_line(sh, &last, iv_ms, iv_tok, iv_n, -1);
-    if (panel) {  // the screen goes back as it was: leave the last step as a plain line
-        sh->out = out0;
+    if (iv_n > 0) train_line(sh, panel, &last, iv_ms, iv_tok, iv_n, -1);
+    if (panel) {  // the screen goes back as it was, and under it the run's lines as --no-tui
+        sh->out = out0;  // prints them (its step lines, evals, checkpoints: panel_text.h)
         panel_close(panel);
         free(losses);
-        if (nloss)
-            fprintf(OUT, "step %lld loss %.4f lr %.3e gnorm %.3f ms %.1f tok/s %.0f skipped %d (%d in this run) eta %.0fs%s\n",
-                    (long long)last.step, last.loss, last.lr, last.gnorm, last.ms, last.tok_s, last.skipped, skipped, eta,
-                    emulated_tag(&last));
     }
     if (chose_horizon && e->step == start && (rc || stopped)) {
         // no step of this run ran (its first was refused, or Ctrl-C came first): the horizon it

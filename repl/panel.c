@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "panel.h"
+#include "panel_text.h"
 
 int dm_no_tui;
 
@@ -23,16 +24,14 @@ int dm_no_tui;
 #include <ncurses.h>
 #endif
 
-#define PANEL_LOGS 256
-
 struct Panel {
     SCREEN *scr;
     double last_draw;           // monotonic seconds of the last redraw
     int dirty;                  // a log line arrived since
     int utf8;                   // block characters for the chart
     char old_ctype[64];
-    char *logs[PANEL_LOGS];     // kept in order; the oldest dropped past PANEL_LOGS
-    int nlog;
+    PanelText text;             // every line of the run (panel_text.h), printed on close
+    long long lost;             // lines panel_text_add could not keep (out of memory): said on close
     FILE *out;                  // panel_output(): what commands print while the panel is up
     char *outbuf;
     size_t outlen, outdone;     // memstream size; bytes already turned into log lines
@@ -85,12 +84,7 @@ void panel_log(Panel *p, const char *fmt, ...) {
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
     buf[strcspn(buf, "\n")] = 0;
-    if (p->nlog == PANEL_LOGS) {
-        free(p->logs[0]);
-        memmove(p->logs, p->logs + 1, (PANEL_LOGS - 1) * sizeof *p->logs);
-        p->nlog--;
-    }
-    p->logs[p->nlog++] = strdup(buf);
+    if (panel_text_add(&p->text, buf, 1)) p->lost++;
     p->dirty = 1;
 }
 
@@ -101,6 +95,17 @@ FILE *panel_output(Panel *p) {
 }
 
 // complete lines printed to panel_output() since the last call become log lines
+static void drain_output(Panel *p, int all);
+
+void panel_keep(Panel *p, const char *line) {
+    if (!p) return;
+    drain_output(p, 0);  // what was printed before it stays before it
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", line);
+    buf[strcspn(buf, "\n")] = 0;
+    if (panel_text_add(&p->text, buf, 0)) p->lost++;
+}
+
 static void drain_output(Panel *p, int all) {
     if (!p->out) return;
     fflush(p->out);
@@ -180,7 +185,7 @@ static void draw(Panel *p, const PanelInfo *in) {
     // more rows (a line wider than the terminal wrapped and the next one overwrote it, cutting
     // "step 2712" to "step 27": QA, session 29); a field wider than the terminal alone is cut
     // with a '>' at its end
-    char f[10][96], bpb[32], eta[32];
+    char f[11][96], bpb[32], eta[32];
     if (isnan(in->bpb)) snprintf(bpb, sizeof bpb, "--");
     else snprintf(bpb, sizeof bpb, "%.4f", in->bpb);
     fmt_eta(eta, sizeof eta, in->eta_s);
@@ -194,11 +199,18 @@ static void draw(Panel *p, const PanelInfo *in) {
     snprintf(f[7], sizeof f[7], "ETA %s", eta);
     snprintf(f[8], sizeof f[8], "RSS %.1f MiB", rss_mib());
     snprintf(f[9], sizeof f[9], "skipped %d", in->skipped);
-    static const int line_of[10] = {0, 0, 1, 1, 1, 1, 2, 2, 2, 2};
+    // an ablation says so on the screen watched (QA, session 31: only the step lines of
+    // --no-tui and the eval lines named the arms that were off)
+    snprintf(f[10], sizeof f[10], "%s%s", in->off && in->off[0] ? "OFF: " : "", in->off ? in->off : "");
+    // drawn in this order (the arms off next to the title), on these lines
+    static const int order[11] = {0, 10, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+    static const int line_of[11] = {0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2};
     int y = 0, x = 0, line = 0;
-    for (int i = 0; i < 10 && y < rows; i++) {
+    for (int o = 0; o < 11 && y < rows; o++) {
+        int i = order[o];
         int w = (int)strlen(f[i]);
-        if (line_of[i] != line || (x > 0 && x + 3 + w > cols)) { y++; x = 0; line = line_of[i]; }
+        if (!w) continue;
+        if (line_of[o] != line || (x > 0 && x + 3 + w > cols)) { y++; x = 0; line = line_of[o]; }
         if (y >= rows) break;
         if (x > 0) x += 3;
         if (w > cols - x) {  // alone and still too wide
@@ -220,17 +232,15 @@ static void draw(Panel *p, const PanelInfo *in) {
         }
     }
     int top = y + 2;  // (a blank row under the status lines)
-    // the rest: chart, then as many recent log lines as fit (at most 6), then the hint
-    int nlogs = p->nlog < 6 ? p->nlog : 6;
-    int h = rows - top - 1 - (nlogs ? nlogs + 1 : 0) - 1;
-    if (h > 12) h = 12;
-    if (h >= 2) {
+    // the rest: chart, then the newest log lines (panel_layout), then the hint
+    int h, nlogs;
+    panel_layout(rows - 1 - top, p->text.nshown, &h, &nlogs);
+    if (h) {
         mvprintw(top, 0, "loss, %d steps", in->nloss);
         draw_chart(p, in, top + 1, h, cols - 10);
     }
-    y = top + 1 + (h >= 2 ? h : 0) + 1;
-    if (h < 2) y = top;
-    for (int i = p->nlog - nlogs; i < p->nlog && y < rows - 1; i++, y++) mvaddnstr(y, 0, p->logs[i], cols - 1);
+    y = h ? top + 1 + h + 1 : top;
+    for (int i = nlogs - 1; i >= 0 && y < rows - 1; i--, y++) mvaddnstr(y, 0, panel_text_newest(&p->text, i), cols - 1);
     if (rows > 3 && top - 2 < rows - 1)  // (never over a status row: a tiny terminal keeps the numbers)
         mvaddnstr(rows - 1, 0, "Ctrl-C: stop at the next step (state intact)", cols - 1);
     refresh();
@@ -254,10 +264,9 @@ void panel_close(Panel *p) {
     endwin();
     delscreen(p->scr);
     setlocale(LC_CTYPE, p->old_ctype);
-    for (int i = 0; i < p->nlog; i++) {
-        printf("%s\n", p->logs[i]);
-        free(p->logs[i]);
-    }
+    if (p->text.len) fwrite(p->text.all, 1, p->text.len, stdout);
+    if (p->lost) printf("note: %lld lines of this run could not be kept for this scrollback (out of memory)\n", p->lost);
+    panel_text_free(&p->text);
     fflush(stdout);
     free(p);
 }
@@ -267,6 +276,7 @@ void panel_close(Panel *p) {
 Panel *panel_open(void) { return NULL; }
 void panel_update(Panel *p, const PanelInfo *info) { (void)p; (void)info; }
 void panel_log(Panel *p, const char *fmt, ...) { (void)p; (void)fmt; }
+void panel_keep(Panel *p, const char *line) { (void)p; (void)line; }
 FILE *panel_output(Panel *p) { (void)p; return NULL; }
 void panel_close(Panel *p) { (void)p; }
 

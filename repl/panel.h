@@ -21,6 +21,7 @@ typedef struct {
     double lr, gnorm;
     int emulated;               // tok_s timed on the emulated device (tests/cuemu), not a GPU
     int force;                  // draw now, even within 0.1 s of the last draw (an eval comes next)
+    const char *off;            // the arms off for these steps ("kda engram"); NULL or "" when none
 } PanelInfo;
 
 extern int dm_no_tui;           // --no-tui (main.c sets it): never open the panel
@@ -30,8 +31,11 @@ Panel *panel_open(void);
 // costs nothing measurable.
 void panel_update(Panel *p, const PanelInfo *info);
 // A line for the panel's log area (evals, checkpoints); printed again, in order, on close so
-// the scrollback keeps them.
+// the scrollback keeps them (all of them: panel_text.h).
 void panel_log(Panel *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+// A line for the scrollback only (the step lines :train prints without the panel), after what
+// was printed before it; not drawn.
+void panel_keep(Panel *p, const char *line);
 // A stream for everything a command prints while the panel is up (point sh->out at it): its
 // lines go to the log area, and are printed on close. Owned by the panel; NULL when p is NULL.
 FILE *panel_output(Panel *p);

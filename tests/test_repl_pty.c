@@ -310,6 +310,40 @@ static void test_panel_shows_newest(void **s) {
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 
+// Under the panel closed, the run's lines as --no-tui prints them, in order: its step lines, evals
+// and checkpoints (QA, session 31: only the evals and checkpoints came back, then one step line
+// out of time order, and only the last 256 of them); and an ablation is on the panel ("OFF: kda",
+// where only the eval lines said it).
+static void test_panel_scrollback(void **s) {
+    (void)s;
+    spawn(1, 1);
+    small_model(1);
+    command(":arm kda off");
+    command(":train 40 log_every=10 eval_every=20");
+    const char *smcup = "\x1b[?1049h";
+    double t0 = now_s();
+    while (!strstr(tty + seen, smcup) && !strstr(tty + seen, "\nstep ") && now_s() - t0 < 60) pump(50);
+    if (!strstr(tty + seen, smcup)) {
+        print_message("no panel: :train does not open it\n");
+        expect_out("dmsh> ", 60);
+    } else {
+        expect_out(smcup, 1);
+        expect_out("OFF: kda", 30);
+        expect_out("\x1b[?1049l", 60);
+        static const char *const lines[] = {"step 9 loss ", "step 19 loss ", "eval step 20 ", "step 29 loss ",
+                                            "step 39 loss ", "eval step 40 "};
+        for (size_t i = 0; i < sizeof lines / sizeof *lines; i++) expect_out(lines[i], 10);
+        const char *prompt = expect_out("dmsh> ", 20);
+        // nothing after the last eval but its ran: line (no extra step line out of order)
+        const char *ev = strstr(tty, "eval step 40 ");
+        assert_non_null(ev);
+        assert_null(memmem(ev, prompt - ev, "\nstep ", 6));
+    }
+    type("\x04");
+    int st = wait_exit(20);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
 // Ctrl-C while :train is inside one of its periodic evals stops the run as one between its steps
 // does: "interrupted at step N", where (the eval), state intact, no error, the prompt back. (It
 // ended the :train as an error, "interrupted: the eval stopped ...", naming no step.)
@@ -635,6 +669,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_panel, teardown_one),
         cmocka_unit_test_teardown(test_panel_shows_newest, teardown_one),
         cmocka_unit_test_teardown(test_panel_narrow, teardown_one),
+        cmocka_unit_test_teardown(test_panel_scrollback, teardown_one),
         cmocka_unit_test_teardown(test_interrupt_in_eval, teardown_one),
         cmocka_unit_test_teardown(test_rc_files, teardown_one),
         cmocka_unit_test_teardown(test_interrupts_and_completion, teardown_one),
