@@ -197,6 +197,8 @@ int session_open(Engine *e, const char *dir, dm_err *err) {
 static char *pre_lines;
 static size_t pre_len, pre_cap;
 static long pre_dropped;  // lines past PRE_MAX: counted, and said at the head of the transcript
+static long lost_lines;   // lines a failed append left out (a full disk): said on stderr, then in the file
+static char lost_why[128];
 enum { PRE_MAX = 1 << 20 };
 
 static void append_line(FILE *f, const char *line) {
@@ -204,51 +206,95 @@ static void append_line(FILE *f, const char *line) {
     fprintf(f, "%s%s", line, n && line[n - 1] == '\n' ? "" : "\n");
 }
 
-void session_transcript(Engine *e, const char *line) {
+void session_transcript_lost(const char *path, const char *what, int er) {
+    lost_lines++;
+    session_transcript_unplaced(2);  // (checkpoint lines from here say the lines do not rebuild them)
+    snprintf(lost_why, sizeof lost_why, "%s", strerror(er ? er : ENOSPC));
+    size_t n = strcspn(what, "\n");
+    fprintf(stderr, "dmsh: note: %s: could not append '%.*s' (%s): the transcript does not rebuild the session past here\n", path,
+            (int)(n > 80 ? 80 : n), what, lost_why);
+}
+
+static int transcript_append(Engine *e, const char *line, int say);
+int session_transcript(Engine *e, const char *line) { return transcript_append(e, line, 1); }
+int session_transcript_quiet(Engine *e, const char *line) { return transcript_append(e, line, 0); }
+
+static int transcript_append(Engine *e, const char *line, int say) {
     if (!e->session_dir[0]) {
         size_t n = strlen(line);
-        if (pre_len + n + 2 > PRE_MAX) { pre_dropped++; return; }  // a pathological amount of typing: keep the head
+        if (pre_len + n + 2 > PRE_MAX) { pre_dropped++; return 1; }  // a pathological amount of typing: keep the head
         if (pre_len + n + 2 > pre_cap) {
             size_t cap = pre_cap ? 2 * pre_cap : 4096;
             while (cap < pre_len + n + 2) cap *= 2;
             char *p = realloc(pre_lines, cap);
-            if (!p) return;
+            if (!p) { pre_dropped++; return 1; }
             pre_lines = p;
             pre_cap = cap;
         }
         memcpy(pre_lines + pre_len, line, n);
         pre_len += n;
         if (!n || line[n - 1] != '\n') pre_lines[pre_len++] = '\n';
-        return;
+        return 0;
     }
     dm_err derr = {0};
-    if (engine_session_dir_check(e, &derr)) return;  // deleted: said by the next save or metrics row
+    if (engine_session_dir_check(e, &derr)) return 1;  // deleted: said by the next save or metrics row
     char path[1200];
     snprintf(path, sizeof path, "%s/transcript.dm", e->session_dir);
     if (session_transcript_held(path, line)) {
         dm_err err = {0};
-        session_write_config(e, &err);
-        return;
+        if (session_write_config(e, &err)) fprintf(stderr, "dmsh: note: %s\n", err.msg);
+        return 0;
     }
+    // Everything this call appends is composed first and goes in one write, undone whole when it
+    // fails: a full disk used to leave a cut line, or none, without a word, and a mark the
+    // transcript did not take was then written over lines it held (QA, session 31)
     FILE *f = session_fopen_regular(path, "a");
-    if (!f) return;
+    int ok = f != NULL, er = errno;
     struct stat tst;
-    if (fstat(fileno(f), &tst) == 0 && tst.st_size == 0) {  // a new transcript: where its relative paths start from
-        char cwd[PATH_MAX];
-        if (getcwd(cwd, sizeof cwd)) fprintf(f, "# dmsh transcript, run in %s (relative paths below are from there)\n", cwd);
+    char *buf = NULL;
+    size_t blen = 0;
+    if (ok && fstat(fileno(f), &tst) != 0) { ok = 0; er = errno; }
+    FILE *m = ok ? open_memstream(&buf, &blen) : NULL;
+    if (ok && !m) { ok = 0; er = errno; }
+    if (ok) {
+        if (tst.st_size == 0) {  // a new transcript: where its relative paths start from
+            char cwd[PATH_MAX];
+            if (getcwd(cwd, sizeof cwd)) fprintf(m, "# dmsh transcript, run in %s (relative paths below are from there)\n", cwd);
+        }
+        if (pre_len) {  // the first line since the session opened: what came before it goes first
+            fwrite(pre_lines, 1, pre_len, m);
+            if (pre_dropped)
+                fprintf(m, "# %ld more lines ran before the session opened and are not here (over %d bytes): this transcript does not rebuild the run\n",
+                        pre_dropped, (int)PRE_MAX);
+        }
+        if (lost_lines)
+            fprintf(m, "# %ld line%s could not be written here (%s): the lines below do not rebuild the session's state\n",
+                    lost_lines, lost_lines == 1 ? "" : "s", lost_why);
+        append_line(m, line);
+        if (fclose(m) != 0 || !buf) { ok = 0; er = errno ? errno : ENOMEM; }
     }
-    if (pre_len) {  // the first line since the session opened: what came before it goes first
-        fwrite(pre_lines, 1, pre_len, f);
-        pre_len = 0;
-        if (pre_dropped)
-            fprintf(f, "# %ld more lines ran before the session opened and are not here (over %d bytes): this transcript does not rebuild the run\n",
-                    pre_dropped, (int)PRE_MAX);
-        pre_dropped = 0;
+    if (ok) {
+        for (size_t done = 0; done < blen;) {
+            ssize_t w = write(fileno(f), buf + done, blen - done);
+            if (w < 0 && errno == EINTR) continue;
+            if (w <= 0) { ok = 0; er = w < 0 ? errno : ENOSPC; break; }
+            done += (size_t)w;
+        }
+        if (!ok && ftruncate(fileno(f), tst.st_size) != 0) {}  // (a part of it would join the next line)
     }
-    append_line(f, line);
-    fclose(f);
+    free(buf);
+    if (f && fclose(f) != 0 && ok) { ok = 0; er = errno; }  // (nothing is buffered in f: one write above)
+    if (!ok) {
+        if (say) session_transcript_lost(path, line, er);
+        return 1;
+    }
+    pre_len = 0;
+    pre_dropped = 0;
+    lost_lines = 0;
     dm_err err = {0};
-    session_write_config(e, &err);  // config.dm follows :set / :data (best effort, as the transcript)
+    if (session_write_config(e, &err))  // config.dm follows :set / :data
+        fprintf(stderr, "dmsh: note: %s\n", err.msg);
+    return 0;
 }
 
 // ---- checkpoints of a session ----------------------------------------------------------------
@@ -338,8 +384,11 @@ int session_latest_broken(const char *dir, char *why, size_t n) {
     return 1;
 }
 
-// LATEST := path's file name
-static void put_latest(const Engine *e, const char *path) {
+// LATEST := path's file name. 0, or 1 with why: then no LATEST is left naming an older file
+// (removed: -r takes the checkpoint written most recently, this one), or why says it is. (A full
+// disk left LATEST on the checkpoint before, unsaid: -r resumed that one, commented out the
+// commands since and cut metrics.tsv back, saying no checkpoint held those steps: QA, session 31.)
+static int put_latest(const Engine *e, const char *path, char *why, size_t nwhy) {
     const char *name = strrchr(path, '/');
     name = name ? name + 1 : path;
     char p[1200], tmp[1300];
@@ -347,16 +396,29 @@ static void put_latest(const Engine *e, const char *path) {
     snprintf(tmp, sizeof tmp, "%s.tmp", p);
     unlink(tmp);
     FILE *f = fopen(tmp, "w");
-    if (!f) return;  // -r then falls back to the checkpoint written most recently
-    fprintf(f, "%s\n", name);
-    if (fclose(f) == 0) rename(tmp, p);
-    else unlink(tmp);
+    int ok = f != NULL;
+    if (f) {
+        fprintf(f, "%s\n", name);
+        int bad = ferror(f);
+        ok = (fclose(f) == 0) & !bad;
+        ok = ok && rename(tmp, p) == 0;
+    }
+    if (ok) return 0;
+    int er = errno ? errno : EIO;
+    unlink(tmp);
+    if (unlink(p) == 0 || errno == ENOENT)
+        snprintf(why, nwhy, "%s could not be written (%s): removed, so -r takes the checkpoint written most recently, %s", p,
+                 strerror(er), name);
+    else
+        snprintf(why, nwhy, "%s could not be written (%s) nor removed (%s): -r would resume the checkpoint it names, not %s", p,
+                 strerror(er), strerror(errno), name);
+    return 1;
 }
 
 // put_latest, but a LATEST that named a checkpoint no longer there (deleted or moved by hand)
 // is not replaced silently: a note says what it named, appended to note (nnote > 0), else on
 // stderr
-static void write_latest(const Engine *e, const char *path, char *note, size_t nnote) {
+static int write_latest(const Engine *e, const char *path, char *note, size_t nnote, char *fail, size_t nfail) {
     char why[2048];
     if (session_latest_broken(e->session_dir, why, sizeof why)) {
         const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
@@ -364,7 +426,7 @@ static void write_latest(const Engine *e, const char *path, char *note, size_t n
         if (note && l + 1 < nnote) snprintf(note + l, nnote - l, "%s%s; it names %s now", l ? "; " : "", why, name);
         else fprintf(stderr, "dmsh: note: %s; it names %s now\n", why, name);
     }
-    put_latest(e, path);
+    return put_latest(e, path, fail, nfail);
 }
 
 // The session's checkpoints, the most recently written first (the order every fallback of -r
@@ -606,7 +668,8 @@ int session_resume(Engine *e, const char *dir_in, dm_err *err) {
         if (!done) return dm_fail(err, "%s (and no other checkpoint in %s/ckpt loads)", first, dir);
     }
     if (engine_session(e, dir, err)) return 1;
-    if (lost) put_latest(e, e->synced_path);  // (said above)
+    char lfail[2600];
+    if (lost && put_latest(e, e->synced_path, lfail, sizeof lfail)) fprintf(stderr, "dmsh: note: %s\n", lfail);  // (said above)
     session_resume_transcript(e, dir, fell_back);
     // the transcript says where the lines after this one start from (a run killed mid-command
     // left its last command out: the lines above need not rebuild this state)
@@ -738,7 +801,9 @@ int session_save(Engine *e, char *path, size_t n, char *note, size_t nnote, dm_e
     // with a transcript that could not rebuild it; a line for a file LATEST does not name yet is
     // taken out with the commands after it)
     session_transcript_ckpt(e, path, 1);
-    write_latest(e, path, note, nnote);
+    char fail[2600];
+    if (write_latest(e, path, note, nnote, fail, sizeof fail))
+        return dm_fail(err, "%s was written, but %s (:save again once that is fixed)", path, fail);
     return 0;
 }
 
@@ -764,7 +829,10 @@ int session_autosave(Engine *e, char *path, size_t n, dm_err *err) {
     if (!engine_unsaved(e) && in_session && !gone) {
         char name[512];
         session_transcript_ckpt(e, e->synced_path, 0);
-        if (latest_pointer(e->session_dir, name, sizeof name) || strcmp(name, base + 1)) write_latest(e, e->synced_path, NULL, 0);
+        char fail[2600];
+        if ((latest_pointer(e->session_dir, name, sizeof name) || strcmp(name, base + 1)) &&
+            write_latest(e, e->synced_path, NULL, 0, fail, sizeof fail))
+            return dm_fail(err, "%s", fail);
         return 0;
     }
     char note[1600];

@@ -7,8 +7,17 @@
 // Create or reuse DIR; from now on metrics rows append to DIR/metrics.tsv. Writes config.dm
 // and, when the engine already holds metric rows, rewrites metrics.tsv from them.
 int session_open(Engine *e, const char *dir, dm_err *err);
-// Append one typed line to transcript.dm (no-op without a session).
-void session_transcript(Engine *e, const char *line);
+// Append one typed line to transcript.dm (without a session: kept for the head of the next
+// one's). 0, or 1 when the file did not take it (a full disk: nothing of it is left in the file,
+// a note on stderr says so, and the next line that goes in is preceded by a comment that says
+// how many did not).
+int session_transcript(Engine *e, const char *line);
+// session_transcript, but a line the file does not take is not said nor counted (a command's
+// mark: its own line, written when it returns, is)
+int session_transcript_quiet(Engine *e, const char *line);
+// A line (what) the transcript at path could not take (er: the errno): said on stderr, and counted
+// into the comment session_transcript puts before the next line the file takes.
+void session_transcript_lost(const char *path, const char *what, int er);
 // A command's mark while it runs (sessions/transcript_marks.c): session_transcript_begin appends
 // LINE (a comment that says the command started and never finished) and remembers where;
 // session_transcript_end takes it out again once the command has returned, before its own line is

@@ -4,6 +4,7 @@
 // a process killed after more commands had finished (`:train 200` with no checkpoint, then a
 // SIGKILL during a :gen) left those commands as plain lines, and a replay ended 200 steps past
 // the session (QA, session 27).
+#include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
@@ -94,7 +95,9 @@ void session_transcript_begin(Engine *e, const char *line, const char *name, lon
     m->pushed = 1;
     innermost = m;
     if (!e->session_dir[0]) return;  // no session: nothing to resume, nothing to mark
-    session_transcript(e, line);
+    // (a mark the file did not take, a full disk, is no mark: its place would be the end of the
+    // lines before it, and the command's line went over them: QA, session 31)
+    if (session_transcript_quiet(e, line)) return;
     snprintf(m->path, sizeof m->path, "%s/transcript.dm", e->session_dir);
     struct stat st;
     long len = (long)strlen(line) + 1;  // (append_line adds the line break)
@@ -102,7 +105,11 @@ void session_transcript_begin(Engine *e, const char *line, const char *name, lon
     // command, and the name it left may be another run's
     int fd = open(m->path, O_RDWR | O_CLOEXEC);
     if (fd < 0) return;
-    if (fstat(fd, &st) != 0 || st.st_size < len) { close(fd); return; }
+    char *tail = malloc((size_t)len);
+    int mine = tail && fstat(fd, &st) == 0 && st.st_size >= len && pread(fd, tail, (size_t)len, st.st_size - len) == len &&
+               !memcmp(tail, line, (size_t)len - 1) && tail[len - 1] == '\n';
+    free(tail);
+    if (!mine) { close(fd); return; }  // (the file's end is not the mark: leave the file alone)
     m->fd = fd;
     m->off = (long)st.st_size - len;
     m->len = len;
@@ -132,8 +139,12 @@ void session_transcript_end(TranscriptMark *m) {
             // (not over the mark's last byte, its line break: the next line would join the '#')
             if ((long)hl < len - 1) hb[n++] = '#';  // (session.c keeps a byte spare past the lines)
             if (pwrite(fd, hb, n, m->off) != (ssize_t)n) {
-                // (a full disk: the mark goes as before the lines were held, and they with it)
+                // (a full disk: the mark goes as before the lines were held, and they with it:
+                // said, as every line the transcript could not take)
+                int er = errno;
                 if (ftruncate(fd, m->off) != 0) {}
+                hb[hl - 1] = 0;  // (its lines as one string, for the note)
+                session_transcript_lost(m->path, hb, er);
             } else if ((long)hl < len && ftruncate(fd, m->off + (long)hl) != 0) {
             }
         }
@@ -143,7 +154,12 @@ void session_transcript_end(TranscriptMark *m) {
     // the command wrote lines of its own after it (a session header, a note, a :train's
     // checkpoint line): its lines go at the end, then the mark is blanked in place, a comment of
     // the same length, so what follows stays where it is
-    if (hl && pwrite(fd, hb, hl, st.st_size) != (ssize_t)hl) {}
+    if (hl && pwrite(fd, hb, hl, st.st_size) != (ssize_t)hl) {
+        int er = errno;
+        if (ftruncate(fd, st.st_size) != 0) {}  // (no part of a line)
+        hb[hl - 1] = 0;
+        session_transcript_lost(m->path, hb, er);
+    }
     char *b = malloc((size_t)len);
     if (b && pread(fd, b, (size_t)len, m->off) == (ssize_t)len && b[0] == '#' && b[len - 1] == '\n') {
         static const char done[] = "# (finished)";
@@ -158,8 +174,8 @@ void session_transcript_end(TranscriptMark *m) {
 // sessions/transcript_cut.c; the format is part of the transcript's)
 static void plain_line(char *buf, size_t n, const char *base, long long step) {
     if (unplaced)
-        snprintf(buf, n, "# unplaced checkpoint ckpt/%s at step %lld: the lines above do not rebuild it (-r resumed a state they do not)",
-                 base, step);
+        snprintf(buf, n, "# unplaced checkpoint ckpt/%s at step %lld: the lines above do not rebuild it (%s)", base, step,
+                 unplaced == 2 ? "lines that ran could not be written to this file" : "-r resumed a state they do not");
     else
         snprintf(buf, n, "# checkpoint ckpt/%s at step %lld: the state the lines above rebuild", base, step);
 }
