@@ -281,7 +281,7 @@ int engine_load(Engine *e, const char *path, dm_err *err) {
     free(fresh.rows);
     int nr = (int)(smet->size / sizeof(MetricRow));
     if (nr > e->caprows) {
-        e->rows = realloc(e->rows, sizeof(MetricRow) * nr);
+        e->rows = reallocCheck(e->rows, sizeof(MetricRow) * nr);
         e->caprows = nr;
     }
     if (nr) memcpy(e->rows, smet->data, smet->size);

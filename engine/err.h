@@ -39,5 +39,14 @@ static inline void *calloc_check(size_t n, const char *file, int line) {
     }
     return p;
 }
+static inline void *realloc_check(void *old, size_t n, const char *file, int line) {
+    void *p = realloc(old, n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "%s:%d: out of memory growing a buffer to %zu bytes (hint: a smaller batch, seq or preset)\n", file, line, n);
+        exit(1);
+    }
+    return p;
+}
 #define mallocCheck(n) malloc_check((n), __FILE__, __LINE__)
+#define reallocCheck(p, n) realloc_check((p), (n), __FILE__, __LINE__)
 #define callocCheck(n) calloc_check((n), __FILE__, __LINE__)

@@ -203,6 +203,6 @@ size_t sample_byte_text(int b, char out[5]) {
     // \n and \t raw (sampled text keeps its lines); other C0 controls and DEL escaped, so no byte
     // drives the terminal (ESC sequences, \r over-printing, BEL); >= 0x80 raw: UTF-8 survives
     if (b == '\n' || b == '\t' || (b >= 0x20 && b < 0x7f) || b >= 0x80) { out[0] = (char)b; out[1] = 0; return 1; }
-    snprintf(out, 5, "\\x%02x", b);
+    snprintf(out, 5, "\\x%02x", (unsigned)b);
     return 4;
 }

@@ -368,6 +368,7 @@ int cmd_bench(Shell *sh, Words *w, dm_err *err) {
         return dm_fail(err, "interrupted after %lld timed steps: no timing reported; the state is restored (step %lld)", done,
                        (long long)e->step);
     }
+    for (long long a = done; a < n; a++) ms[a] = 0;  // (a failed step ended the timing: the rest is never reported, only sorted)
     for (long long a = 1; a < n; a++) { double v = ms[a]; long long b = a - 1; while (b >= 0 && ms[b] > v) { ms[b + 1] = ms[b]; b--; } ms[b + 1] = v; }
     double med = n % 2 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);  // the median (even n: the mean of the middle two)
     double fl = model_flops_per_step(&e->cfg, e->cfg.batch, e->cfg.seq, &e->model.arms);

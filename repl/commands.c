@@ -500,7 +500,7 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
             }
             last = r;
             if (panel) {  // drawn once the chunk's rows are in (below): its newest row
-                if (nloss == closs) { closs = closs ? 2 * closs : 1024; losses = realloc(losses, closs * sizeof *losses); }
+                if (nloss == closs) { closs = closs ? 2 * closs : 1024; losses = reallocCheck(losses, closs * sizeof *losses); }
                 losses[nloss++] = r.loss;
                 skipped += r.skipped;
             }

@@ -45,7 +45,7 @@ int replay_write_digest(const Engine *e, const char *path) {
              *mo = malloc(sizeof(real) * n);
         if (!p || !mm || !vv || !mo) { free(p); free(mm); free(vv); free(mo); fclose(f); return 1; }
         model_params_get(m, p);
-        int64_t *rs = calloc((size_t)m->cfg.n_orders * m->cfg.engram_rows + 1, sizeof(int64_t));
+        int64_t *rs = callocCheck(((size_t)m->cfg.n_orders * m->cfg.engram_rows + 1) * sizeof(int64_t));
         optim_state_get(&e->opt, m, mm, vv, mo, rs);
         free(rs);
         for (int i = 0; i < P_COUNT; i++) {
