@@ -165,7 +165,10 @@ static int panel_train(Ctx *cx, Panel *p, const char *m, dm_err *err) {
             double a = 2.0 / (span + 1), m_ = 0, wsum = 0;
             for (int k = 0; k < n; k++) {
                 if (isfinite(y[k])) { m_ = (1 - a) * m_ + a * y[k]; wsum = (1 - a) * wsum + a; }
-                sm[k] = wsum > 0 ? m_ / wsum : NAN;   // carried across a skipped step
+                // a skipped step breaks the average's line as it breaks the trace's (carried over
+                // it, a run of skipped steps was a flat stretch of values no step had: QA,
+                // session 31); the average itself carries on after it
+                sm[k] = wsum > 0 && isfinite(y[k]) ? m_ / wsum : NAN;
             }
             VizSeries *raw = add_series(p, x, y, n, 0x1f77b4, "per step");
             raw->alpha = 0.3f; raw->width = 1.2; raw->markers = -1;
@@ -294,9 +297,19 @@ static int panel_bpb(Ctx *cx, Panel *p, dm_err *err) {
         int q = 0;
         while (q < nmask && masks[q] != mk) q++;
         if (q == nmask && nmask < 4) masks[nmask++] = mk;
+        // evals, not rows: an :eval-depths with an arm off is one eval of L rows (QA, session 31:
+        // "6 evals with arms off" here, "1 eval" on :plot depths)
+        int again = 0;
+        for (int j = 0; j < i && !again; j++) {
+            const MetricRow *o = &e->rows[j];
+            again = in_set(o, key) && o->step == r->step && (o->arms_off & ARMS_FORWARD_MASK) == mk;
+        }
+        if (again) continue;
         if (q < nmask) napart++;
         else nlost++;
     }
+    VizSeries *main_sr[MAX_SERIES];
+    int main_n[MAX_SERIES], nmain = 0, most = 0;
     for (int q = 0; q < nmask; q++) {
         for (int k = 0; k < nd && k < MAX_SERIES; k++) {
             double *x = buf + off, *y = buf + nev + 1 + off;
@@ -311,18 +324,28 @@ static int panel_bpb(Ctx *cx, Panel *p, dm_err *err) {
             }
             if (q && !n) continue;
             uint32_t rgb = nd == 1 ? 0x1f77b4 : viz_ramp(0.9 * k / (nd - 1));
+            // an arm set off: red with one depth; with several, each depth's own colour (six
+            // "depth k, moe off" series in one red: QA, session 31), its dots telling it apart
+            uint32_t rgb_off = nd == 1 ? (q == 1 ? 0xd62728 : q == 2 ? 0xff7f0e : 0x8c564b) : rgb;
             char lab[48], names[28];
             arms_mask_names(masks[q], names, sizeof names);
             if (q) snprintf(lab, sizeof lab, "depth %d, %s off", depths[k], names);
             else snprintf(lab, sizeof lab, "depth %d", depths[k]);
             // many depths: label a handful, the colour ramp carries the rest
             int labelled = q || nd <= 10 || k == 0 || k == nd - 1 || k % ((nd + 5) / 6) == 0;
-            VizSeries *sr = add_series(p, x, y, n, q ? (q == 1 ? 0xd62728 : q == 2 ? 0xff7f0e : 0x8c564b) : rgb, labelled ? lab : NULL);
+            VizSeries *sr = add_series(p, x, y, n, q ? rgb_off : rgb, labelled ? lab : NULL);
             if (sr && q) { sr->markers = 1; sr->width = 1.2; }
+            if (sr && !q && nmain < MAX_SERIES) { main_sr[nmain] = sr; main_n[nmain++] = n; most = n > most ? n : most; }
             off += (size_t)n;
             if (!q && n > cx->set_evals) cx->set_evals = n;
         }
     }
+    // a depth scored at fewer evals than another (:eval-depths now and then, :train's evals at
+    // depth L only): its points alone, not a line through the evals it missed, which read as
+    // "the shallow depths lag badly" between them (QA, session 31)
+    int sparse = 0;
+    for (int k = 0; k < nmain; k++)
+        if (main_n[k] < most) { main_sr[k]->markers = 2; sparse++; }
     cx->nsets = nwin;
     free(st);
     char wb[32];
@@ -336,6 +359,9 @@ static int panel_bpb(Ctx *cx, Panel *p, dm_err *err) {
     if (nlost)
         snprintf(p->subtitle + strlen(p->subtitle), sizeof p->subtitle - strlen(p->subtitle), "%s%d more of other arm sets not drawn",
                  p->subtitle[0] ? "; " : "", nlost);
+    if (sparse)
+        snprintf(p->subtitle + strlen(p->subtitle), sizeof p->subtitle - strlen(p->subtitle),
+                 "%s%d depth%s scored at fewer evals: points, not lines", p->subtitle[0] ? "; " : "", sparse, sparse == 1 ? "" : "s");
     if (e->has_anchors && !anchors_match(e, key))
         snprintf(p->subtitle + strlen(p->subtitle), sizeof p->subtitle - strlen(p->subtitle), "%sanchors %s: not drawn",
                  p->subtitle[0] ? "; " : "",
@@ -492,7 +518,7 @@ static int panel_experts_history(Ctx *cx, Panel *p, dm_err *err) {
     }
     add_ref(p, 100.0 / E, 0x555555, "uniform %.1f%%", 100.0 / E);
     snprintf(p->title, sizeof p->title, "expert load over training");
-    snprintf(p->subtitle, sizeof p->subtitle, "%d experts, top-%d routing; share of each step's assignments, all iterations", E, e->cfg.k);
+    snprintf(p->subtitle, sizeof p->subtitle, "%d expert%s, top-%d routing; share of each step's assignments, all iterations", E, E == 1 ? "" : "s", e->cfg.k);
     if (unrouted) {
         snprintf(p->subtitle + strlen(p->subtitle), sizeof p->subtitle - strlen(p->subtitle),
                  "; %d step%s routed nothing (moe off or skipped): gaps", unrouted, unrouted == 1 ? "" : "s");
@@ -549,7 +575,7 @@ static int panel_experts(Ctx *cx, Panel *p, dm_err *err) {
     char src[160], tag[40];
     probe_source(e, &pi, src, sizeof src, tag, sizeof tag);
     snprintf(p->title, sizeof p->title, "expert load, %.120s", src);
-    snprintf(p->subtitle, sizeof p->subtitle, "%d experts, top-%d routing; one line per iteration%s", E, e->cfg.k,
+    snprintf(p->subtitle, sizeof p->subtitle, "%d expert%s, top-%d routing; one line per iteration%s", E, E == 1 ? "" : "s", e->cfg.k,
              E > 16 ? "; no history over training: the metric rows keep shares of at most 16 experts" : "");
     p->chart.logy = cx->log_set && cx->log_on;
     p->chart.xint = 1;
@@ -613,8 +639,8 @@ int cmd_plot(Shell *sh, Words *w, dm_err *err) {
     if (ss) {
         char *end;
         long a = strtol(ss, &end, 10), b = *end == 'x' ? strtol(end + 1, &end, 10) : -1;
-        if (*end || a < 160 || a > 8192 || b < 120 || b > 8192)
-            return dm_fail(err, ":plot: size=%s: expected WxH, e.g. 960x540 (160..8192 x 120..8192)", ss);
+        if (*end || a < 320 || a > 8192 || b < 160 || b > 8192)
+            return dm_fail(err, ":plot: size=%s: expected WxH, e.g. 960x540 (320..8192 x 160..8192, and 160 per metric)", ss);
         W = (int)a; H = (int)b;
     }
     if (out && !*out) return dm_fail(err, ":plot: out= needs a file name");

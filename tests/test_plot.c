@@ -37,6 +37,8 @@ int __real_viz_charts_png(const char *path, const VizChart *c, int ncharts, int 
 static char seen_subtitle[400];
 static int seen_series, seen_labels;
 static long seen_nan, seen_gaps;  // NaN points in the first panel's series; what it says are gaps
+static long seen_nan_of[8];       // non-finite points in each of its first series (the eighth: the rest)
+static int seen_markers_of[8];    // their markers setting
 static char seen_ref[120];         // the first panel's first reference line's label, or ""
 static char seen_legend[400];      // the first panel's series labels, joined with '|'
 int __wrap_viz_charts_png(const char *path, const VizChart *c, int ncharts, int width, int height, char *err, size_t n) {
@@ -51,7 +53,12 @@ int __wrap_viz_charts_png(const char *path, const VizChart *c, int ncharts, int 
         seen_labels += c[0].series[k].label != NULL;
         if (c[0].series[k].label)
             snprintf(seen_legend + strlen(seen_legend), sizeof seen_legend - strlen(seen_legend), "%s|", c[0].series[k].label);
-        for (int i = 0; i < c[0].series[k].n; i++) seen_nan += isnan(c[0].series[k].y[i]);
+        seen_nan_of[k < 8 ? k : 7] = 0;
+        seen_markers_of[k < 8 ? k : 7] = c[0].series[k].markers;
+        for (int i = 0; i < c[0].series[k].n; i++) {
+            seen_nan += isnan(c[0].series[k].y[i]);
+            seen_nan_of[k < 8 ? k : 7] += !isfinite(c[0].series[k].y[i]);
+        }
     }
     return __real_viz_charts_png(path, c, ncharts, width, height, err, n);
 }
@@ -161,6 +168,18 @@ static void test_huge_values_and_one_point(void **state) {
     assert_non_null(strstr(t.factor, "1e38"));
     viz_ticks(0, 5e6, 5, 0, 0, &t);  // the SI range keeps its suffixes
     assert_non_null(strchr(t.lab[t.n - 1], 'M'));
+    // log-axis labels (QA, session 31: "1000" among "1M, 1G", and "1e+03P" ... "1e+282P" past P)
+    static const struct { double v; const char *want; } lab[] = {
+        {1e3, "1k"}, {2e3, "2k"}, {1.5e3, "1.5k"}, {999, "999"}, {1e6, "1M"}, {1e15, "1P"}, {5e17, "500P"},
+        {1e18, "1e18"}, {2.5e20, "2.5e20"}, {1e282, "1e282"}, {-1e21, "-1e21"}, {2e-5, "2e-5"}, {0.5, "0.5"}};
+    for (size_t i = 0; i < sizeof lab / sizeof *lab; i++) {
+        char b[24];
+        viz_fmt_compact(lab[i].v, b, sizeof b);
+        if (strcmp(b, lab[i].want)) print_error("viz_fmt_compact(%g) = '%s', want '%s'\n", lab[i].v, b, lab[i].want);
+        assert_string_equal(b, lab[i].want);
+    }
+    viz_ticks(1, 1e25, 10, 0, 1, &t);  // decades up to 1e25: no label mixes a suffix and an exponent
+    for (int i = 0; i < t.n; i++) assert_true(!strchr(t.lab[i], 'P') || !strchr(t.lab[i], 'e'));
     double x[1] = {3}, y[1] = {1e37};
     VizSeries s = {.label = "gnorm", .x = x, .y = y, .n = 1, .rgb = 0x1f77b4};
     VizChart c = {.title = "gnorm", .xlabel = "step", .ylabel = "norm", .width = 640, .height = 400, .series = &s, .nseries = 1};
@@ -325,6 +344,8 @@ static void test_cmd_plot(void **state) {
     expect_plot_error(":plot nope", "unknown metric 'nope'; valid: bpb, loss, lr, gnorm, tok_s, depths, experts");
     expect_plot_error(":plot loss x=furlongs", "expected step, tokens or time");
     expect_plot_error(":plot loss size=10x10", "size=10x10");
+    expect_plot_error(":plot loss size=200x8192", "320..8192 x 160..8192");  // (QA, session 31: drawn, a plot 27 px wide)
+    expect_plot_error(":plot loss,bpb,lr size=960x360", "at least 320 x 160 per panel");
     expect_plot_error(":plot loss colour=red", "unknown option 'colour'");
     expect_plot_error(":plot", "usage: :plot");
     expect_plot_error(":plot experts", "nothing to plot yet");
@@ -580,6 +601,65 @@ static void test_cmd_plot_ablations_apart(void **state) {
     engine_free(&eng);
 }
 
+// QA, session 31: the loss chart's moving average was carried over skipped (non-finite) steps,
+// so a run of them drew a flat stretch at a value no step had, where the per-step trace broke.
+// Now the average breaks where the trace does, and carries on after it.
+static void test_cmd_plot_ema_gaps(void **state) {
+    (void)state;
+    engine_init(&eng);
+    for (int s = 0; s < 200; s++) {
+        MetricRow r = {0};
+        r.step = s; r.tokens = (int64_t)(s + 1) * 256; r.lr = 1e-3; r.gnorm = 1; r.ms = 5; r.tok_s = 5e4;
+        r.loss = s >= 141 && s < 180 ? (s % 2 ? NAN : INFINITY) : 4.0 - 0.01 * s;
+        engine_add_row(&eng, &r);
+    }
+    eng.step = 200;
+    plot_ok("loss", "ema_gaps.png", 960, 540);
+    assert_string_equal(seen_legend, "per step|EMA over 5 steps|");
+    assert_int_equal(seen_nan_of[0], 39);  // the trace: the 39 skipped steps
+    assert_int_equal(seen_nan_of[1], 39);  // the average: the same 39, and finite after them
+    engine_free(&eng);
+}
+
+// QA, session 31: depths scored only now and then (:eval-depths at a few steps, :train's evals
+// at depth L) were lines straight through the evals they missed, read as "the shallow depths
+// lag"; an :eval-depths with an arm off was counted as L evals on :plot bpb, one on :plot depths;
+// and its series were all one red.
+static void test_cmd_plot_sparse_depths(void **state) {
+    (void)state;
+    engine_init(&eng);
+    for (int s = 0; s < 300; s++) {
+        MetricRow r = {0};
+        r.step = s; r.tokens = (int64_t)(s + 1) * 256; r.loss = 3.0 - 0.001 * s; r.lr = 1e-3; r.gnorm = 1; r.ms = 5; r.tok_s = 5e4;
+        engine_add_row(&eng, &r);
+        int full = s + 1 == 100 || s + 1 == 300;
+        if ((s + 1) % 50 == 0)
+            for (int d = full ? 1 : 3; d <= 3; d++) {
+                MetricRow ev = {0};
+                ev.kind = 1; ev.step = s + 1; ev.tokens = r.tokens; ev.window = 4096; ev.depth = d; ev.bpb = 4.0 - 0.002 * s + 0.3 / d;
+                engine_add_row(&eng, &ev);
+            }
+        if (s + 1 == 200)  // an :eval-depths with moe off: one eval of three rows
+            for (int d = 1; d <= 3; d++) {
+                MetricRow ev = {0};
+                ev.kind = 1; ev.step = s + 1; ev.tokens = r.tokens; ev.window = 4096; ev.depth = d; ev.bpb = 4.5;
+                ev.arms_off = 1u << ARM_MOE;
+                engine_add_row(&eng, &ev);
+            }
+    }
+    eng.step = 300;
+    plot_ok("bpb", "sparse.png", 960, 540);
+    if (strcmp(seen_subtitle, "1 eval with arms off drawn apart; 2 depths scored at fewer evals: points, not lines"))
+        print_error("subtitle '%s'\n", seen_subtitle);
+    assert_string_equal(seen_subtitle, "1 eval with arms off drawn apart; 2 depths scored at fewer evals: points, not lines");
+    assert_string_equal(seen_legend, "depth 1|depth 2|depth 3|depth 1, moe off|depth 2, moe off|depth 3, moe off|");
+    assert_int_equal(seen_markers_of[0], 2);  // depths 1 and 2: 2 evals, points only
+    assert_int_equal(seen_markers_of[1], 2);
+    assert_int_equal(seen_markers_of[2], 0);  // depth 3: every eval, a line
+    assert_int_equal(seen_markers_of[3], 1);
+    engine_free(&eng);
+}
+
 static void test_complete(void **state) {
     (void)state;
     char **v = complete_plot(NULL, 1, "loss,d");
@@ -614,6 +694,8 @@ int main(void) {
         cmocka_unit_test(test_cmd_plot_experts),
         cmocka_unit_test(test_cmd_plot_expert_gaps),
         cmocka_unit_test(test_cmd_plot_ablations_apart),
+        cmocka_unit_test(test_cmd_plot_ema_gaps),
+        cmocka_unit_test(test_cmd_plot_sparse_depths),
         cmocka_unit_test(test_cmd_plot_eval_sets),
         cmocka_unit_test(test_cmd_plot_depths_one_eval),
         cmocka_unit_test(test_cmd_plot_depths_arms_apart),

@@ -264,7 +264,7 @@ void viz_axes_legend_draw(VizCanvas *c, const VizAxes *a, const VizLegendItem *i
             if (i >= n) break;
             double yc = by + g.pad + r * g.row + g.fpx / 2 + s;
             double w = it[i].width > 0 ? it[i].width : 2 * s;
-            viz_mask_segment(c, x, yc, x + g.sw, yc, w);
+            if (it[i].marker != 2) viz_mask_segment(c, x, yc, x + g.sw, yc, w);  // (2: points only, as drawn)
             if (it[i].marker) viz_mask_disc(c, x + g.sw / 2, yc, 3 * s);
             viz_mask_composite(c, it[i].rgb, it[i].alpha > 0 ? it[i].alpha : 1);
             viz_text(c, x + g.sw + 6 * s, yc, it[i].label, g.fpx, VIZ_REGULAR, C_TEXT, -1, 0, 0);

@@ -136,7 +136,8 @@ static int chart_draw(VizCanvas *cv, const VizChart *c, int bx, int by, int bw, 
             good += ok;
         }
         // a skipped point breaks the line: the segment would claim a value that was never seen
-        for (int i = 0; i + 1 < sr->n; i++) viz_mask_segment(cv, px[i], py[i], px[i + 1], py[i + 1], w);
+        if (sr->markers != 2)
+            for (int i = 0; i + 1 < sr->n; i++) viz_mask_segment(cv, px[i], py[i], px[i + 1], py[i + 1], w);
         int dots = sr->markers > 0 || (sr->markers == 0 && good <= 40);
         for (int i = 0; i < sr->n; i++) {
             int lone = (i == 0 || !isfinite(py[i - 1])) && (i + 1 == sr->n || !isfinite(py[i + 1]));
@@ -146,14 +147,14 @@ static int chart_draw(VizCanvas *cv, const VizChart *c, int bx, int by, int bw, 
         for (int i = 0; i < sr->n; i++)
             if (isfinite(py[i])) { allx[np] = px[i]; ally[np] = py[i]; np++; }
         // and points along long segments, so a sparse eval curve still keeps labels off itself
-        for (int i = 0; i + 1 < sr->n; i++) {
+        for (int i = 0; i + 1 < sr->n && sr->markers != 2; i++) {
             double x0 = px[i], y0 = py[i], x1 = px[i + 1], y1 = py[i + 1];
             if (!isfinite(y0) || !isfinite(y1)) continue;
             int m = (int)(hypot(x1 - x0, y1 - y0) / (6 * s));
             for (int j = 1; j < m; j++) pts_push(&extra, x0 + (x1 - x0) * j / m, y0 + (y1 - y0) * j / m);
         }
         if (sr->label && *sr->label && good && nitems < 64)
-            items[nitems++] = (VizLegendItem){sr->label, sr->rgb, w, sr->alpha, dots};
+            items[nitems++] = (VizLegendItem){sr->label, sr->rgb, w, sr->alpha, sr->markers == 2 ? 2 : dots};
     }
     viz_canvas_noclip(cv);
     // reference lines count as data for the legend's placement (it should not hide them)
@@ -197,12 +198,18 @@ int viz_charts_png(const char *path, const VizChart *c, int ncharts, int width, 
     if (ncharts < 1) return fail(err, n, "%snothing to plot", "");
     if (width <= 0) width = 960;
     if (height <= 0) height = ncharts == 1 ? 540 : 360 * ncharts;
-    if (width < 160 || height < 120 * ncharts || width > MAX_SIDE || height > MAX_SIDE)
-        return fail(err, n, "%schart size out of range: at least 160 x 120 per panel, at most 8192 x 8192", "");
+    // (smaller, the legend and the labels no longer fit: 160 x 120 per panel drew legends past
+    // both edges of the image: QA, session 31)
+    if (width < 320 || height < 160 * ncharts || width > MAX_SIDE || height > MAX_SIDE)
+        return fail(err, n, "%schart size out of range: at least 320 x 160 per panel, at most 8192 x 8192", "");
     VizCanvas cv;
     if (viz_canvas_init(&cv, width, height, 0xffffff)) return fail(err, n, "%sout of memory for the image", "");
-    // fonts follow the panel size, so stacked panels keep readable labels
+    // fonts follow the panel size, so stacked panels keep readable labels; but never larger than
+    // the panel's narrow side allows (8192 x 120 took fonts from its area, 1.4x, and its title
+    // ran over the frame; 200 x 8192 left a plot 27 px wide: QA, session 31)
     double s = viz_axes_scale(width, ncharts == 1 ? height : (int)fmax(height / ncharts, 400));
+    double cap = 1.5 * fmin(width / 960.0, (double)height / ncharts / 540.0);
+    if (s > cap) s = cap < 0.75 ? 0.75 : cap;
     // the x range shared by the share_x panels: the union of their drawable points
     double xr[2] = {INFINITY, -INFINITY};
     for (int k = 0; k < ncharts; k++)

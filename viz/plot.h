@@ -13,7 +13,8 @@ typedef struct {
     uint32_t rgb;               // 0xRRGGBB
     double width;               // stroke width at 960x540, pixels; 0: 2
     float alpha;                // 0: opaque
-    int markers;                // 0: dots when the series has few points (<= 40), 1: always, -1: never
+    int markers;                // 0: dots when the series has few points (<= 40), 1: always, -1: never,
+                                // 2: dots only, no line between them (points that are no curve)
 } VizSeries;
 
 typedef struct { const char *label; double y; uint32_t rgb; } VizRef;   // dashed horizontal line

@@ -26,10 +26,16 @@ void viz_fmt_compact(double v, char *buf, int n) {
     double a = fabs(v);
     static const char *si = "kMGTP";
     if (v == 0) { snprintf(buf, n, "0"); return; }
-    if (a >= 1e4) {
+    if (a >= 1e3 && a < 999.5e15) {  // "1k" next to "1M" on a log axis, not "1000" (QA, session 31)
         int k = 0;
-        while (a >= 1e3 && k < 5) { a /= 1e3; v /= 1e3; k++; }
+        while (a >= 999.5 && k < 5) { a /= 1e3; v /= 1e3; k++; }
         snprintf(buf, n, "%.3g%c", v, si[k - 1]);
+    } else if (a >= 1e3) {
+        // past the SI suffixes: "1e18", "2.5e20" (was "1e+03P", "1e+282P": QA, session 31)
+        int k = (int)floor(log10(a));
+        double m = v / pow(10, k);
+        if (fabs(m) >= 9.95) { m /= 10; k++; }
+        snprintf(buf, n, "%.2ge%d", m, k);
     } else if (a < 1e-3) {
         // "3e-5", "2.5e-4": a short exponent, no zero padding
         int k = (int)floor(log10(a));
