@@ -521,9 +521,14 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
             int held = e->step >= end || (ev > 0 && e->step % ev == 0) || (ck > 0 && e->step % ck == 0);
             char off[64] = "";
             if (last.arms_off) arms_mask_names(last.arms_off, off, sizeof off);
+            // what holds the screen next, said on it (an eval of a large model lasts minutes, and
+            // the panel looked stuck: QA, session 31)
+            int will_ev = !stop && !stopped && ev > 0 && e->step % ev == 0, will_ck = !stop && !stopped && ck > 0 && e->step % ck == 0;
+            const char *busy = will_ev && will_ck ? "evaluating, then saving a checkpoint..." : will_ev ? "evaluating..."
+                               : will_ck ? "saving a checkpoint..." : NULL;
             PanelInfo pi = {.step = last.step + 1, .start_step = start, .end_step = end, .loss = losses, .nloss = nloss,
                             .loss_last = last.loss, .bpb = bpb, .tok_s = last.tok_s, .eta_s = eta, .skipped = skipped,
-                            .lr = last.lr, .gnorm = last.gnorm, .emulated = last.emulated, .force = held, .off = off};
+                            .lr = last.lr, .gnorm = last.gnorm, .emulated = last.emulated, .force = held, .off = off, .busy = busy};
             panel_update(panel, &pi);
         }
         if (stop) rc = 1;

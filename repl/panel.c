@@ -185,7 +185,7 @@ static void draw(Panel *p, const PanelInfo *in) {
     // more rows (a line wider than the terminal wrapped and the next one overwrote it, cutting
     // "step 2712" to "step 27": QA, session 29); a field wider than the terminal alone is cut
     // with a '>' at its end
-    char f[11][96], bpb[32], eta[32];
+    char f[12][96], bpb[32], eta[32];
     if (isnan(in->bpb)) snprintf(bpb, sizeof bpb, "--");
     else snprintf(bpb, sizeof bpb, "%.4f", in->bpb);
     fmt_eta(eta, sizeof eta, in->eta_s);
@@ -202,11 +202,12 @@ static void draw(Panel *p, const PanelInfo *in) {
     // an ablation says so on the screen watched (QA, session 31: only the step lines of
     // --no-tui and the eval lines named the arms that were off)
     snprintf(f[10], sizeof f[10], "%s%s", in->off && in->off[0] ? "OFF: " : "", in->off ? in->off : "");
-    // drawn in this order (the arms off next to the title), on these lines
-    static const int order[11] = {0, 10, 1, 2, 3, 4, 5, 6, 7, 8, 9};
-    static const int line_of[11] = {0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2};
+    snprintf(f[11], sizeof f[11], "%s", in->busy ? in->busy : "");
+    // drawn in this order (the arms off and what runs now next to the title), on these lines
+    static const int order[12] = {0, 10, 11, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+    static const int line_of[12] = {0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2};
     int y = 0, x = 0, line = 0;
-    for (int o = 0; o < 11 && y < rows; o++) {
+    for (int o = 0; o < 12 && y < rows; o++) {
         int i = order[o];
         int w = (int)strlen(f[i]);
         if (!w) continue;

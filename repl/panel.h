@@ -22,6 +22,7 @@ typedef struct {
     int emulated;               // tok_s timed on the emulated device (tests/cuemu), not a GPU
     int force;                  // draw now, even within 0.1 s of the last draw (an eval comes next)
     const char *off;            // the arms off for these steps ("kda engram"); NULL or "" when none
+    const char *busy;           // what runs next and holds the screen ("evaluating..."); NULL: nothing
 } PanelInfo;
 
 extern int dm_no_tui;           // --no-tui (main.c sets it): never open the panel

@@ -312,8 +312,8 @@ static void test_panel_shows_newest(void **s) {
 
 // Under the panel closed, the run's lines as --no-tui prints them, in order: its step lines, evals
 // and checkpoints (QA, session 31: only the evals and checkpoints came back, then one step line
-// out of time order, and only the last 256 of them); and an ablation is on the panel ("OFF: kda",
-// where only the eval lines said it).
+// out of time order, and only the last 256 of them); an ablation is on the panel ("OFF: kda",
+// where only the eval lines said it), and so is an eval that holds the screen.
 static void test_panel_scrollback(void **s) {
     (void)s;
     spawn(1, 1);
@@ -329,6 +329,7 @@ static void test_panel_scrollback(void **s) {
     } else {
         expect_out(smcup, 1);
         expect_out("OFF: kda", 30);
+        expect_out("evaluating...", 30);  // (the frame before the eval at step 20 says it)
         expect_out("\x1b[?1049l", 60);
         static const char *const lines[] = {"step 9 loss ", "step 19 loss ", "eval step 20 ", "step 29 loss ",
                                             "step 39 loss ", "eval step 40 "};
