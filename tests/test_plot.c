@@ -4,6 +4,9 @@
 // (bpb with anchors, loss, stacked panels, x=time, depths, experts, the one-line errors).
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include "testutil.h"
 #include "../engine/engine.h"
@@ -228,6 +231,45 @@ static void test_bad_path(void **state) {
     char msg[256] = "";
     assert_int_equal(viz_chart_png("/nonexistent-dir/x.png", &c, msg, sizeof msg), 1);
     assert_non_null(strstr(msg, "cannot write /nonexistent-dir/x.png"));
+#ifdef DM_HAVE_PNG
+    // QA, session 31: a full disk cut the PNG (or left it empty) where the earlier plot was, and
+    // the write said it succeeded. A file-size limit refuses the writes as a full disk does.
+    char path[400];
+    tmp_path(path, sizeof path, "full.png");
+    assert_int_equal(viz_chart_png(path, &c, msg, sizeof msg), 0);
+    struct stat st0;
+    assert_int_equal(stat(path, &st0), 0);
+    char *before = malloc((size_t)st0.st_size);
+    FILE *f = fopen(path, "rb");
+    assert_int_equal(fread(before, 1, (size_t)st0.st_size, f), (size_t)st0.st_size);
+    fclose(f);
+    s.n = 1;  // another chart, the same name
+    struct rlimit old, lim;
+    getrlimit(RLIMIT_FSIZE, &old);
+    lim = old;
+    lim.rlim_cur = (rlim_t)st0.st_size / 2;
+    void (*was)(int) = signal(SIGXFSZ, SIG_IGN);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    int rc = viz_chart_png(path, &c, msg, sizeof msg);
+    setrlimit(RLIMIT_FSIZE, &old);
+    signal(SIGXFSZ, was);
+    if (rc != 1) print_error("a write past the limit succeeded: '%s'\n", msg);
+    assert_int_equal(rc, 1);
+    assert_non_null(strstr(msg, "File too large (the previous file, if any, is untouched)"));
+    struct stat st1;
+    assert_int_equal(stat(path, &st1), 0);
+    assert_int_equal(st1.st_size, st0.st_size);
+    char *after = malloc((size_t)st1.st_size);
+    f = fopen(path, "rb");
+    assert_int_equal(fread(after, 1, (size_t)st1.st_size, f), (size_t)st1.st_size);
+    fclose(f);
+    assert_memory_equal(before, after, (size_t)st0.st_size);
+    free(before);
+    free(after);
+    char ls[600];
+    snprintf(ls, sizeof ls, "ls %s | grep -c tmp > /dev/null", dir);
+    assert_int_not_equal(system(ls), 0);  // (no temp file left)
+#endif
 }
 
 // ---- :plot through a Shell ------------------------------------------------------------------

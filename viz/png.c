@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 #include "font.h"
 #include "png.h"
 
@@ -13,10 +14,37 @@
 
 int viz_png_check(char *err, size_t n) { return viz_font_ready(err, n); }
 
+// The encoder's bytes go to a temp file beside path, put in place by rename once every write and
+// the close succeeded: stbi_write_png checks neither and opens path itself, so a full disk left a
+// cut or empty PNG where the earlier plot was, and "wrote PATH" was printed (QA, session 31)
+typedef struct { FILE *f; int bad; } PngSink;
+static void png_sink(void *ctx, void *data, int size) {
+    PngSink *k = ctx;
+    if (!k->bad && fwrite(data, 1, (size_t)size, k->f) != (size_t)size) k->bad = errno ? errno : EIO;
+}
+
 int viz_write_png(const char *path, const VizCanvas *c, char *err, size_t n) {
+    char tmp[4200];
+    if (snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid()) >= (int)sizeof tmp) {
+        if (err && n) snprintf(err, n, "cannot write %.200s: the path is too long", path);
+        return 1;
+    }
     errno = 0;
-    if (!stbi_write_png(path, c->w, c->h, 3, c->px, c->w * 3)) {
-        if (err && n) snprintf(err, n, "cannot write %s: %s", path, errno ? strerror(errno) : "PNG encoder failed");
+    PngSink k = {fopen(tmp, "wb"), 0};
+    if (!k.f) {
+        if (err && n) snprintf(err, n, "cannot write %s: %s", path, strerror(errno ? errno : EIO));
+        return 1;
+    }
+    int ok = stbi_write_png_to_func(png_sink, &k, c->w, c->h, 3, c->px, c->w * 3);
+    if (!ok && !k.bad) k.bad = -1;  // (the encoder itself: out of memory)
+    if (!k.bad && fflush(k.f) != 0) k.bad = errno ? errno : EIO;
+    if (fclose(k.f) != 0 && !k.bad) k.bad = errno ? errno : EIO;
+    if (!k.bad && rename(tmp, path) != 0) k.bad = errno ? errno : EIO;
+    if (k.bad) {
+        unlink(tmp);
+        if (err && n)
+            snprintf(err, n, "cannot write %s: %s (the previous file, if any, is untouched)", path,
+                     k.bad > 0 ? strerror(k.bad) : "PNG encoder failed");
         return 1;
     }
     return 0;
