@@ -592,6 +592,43 @@ static void test_latest_not_written(void **s) {
     assert_non_null(strstr(out, "resumed runs/LW at step 5 from ckpt/step-5.ckpt"));
 }
 
+// Found by a QA pass (session 31): a process killed after a checkpoint was in place but before
+// LATEST named it resumed LATEST's older file (by design: -r resumes where LATEST says) with a
+// note that no checkpoint held the steps past it; the newer file is named now. And a -r whose
+// metrics rewrite failed left a "resumed" line in the transcript for a resume that never happened;
+// a config.dm.PID.tmp a killed process left stayed for good.
+static void test_resume_names_a_newer_checkpoint(void **s) {
+    (void)s;
+    char script[2000];
+    snprintf(script, sizeof script, ":session NW\n%s:data %s\n:init seed=1\n:step 3\n:save\n:step 2\n:save\n", SMALL, corpus);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    write_file("runs/NW/ckpt/LATEST", "step-3.ckpt\n");  // (as a kill between the two left it)
+    write_file("runs/NW/config.dm.4242.tmp", "");       // (a kill during a config.dm rewrite left it)
+    assert_int_equal(sh_in_dir("%s --norc -r runs/NW -e ':quit' > out.txt 2> err.txt", dmsh), 0);
+    assert_int_equal(file_size("runs/NW/config.dm.4242.tmp"), -1);
+    slurp_to("out.txt", out, sizeof out);
+    if (!strstr(out, "(steps after it; ckpt/step-5.ckpt, of step 5, is not the file LATEST names: :load it to go on from there)"))
+        print_error("stdout: %s\n", out);
+    assert_non_null(strstr(out, "metrics.tsv held 2 rows past this checkpoint's 3 (steps after it; ckpt/step-5.ckpt, of step 5, is not "
+                                "the file LATEST names: :load it to go on from there)"));
+    // a -r that fails at its metrics rewrite (a directory where its temp file goes) writes no
+    // "resumed" line
+    char tp[600];
+    snprintf(tp, sizeof tp, "%s/runs/NW/transcript.dm", dir);
+    char *t0 = slurp(tp);
+    assert_non_null(t0);
+    int rc = sh_in_dir("mkdir runs/NW/metrics.tsv.tmp && %s --norc -r runs/NW -e ':quit' > out.txt 2> err.txt", dmsh);
+    slurp_to("err.txt", err_, sizeof err_);
+    if (rc == 0) print_error("stderr: %s\n", err_);
+    assert_int_not_equal(rc, 0);
+    char *t1 = slurp(tp);
+    assert_non_null(t1);
+    if (strstr(t1 + strlen(t0) - (strlen(t0) > 0), "# dmsh -r: resumed")) print_error("transcript:\n%s\n", t1);
+    assert_null(strstr(t1 + strlen(t0), "# dmsh -r: resumed"));
+    free(t0);
+    free(t1);
+}
+
 // Found by a QA pass (session 31, static analysis): a transcript append that a full disk refused
 // was not checked; the command's mark was then taken to be at the file's end, and the command's
 // line went over the lines before it (`:init seed=1` erased, no word). A file-size limit set on
@@ -844,6 +881,7 @@ int main(void) {
         cmocka_unit_test(test_latest_names_a_missing_file),
         cmocka_unit_test(test_latest_not_written),
         cmocka_unit_test(test_transcript_append_refused),
+        cmocka_unit_test(test_resume_names_a_newer_checkpoint),
         cmocka_unit_test(test_resume_fallbacks_agree),
         cmocka_unit_test(test_refused_first_step_leaves_nothing),
 #ifndef DM_DOUBLE
