@@ -642,6 +642,7 @@ int session_resume(Engine *e, const char *dir_in, dm_err *err) {
         return dm_fail(err, "%s: not a session directory", dir);
     }
     if (session_lock(dir, err)) return 1;
+    clear_stale_config_tmps(dir);
     session_lock_commit(1);  // (dmsh -r: at start-up, no other session held)
     remove_stale_tmp(dir);
     char path[1200], broken[2048];

@@ -644,6 +644,7 @@ static void test_transcript_append_refused(void **s) {
     char sc[3000];
     int cl = snprintf(sc, sizeof sc,
         "mkfifo in.fifo\n"
+        ": > tf.out\n"
         "%s --norc < in.fifo 2> >(cat > tf.err) > >(cat > tf.out) & p=$!\n"
         "exec 3> in.fifo\n"
         "printf ':session TF\\n%%s:data %s\\n:init seed=1\\n:step 2\\n:show device\\n' \"$SMALL\" >&3\n"
