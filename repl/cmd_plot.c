@@ -221,8 +221,12 @@ static int panel_train(Ctx *cx, Panel *p, const char *m, dm_err *err) {
         snprintf(p->title, sizeof p->title, "learning rate");
         // (the ratio is the settings' now: a :set of lr or lr_muon during the run changed it, and
         // the rows keep AdamW's lr only: QA, session 29)
-        snprintf(p->subtitle, sizeof p->subtitle, "AdamW and tables; Muon on the same schedule, lr_muon/lr x this curve (%g x with the "
-                 "settings now: lr_muon %g, lr %g)", e->cfg.lr > 0 ? e->cfg.lr_muon / e->cfg.lr : 0.0, e->cfg.lr_muon, e->cfg.lr);
+        if (e->cfg.lr > 0)
+            snprintf(p->subtitle, sizeof p->subtitle, "AdamW and tables; Muon on the same schedule, lr_muon/lr x this curve (%g x with the "
+                     "settings now: lr_muon %g, lr %g)", e->cfg.lr_muon / e->cfg.lr, e->cfg.lr_muon, e->cfg.lr);
+        else  // (no ratio to an lr of 0: "0 x" said Muon's was 0 too)
+            snprintf(p->subtitle, sizeof p->subtitle, "AdamW and tables; Muon on the same schedule from lr_muon (the settings now: "
+                     "lr_muon %g, lr %g)", e->cfg.lr_muon, e->cfg.lr);
         snprintf(p->ylabel, sizeof p->ylabel, "lr%s", p->chart.logy ? " (log scale)" : "");
         add_series(p, x, y, n, 0x2ca02c, "lr (AdamW)");
     } else if (!strcmp(m, "gnorm")) {

@@ -63,7 +63,9 @@ static int chart_ranges(const VizChart *c, VizAxes *a, long *nonfinite, long *no
         // and pixels after it overflowed: QA, session 27)
         a->ymin = pow(10, fmax(l0 - p, -307.0)); a->ymax = pow(10, fmin(l1 + p, 308.25));
     } else {
-        if (y1 == y0) { double d = y0 != 0 ? fabs(y0) * 0.05 : 1; y0 -= d; y1 += d; }
+        // (all zero: 0 to 1, not -1 to 1: an lr of 0 got negative ticks: QA, session 31)
+        if (y1 == y0 && y0 == 0) y1 = 1;
+        else if (y1 == y0) { double d = fabs(y0) * 0.05; y0 -= d; y1 += d; }
         double p = (y1 - y0) * 0.06;
         a->ymin = y0 - p; a->ymax = y1 + p;
     }
