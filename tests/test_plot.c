@@ -565,6 +565,11 @@ static void test_cmd_plot_settings_now(void **state) {
     const char *want = "lr_muon/lr x this curve (20 x with the settings now: lr_muon 0.02, lr 0.001)";
     if (!strstr(seen_subtitle, want)) print_error("subtitle '%s'\n", seen_subtitle);
     assert_non_null(strstr(seen_subtitle, want));
+    eng.cfg.lr = 0;  // (QA, session 31: "0 x with the settings now", as if Muon's were 0 too)
+    plot_ok("lr", "lr_now.png", 0, 0);
+    if (strstr(seen_subtitle, "0 x")) print_error("subtitle '%s'\n", seen_subtitle);
+    assert_null(strstr(seen_subtitle, "0 x"));
+    assert_non_null(strstr(seen_subtitle, "Muon on the same schedule from lr_muon (the settings now: lr_muon 0.02, lr 0)"));
     plot_ok("gnorm", "gnorm_now.png", 0, 0);
     assert_string_equal(seen_ref, "clip 0.5 (the setting now)");
     eng.cfg.clip = 0;   // no clipping: no line
