@@ -57,13 +57,13 @@ static const char *eval_tag(uint16_t arms_off) {
 }
 
 // :train's log line: step r's loss, lr and gnorm; ms and tok/s over the n steps since the line
-// before (ms_sum their times, tok_sum their tokens); eta < 0: a run that stopped has none.
-// With the live panel up the line goes to the panel's scrollback only (printed when it closes,
-// in order with the evals and checkpoints).
-static void train_line(Shell *sh, Panel *panel, const MetricRow *r, double ms_sum, double tok_sum, long long n, double eta) {
+// before (ms_sum their times, tok_sum their tokens); eta: its " eta ..." words, NULL when none (a
+// run that stopped has none). With the live panel up the line goes to the panel's scrollback
+// only (printed when it closes, in order with the evals and checkpoints).
+static void train_line(Shell *sh, Panel *panel, const MetricRow *r, double ms_sum, double tok_sum, long long n, const char *eta) {
     double ms = ms_sum / (double)n, tok_s = ms_sum > 0 ? tok_sum / (ms_sum / 1e3) : r->tok_s;
-    char et[32] = "", line[400];
-    if (eta >= 0) snprintf(et, sizeof et, " eta %.0fs", eta);
+    char et[160] = "", line[500];
+    if (eta) snprintf(et, sizeof et, " eta %s", eta);
     snprintf(line, sizeof line, "step %lld loss %.4f lr %.3e gnorm %.3f ms %.1f tok/s %.0f skipped %d%s%s", (long long)r->step, r->loss,
              r->lr, r->gnorm, ms, tok_s, r->skipped, et, emulated_tag(r));
     if (panel) {
@@ -461,6 +461,12 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
     FILE *out0 = sh->out;
     if (panel) sh->out = panel_output(panel);
     double *losses = NULL, bpb = NAN, eta = -1;
+    // the eta: the steps left at the steps' own rate so far, and the evals and checkpoints still
+    // to come at what those already run took (QA, session 31: steps only, it said "eta 0s" with
+    // the run's last eval still to come, 30 % short before it); one not yet timed is named
+    double t_ev = 0, t_ck = 0;
+    long long n_ev = 0, n_ck = 0, untimed_ev = 0, untimed_ck = 0;
+    char eta_txt[120] = "";
     // a step line's ms and tok/s are over the steps since the line before (the last step's own
     // read as the run's rate, and one slow step, a page fault or a busy core, set the line;
     // QA, session 26); metrics.tsv keeps every step's own
@@ -488,12 +494,33 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
         struct timespec t1;
         clock_gettime(CLOCK_MONOTONIC, &t1);
         double el = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
-        if (e->step > start) eta = el / (e->step - start) * (end - e->step);
+        if (e->step > start) {
+            // (the eval and checkpoint of this chunk's last step are still to come here)
+            long long ev_left = ev > 0 ? end / ev - (e->step - 1) / ev : 0, ck_left = ck > 0 ? end / ck - (e->step - 1) / ck : 0;
+            eta = (el - t_ev - t_ck) / (e->step - start) * (end - e->step) + (n_ev ? t_ev / n_ev * ev_left : 0) +
+                  (n_ck ? t_ck / n_ck * ck_left : 0);
+            untimed_ev = n_ev ? 0 : ev_left;
+            untimed_ck = n_ck ? 0 : ck_left;
+            char a[40] = "", b[48] = "";
+            if (untimed_ev) snprintf(a, sizeof a, "%lld eval%s", untimed_ev, untimed_ev == 1 ? "" : "s");
+            if (untimed_ck) snprintf(b, sizeof b, "%lld checkpoint%s", untimed_ck, untimed_ck == 1 ? "" : "s");
+            snprintf(eta_txt, sizeof eta_txt, "%.0fs%s%s%s%s%s", eta, a[0] || b[0] ? " + " : "", a, a[0] && b[0] ? " and " : "", b,
+                     a[0] || b[0] ? " not yet timed" : "");
+        }
+        // the panel's tok/s: over this chunk's steps, as a step line's over its interval (the
+        // chunk's last step alone set it: QA, session 31)
+        double ch_ms = 0, ch_tok = 0, chunk_tok_s = 0;
+        for (int k = row0; k < e->nrows; k++)
+            if (e->rows[k].kind == 0 && !(stop && k == e->nrows - 1)) {
+                ch_ms += e->rows[k].ms;
+                ch_tok += e->rows[k].tok_s * e->rows[k].ms / 1e3;
+            }
+        if (ch_ms > 0) chunk_tok_s = ch_tok / (ch_ms / 1e3);
         for (int k = row0; k < e->nrows; k++) {
             MetricRow r = e->rows[k];
             if (r.kind != 0) continue;
             if (stop && k == e->nrows - 1) {  // the step that stopped the run, after the steps before it
-                if (iv_n > 0) train_line(sh, panel, &last, iv_ms, iv_tok, iv_n, -1);
+                if (iv_n > 0) train_line(sh, panel, &last, iv_ms, iv_tok, iv_n, NULL);
                 iv_n = 0;
                 print_step(sh, &r);
                 break;
@@ -508,7 +535,7 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
             iv_tok += r.tok_s * r.ms / 1e3;
             iv_n++;
             if ((r.step + 1) % lg == 0 || r.step + 1 == end || r.skipped) {
-                train_line(sh, panel, &r, iv_ms, iv_tok, iv_n, eta);
+                train_line(sh, panel, &r, iv_ms, iv_tok, iv_n, eta >= 0 ? eta_txt : NULL);
                 iv_ms = iv_tok = 0;
                 iv_n = 0;
             }
@@ -527,15 +554,22 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
             const char *busy = will_ev && will_ck ? "evaluating, then saving a checkpoint..." : will_ev ? "evaluating..."
                                : will_ck ? "saving a checkpoint..." : NULL;
             PanelInfo pi = {.step = last.step + 1, .start_step = start, .end_step = end, .loss = losses, .nloss = nloss,
-                            .loss_last = last.loss, .bpb = bpb, .tok_s = last.tok_s, .eta_s = eta, .skipped = skipped,
-                            .lr = last.lr, .gnorm = last.gnorm, .emulated = last.emulated, .force = held, .off = off, .busy = busy};
+                            .loss_last = last.loss, .bpb = bpb, .tok_s = chunk_tok_s, .eta_s = eta, .skipped = skipped,
+                            .lr = last.lr, .gnorm = last.gnorm, .emulated = last.emulated, .force = held, .off = off, .busy = busy,
+                            .eta_more = eta_txt[0] && strchr(eta_txt, '+') ? strchr(eta_txt, '+') - 1 : NULL};
             panel_update(panel, &pi);
         }
         if (stop) rc = 1;
         if (stopped || rc) break;
         if (ev > 0 && e->step % ev == 0) {
             EvalResult er;
-            if (engine_eval(e, e->cfg.L, &er, err)) {
+            struct timespec a0, a1;
+            clock_gettime(CLOCK_MONOTONIC, &a0);
+            int erc = engine_eval(e, e->cfg.L, &er, err);
+            clock_gettime(CLOCK_MONOTONIC, &a1);
+            t_ev += (a1.tv_sec - a0.tv_sec) + (a1.tv_nsec - a0.tv_nsec) / 1e9;
+            n_ev++;
+            if (erc) {
                 // Ctrl-C inside the eval stops the run as one between steps does (said below);
                 // it used to end the :train as an error with no step in it
                 if (e->interrupt && *e->interrupt) { stopped = 2; err->code = 0; err->msg[0] = 0; }
@@ -549,6 +583,8 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
         if (ck > 0 && e->step % ck == 0) {
             char path[1200], note[1600] = "", before[sizeof e->synced_path];  // where :save puts it: the session's ckpt/, else the working directory
             snprintf(before, sizeof before, "%s", e->synced_path);
+            struct timespec a0;
+            clock_gettime(CLOCK_MONOTONIC, &a0);
             if (e->session_dir[0]) {
                 if (session_save(e, path, sizeof path, note, sizeof note, err)) { rc = 1; break; }
             } else if (session_save_default(e, path, sizeof path, note, sizeof note, err)) {
@@ -561,6 +597,10 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
             char said[700];
             int fresh = !strstr(note, " already held this exact state") && !session_same_dir(path, before);
             ckpt_keep_after(&kept, path, fresh, said, sizeof said);
+            struct timespec a1;
+            clock_gettime(CLOCK_MONOTONIC, &a1);
+            t_ck += (a1.tv_sec - a0.tv_sec) + (a1.tv_nsec - a0.tv_nsec) / 1e9;
+            n_ck++;
             fprintf(OUT, "checkpoint %s%s%s%s\n", path, said[0] ? " (" : "", said, said[0] ? ")" : "");
             if (note[0]) fprintf(OUT, "note: %s\n", note);
         }
@@ -572,7 +612,7 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
     // a run stopped between log lines (Ctrl-C, a signal, an error) says where it got: the line of
     // its last step over the steps since the line before (with a large log_every the steps it
     // ran were in metrics.tsv only: QA, session 30)
-    if (iv_n > 0) train_line(sh, panel, &last, iv_ms, iv_tok, iv_n, -1);
+    if (iv_n > 0) train_line(sh, panel, &last, iv_ms, iv_tok, iv_n, NULL);
     if (panel) {  // the screen goes back as it was, and under it the run's lines as --no-tui
         sh->out = out0;  // prints them (its step lines, evals, checkpoints: panel_text.h)
         panel_close(panel);

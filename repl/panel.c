@@ -196,7 +196,7 @@ static void draw(Panel *p, const PanelInfo *in) {
     snprintf(f[4], sizeof f[4], "lr %.3e", in->lr);
     snprintf(f[5], sizeof f[5], "gnorm %.3f", in->gnorm);
     snprintf(f[6], sizeof f[6], "tok/s %.0f%s", in->tok_s, in->emulated ? " (cuemu: emulated on the CPU)" : "");
-    snprintf(f[7], sizeof f[7], "ETA %s", eta);
+    snprintf(f[7], sizeof f[7], "ETA %s%s", eta, in->eta_more ? in->eta_more : "");
     snprintf(f[8], sizeof f[8], "RSS %.1f MiB", rss_mib());
     snprintf(f[9], sizeof f[9], "skipped %d", in->skipped);
     // an ablation says so on the screen watched (QA, session 31: only the step lines of

@@ -17,6 +17,7 @@ typedef struct {
     double bpb;                 // the last eval BPB; NAN when none yet
     double tok_s;
     double eta_s;               // seconds left; < 0 when not known yet
+    const char *eta_more;       // what eta_s leaves out (" + 2 evals not yet timed"); NULL: nothing
     int skipped;                // steps skipped by the NaN firewall in this run
     double lr, gnorm;
     int emulated;               // tok_s timed on the emulated device (tests/cuemu), not a GPU

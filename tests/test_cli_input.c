@@ -472,6 +472,29 @@ static void test_train_stop_after(void **s) {
     assert_non_null(strstr(out, a));
 }
 
+// The eta counts the evals and checkpoints still to come (QA, session 31: steps only, it said
+// "eta 0s" with the run's last eval still to run): one not timed yet is named, and once one has
+// run its time is in the estimate.
+static void test_eta_counts_evals(void **s) {
+    (void)s;
+    char script[1600];
+    snprintf(script, sizeof script, "%s:data %s\n:init seed=4\n:train 40 log_every=10 eval_every=20 ckpt_every=30\n", SMALL, corpus);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    static const char *const want[] = {
+        "step 9 loss", " + 2 evals and 1 checkpoint not yet timed\n",   // before any: both named
+        "step 19 loss", " + 2 evals and 1 checkpoint not yet timed\n",  // (the eval at 20 is still to come)
+        "eval step 20 ", "step 29 loss", " + 1 checkpoint not yet timed\n", "checkpoint ", "step 39 loss", "s\neval step 40 "};
+    const char *p = out;
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+        const char *q = strstr(p, want[i]);
+        if (!q) print_error("'%s' not found after:\n%s\n", want[i], p);
+        assert_non_null(q);
+        // each eta's words on its own step line
+        if (want[i][0] == ' ') assert_null(memchr(p, '\n', (size_t)(q - p)));
+        p = q + strlen(want[i]);
+    }
+}
+
 // -e and -b run in the order given (every -e ran before -b: `dmsh -b setup.dm -e ':step 2'`
 // failed with "no model"); the first that fails stops the rest
 static void test_e_and_b_in_order(void **s) {
@@ -736,6 +759,7 @@ int main(void) {
         cmocka_unit_test(test_reports_of_their_own),
         cmocka_unit_test(test_check_grad_child_error_once),
         cmocka_unit_test(test_train_stop_after),
+        cmocka_unit_test(test_eta_counts_evals),
         cmocka_unit_test(test_e_and_b_in_order),
         cmocka_unit_test(test_train_line_is_the_interval),
         cmocka_unit_test(test_cuda_backend_loads_late),
