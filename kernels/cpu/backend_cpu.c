@@ -112,9 +112,9 @@ static void cpu_describe(char *buf, size_t n) {
 #elif defined(__AVX2__) && defined(__FMA__)
              "own AVX2/FMA sgemm, 6x16 tiles (kernels/cpu/sgemm.c)"
 #else
-             "OpenBLAS sgemm"
+             "OpenBLAS sgemm on one thread"
 #endif
-             : "OpenBLAS dgemm (double build)");
+             : "OpenBLAS dgemm on one thread (double build)");
 }
 static void cpu_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
 // staging memory is ordinary host memory here: nothing reads it asynchronously
@@ -179,24 +179,27 @@ static const Backend cpu_backend = {
 // :stress) ran 10x slower (QA, session 26). Values below 1.2e-38 change nothing a float step can
 // see. Set once, on the first use: this thread and every OpenMP worker (a worker made later is a
 // clone of one that has it). The same binary and backend still give the same bits every run.
-#if defined(__SSE2__)
+// OpenBLAS runs on one thread whatever OPENBLAS_NUM_THREADS says (blas.h: its result depended on
+// its thread count), set on the same first use.
 #include <pthread.h>
+#if defined(__SSE2__)
 #include <xmmintrin.h>
 static void set_ftz_daz(void) { _mm_setcsr(_mm_getcsr() | 0x8040); }  // FTZ (bit 15) | DAZ (bit 6)
-static void ftz_all_threads(void) {
+int cpu_flushes_subnormals(void) { return (_mm_getcsr() & 0x8040) == 0x8040; }
+#else
+static void set_ftz_daz(void) {}
+int cpu_flushes_subnormals(void) { return 0; }
+#endif
+static void cpu_once(void) {
+    openblas_set_num_threads(1);
     set_ftz_daz();
 #ifdef _OPENMP
 #pragma omp parallel
     set_ftz_daz();
 #endif
 }
-static pthread_once_t ftz_once = PTHREAD_ONCE_INIT;
-int cpu_flushes_subnormals(void) { return (_mm_getcsr() & 0x8040) == 0x8040; }
+static pthread_once_t cpu_once_flag = PTHREAD_ONCE_INIT;
 const Backend *backend_cpu(void) {
-    pthread_once(&ftz_once, ftz_all_threads);
+    pthread_once(&cpu_once_flag, cpu_once);
     return &cpu_backend;
 }
-#else
-int cpu_flushes_subnormals(void) { return 0; }
-const Backend *backend_cpu(void) { return &cpu_backend; }
-#endif

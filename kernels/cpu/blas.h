@@ -13,6 +13,11 @@ void cblas_dgemm(int order, int transa, int transb, int m, int n, int k, double 
                  const double *a, int lda, const double *b, int ldb, double beta, double *c,
                  int ldc);
 
+// OpenBLAS's own: its threads split a product's work by their count, and the sums' order with it,
+// so the double build's results followed OPENBLAS_NUM_THREADS across processes (QA, session 31).
+// The CPU backend sets one thread (backend_cpu.c): OpenMP is the backend's parallelism.
+void openblas_set_num_threads(int n);
+
 // Row-major C[M,N] = alpha * op(A) op(B) + beta * C, op(A) is [M,K], op(B) is [K,N].
 static inline void gemm_rm(int transA, int transB, int M, int N, int K, real alpha,
                            const real *A, int lda, const real *B, int ldb, real beta, real *C,
