@@ -707,6 +707,18 @@ int cmd_plot(Shell *sh, Words *w, dm_err *err) {
         if (p->chart.share_x && cx.xq != X_TIME) p->chart.xint = 1;  // steps and tokens are counts: no 0.5 ticks
         charts[nc++] = p->chart;
     }
+    if (rc && np > 1 && nleft == np) {  // every metric had nothing: each one's reason (only the last one's was said)
+        char all[sizeof err->msg];
+        int o = snprintf(all, sizeof all, "%s", nothing);
+        for (int k = 0; k < nleft && o < (int)sizeof all; k++) {
+            const char *why = strstr(left[k], nothing);
+            why = why ? why + strlen(nothing) : "";
+            if (*why == ':') why++;
+            while (*why == ' ') why++;
+            o += snprintf(all + o, sizeof all - o, "%s %s: %s", k ? ";" : ":", names[k], why);
+        }
+        snprintf(err->msg, sizeof err->msg, "%s", all);
+    }
     char path[1400];
     if (!rc) {
         if (out) snprintf(path, sizeof path, "%s", out);

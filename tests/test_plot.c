@@ -307,6 +307,8 @@ static void fill_engine(void) {
     expect_plot_error(":plot loss", "nothing to plot yet: train first");
     expect_plot_error(":plot bpb", "nothing to plot yet");
     expect_plot_error(":plot loss,bpb", "nothing to plot yet");  // every metric of the list empty
+    // ... each one's reason (QA, session 31: only the last one's)
+    expect_plot_error(":plot bpb,loss", "nothing to plot yet: bpb: no evals (run :eval, or :train with eval_every=N); loss: train first");
     for (int s = 0; s < 400; s++) {
         MetricRow r = {0};
         r.step = s; r.tokens = (int64_t)(s + 1) * 2048;
