@@ -52,7 +52,13 @@ static int chart_ranges(const VizChart *c, VizAxes *a, long *nonfinite, long *no
     }
     if (xr) { x0 = xr[0]; x1 = xr[1]; }   // a shared x range (stacked panels)
     // x: a small margin so end points and markers are not cut by the frame
-    if (x1 == x0) { double d = c->xint ? 1 : fmax(fabs(x0) * 0.05, 0.5); x0 -= d; x1 += d; }
+    // (one x: a range around it, but not below 0 when it is not: step -1 was a tick under a chart of
+    // step 0 alone: QA, session 31)
+    if (x1 == x0) {
+        double d = c->xint ? 1 : fmax(fabs(x0) * 0.05, 0.5), lo = x0 - d;
+        x1 += d;
+        x0 = x0 >= 0 && lo < 0 ? 0 : lo;
+    }
     double px = fmax((x1 - x0) * 0.02, c->xint ? 0.25 : 0);
     a->xmin = x0 - px; a->xmax = x1 + px;
     if (c->logy) {
