@@ -424,9 +424,13 @@ static int put_latest(const Engine *e, const char *path, char *why, size_t nwhy)
     if (ok) return 0;
     int er = errno ? errno : EIO;
     unlink(tmp);
+    // the file named is made the newest (a save that found the state in an older file, or an
+    // autosave after a :load of one, names a file that is not; -r would take another state)
+    int fresh = utimensat(AT_FDCWD, path, NULL, 0) == 0;
+    errno = 0;
     if (unlink(p) == 0 || errno == ENOENT)
-        snprintf(why, nwhy, "%s could not be written (%s): removed, so -r takes the checkpoint written most recently, %s", p,
-                 strerror(er), name);
+        snprintf(why, nwhy, "%s could not be written (%s): %s, so -r takes the checkpoint written most recently, %s%s", p, strerror(er),
+                 errno == ENOENT ? "there was none" : "removed", name, fresh ? "" : " (if no file is newer: its time could not be set)");
     else
         snprintf(why, nwhy, "%s could not be written (%s) nor removed (%s): -r would resume the checkpoint it names, not %s", p,
                  strerror(er), strerror(errno), name);
@@ -717,9 +721,22 @@ int session_resume(Engine *e, const char *dir_in, dm_err *err) {
         enum { MAXC = 256 };
         static char names[MAXC][256];
         static long long steps[MAXC];
-        int n = list_ckpts(dir, names, steps, MAXC), later = -1;
-        for (int i = 0; i < n; i++)
-            if (steps[i] > (long long)e->step && (later < 0 || steps[i] > steps[later])) later = i;
+        // (only a file written after LATEST was, of a later step, when -r took LATEST's own file:
+        // a fallback or another branch's larger step is not that case, and naming one sent the
+        // user to a file that did not load or to the branch they had left)
+        int n = fell_back ? 0 : list_ckpts(dir, names, steps, MAXC), later = -1;
+        char lp[1200], cp[1500];
+        snprintf(lp, sizeof lp, "%s/ckpt/LATEST", dir);
+        struct stat lst, cst;
+        const char *mine = strrchr(e->synced_path, '/') ? strrchr(e->synced_path, '/') + 1 : e->synced_path;
+        if (stat(lp, &lst) != 0) n = 0;
+        for (int i = 0; i < n && later < 0; i++) {  // (newest first)
+            snprintf(cp, sizeof cp, "%s/ckpt/%s", dir, names[i]);
+            if (steps[i] > (long long)e->step && strcmp(names[i], mine) && stat(cp, &cst) == 0 &&
+                (cst.st_mtim.tv_sec > lst.st_mtim.tv_sec ||
+                 (cst.st_mtim.tv_sec == lst.st_mtim.tv_sec && cst.st_mtim.tv_nsec > lst.st_mtim.tv_nsec)))
+                later = i;
+        }
         char held[400] = "steps after it that no checkpoint holds";
         if (later >= 0)
             snprintf(held, sizeof held, "steps after it; ckpt/%s, of step %lld, is not the file LATEST names: :load it to go on from there",

@@ -788,6 +788,9 @@ static void test_resume_fallbacks_agree(void **s) {
     assert_non_null(strstr(err_, "); resumed from runs/FC/ckpt/step-4-b1.ckpt instead, the newest by file time that loads (a copy that did "
                                  "not keep file times, cp -r, has lost that order)\n"));
     assert_non_null(strstr(out, "resumed runs/FC at step 4 from ckpt/step-4-b1.ckpt"));
+    // (a fallback names no later checkpoint to :load: step-6 is the branch left, step-5 did not
+    // load: review, session 31)
+    assert_null(strstr(out, "is not the file LATEST names"));
     // files of one time (whole seconds, or a copy that set them all): the larger step, then the
     // later branch, whatever order the directory lists them in
     assert_int_equal(sh_in_dir("cp -a runs/FC runs/FD && echo step-9.ckpt > runs/FD/ckpt/LATEST && touch -d @1600000000 runs/FD/ckpt/*.ckpt && "

@@ -181,6 +181,16 @@ static void test_huge_values_and_one_point(void **state) {
         if (strcmp(b, lab[i].want)) print_error("viz_fmt_compact(%g) = '%s', want '%s'\n", lab[i].v, b, lab[i].want);
         assert_string_equal(b, lab[i].want);
     }
+    // log ticks close together keep apart (review, session 31: "1k 1k 1.01k" for 1000..1012)
+    static const double span[][2] = {{1000, 1012}, {5000, 5020}, {1234, 1246}, {0.5, 0.503}, {2e-5, 2.01e-5}, {1e20, 1.001e20}};
+    for (size_t i = 0; i < sizeof span / sizeof *span; i++) {
+        viz_ticks(span[i][0], span[i][1], 5, 0, 1, &t);
+        assert_true(t.n >= 2);
+        for (int j = 0; j + 1 < t.n; j++) {
+            if (!strcmp(t.lab[j], t.lab[j + 1])) print_error("%g..%g: ticks %g and %g both '%s'\n", span[i][0], span[i][1], t.v[j], t.v[j + 1], t.lab[j]);
+            assert_string_not_equal(t.lab[j], t.lab[j + 1]);
+        }
+    }
     viz_ticks(1, 1e25, 10, 0, 1, &t);  // decades up to 1e25: no label mixes a suffix and an exponent
     for (int i = 0; i < t.n; i++) assert_true(!strchr(t.lab[i], 'P') || !strchr(t.lab[i], 'e'));
     double x[1] = {3}, y[1] = {1e37};

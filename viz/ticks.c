@@ -22,28 +22,37 @@ static void strip_zeros(char *s) {
     if (*e == '.') *e = 0;
 }
 
-void viz_fmt_compact(double v, char *buf, int n) {
+// viz_fmt_compact with `more` significant digits beyond its usual ones (ticks close together)
+static void fmt_compact_p(double v, char *buf, int n, int more) {
     double a = fabs(v);
     static const char *si = "kMGTP";
     if (v == 0) { snprintf(buf, n, "0"); return; }
     if (a >= 1e3 && a < 999.5e15) {  // "1k" next to "1M" on a log axis, not "1000" (QA, session 31)
         int k = 0;
         while (a >= 999.5 && k < 5) { a /= 1e3; v /= 1e3; k++; }
-        snprintf(buf, n, "%.3g%c", v, si[k - 1]);
-    } else if (a >= 1e3) {
-        // past the SI suffixes: "1e18", "2.5e20" (was "1e+03P", "1e+282P": QA, session 31)
-        int k = (int)floor(log10(a));
-        double m = v / pow(10, k);
-        if (fabs(m) >= 9.95) { m /= 10; k++; }
-        snprintf(buf, n, "%.2ge%d", m, k);
-    } else if (a < 1e-3) {
+        snprintf(buf, n, "%.*g%c", 3 + more, v, si[k - 1]);
+    } else if (a >= 1e3 || a < 1e-3) {
+        // past the SI suffixes: "1e18", "2.5e20" (was "1e+03P", "1e+282P": QA, session 31); and
         // "3e-5", "2.5e-4": a short exponent, no zero padding
         int k = (int)floor(log10(a));
         double m = v / pow(10, k);
         if (fabs(m) >= 9.95) { m /= 10; k++; }
-        snprintf(buf, n, "%.2ge%d", m, k);
+        snprintf(buf, n, "%.*ge%d", 2 + more, m, k);
     } else {
-        snprintf(buf, n, "%.4g", v);
+        snprintf(buf, n, "%.*g", 4 + more, v);
+    }
+}
+
+void viz_fmt_compact(double v, char *buf, int n) { fmt_compact_p(v, buf, n, 0); }
+
+// Log-axis labels: as many digits as keep neighbours apart (ticks 1000, 1005, 1010 were "1k 1k
+// 1.01k" once 1000 took the suffix: review, session 31)
+static void label_log(VizTicks *t) {
+    for (int more = 0; more <= 8; more++) {
+        for (int i = 0; i < t->n; i++) fmt_compact_p(t->v[i], t->lab[i], 24, more);
+        int same = 0;
+        for (int i = 0; i + 1 < t->n && !same; i++) same = !strcmp(t->lab[i], t->lab[i + 1]);
+        if (!same) return;
     }
 }
 
@@ -120,7 +129,7 @@ void viz_ticks(double lo, double hi, int target, int integer, int logy, VizTicks
                 double v = m * pow(10, e0);
                 if (v >= lo && v < pow(10, e0 + 1) && v < t->v[0] && t->nminor < VIZ_MAX_TICKS * 2) t->minor[t->nminor++] = v;
             }
-        for (int i = 0; i < t->n; i++) viz_fmt_compact(t->v[i], t->lab[i], 24);
+        label_log(t);
         return;
     }
     // 2) 1-2-5 within decades
@@ -134,7 +143,7 @@ void viz_ticks(double lo, double hi, int target, int integer, int logy, VizTicks
     if (n125 >= 3 && n125 <= target + 2) {
         t->n = n125;
         memcpy(t->v, c, sizeof(double) * n125);
-        for (int i = 0; i < t->n; i++) viz_fmt_compact(t->v[i], t->lab[i], 24);
+        label_log(t);
         return;
     }
     // 3) under a decade or so: walk up from lo with the finest 1-2-5 step whose log-space gap
@@ -153,5 +162,5 @@ void viz_ticks(double lo, double hi, int target, int integer, int logy, VizTicks
         v = next * (1 + g);
     }
     if (t->n < 2) { linear_ticks(lo, hi, target, integer, 1, t); return; }
-    for (int i = 0; i < t->n; i++) viz_fmt_compact(t->v[i], t->lab[i], 24);
+    label_log(t);
 }
