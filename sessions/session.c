@@ -225,7 +225,9 @@ static void append_line(FILE *f, const char *line) {
 }
 
 void session_transcript_lost(const char *path, const char *what, int er) {
-    lost_lines++;
+    long nl = 1;  // (what may be several lines: a command's held lines)
+    for (const char *c = what; *c; c++) nl += *c == '\n' && c[1];
+    lost_lines += nl;
     session_transcript_unplaced(2);  // (checkpoint lines from here say the lines do not rebuild them)
     snprintf(lost_why, sizeof lost_why, "%s", strerror(er ? er : ENOSPC));
     size_t n = strcspn(what, "\n");

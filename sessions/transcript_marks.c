@@ -138,10 +138,11 @@ void session_transcript_end(TranscriptMark *m) {
             size_t n = hl;
             // (not over the mark's last byte, its line break: the next line would join the '#')
             if ((long)hl < len - 1) hb[n++] = '#';  // (session.c keeps a byte spare past the lines)
+            errno = 0;
             if (pwrite(fd, hb, n, m->off) != (ssize_t)n) {
                 // (a full disk: the mark goes as before the lines were held, and they with it:
-                // said, as every line the transcript could not take)
-                int er = errno;
+                // said, as every line the transcript could not take; a short write sets no errno)
+                int er = errno ? errno : ENOSPC;
                 if (ftruncate(fd, m->off) != 0) {}
                 hb[hl - 1] = 0;  // (its lines as one string, for the note)
                 session_transcript_lost(m->path, hb, er);
@@ -154,8 +155,9 @@ void session_transcript_end(TranscriptMark *m) {
     // the command wrote lines of its own after it (a session header, a note, a :train's
     // checkpoint line): its lines go at the end, then the mark is blanked in place, a comment of
     // the same length, so what follows stays where it is
+    errno = 0;
     if (hl && pwrite(fd, hb, hl, st.st_size) != (ssize_t)hl) {
-        int er = errno;
+        int er = errno ? errno : ENOSPC;
         if (ftruncate(fd, st.st_size) != 0) {}  // (no part of a line)
         hb[hl - 1] = 0;
         session_transcript_lost(m->path, hb, er);

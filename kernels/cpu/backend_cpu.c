@@ -191,7 +191,14 @@ static void set_ftz_daz(void) {}
 int cpu_flushes_subnormals(void) { return 0; }
 #endif
 static void cpu_once(void) {
+#ifdef _OPENMP
+    // (an OpenMP build of OpenBLAS sets OpenMP's thread count with its own: put ours back)
+    int nt = omp_get_max_threads();
     openblas_set_num_threads(1);
+    omp_set_num_threads(nt);
+#else
+    openblas_set_num_threads(1);
+#endif
     set_ftz_daz();
 #ifdef _OPENMP
 #pragma omp parallel
