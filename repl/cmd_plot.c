@@ -293,7 +293,7 @@ static int panel_bpb(Ctx *cx, Panel *p, dm_err *err) {
     // an eval with a forward-changing arm off (:arm kda off, then :eval) scored another model: its
     // own series per arm set, never a point of the depth's curve (it was drawn as a spike on it)
     uint16_t masks[4] = {0};
-    int nmask = 1, napart = 0, nlost = 0;
+    int nmask = 1, napart = 0, nlost = 0, prev_ab = -1;
     for (int i = 0; i < e->nrows; i++) {
         const MetricRow *r = &e->rows[i];
         uint16_t mk = r->arms_off & ARMS_FORWARD_MASK;
@@ -301,13 +301,11 @@ static int panel_bpb(Ctx *cx, Panel *p, dm_err *err) {
         int q = 0;
         while (q < nmask && masks[q] != mk) q++;
         if (q == nmask && nmask < 4) masks[nmask++] = mk;
-        // evals, not rows: an :eval-depths with an arm off is one eval of L rows (QA, session 31:
-        // "6 evals with arms off" here, "1 eval" on :plot depths)
-        int again = 0;
-        for (int j = 0; j < i && !again; j++) {
-            const MetricRow *o = &e->rows[j];
-            again = in_set(o, key) && o->step == r->step && (o->arms_off & ARMS_FORWARD_MASK) == mk;
-        }
+        // evals, not rows: an :eval-depths with an arm off is one eval of L rows, next to each
+        // other (QA, session 31: "6 evals with arms off" here, "1 eval" on :plot depths)
+        int again = prev_ab >= 0 && prev_ab == i - 1 && e->rows[prev_ab].step == r->step &&
+                    (e->rows[prev_ab].arms_off & ARMS_FORWARD_MASK) == mk && e->rows[prev_ab].depth < r->depth;
+        prev_ab = i;
         if (again) continue;
         if (q < nmask) napart++;
         else nlost++;
@@ -349,7 +347,10 @@ static int panel_bpb(Ctx *cx, Panel *p, dm_err *err) {
     // "the shallow depths lag badly" between them (QA, session 31)
     int sparse = 0;
     for (int k = 0; k < nmain; k++)
-        if (main_n[k] < most) { main_sr[k]->markers = 2; sparse++; }
+        if (main_n[k] < most) {
+            main_sr[k]->markers = 2;
+            sparse += main_n[k] > 0;  // (a depth scored only with an arm off is none of these)
+        }
     cx->nsets = nwin;
     free(st);
     char wb[32];

@@ -78,13 +78,15 @@ Panel *panel_open(void) {
 
 void panel_log(Panel *p, const char *fmt, ...) {
     if (!p) return;
-    char buf[512];
+    char *buf = NULL;  // (whole: a line cut at 512 bytes was not what --no-tui prints)
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
+    int n = vasprintf(&buf, fmt, ap);
     va_end(ap);
+    if (n < 0 || !buf) { p->lost++; return; }
     buf[strcspn(buf, "\n")] = 0;
     if (panel_text_add(&p->text, buf, 1)) p->lost++;
+    free(buf);
     p->dirty = 1;
 }
 
@@ -100,10 +102,9 @@ static void drain_output(Panel *p, int all);
 void panel_keep(Panel *p, const char *line) {
     if (!p) return;
     drain_output(p, 0);  // what was printed before it stays before it
-    char buf[512];
-    snprintf(buf, sizeof buf, "%s", line);
-    buf[strcspn(buf, "\n")] = 0;
-    if (panel_text_add(&p->text, buf, 0)) p->lost++;
+    char *buf = strndup(line, strcspn(line, "\n"));
+    if (!buf || panel_text_add(&p->text, buf, 0)) p->lost++;
+    free(buf);
 }
 
 static void drain_output(Panel *p, int all) {

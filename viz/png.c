@@ -2,6 +2,9 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include "font.h"
 #include "png.h"
@@ -24,6 +27,25 @@ static void png_sink(void *ctx, void *data, int size) {
 }
 
 int viz_write_png(const char *path, const VizCanvas *c, char *err, size_t n) {
+    // a symbolic link at path: the file it names is replaced, as a write through it did (the
+    // rename would put a plain file in the link's place)
+    char real[PATH_MAX];
+    struct stat lst;
+    if (lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode)) {
+        if (realpath(path, real)) {
+            path = real;
+        } else {  // (a link to a file not there yet: the name it holds, from the link's directory)
+            char to[PATH_MAX];
+            ssize_t k = readlink(path, to, sizeof to - 1);
+            if (k > 0) {
+                to[k] = 0;
+                const char *slash = strrchr(path, '/');
+                int w = to[0] == '/' || !slash ? snprintf(real, sizeof real, "%s", to)
+                                               : snprintf(real, sizeof real, "%.*s/%s", (int)(slash - path), path, to);
+                if (w > 0 && w < (int)sizeof real) path = real;
+            }
+        }
+    }
     char tmp[4200];
     if (snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid()) >= (int)sizeof tmp) {
         if (err && n) snprintf(err, n, "cannot write %.200s: the path is too long", path);
