@@ -279,6 +279,17 @@ static void test_bad_path(void **state) {
     char ls[600];
     snprintf(ls, sizeof ls, "ls %s | grep -c tmp > /dev/null", dir);
     assert_int_not_equal(system(ls), 0);  // (no temp file left)
+    // a symbolic link (to a file not there yet): the file it names is written, the link stays
+    char link[400], target[400];
+    tmp_path(link, sizeof link, "link.png");
+    tmp_path(target, sizeof target, "target.png");
+    assert_int_equal(symlink("target.png", link), 0);
+    for (int twice = 0; twice < 2; twice++) assert_int_equal(viz_chart_png(link, &c, msg, sizeof msg), 0);
+    struct stat lst;
+    assert_int_equal(lstat(link, &lst), 0);
+    assert_true(S_ISLNK(lst.st_mode));
+    assert_int_equal(stat(target, &st1), 0);
+    assert_true(st1.st_size > 0);
 #endif
 }
 
