@@ -17,6 +17,7 @@ int dm_no_tui;
 #include <locale.h>
 #include <sys/ioctl.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #ifdef DM_NCURSESW
 #include <ncursesw/curses.h>
@@ -35,7 +36,41 @@ struct Panel {
     FILE *out;                  // panel_output(): what commands print while the panel is up
     char *outbuf;
     size_t outlen, outdone;     // memstream size; bytes already turned into log lines
+    int err_fd, err_saved;      // stderr while the panel is up: a temp file (-1: not taken)
+    off_t err_done;             // its bytes already turned into log lines
 };
+
+// stderr under the panel: a note written there (a transcript line a full disk refused, a
+// checkpoint's note) went onto the alternate screen and was gone when it closed (review, session
+// 31). While the panel is up, file descriptor 2 is a temp file whose lines join the log area and
+// the scrollback; it is put back on close, and by an exit() meanwhile (its lines then go to the
+// terminal's stderr, after endwin).
+static Panel *err_panel;
+static void err_restore(Panel *p) {
+    if (!p || p->err_fd < 0) return;
+    fflush(stderr);
+    dup2(p->err_saved, 2);
+    close(p->err_saved);
+    close(p->err_fd);
+    p->err_fd = -1;
+    if (err_panel == p) err_panel = NULL;
+}
+static void err_at_exit(void) {
+    Panel *p = err_panel;
+    if (!p) return;
+    endwin();
+    fflush(stderr);
+    // (all that stderr took while the panel was up, straight to the real stderr: the lines the
+    // panel held die with it)
+    char buf[4096];
+    ssize_t k;
+    off_t at = 0;
+    while ((k = pread(p->err_fd, buf, sizeof buf, at)) > 0) {
+        if (write(p->err_saved, buf, (size_t)k) != k) break;
+        at += k;
+    }
+    err_restore(p);
+}
 
 static double now_s(void) {
     struct timespec t;
@@ -68,6 +103,23 @@ Panel *panel_open(void) {
         free(p);
         return NULL;
     }
+    p->err_fd = -1;
+    if (isatty(2)) {
+        static int registered;
+        FILE *t = tmpfile();
+        int fd = t ? dup(fileno(t)) : -1;
+        if (t) fclose(t);
+        int saved = fd >= 0 ? dup(2) : -1;
+        if (fd >= 0 && saved >= 0 && (fflush(stderr), dup2(fd, 2)) == 2) {
+            p->err_fd = fd;
+            p->err_saved = saved;
+            err_panel = p;
+            if (!registered) registered = atexit(err_at_exit) == 0;
+        } else {
+            if (fd >= 0) close(fd);
+            if (saved >= 0) close(saved);
+        }
+    }
     cbreak();  // not raw(): Ctrl-C must still raise SIGINT
     noecho();
     curs_set(0);
@@ -98,10 +150,12 @@ FILE *panel_output(Panel *p) {
 
 // complete lines printed to panel_output() since the last call become log lines
 static void drain_output(Panel *p, int all);
+static void err_drain(Panel *p, int all);
 
 void panel_keep(Panel *p, const char *line) {
     if (!p) return;
     drain_output(p, 0);  // what was printed before it stays before it
+    err_drain(p, 0);
     char *buf = strndup(line, strcspn(line, "\n"));
     if (!buf || panel_text_add(&p->text, buf, 0)) p->lost++;
     free(buf);
@@ -248,9 +302,30 @@ static void draw(Panel *p, const PanelInfo *in) {
     refresh();
 }
 
+// complete lines written to stderr since the last call become log lines (all: the rest too)
+static void err_drain(Panel *p, int all) {
+    if (p->err_fd < 0) return;
+    fflush(stderr);
+    struct stat st;
+    if (fstat(p->err_fd, &st) != 0 || st.st_size <= p->err_done) return;
+    size_t n = (size_t)(st.st_size - p->err_done);
+    char *b = malloc(n + 1);
+    if (!b) return;
+    ssize_t k = pread(p->err_fd, b, n, p->err_done);
+    size_t used = 0;
+    for (size_t i = 0; k > 0 && i < (size_t)k; i++)
+        if (b[i] == '\n' || (all && i + 1 == (size_t)k)) {
+            panel_log(p, "%.*s", (int)(i - used + (b[i] != '\n')), b + used);
+            used = i + 1;
+        }
+    p->err_done += (off_t)used;
+    free(b);
+}
+
 void panel_update(Panel *p, const PanelInfo *info) {
     if (!p || !info) return;
     drain_output(p, 0);
+    err_drain(p, 0);
     double t = now_s();
     if (!p->dirty && !info->force && t - p->last_draw < 0.1 && info->step < info->end_step) return;
     p->last_draw = t;
@@ -261,6 +336,8 @@ void panel_update(Panel *p, const PanelInfo *info) {
 void panel_close(Panel *p) {
     if (!p) return;
     drain_output(p, 1);
+    err_drain(p, 1);
+    err_restore(p);
     if (p->out) fclose(p->out);
     free(p->outbuf);
     endwin();

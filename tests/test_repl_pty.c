@@ -345,6 +345,35 @@ static void test_panel_scrollback(void **s) {
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 
+// What goes to stderr while the panel is up (a note that config.dm could not be written, here a
+// directory in its place) joins the panel's lines, in order, in the scrollback (review, session 31:
+// it went onto the alternate screen and was gone when the panel closed).
+static void test_panel_keeps_stderr(void **s) {
+    (void)s;
+    spawn(1, 1);
+    small_model(1);
+    command(":session pn");
+    expect_out("dmsh> ", 20);
+    char cmd[800];
+    snprintf(cmd, sizeof cmd, "cd %s && rm runs/pn/config.dm && mkdir runs/pn/config.dm", dir);
+    assert_int_equal(system(cmd), 0);
+    type(":train 20 log_every=10 ckpt_every=10 eval_every=0\r");
+    const char *smcup = "\x1b[?1049h";
+    double t0 = now_s();
+    while (!strstr(tty + seen, smcup) && !strstr(tty + seen, "\nstep ") && now_s() - t0 < 60) pump(50);
+    if (!strstr(tty + seen, smcup)) {
+        print_message("no panel: :train does not open it\n");
+    } else {
+        expect_out("\x1b[?1049l", 60);
+        expect_out("checkpoint runs/pn/ckpt/step-10.ckpt", 10);
+        expect_out("dmsh: note: cannot write runs/pn/config.dm: Is a directory", 10);
+        expect_out("step 19 loss ", 10);
+    }
+    expect_out("dmsh> ", 20);
+    type("\x04");
+    wait_exit(20);
+}
+
 // Ctrl-C while :train is inside one of its periodic evals stops the run as one between its steps
 // does: "interrupted at step N", where (the eval), state intact, no error, the prompt back. (It
 // ended the :train as an error, "interrupted: the eval stopped ...", naming no step.)
@@ -671,6 +700,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_panel_shows_newest, teardown_one),
         cmocka_unit_test_teardown(test_panel_narrow, teardown_one),
         cmocka_unit_test_teardown(test_panel_scrollback, teardown_one),
+        cmocka_unit_test_teardown(test_panel_keeps_stderr, teardown_one),
         cmocka_unit_test_teardown(test_interrupt_in_eval, teardown_one),
         cmocka_unit_test_teardown(test_rc_files, teardown_one),
         cmocka_unit_test_teardown(test_interrupts_and_completion, teardown_one),
