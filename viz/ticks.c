@@ -27,20 +27,27 @@ static void fmt_compact_p(double v, char *buf, int n, int more) {
     double a = fabs(v);
     static const char *si = "kMGTP";
     if (v == 0) { snprintf(buf, n, "0"); return; }
-    if (a >= 1e3 && a < 999.5e15) {  // "1k" next to "1M" on a log axis, not "1000" (QA, session 31)
+    // (each threshold is where the digits printed would round up to the next unit: "%.3g" of 999.7
+    // is "1e+03", so 999.7 is already 1k; with more digits, later: review, session 31)
+    double up = 1000 - 0.5 * pow(10, -more);
+    if (a >= 1000 - 0.05 * pow(10, -more)) {  // "1k" next to "1M" on a log axis, not "1000" (QA, session 31)
         int k = 0;
-        while (a >= 999.5 && k < 5) { a /= 1e3; v /= 1e3; k++; }
-        snprintf(buf, n, "%.*g%c", 3 + more, v, si[k - 1]);
-    } else if (a >= 1e3 || a < 1e-3) {
-        // past the SI suffixes: "1e18", "2.5e20" (was "1e+03P", "1e+282P": QA, session 31); and
-        // "3e-5", "2.5e-4": a short exponent, no zero padding
-        int k = (int)floor(log10(a));
-        double m = v / pow(10, k);
-        if (fabs(m) >= 9.95) { m /= 10; k++; }
-        snprintf(buf, n, "%.*ge%d", 2 + more, m, k);
-    } else {
+        double w = v;
+        do { a /= 1e3; w /= 1e3; k++; } while (a >= up && k < 5);
+        if (a < up) {
+            snprintf(buf, n, "%.*g%c", 3 + more, w, si[k - 1]);
+            return;
+        }
+        a = fabs(v);  // past the SI suffixes: "1e18", "2.5e20" (was "1e+03P", "1e+282P": QA, session 31)
+    } else if (a >= 1e-3) {
         snprintf(buf, n, "%.*g", 4 + more, v);
+        return;
     }
+    // "1e18", and "3e-5", "2.5e-4": a short exponent, no zero padding
+    int k = (int)floor(log10(a));
+    double m = v / pow(10, k);
+    if (fabs(m) >= 10 - 5 * pow(10, -(2 + more))) { m /= 10; k++; }
+    snprintf(buf, n, "%.*ge%d", 2 + more, m, k);
 }
 
 void viz_fmt_compact(double v, char *buf, int n) { fmt_compact_p(v, buf, n, 0); }
