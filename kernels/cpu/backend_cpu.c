@@ -190,9 +190,29 @@ int cpu_flushes_subnormals(void) { return (_mm_getcsr() & 0x8040) == 0x8040; }
 static void set_ftz_daz(void) {}
 int cpu_flushes_subnormals(void) { return 0; }
 #endif
-static void cpu_once(void) {
+static int blas_omp;  // OpenBLAS built with OpenMP: its thread count is OpenMP's at each call
+int dm_blas_enter(void) {
 #ifdef _OPENMP
-    // (an OpenMP build of OpenBLAS sets OpenMP's thread count with its own: put ours back)
+    if (!blas_omp) return 0;
+    int nt = omp_get_max_threads();
+    omp_set_num_threads(1);
+    return nt;
+#else
+    return 0;
+#endif
+}
+void dm_blas_leave(int saved) {
+#ifdef _OPENMP
+    if (blas_omp && saved > 0) omp_set_num_threads(saved);
+#else
+    (void)saved;
+#endif
+}
+static void cpu_once(void) {
+    blas_omp = openblas_get_parallel() == 2;
+#ifdef _OPENMP
+    // (an OpenMP build of OpenBLAS sets OpenMP's thread count with its own: put ours back; its
+    // calls get one thread by dm_blas_enter)
     int nt = omp_get_max_threads();
     openblas_set_num_threads(1);
     omp_set_num_threads(nt);

@@ -17,6 +17,12 @@ void cblas_dgemm(int order, int transa, int transb, int m, int n, int k, double 
 // so the double build's results followed OPENBLAS_NUM_THREADS across processes (QA, session 31).
 // The CPU backend sets one thread (backend_cpu.c): OpenMP is the backend's parallelism.
 void openblas_set_num_threads(int n);
+int openblas_get_parallel(void);  // 0 sequential, 1 pthreads, 2 OpenMP
+// Around every OpenBLAS call: an OpenMP build of OpenBLAS takes OpenMP's thread count at each
+// call, so it is 1 for the call and the backend's own afterwards (a no-op with other builds).
+// backend_cpu.c.
+int dm_blas_enter(void);
+void dm_blas_leave(int saved);
 
 // Row-major C[M,N] = alpha * op(A) op(B) + beta * C, op(A) is [M,K], op(B) is [K,N].
 static inline void gemm_rm(int transA, int transB, int M, int N, int K, real alpha,
@@ -29,8 +35,10 @@ static inline void gemm_rm(int transA, int transB, int M, int N, int K, real alp
         return;
     }
 #ifdef DM_DOUBLE
+    int blas = dm_blas_enter();
     cblas_dgemm(DmCblasRowMajor, transA ? DmCblasTrans : DmCblasNoTrans,
                 transB ? DmCblasTrans : DmCblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    dm_blas_leave(blas);
 #else
     dm_sgemm(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);  // sgemm.c
 #endif

@@ -226,7 +226,9 @@ enum { DmCblasUpper = 121 };
 // C[n,n] (upper) = alpha op(A) op(A)^T + beta C, op(A) = A [n,k] (trans 0) or A^T (A [k,n], trans 1)
 static void syrk_rm(int trans, int n, int k, real alpha, const real *A, int lda, real beta, real *C, int ldc) {
 #ifdef DM_DOUBLE
+    int blas = dm_blas_enter();
     cblas_dsyrk(DmCblasRowMajor, DmCblasUpper, trans ? DmCblasTrans : DmCblasNoTrans, n, k, alpha, A, lda, beta, C, ldc);
+    dm_blas_leave(blas);
 #else
     dm_ssyrk_upper(trans, n, k, alpha, A, lda, beta, C, ldc);  // sgemm.c: the computed tiles only
 #endif

@@ -523,16 +523,20 @@ void dm_sgemm(int tA, int tB, int M, int N, int K, float alpha, const float *A, 
             for (int j = 0; j < N; j++) C[(size_t)i * ldc + j] = beta == 0 ? 0 : beta * C[(size_t)i * ldc + j];
         return;
     }
+    int blas = dm_blas_enter();
     cblas_sgemm(DmCblasRowMajor, tA ? DmCblasTrans : DmCblasNoTrans, tB ? DmCblasTrans : DmCblasNoTrans,
                 M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    dm_blas_leave(blas);
 }
 
 void cblas_ssyrk(int order, int uplo, int trans, int n, int k, float alpha, const float *a, int lda,
                  float beta, float *c, int ldc);
 void dm_ssyrk_upper(int trans, int n, int k, float alpha, const float *A, int lda, float beta,
                     float *C, int ldc) {
+    int blas = dm_blas_enter();
     cblas_ssyrk(DmCblasRowMajor, 121 /* upper */, trans ? DmCblasTrans : DmCblasNoTrans, n, k, alpha, A, lda,
                 beta, C, ldc);
+    dm_blas_leave(blas);
 }
 
 #endif
