@@ -17,6 +17,9 @@ int dm_no_tui;
 #include <locale.h>
 #include <sys/ioctl.h>
 #include <time.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #ifdef DM_NCURSESW
@@ -36,16 +39,39 @@ struct Panel {
     FILE *out;                  // panel_output(): what commands print while the panel is up
     char *outbuf;
     size_t outlen, outdone;     // memstream size; bytes already turned into log lines
-    int err_fd, err_saved;      // stderr while the panel is up: a temp file (-1: not taken)
+    int err_fd, err_saved;      // stderr while the panel is up: a memory file (-1: not taken)
     off_t err_done;             // its bytes already turned into log lines
+    int out_in_err;             // out writes into that file too (one stream: the order kept)
 };
 
 // stderr under the panel: a note written there (a transcript line a full disk refused, a
 // checkpoint's note) went onto the alternate screen and was gone when it closed (review, session
-// 31). While the panel is up, file descriptor 2 is a temp file whose lines join the log area and
-// the scrollback; it is put back on close, and by an exit() meanwhile (its lines then go to the
-// terminal's stderr, after endwin).
+// 31). While the panel is up, file descriptor 2 is a memory file (memfd: a full disk cannot
+// refuse it; a file-size limit still can) and panel_output() writes into the same file, so what a
+// command prints and what goes to stderr keep their order; its lines join the log area and the
+// scrollback. It is put back on close; an exit() meanwhile, or a fatal signal, writes the run's
+// lines and the rest of the file to the terminal first.
 static Panel *err_panel;
+static const int fatal_sigs[] = {SIGABRT, SIGSEGV, SIGFPE, SIGILL};
+static struct sigaction fatal_old[4];
+
+static void write_all(int fd, const char *b, size_t n) {
+    while (n) {
+        ssize_t k = write(fd, b, n);
+        if (k <= 0) return;
+        b += k;
+        n -= (size_t)k;
+    }
+}
+// the file from byte `from` to its end, to the terminal's stderr (async-signal-safe)
+static void err_copy_out(Panel *p, off_t from) {
+    char buf[4096];
+    ssize_t k;
+    while ((k = pread(p->err_fd, buf, sizeof buf, from)) > 0) {
+        write_all(p->err_saved, buf, (size_t)k);
+        from += k;
+    }
+}
 static void err_restore(Panel *p) {
     if (!p || p->err_fd < 0) return;
     fflush(stderr);
@@ -53,23 +79,58 @@ static void err_restore(Panel *p) {
     close(p->err_saved);
     close(p->err_fd);
     p->err_fd = -1;
-    if (err_panel == p) err_panel = NULL;
+    if (err_panel == p) {
+        err_panel = NULL;
+        for (int i = 0; i < 4; i++) sigaction(fatal_sigs[i], &fatal_old[i], NULL);
+    }
+}
+static void err_on_fatal(int sig) {
+    Panel *p = err_panel;
+    if (p && p->err_fd >= 0) {
+        static const char leave[] = "\x1b[?1049l\x1b[?25h\r\n";  // (off the alternate screen, cursor back)
+        write_all(p->err_saved, leave, sizeof leave - 1);
+        err_copy_out(p, 0);
+    }
+    raise(sig);  // (SA_RESETHAND: the default action now)
 }
 static void err_at_exit(void) {
     Panel *p = err_panel;
     if (!p) return;
+    if (p->out) fflush(p->out);
     endwin();
-    fflush(stderr);
-    // (all that stderr took while the panel was up, straight to the real stderr: the lines the
-    // panel held die with it)
-    char buf[4096];
-    ssize_t k;
-    off_t at = 0;
-    while ((k = pread(p->err_fd, buf, sizeof buf, at)) > 0) {
-        if (write(p->err_saved, buf, (size_t)k) != k) break;
-        at += k;
-    }
+    fflush(stdout);
+    // the run's lines so far, then what the file holds past them
+    if (p->text.len) write_all(1, p->text.all, p->text.len);
+    err_copy_out(p, p->err_done);
     err_restore(p);
+}
+static void err_take(Panel *p) {
+    p->err_fd = -1;
+    if (!isatty(2)) return;  // (stderr to a file or a pipe: it has them already)
+    static int registered;
+    int fd = memfd_create("dmsh-panel-stderr", MFD_CLOEXEC);
+    if (fd < 0) {
+        FILE *t = tmpfile();
+        fd = t ? fcntl(fileno(t), F_DUPFD_CLOEXEC, 0) : -1;
+        if (t) fclose(t);
+    }
+    int saved = fd >= 0 ? fcntl(2, F_DUPFD_CLOEXEC, 0) : -1;
+    fflush(stderr);
+    if (fd < 0 || saved < 0 || dup2(fd, 2) != 2) {  // (dup2 leaves fd 2 without close-on-exec)
+        if (fd >= 0) close(fd);
+        if (saved >= 0) close(saved);
+        return;
+    }
+    p->err_fd = fd;
+    p->err_saved = saved;
+    err_panel = p;
+    if (!registered) registered = atexit(err_at_exit) == 0;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = err_on_fatal;
+    sa.sa_flags = SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    for (int i = 0; i < 4; i++) sigaction(fatal_sigs[i], &sa, &fatal_old[i]);
 }
 
 static double now_s(void) {
@@ -103,23 +164,7 @@ Panel *panel_open(void) {
         free(p);
         return NULL;
     }
-    p->err_fd = -1;
-    if (isatty(2)) {
-        static int registered;
-        FILE *t = tmpfile();
-        int fd = t ? dup(fileno(t)) : -1;
-        if (t) fclose(t);
-        int saved = fd >= 0 ? dup(2) : -1;
-        if (fd >= 0 && saved >= 0 && (fflush(stderr), dup2(fd, 2)) == 2) {
-            p->err_fd = fd;
-            p->err_saved = saved;
-            err_panel = p;
-            if (!registered) registered = atexit(err_at_exit) == 0;
-        } else {
-            if (fd >= 0) close(fd);
-            if (saved >= 0) close(saved);
-        }
-    }
+    err_take(p);
     cbreak();  // not raw(): Ctrl-C must still raise SIGINT
     noecho();
     curs_set(0);
@@ -144,6 +189,16 @@ void panel_log(Panel *p, const char *fmt, ...) {
 
 FILE *panel_output(Panel *p) {
     if (!p) return NULL;
+    if (!p->out && p->err_fd >= 0) {  // (stderr's file: one stream, in the order written)
+        int d = dup(p->err_fd);
+        p->out = d >= 0 ? fdopen(d, "w") : NULL;
+        if (p->out) {
+            setvbuf(p->out, NULL, _IOLBF, 0);
+            p->out_in_err = 1;
+        } else if (d >= 0) {
+            close(d);
+        }
+    }
     if (!p->out) p->out = open_memstream(&p->outbuf, &p->outlen);
     return p->out;
 }
@@ -164,6 +219,7 @@ void panel_keep(Panel *p, const char *line) {
 static void drain_output(Panel *p, int all) {
     if (!p->out) return;
     fflush(p->out);
+    if (p->out_in_err) return;  // (err_drain reads it)
     while (p->outdone < p->outlen) {
         char *s = p->outbuf + p->outdone, *nl = memchr(s, '\n', p->outlen - p->outdone);
         if (!nl && !all) break;
