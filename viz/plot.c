@@ -81,6 +81,15 @@ static int chart_ranges(const VizChart *c, VizAxes *a, long *nonfinite, long *no
     return 0;
 }
 
+int viz_chart_range(const VizChart *c, double r[4], char *err, size_t n) {
+    VizAxes a;
+    memset(&a, 0, sizeof a);
+    long nonfinite, nonpos;
+    if (chart_ranges(c, &a, &nonfinite, &nonpos, NULL, err, n)) return 1;
+    r[0] = a.xmin; r[1] = a.xmax; r[2] = a.ymin; r[3] = a.ymax;
+    return 0;
+}
+
 // a growable list of extra points (pixels)
 typedef struct { double *x, *y; long n, cap; } Pts;
 static void pts_push(Pts *p, double x, double y) {

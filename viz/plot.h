@@ -41,5 +41,9 @@ int viz_charts_png(const char *path, const VizChart *c, int ncharts, int width, 
 // Histogram of v[0..n) in `bins` bins (<= 0: automatic), 960 x 540; the title gets the count,
 // mean, std and the number of non-finite values skipped.
 int viz_hist_png(const char *path, const double *v, size_t n, int bins, const char *title, char *errmsg, size_t nerr);
+// The visible data range one chart would get, margins included (xmin, xmax, ymin, ymax), with no
+// drawing: what a test checks of the ranging rules (an all-zero series spans 0..1, one x at or above
+// 0 does not reach below it). 1 with errmsg when there is nothing to draw.
+int viz_chart_range(const VizChart *c, double r[4], char *errmsg, size_t n);
 // 1 when this build can write PNGs
 int viz_png_available(void);
