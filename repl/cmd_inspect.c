@@ -34,8 +34,25 @@ int cmd_probe(Shell *sh, Words *w, dm_err *err) {
         probe_names_free(names);
         return 0;
     }
-    if (w->argc > 3 || (w->argc == 3 && strcmp(w->argv[2], "hist")))
-        return dm_fail(err, "usage: :probe NAME [hist]");
+    // NAME [hist [log=on|off] [bins=N]]: the options belong to the histogram
+    int hist = w->argc >= 3, logy = 0, bins = 60;
+    if (hist && (sh_eq(w, 2) || strcmp(w->argv[2], "hist")))
+        return dm_fail(err, "usage: :probe NAME [hist [log=on|off] [bins=N]]");
+    for (int i = 3; i < w->argc; i++) {
+        const char *eq = sh_eq(w, i), *a = w->argv[i];
+        if (eq && eq - a == 3 && !strncmp(a, "log", 3)) {
+            if (strcmp(eq + 1, "on") && strcmp(eq + 1, "off")) return dm_fail(err, ":probe: log=%s: expected on or off", eq + 1);
+            logy = !strcmp(eq + 1, "on");
+        } else if (eq && eq - a == 4 && !strncmp(a, "bins", 4)) {
+            char *end;
+            long b = strtol(eq + 1, &end, 10);
+            if (!isdigit((unsigned char)eq[1]) || *end || b < 1 || b > 1000)
+                return dm_fail(err, ":probe: bins=%s: expected a whole number 1..1000", eq + 1);
+            bins = (int)b;
+        } else {
+            return dm_fail(err, ":probe: unknown histogram option '%s' (options: log=on|off bins=N)", a);
+        }
+    }
     double *v;
     ProbeInfo pi;
     if (probe_get(e, w->argv[1], &v, &pi, err)) return 1;
@@ -56,7 +73,7 @@ int cmd_probe(Shell *sh, Words *w, dm_err *err) {
             pi.name, shape, pi.n, st.mean, st.std, st.rms, st.min, st.max, st.absmax,
             pi.n ? 100.0 * st.nonfinite / pi.n : 0.0, from);
     int rc = 0;
-    if (w->argc == 3) {
+    if (hist) {
         char path[1400], title[300], msg[300];
         char dir[1100], pdir[1200];
         session_default_dir(e, dir, sizeof dir);
@@ -67,9 +84,10 @@ int cmd_probe(Shell *sh, Words *w, dm_err *err) {
         mkdir(pdir, 0755);  // (exists in a session; an error shows when the PNG is written)
         // the tag, not e->step: after :step 1 an activation is the forward of step 0, and an
         // :eval at step 1 would otherwise overwrite it under the same name (hist-h_1-step1)
-        snprintf(path, sizeof path, "%s/hist-%s-%s.png", pdir, safe, tag);
+        // (a log-count histogram is its own file: the linear one of the same state stays)
+        snprintf(path, sizeof path, "%s/hist-%s-%s%s.png", pdir, safe, tag, logy ? "-log" : "");
         snprintf(title, sizeof title, "%s %s (%s)", pi.name, shape, from);
-        if (viz_hist_png(path, v, pi.n, 60, title, msg, sizeof msg)) rc = dm_fail(err, "%s", msg);
+        if (viz_hist_png(path, v, pi.n, bins, logy, title, msg, sizeof msg)) rc = dm_fail(err, "%s", msg);
         else fprintf(sh->out, "wrote %s\n", path);
     }
     free(v);

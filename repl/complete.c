@@ -254,7 +254,7 @@ char **dm_complete(const Command *table, const char *line, const char *word) {
             add_paths(&l, word, pre, eq + 1);
         } else if (!strcmp(cmd, ":plot") && !strcmp(key, "x")) {
             add_choices(&l, word, pre, "step|tokens|time");
-        } else if (!strcmp(cmd, ":plot") && !strcmp(key, "log")) {
+        } else if ((!strcmp(cmd, ":plot") || !strcmp(cmd, ":probe")) && !strcmp(key, "log")) {
             add_choices(&l, word, pre, "on|off");
         }
         return finish(&l);
@@ -287,6 +287,7 @@ char **dm_complete(const Command *table, const char *line, const char *word) {
             }
         }
         if (pos == 1) add(&l, word, "hist");
+        if (pos == 2 && argi > 2 && !strcmp(words[2], "hist")) { add(&l, word, "log="); add(&l, word, "bins="); }
     } else if (!strcmp(cmd, ":show") && pos == 0) {
         add_choices(&l, word, "", "config|model|params|arms|data|device|metrics");
     } else if (!strcmp(cmd, ":check") && pos == 0) {

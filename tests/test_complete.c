@@ -122,6 +122,8 @@ static void test_arguments(void **s) {
     expect(":p bpb o", (const char *[]){"out=", NULL});  // the :p shortcut is :plot
     expect(":probe kda.", (const char *[]){"kda.out@1", "kda.out@2", "kda.state@1", "kda.state@2", NULL});
     expect(":probe h ", (const char *[]){"hist", NULL});
+    expect(":probe h hist ", (const char *[]){"bins=", "log=", NULL});
+    expect(":probe h hist log=", (const char *[]){"log=off", "log=on", NULL});
     {  // with a live engine the names are :probe's own (the provider the prompt installs)
         char **(*keep)(void *) = dm_probe_provider;
         void *keep_eng = dm_complete_eng;

@@ -186,7 +186,19 @@ static void test_hist_labels(void **s) {
     assert_true(file_size("plots/hist-h_1-fwd0.png") > 0);
     assert_true(file_size("plots/hist-h_1-eval1.png") > 0);  // not one file overwritten
     assert_true(file_size("plots/hist-kda.w_on-step1.png") > 0);
+    // log=on, bins=: a file of its own beside the linear one (session 32)
+    expect_ok(":step\n:probe h@1 hist log=on bins=20\n:probe h@1 hist log=off\n");
+    assert_non_null(strstr(out, "wrote plots/hist-h_1-fwd0-log.png\n"));
+    assert_true(file_size("plots/hist-h_1-fwd0-log.png") > 0);
+    assert_true(file_size("plots/hist-h_1-fwd0.png") > 0);
 #endif
+    // the histogram's options: only after hist, each checked, before any PNG is written
+    expect_error(":step\n:probe h@1 log=on\n", "usage: :probe NAME [hist [log=on|off] [bins=N]]");
+    expect_error(":step\n:probe h@1 hist log=maybe\n", ":probe: log=maybe: expected on or off");
+    expect_error(":step\n:probe h@1 hist bins=0\n", ":probe: bins=0: expected a whole number 1..1000");
+    expect_error(":step\n:probe h@1 hist bins=1e3\n", ":probe: bins=1e3: expected a whole number 1..1000");
+    expect_error(":step\n:probe h@1 hist bins=\n", ":probe: bins=: expected a whole number 1..1000");
+    expect_error(":step\n:probe h@1 hist colour=red\n", "unknown histogram option 'colour=red' (options: log=on|off bins=N)");
 }
 
 // Defect 4: \n and \t print raw, other C0 controls and DEL as \xHH, bytes >= 0x80 raw.

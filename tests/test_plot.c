@@ -195,11 +195,48 @@ static void test_hist(void **state) {
     v[5] = NAN; v[6] = -INFINITY;
     char path[400], msg[256] = "";
     tmp_path(path, sizeof path, "hist.png");
-    if (viz_hist_png(path, v, N, 0, "h.0 activations", msg, sizeof msg)) fail_msg("%s", msg);
+    if (viz_hist_png(path, v, N, 0, 0, "h.0 activations", msg, sizeof msg)) fail_msg("%s", msg);
     check_chart(path, 960, 540);
     Img im = load(path);
     assert_true(has_colour(&im, 0xffffff));
     stbi_image_free(im.px);
+    free(v);
+}
+
+// a bar's pixels (the fill 0x1f77b4 at 0.9 over white is clearly blue) in columns x0..x1
+static long blue_pixels(const Img *im, int x0, int x1) {
+    long k = 0;
+    for (int y = 0; y < im->h; y++)
+        for (int x = x0; x < x1; x++) {
+            const unsigned char *p = im->px + 3 * ((size_t)y * im->w + x);
+            k += p[2] > p[0] + 80 && p[1] > p[0] + 40;
+        }
+    return k;
+}
+
+// log=on (:probe NAME hist log=on): three outliers among 100 000 values are a bar a linear count
+// axis draws under a pixel; on a log axis they stand a decade tall (session 32)
+static void test_hist_log(void **state) {
+    (void)state;
+    enum { N = 100000 };
+    double *v = malloc(sizeof(double) * (N + 3));
+    Rng r;
+    r.s = 11;
+    for (int i = 0; i < N; i++) { v[i] = rng_normal(&r); v[i] = fmax(-4, fmin(4, v[i])); }
+    v[N] = v[N + 1] = v[N + 2] = 12;
+    char path[400], msg[256] = "";
+    long blue[2];
+    for (int logy = 0; logy < 2; logy++) {
+        tmp_path(path, sizeof path, logy ? "hist-log.png" : "hist-lin.png");
+        if (viz_hist_png(path, v, N + 3, 60, logy, "outliers", msg, sizeof msg)) fail_msg("%s", msg);
+        check_chart(path, 960, 540);
+        Img im = load(path);
+        blue[logy] = blue_pixels(&im, 960 * 3 / 4, 960);   // values above ~8: the outliers' bin alone
+        if (logy) assert_true(blue_pixels(&im, 0, 960 / 2) > 20000);   // the bulk is drawn too
+        stbi_image_free(im.px);
+    }
+    if (!(blue[0] < 20 && blue[1] > 200)) print_error("outlier bar: %ld blue pixels linear, %ld log\n", blue[0], blue[1]);
+    assert_true(blue[0] < 20 && blue[1] > 200);
     free(v);
 }
 
@@ -728,6 +765,7 @@ int main(void) {
         cmocka_unit_test(test_log_y),
         cmocka_unit_test(test_huge_values_and_one_point),
         cmocka_unit_test(test_hist),
+        cmocka_unit_test(test_hist_log),
         cmocka_unit_test(test_bad_path),
         cmocka_unit_test(test_cmd_plot),
         cmocka_unit_test(test_cmd_plot_settings_now),

@@ -28,7 +28,7 @@ size_t viz_hist_subtitle(char *buf, size_t nbuf, const double *v, size_t n, int 
     return good;
 }
 
-int viz_hist_png(const char *path, const double *v, size_t n, int bins, const char *title, char *err, size_t nerr) {
+int viz_hist_png(const char *path, const double *v, size_t n, int bins, int logy, const char *title, char *err, size_t nerr) {
     if (viz_png_check(err, nerr)) return 1;
     double lo = INFINITY, hi = -INFINITY, sum = 0;
     size_t good = 0;
@@ -55,8 +55,9 @@ int viz_hist_png(const char *path, const double *v, size_t n, int bins, const ch
     long cmax = 0;
     for (int b = 0; b < bins; b++) cmax = cnt[b] > cmax ? cnt[b] : cmax;
 
-    char sub[300];
+    char sub[320];
     viz_hist_subtitle(sub, sizeof sub, v, n, bins);
+    if (logy) strncat(sub, "   log count", sizeof sub - strlen(sub) - 1);
 
     const int W = 960, H = 540;
     VizCanvas cv;
@@ -67,10 +68,14 @@ int viz_hist_png(const char *path, const double *v, size_t n, int bins, const ch
     ax.yint = 1; ax.s = viz_axes_scale(W, H);
     double pad = (hi - lo) * 0.02;
     ax.xmin = lo - pad; ax.xmax = hi + pad;
-    ax.ymin = 0; ax.ymax = cmax * 1.08;
+    // log count: a bin of 1 stands as tall as a decade, so the few values in the tails (the
+    // outliers a linear axis draws under a pixel) show; bars rise from just below 1
+    ax.logy = logy;
+    if (logy) { ax.ymin = 0.7; ax.ymax = pow(10, log10((double)cmax) * 1.06 + 0.02); }
+    else { ax.ymin = 0; ax.ymax = cmax * 1.08; }
     viz_axes_layout(&cv, &ax, 0, 0, W, H);
     viz_axes_background(&cv, &ax);
-    double y0 = viz_ax_y(&ax, 0);
+    double y0 = viz_ax_y(&ax, ax.ymin);
     for (int b = 0; b < bins; b++) {
         if (!cnt[b]) continue;
         double xa = viz_ax_x(&ax, lo + (hi - lo) * b / bins), xb = viz_ax_x(&ax, lo + (hi - lo) * (b + 1) / bins);

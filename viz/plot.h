@@ -39,8 +39,8 @@ int viz_chart_png(const char *path, const VizChart *c, char *errmsg, size_t n);
 // width/height are ignored): `:plot loss,lr` lines the panels up on the same x.
 int viz_charts_png(const char *path, const VizChart *c, int ncharts, int width, int height, char *errmsg, size_t n);
 // Histogram of v[0..n) in `bins` bins (<= 0: automatic), 960 x 540; the title gets the count,
-// mean, std and the number of non-finite values skipped.
-int viz_hist_png(const char *path, const double *v, size_t n, int bins, const char *title, char *errmsg, size_t nerr);
+// mean, std and the number of non-finite values skipped. logy: the counts on a log axis.
+int viz_hist_png(const char *path, const double *v, size_t n, int bins, int logy, const char *title, char *errmsg, size_t nerr);
 // The visible data range one chart would get, margins included (xmin, xmax, ymin, ymax), with no
 // drawing: what a test checks of the ranging rules (an all-zero series spans 0..1, one x at or above
 // 0 does not reach below it). 1 with errmsg when there is nothing to draw.
