@@ -45,11 +45,15 @@ static void put_word(FILE *f, const char *s) {
 // keys are judged together on their final values (engine_set_many), so it replays from any
 // config; a line per key passed through states the rules between keys refuse (d=128 under
 // :preset base's H=12: "d=128 is not divisible by H=12"), and seq apart from eval_bytes.
+//   A horizon the first :train picked (steps_auto) is written steps=0, as the engine holds it: not
+// a setting, so the next :init drops it and the next :train picks its own (written as steps=N, a
+// config rebuilt from config.dm ran a longer new run past N at the floor lr: QA, session 32).
 static void put_config_lines(FILE *f, const Engine *e) {
     fputs(":set", f);
     for (int i = 0; i < dm_n_config_keys; i++) {
         char v[128];
         config_get(&e->cfg, &dm_config_keys[i], v, sizeof v);
+        if (e->steps_auto && !strcmp(dm_config_keys[i].name, "steps")) snprintf(v, sizeof v, "0");
         fprintf(f, " %s=%s", dm_config_keys[i].name, v);  // (no value holds a blank or a quote)
     }
     fputc('\n', f);
@@ -81,6 +85,9 @@ int session_write_config(const Engine *e, dm_err *err) {
         return dm_fail(err, "cannot write %s: %s", path, strerror(why));
     }
     fputs("# resolved config of this session (dmsh rewrites it after every command: the settings now)\n", f);
+    if (e->steps_auto)
+        fprintf(f, "# steps=0: the horizon of %lld steps the first :train picked is that run's, not a setting (a new run\n"
+                   "# picks its own; dmsh -r keeps it)\n", (long long)e->cfg.steps);
     put_config_lines(f, e);
     int bad = ferror(f);
     if (fclose(f) != 0 || bad || rename(tmp, path) != 0) {

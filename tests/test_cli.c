@@ -200,7 +200,19 @@ static void test_session_resume(void **s) {
     char *cfg = slurp(p);
     assert_non_null(cfg);
     assert_non_null(strstr(cfg, ":set d=32"));
+    // the horizon :train 6 picked is not a setting: a new run from config.dm picks its own (QA,
+    // session 32: steps=6 made a :train 8 run its last 2 steps at the floor lr)
+    assert_non_null(strstr(cfg, " steps=0 "));
+    assert_non_null(strstr(cfg, "# steps=0: the horizon of 6 steps the first :train picked"));
     free(cfg);
+    snprintf(cmd, sizeof cmd, "cd %s && OPENBLAS_NUM_THREADS=1 %s -b runs/s1/config.dm -e ':init seed=3; :train 8 eval_every=0' "
+             "> out.txt 2> err.txt", dir, dmsh);
+    assert_int_equal(system(cmd), 0);
+    snprintf(p, sizeof p, "%s/out.txt", dir);
+    char *o8 = slurp(p);
+    if (!strstr(o8, "schedule: cosine to 0.1x lr at step 8")) print_error("config.dm, :train 8 said: %s\n", o8);
+    assert_non_null(strstr(o8, "schedule: cosine to 0.1x lr at step 8"));
+    free(o8);
     snprintf(p, sizeof p, "%s/runs/s1/transcript.dm", dir);
     char *tr = slurp(p);
     assert_non_null(tr);
