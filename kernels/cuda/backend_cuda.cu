@@ -77,6 +77,28 @@ int dm_fp32 = 0;             // SPEC §8: bf16 operands by default
 // ================================================================================================
 // scratch, memory
 // ================================================================================================
+// Memory accounting for :bench and :show device: every live device allocation's size, keyed by
+// pointer (a few hundred at most: parameters, moments, the activation arena, workspaces, the
+// scratch slots and cuBLAS's workspace; the scratch and cuBLAS's were left out until session 32,
+// a few hundred MB at base), and the running peak.
+enum { MEM_SLOTS = 4096 };
+static void *mem_ptr[MEM_SLOTS];
+static size_t mem_size[MEM_SLOTS], mem_cur, mem_peak;
+static int mem_untracked;  // allocations past MEM_SLOTS: not subtracted when freed (said once)
+static void mem_note(void *p, size_t bytes) {
+    int i = 0;
+    while (i < MEM_SLOTS && mem_ptr[i]) i++;
+    if (i < MEM_SLOTS) { mem_ptr[i] = p; mem_size[i] = bytes; }
+    else if (!mem_untracked++)
+        fprintf(stderr, "cuda: more than %d live allocations; the memory figures of :bench now over-count freed "
+                "buffers\n", MEM_SLOTS);
+    mem_cur += bytes;
+    if (mem_cur > mem_peak) mem_peak = mem_cur;
+}
+static void mem_forget(void *p) {
+    for (int i = 0; i < MEM_SLOTS; i++)
+        if (mem_ptr[i] == p) { mem_cur -= mem_size[i]; mem_ptr[i] = NULL; return; }
+}
 static void *scr_ptr[SCR_N];
 static size_t scr_cap[SCR_N];
 
@@ -93,7 +115,7 @@ void *dm_scratch(int slot, size_t bytes) {
         size_t cap = bytes + bytes / 4 + 256;  // headroom so a slowly growing shape does not thrash
         // ops already enqueued (or a replay in flight) may still read the old slot: wait for
         // them rather than rely on cudaFree's implicit synchronisation
-        if (scr_ptr[slot]) { cudaCheck(cudaStreamSynchronize(dm_stream)); cudaCheck(cudaFree(scr_ptr[slot])); }
+        if (scr_ptr[slot]) { cudaCheck(cudaStreamSynchronize(dm_stream)); mem_forget(scr_ptr[slot]); cudaCheck(cudaFree(scr_ptr[slot])); }
         scr_ptr[slot] = NULL;
         scr_cap[slot] = 0;
         cudaError_t e = cudaMalloc(&scr_ptr[slot], cap);
@@ -117,30 +139,11 @@ void *dm_scratch(int slot, size_t bytes) {
                            what[slot], free_);  // the catcher adds what to do
         }
         scr_cap[slot] = cap;
+        mem_note(scr_ptr[slot], cap);
     }
     return scr_ptr[slot];
 }
 
-// Memory accounting for :bench: every live allocation's size, keyed by pointer (a few hundred
-// at most: parameters, moments, the activation arena, workspaces), and the running peak.
-enum { MEM_SLOTS = 4096 };
-static void *mem_ptr[MEM_SLOTS];
-static size_t mem_size[MEM_SLOTS], mem_cur, mem_peak;
-static int mem_untracked;  // allocations past MEM_SLOTS: not subtracted when freed (said once)
-static void mem_note(void *p, size_t bytes) {
-    int i = 0;
-    while (i < MEM_SLOTS && mem_ptr[i]) i++;
-    if (i < MEM_SLOTS) { mem_ptr[i] = p; mem_size[i] = bytes; }
-    else if (!mem_untracked++)
-        fprintf(stderr, "cuda: more than %d live allocations; the memory figures of :bench now over-count freed "
-                "buffers\n", MEM_SLOTS);
-    mem_cur += bytes;
-    if (mem_cur > mem_peak) mem_peak = mem_cur;
-}
-static void mem_forget(void *p) {
-    for (int i = 0; i < MEM_SLOTS; i++)
-        if (mem_ptr[i] == p) { mem_cur -= mem_size[i]; mem_ptr[i] = NULL; return; }
-}
 static void cu_mem_stats(size_t *cur, size_t *peak) { *cur = mem_cur; *peak = mem_peak; }
 static void cu_mem_peak_set(size_t peak) { mem_peak = peak > mem_cur ? peak : mem_cur; }
 
@@ -717,6 +720,7 @@ extern "C" const Backend *backend_cuda(int device, char *why, size_t n) {
             return NULL;
         }
         cublasCheck(cublasSetWorkspace(dm_cublas, cublas_ws, CUBLAS_WS_BYTES));
+        mem_note(cublas_ws, CUBLAS_WS_BYTES);
         cuda_set_precision(dm_fp32);
         bound_device = device;
     }

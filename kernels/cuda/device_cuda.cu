@@ -1,7 +1,7 @@
 // device_cuda.cu — what `:show device` and `:bench` say about the GPU: name, memory, compute
 // capability, and two peak rates MEASURED on this device the first time they are asked for
-// (a bf16 cuBLAS product of 8192^3 and a device-to-device copy of 1 GiB, best of 5 each,
-// cudaEvent timing), plus the memory the backend holds through its allocator. The peaks are the
+// (a bf16 cuBLAS product of 8192^3 and a device-to-device copy of 1 GiB, each the median of 10
+// after 200 ms of warm-up, cudaEvent timing), plus the memory the backend holds through its allocator. The peaks are the
 // denominators of the GPU MFU and bandwidth figures in docs/perf.md.
 #include "cuda_common.cuh"
 
@@ -9,25 +9,40 @@
 
 static double peak_bf16_tflops = -1, peak_copy_gbs = -1;
 
-// Best-of-5 time (ms) of the work `fn` enqueues on dm_stream.
-template <typename F> static float best_ms(F fn) {
+// Steady time (ms) of the work `fn` enqueues on dm_stream: the median of 10 single runs, after at
+// least 200 ms of the same work (doubling batches, at most 4095 runs). Why not a best of a few from
+// cold: an idle card sits at low clocks (this workplace's H200 read 345 MHz SM idle, 1980 MHz after
+// products), so a few milliseconds of warm-up can time the ramp and understate the peak, and every
+// MFU divided by it would be too high; and a best-of picks a transient boost, a median the rate the
+// benchmark's warm steps run at (QA, session 32).
+template <typename F> static float steady_ms(F fn) {
     cudaEvent_t a, b;
     cudaCheck(cudaEventCreate(&a));
     cudaCheck(cudaEventCreate(&b));
-    fn();  // warm-up (cuBLAS heuristics, clocks)
-    float best = 1e30f;
-    for (int i = 0; i < 5; i++) {
+    float warm = 0;
+    for (int k = 1; warm < 200 && k <= 2048; k *= 2) {
         cudaCheck(cudaEventRecord(a, dm_stream));
-        fn();
+        for (int i = 0; i < k; i++) fn();
         cudaCheck(cudaEventRecord(b, dm_stream));
         cudaCheck(cudaEventSynchronize(b));
         float ms;
         cudaCheck(cudaEventElapsedTime(&ms, a, b));
-        best = ms < best ? ms : best;
+        warm += ms;
     }
+    enum { R = 10 };
+    float t[R];
+    for (int i = 0; i < R; i++) {
+        cudaCheck(cudaEventRecord(a, dm_stream));
+        fn();
+        cudaCheck(cudaEventRecord(b, dm_stream));
+        cudaCheck(cudaEventSynchronize(b));
+        cudaCheck(cudaEventElapsedTime(&t[i], a, b));
+    }
+    for (int i = 1; i < R; i++)   // insertion sort of 10
+        for (int j = i; j > 0 && t[j] < t[j - 1]; j--) { float x = t[j]; t[j] = t[j - 1]; t[j - 1] = x; }
     cudaCheck(cudaEventDestroy(a));
     cudaCheck(cudaEventDestroy(b));
-    return best;
+    return 0.5f * (t[R / 2 - 1] + t[R / 2]);
 }
 
 // Operands of the peak product: uniform in [-1, 1) from a hash of the index. Not zeros: tensor
@@ -51,7 +66,7 @@ static int try_malloc(void **p, size_t bytes) {
     return 1;
 }
 
-// Best-of-5 ms of one bf16 product as dm_gemm runs it: row-major C[M, N] fp32 = op(A) op(B), the
+// Steady ms (steady_ms) of one bf16 product as dm_gemm runs it: row-major C[M, N] fp32 = op(A) op(B), the
 // operands dense (leading dimension = their stored width), random. The peak's product, and
 // bench_gpu's probe of the fused projection's three products at its width and padded; -1 when
 // they do not fit.
@@ -74,7 +89,7 @@ static double gemm_bf16_ms(int tA, int tB, int M, int N, int K) {
     cublasMath_t mode;
     cublasCheck(cublasGetMathMode(dm_cublas, &mode));
     cublasCheck(cublasSetMathMode(dm_cublas, CUBLAS_DEFAULT_MATH));
-    float ms = best_ms([&] {
+    float ms = steady_ms([&] {
         // column-major C^T = op(B)^T op(A)^T, as dm_gemm
         cublasCheck(cublasGemmEx(dm_cublas, tB ? CUBLAS_OP_T : CUBLAS_OP_N, tA ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K,
                                  &one, B, CUDA_R_16BF, bc, A, CUDA_R_16BF, ac, &zero, C, CUDA_R_32F, N,
@@ -110,7 +125,7 @@ static void measure_peaks(void) {
             cudaFree(s);
             continue;
         }
-        float ms = best_ms([&] { cudaCheck(cudaMemcpyAsync(d, s, bytes, cudaMemcpyDeviceToDevice, dm_stream)); });
+        float ms = steady_ms([&] { cudaCheck(cudaMemcpyAsync(d, s, bytes, cudaMemcpyDeviceToDevice, dm_stream)); });
         peak_copy_gbs = 2.0 * bytes / (ms * 1e-3) / 1e9;  // read + write
         cudaCheck(cudaFree(s));
         cudaCheck(cudaFree(d));

@@ -6,12 +6,15 @@
 //               one step costs when the host waits for it: launch latency included)
 //   dev ms      the median of the steps' own device time (the record's start/end clock)
 //   tok/s       B*T / (ms/step)
-//   TFLOP/s     model FLOPs (engine/flops.c: 3 x forward matrix products) / median
+//   TFLOP/s     model FLOPs (engine/flops.c: 3 x forward matrix products) / ms/step (the pipelined
+//               time, as tok/s; the footer says so too)
 //   MFU         TFLOP/s / the bf16 cuBLAS peak measured in the same run (device_cuda.cu)
 //   busy        the time in which a kernel, memcpy or memset ran / wall time, over K
 //               back-to-back steps traced by CUPTI (before the untraced ones) (tests/gpu/busy_cupti.h: the union of the
 //               activity intervals); "n/a" with the reason when CUPTI is not there or refuses
 //   memory      peak bytes held by the backend allocator, and the device's used memory at peak
+//   graph       under each row: how the timed steps ran (replays, captures, eager): a capture or
+//               an eager step inside a timed window is said, since its time is in the row
 //   phases      under each row: forward, backward and the rest of a step timed apart, eager
 //               (phase_probe), and what the graph saves
 //   kernels     with CUPTI, the top kernels by device time, then every kernel's time summed by
@@ -68,7 +71,7 @@ static void proj_align_probe(const char *preset, int B, int T) {
     if (config_preset(&c, preset, &err)) return;
     ProjLayout pl = proj_layout(&c);
     int N = B * T, d = c.d, Ps[3] = {pl.P, (pl.P + 7) / 8 * 8, (pl.P + 63) / 64 * 64};
-    printf("       fused projection, fwd + dX + dW (N %d, d %d), bf16, best of 5 each:", N, d);
+    printf("       fused projection, fwd + dX + dW (N %d, d %d), bf16, median of 10 after 200 ms warm-up each:", N, d);
     for (int v = 0; v < 3; v++) {
         int P = Ps[v];
         double f = cuda_gemm_bf16_ms(0, 1, N, P, d), dx = cuda_gemm_bf16_ms(0, 0, N, d, P),
@@ -188,11 +191,12 @@ int main(int argc, char **argv) {
             cudaDeviceSynchronize();
             traced_ms = 1e3 * (now_s() - tb0);
             double on = busy_stop();
-            if (on < 0) snprintf(bwhy, sizeof bwhy, "CUPTI dropped activity records");
+            if (on < 0) busy_why(bwhy, sizeof bwhy);
             else busy = on / traced_ms;
         }
         // (a) pipelined: K steps enqueued, one report (the host never waits inside the loop)
         long first = (long)e.step;
+        long rp0 = e.run.replays, cp0 = e.run.captures, eg0 = e.run.eager;
         cudaDeviceSynchronize();
         double tp0 = now_s();
         for (int i = 0; i < K && !bad; i++) bad = engine_step_enqueue(&e, &err);
@@ -230,6 +234,12 @@ int main(int argc, char **argv) {
                cases[c].B, cases[c].T, steps, pipe_ms, med, dev_med, cases[c].B * cases[c].T / (pipe_ms / 1e3),
                fl / (pipe_ms / 1e3) / 1e12, mcol, bcol,
                held / 1048576.0, (total - free_min) / 1048576.0);
+        {   // (a) and (b) are 2K steps: every one should have been a replay of the captured step
+            long rp = e.run.replays - rp0, cp = e.run.captures - cp0, eg = e.run.eager - eg0;
+            if (rp == 2L * K && !cp && !eg) printf("       graph: all %d timed steps were replays of one captured step\n", 2 * K);
+            else printf("       graph: NOT all replays: of the %d timed steps %ld replays, %ld captures, %ld eager "
+                        "(their time is in the row; a workspace that grew makes the step capture again)\n", 2 * K, rp, cp, eg);
+        }
         if (busy >= 0) {
             printf("       (busy over %d traced steps before the timed ones, %.2f ms/step while traced)\n", K, traced_ms / K);
             busy_print_top(K, 15);
