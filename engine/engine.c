@@ -270,12 +270,16 @@ int engine_open_data(Engine *e, const char *path, const char *eval_path, dm_err 
     // the same file and split with the same bytes, opened again: the model's steps drew from
     // it as before (the held-out note of a later :set eval_frac must not forget them: session 30)
     int same = e->has_data && !strcmp(e->data_path, dp) && !strcmp(e->eval_path, ep) && fp == e->data_fp;
+    // and with the same split the anchors stand: they were fit on these training bytes and scored
+    // on these held-out ones (dropped, eval lines stopped naming them with no word why, and the
+    // next checkpoint lost them: QA, session 32)
+    int keep_anchors = same && e->data.n_train == d.n_train && e->data.eval_off == d.eval_off && e->data.n_eval == d.n_eval;
     if (e->has_data) data_close(&e->data);  // only after the new corpus opened: a bad path keeps the old
     e->data_fp = fp;
     e->data_drift_noted = 0;
     e->data = d;
     e->has_data = 1;
-    e->has_anchors = 0;
+    if (!keep_anchors) e->has_anchors = 0;
     if (!same) e->trained_upto = 0;  // (another corpus: no step of this model drew from it; a re-split keeps it)
     memcpy(e->data_path, dp, sizeof dp);
     memcpy(e->eval_path, ep, sizeof ep);
