@@ -372,6 +372,10 @@ int engine_load(Engine *e, const char *path, dm_err *err) {
     engine_mark_synced(e, path);
     rc = 0;
 done:
+    // a refusal after the trial build: that build put the backend in the file's precision (a
+    // device-wide mode); the live model runs in its own again (QA, session 32: a refused fp32 file
+    // left a bf16 session's products in pedantic fp32 while :show config said bf16)
+    if (rc && e->be && e->be->set_precision) e->be->set_precision(e->cfg.precision_fp32);
     ckpt_close(&f);
     return rc;
 }

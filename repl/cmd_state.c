@@ -107,7 +107,13 @@ int cmd_init(Shell *sh, Words *w, dm_err *err) {
     if (!user_steps) was.steps = tmp.steps;
     config_set_diff(&was, &tmp, changed, sizeof changed);
     E_->cfg = tmp;
-    if (engine_build(E_, seed, err)) { E_->cfg = cfg_before; E_->steps_auto = auto0; return 1; }
+    if (engine_build(E_, seed, err)) {
+        E_->cfg = cfg_before;
+        E_->steps_auto = auto0;
+        // (the build set the backend's precision from the new config: the session's again)
+        if (E_->be && E_->be->set_precision) E_->be->set_precision(E_->cfg.precision_fp32);
+        return 1;
+    }
     if (changed[0]) fprintf(OUT, "config: %s\n", changed);
     if (session_write_config(E_, err)) return 1;
     // a new model starts a new run: metrics.tsv holds its rows only (the last model's are in its

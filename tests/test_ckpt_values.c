@@ -206,11 +206,62 @@ static void test_corpus_path_with_nul(void **s) {
     assert_non_null(strstr(last_note, "corpus path holds a NUL byte"));
 }
 
+// A refused load must leave the backend in the live session's precision. The trial build of a
+// precision=fp32 file switched the (device-wide) mode, and a refusal after it left a bf16 session's
+// products in fp32 while :show config said bf16 (QA, session 32). A CPU backend that records the
+// mode stands in for the device.
+static int rec_fp32 = -1;
+static void rec_set_precision(int fp32) { rec_fp32 = fp32; }
+static void test_refused_load_keeps_precision(void **s) {
+    (void)s;
+    CkptFile f;
+    dm_err e0 = {0};
+    if (ckpt_read(good, &f, &e0)) fail_msg("%s", e0.msg);
+    CkptSection *sec = malloc(sizeof *sec * (size_t)f.nsec);
+    char *cfg = NULL, *params = NULL;
+    for (int k = 0; k < f.nsec; k++) {
+        sec[k] = f.sec[k];
+        if (!strcmp(f.sec[k].name, "config")) {  // the file's config says fp32
+            cfg = malloc(f.sec[k].size + 64);
+            memcpy(cfg, f.sec[k].data, f.sec[k].size);
+            sec[k].size += (uint64_t)snprintf(cfg + f.sec[k].size, 64, ":set precision=fp32\n");
+            sec[k].data = cfg;
+        } else if (!strcmp(f.sec[k].name, "params")) {  // and a value refused after the trial build
+            params = malloc(f.sec[k].size);
+            memcpy(params, f.sec[k].data, f.sec[k].size);
+            ((real *)params)[3] = (real)NAN;
+            sec[k].data = params;
+        }
+    }
+    assert_true(cfg && params);
+    char path[80];
+    snprintf(path, sizeof path, "/tmp/dm_ckv_prec_%d.ckpt", (int)getpid());
+    if (ckpt_write(path, sec, f.nsec, &e0)) fail_msg("%s", e0.msg);
+    free(cfg); free(params); free(sec);
+    ckpt_close(&f);
+    static Backend rec;
+    rec = *backend_cpu();
+    rec.set_precision = rec_set_precision;
+    Engine b;
+    engine_init(&b);
+    b.be = &rec;
+    b.cfg.precision_fp32 = 0;
+    dm_err err = {0};
+    rec_fp32 = -1;
+    assert_int_equal(engine_load(&b, path, &err), 1);
+    assert_non_null(strstr(err.msg, "section 'params' holds nan at index 3"));
+    if (rec_fp32 != 0) print_error("after the refused load the backend's precision is %s\n", rec_fp32 == 1 ? "fp32" : "untouched");
+    assert_int_equal(rec_fp32, 0);
+    engine_free(&b);
+    unlink(path);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_values_checked),
         cmocka_unit_test(test_counters_and_rows_checked),
         cmocka_unit_test(test_corpus_path_with_nul),
+        cmocka_unit_test(test_refused_load_keeps_precision),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
