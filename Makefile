@@ -62,7 +62,7 @@ print-blaslib:  # the OpenBLAS link flag this machine takes (tests/gpu/run.sh li
 # The prompt: readline when its headers exist, else the plain line reader (the GPU machine has
 # neither readline nor ncurses headers); the :train panel likewise (panel.c is a stub without).
 # HEADLESS=1 forces the plain build.
-REPL    := repl/parse.c repl/commands.c repl/cmd_inspect.c repl/cmd_state.c repl/main.c repl/panel.c repl/replay.c repl/cmd_verify.c
+REPL    := repl/parse.c repl/commands.c repl/cmd_inspect.c repl/cmd_state.c repl/main.c repl/panel.c repl/replay.c repl/cmd_verify.c repl/cmd_config.c
 REPLLIBS :=
 ifeq ($(HEADLESS)$(wildcard /usr/include/readline/readline.h),/usr/include/readline/readline.h)
   REPL     += repl/interactive_readline.c

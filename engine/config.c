@@ -93,7 +93,7 @@ static int choice_index(const char *choices, const char *v) {
     return -1;
 }
 
-static void range_text(const ConfigKey *k, char *buf, size_t n) {
+void config_key_range(const ConfigKey *k, char *buf, size_t n) {
     if (k->type == KEY_ENUM || k->type == KEY_BOOL) snprintf(buf, n, "one of %s", k->choices);
     else if (k->type == KEY_ORDERS) snprintf(buf, n, "1..%d distinct orders in %g..%g, e.g. 2,3,4", DM_MAX_ORDERS, k->min, k->max);
     else if (k->type == KEY_REAL) snprintf(buf, n, "a number in [%g, %g]", k->min, k->max);
@@ -116,7 +116,7 @@ int config_set(Config *c, const char *key, const char *value, dm_err *err) {
     const ConfigKey *k = config_find_key(key);
     if (!k) return dm_fail(err, "unknown key '%s' (see :show config for the keys)", key);
     char range[128];
-    range_text(k, range, sizeof range);
+    config_key_range(k, range, sizeof range);
     char *base = (char *)c + k->offset;
     char *end = NULL;
     errno = 0;
@@ -182,6 +182,14 @@ int config_validate(const Config *c, dm_err *err) {
     int mn = c->d < c->f ? c->d : c->f;
     if (c->r > mn) return dm_fail(err, "r=%d > min(d, f)=%d: the expert rank must be at most min(d, f)", c->r, mn);
     if (c->warmup < 0) return dm_fail(err, "warmup must be >= 0");
+    // decoupled decay scales a matrix by 1 - lr*wd each step: at lr*wd >= 1 that is no decay but a
+    // sign flip and growth (lr=10 wd=10 multiplied the weights by -99 a step: QA, session 32)
+    if (c->lr * c->wd >= 1)
+        return dm_fail(err, "lr x wd = %g x %g = %g >= 1: the decoupled decay (weights times 1 - lr x wd each step) would flip "
+                       "their sign and grow them; lower lr or wd", c->lr, c->wd, c->lr * c->wd);
+    if (!c->opt_adamw && c->lr_muon * c->wd >= 1)
+        return dm_fail(err, "lr_muon x wd = %g x %g = %g >= 1: the decoupled decay (weights times 1 - lr_muon x wd each step) "
+                       "would flip their sign and grow them; lower lr_muon or wd", c->lr_muon, c->wd, c->lr_muon * c->wd);
     if ((c->engram_rows >> 31) != 0) return dm_fail(err, "engram_rows=%lld exceeds 2^31-1 (row indices are int32)", (long long)c->engram_rows);
     // the engine counts a step's tokens in int (N = batch x seq): refused here, before any
     // allocation could succeed on a machine large enough and the count wrap

@@ -58,6 +58,8 @@ extern const int dm_n_config_keys;
 
 void config_defaults(Config *c);                 // = preset nano
 const ConfigKey *config_find_key(const char *name);
+// The values a key takes, as its errors say them ("a number in [0, 10]", "one of off|on").
+void config_key_range(const ConfigKey *k, char *buf, size_t n);
 // key=value; 0 on success, else fills err (names the key and the allowed range)
 int config_set(Config *c, const char *key, const char *value, dm_err *err);
 // S as a plain decimal integer (digits only: no blank, sign, hex, exponent or fraction) that is

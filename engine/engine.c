@@ -454,6 +454,12 @@ int engine_set_many(Engine *e, int n, const char *const *keys, const char *const
             Config u = e->cfg;
             if (config_set(&u, keys[i], values[i], err)) return 1;
             config_get(&u, k, nv, sizeof nv);
+            // engram_ram is a placement, not a shape: a checkpoint loads into either, so the
+            // trained weights can move (QA, session 32: only the fresh :init was named)
+            if (strcmp(cur, nv) != 0 && !strcmp(keys[i], "engram_ram"))
+                return dm_fail(err, "'engram_ram' places the live model's tables (engram_ram=%s): `:save F; :init engram_ram=%s; :load F` "
+                               "moves this model's weights there (a checkpoint loads into either placement); `:init engram_ram=%s` "
+                               "alone builds a new model", cur, nv, nv);
             if (strcmp(cur, nv) != 0)
                 return dm_fail(err, "'%s' is an architecture key and the model is live (%s=%s): `:init %s=%s` builds a new model with it "
                                "(the live one is replaced; in a session, saved first)", keys[i], keys[i], cur, keys[i], nv);

@@ -25,6 +25,9 @@ int cmd_bench(Shell *sh, Words *w, dm_err *err);
 int cmd_init(Shell *sh, Words *w, dm_err *err);    // cmd_state.c
 int cmd_save(Shell *sh, Words *w, dm_err *err);
 int cmd_load(Shell *sh, Words *w, dm_err *err);
+int cmd_preset(Shell *sh, Words *w, dm_err *err);  // cmd_config.c
+int cmd_set(Shell *sh, Words *w, dm_err *err);
+int help_key(Shell *sh, const char *name);
 char **complete_plot(Shell *sh, int argi, const char *prefix);
 
 #define E_ (sh->eng)
@@ -124,6 +127,7 @@ static int cmd_help(Shell *sh, Words *w, dm_err *err) {
     if (w->argc > 2) return dm_fail(err, "usage: :help [cmd] (one command at a time)");
     if (w->argc > 1) {
         const char *name = w->argv[1];
+        if (help_key(sh, name)) return 0;  // a config key (`:help lr`), before the command prefixes
         char buf[64];
         if (name[0] != ':') { snprintf(buf, sizeof buf, ":%s", name); name = buf; }
         const Command *c = sh_resolve(name, err);
@@ -139,89 +143,6 @@ static int cmd_help(Shell *sh, Words *w, dm_err *err) {
         fprintf(OUT, "  %-44s %.*s\n", dm_commands[i].usage, n, h);
     }
     fprintf(OUT, "Shortcuts: :s step, :t train, :e eval, :p plot, :h help, :q quit. A unique prefix works (:eval-d).\n");
-    return 0;
-}
-
-// :preset NAME runs configs/NAME.dm's `:set` lines as one :set: its keys (the shape, seq, batch,
-// the Engram tables) and nothing else, through the same checks (all or nothing; on a live
-// model only its own shape; seq against the open corpus). Keys it does not name keep their
-// values: a preset once reset every other key to its default, and on a live model the
-// optimizer kept running on the values :show config no longer showed.
-static int cmd_preset(Shell *sh, Words *w, dm_err *err) {
-    if (w->argc != 2) return dm_fail(err, "usage: :preset NAME (nano, mini, small, base, large)");
-    Config probe;
-    if (config_preset(&probe, w->argv[1], err)) return 1;  // the name, and the file as a whole
-    const char *text = config_preset_text(w->argv[1]);
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", text ? text : "");
-    const char *keys[64], *vals[64];
-    int n = 0;
-    char *line_save = NULL;
-    for (char *ln = strtok_r(buf, "\n", &line_save); ln; ln = strtok_r(NULL, "\n", &line_save)) {
-        char *hash = strchr(ln, '#');
-        if (hash) *hash = 0;
-        char *save = NULL;
-        for (char *t = strtok_r(ln, " \t\r", &save); t; t = strtok_r(NULL, " \t\r", &save)) {
-            char *eq = strchr(t, '=');
-            if (!eq || n == 64) continue;  // ":set" (config_preset checked the rest)
-            *eq = 0;
-            keys[n] = t;
-            vals[n++] = eq + 1;
-        }
-    }
-    if (E_->live) {  // a live model keeps its shape: say which keys, and what rebuilds it
-        Config t = E_->cfg;
-        char diff[512];
-        if (!config_apply_text(&t, text ? text : "", w->argv[1], err) && config_arch_diff(&E_->model.cfg, &t, diff, sizeof diff))
-            return dm_fail(err, "preset %s not applied (nothing changed): the live model keeps its shape (%s differ): `:init preset=%s` builds a new model of it",
-                           w->argv[1], diff, w->argv[1]);
-    }
-    if (engine_set_many(E_, n, keys, vals, err)) {
-        char msg[sizeof err->msg];
-        snprintf(msg, sizeof msg, "%s", err->msg);
-        return dm_fail(err, "preset %s not applied (nothing changed): %s", w->argv[1], msg);
-    }
-    const Config *c = &E_->cfg;
-    fprintf(OUT, "preset %s: d=%d H=%d L=%d E=%d k=%d r=%d f=%d seq=%d batch=%d\n", w->argv[1], c->d, c->H, c->L, c->E, c->k, c->r,
-            c->f, c->seq, c->batch);
-    return 0;
-}
-
-static int cmd_set(Shell *sh, Words *w, dm_err *err) {
-    if (w->argc < 2) return dm_fail(err, "usage: :set key=value ...");
-    // all or nothing (engine_set_many): every pair, then the rules between keys on the result
-    const char *keys[SH_MAX_WORDS] = {0}, *vals[SH_MAX_WORDS] = {0};
-    int n = 0;
-    for (int i = 1; i < w->argc; i++) {
-        char *eq = (char *)sh_eq(w, i);  // a quoted "lr=0.5" is one word, not a key=value
-        if (!eq) return dm_fail(err, "expected key=value, got '%s'%s", w->argv[i], w->lit[i] ? " (quote only the value: key=\"...\")" : "");
-        *eq = 0;  // (the words are this command's own buffer)
-        keys[n] = w->argv[i];
-        vals[n++] = eq + 1;
-        for (int j = 0; j < n - 1; j++)
-            if (!strcmp(keys[j], keys[n - 1])) {  // `lr=0.5 lr=0.6`: one of them would be dropped (QA, session 24)
-                for (int q = 0; q < n; q++) ((char *)vals[q])[-1] = '=';
-                return dm_fail(err, ":set: key '%.*s' given twice", (int)(vals[n - 1] - 1 - keys[n - 1]), keys[n - 1]);
-            }
-    }
-    Config old = E_->cfg, old_model = E_->model.cfg;
-    int rc = engine_set_many(E_, n, keys, vals, err);
-    for (int i = 0; i < n; i++) ((char *)vals[i])[-1] = '=';  // the words as typed again (transcript)
-    if (rc) return 1;
-    if (E_->cfg.eval_frac != old.eval_frac && E_->has_data && !E_->eval_path[0]) {
-        if (engine_resplit(E_, old.eval_frac, err)) {  // all or nothing: the other keys go back too
-            E_->cfg = old;
-            E_->model.cfg = old_model;
-            return 1;
-        }
-        fprintf(OUT, "%s\n", E_->data.desc);
-        // a held-out split that grew into bytes this model trained on is no longer held out
-        // (SPEC §5: never read by training): said (QA, session 29)
-        if (E_->live && E_->data.n_train < E_->trained_upto)
-            fprintf(OUT, "note: the held-out split now starts at byte %lld, inside the first %lld bytes of this corpus, which this "
-                    "model's steps drew training windows from: evals from here score bytes it may have trained on (their BPB is "
-                    "not held-out)\n", (long long)E_->data.n_train, (long long)E_->trained_upto);
-    }
     return 0;
 }
 
@@ -280,6 +201,8 @@ static int cmd_show(Shell *sh, Words *w, dm_err *err) {
         if (e->be && e->be->kda_fixed_chunk)  // the device's kernels fix it: say which one runs
             snprintf(detail[4], 96, "H=%d heads of %d, chunk %d (%s's; kda_chunk=%d is the CPU's)", c->H, c->d / c->H,
                      e->be->kda_fixed_chunk, e->be->name, c->kda_chunk);
+        else if (c->kda_chunk > c->seq)  // the chunk that runs: one of seq bytes (QA, session 32)
+            snprintf(detail[4], 96, "H=%d heads of %d, chunk %d (kda_chunk=%d > seq)", c->H, c->d / c->H, c->seq, c->kda_chunk);
         else snprintf(detail[4], 96, "H=%d heads of %d, chunk %d", c->H, c->d / c->H, c->kda_chunk);
         snprintf(detail[5], 96, "gate on RMSNorm(n).RMSNorm(key), lam_max=%g", c->lam_max);
         snprintf(detail[6], 96, "E=%d top-%d, rank %d, hidden %d", c->E, c->k, c->r, c->f);
@@ -741,9 +664,9 @@ static int cmd_quit(Shell *sh, Words *w, dm_err *err) {
 }
 
 const Command dm_commands[] = {
-    {":help", cmd_help, NULL, ":help [cmd]", "List the commands, or explain one."},
+    {":help", cmd_help, NULL, ":help [cmd|key]", "List the commands, or explain one; a config key (:help lr): what it does, its values, its default, its value now, and whether a live model takes it."},
     {":preset", cmd_preset, NULL, ":preset NAME", "Apply a preset: nano, mini, small, base, large — the :set lines of configs/NAME.dm (shape, Engram tables, seq, batch) as one :set; other keys keep their values. On a live model of another shape it is refused, nothing changed (:init preset=NAME builds a new model of it)."},
-    {":set", cmd_set, NULL, ":set key=value ...", "Set config keys. On a live model only live keys (lr, batch, clip, ...) change; architecture keys are refused."},
+    {":set", cmd_set, NULL, ":set key=value ...", "Set config keys. On a live model only live keys (lr, batch, clip, ...) change; architecture keys are refused. :show config lists every key with its value; :help KEY explains one."},
     {":show", cmd_show, NULL, ":show [config|model|params|arms|data|device|metrics]", "Inspect the config, the model's tensors and parameter counts, the arms and their forward/backward counters (:help arm: what one count is), the data and its eval window."},
     {":data", cmd_data, NULL, ":data PATH [eval=PATH2]", "Open a corpus: a file or a directory (regular files and links to them, recursive, sorted, each file once; symlinked directories, fifos and the like are left out and said), memory-mapped. Without eval=, the last eval_frac is held out."},
     {":init", cmd_init, NULL, ":init [seed=N] [preset=NAME] [key=value ...]", "Build the model and optimizer from the current config (SPEC §4 defaults), with preset=NAME's keys and then the key=values given applied to it first (as :preset and :set would, architecture keys included): how a live model is rebuilt in another shape. A live model is replaced (in a session, saved first if it is in no file)."},

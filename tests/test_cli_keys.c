@@ -1,0 +1,112 @@
+// test_cli_keys.c — dmsh as a process, on what the config commands say about keys (QA, session
+// 32): :help KEY, the notes of :set for keys that change nothing as the config stands, the
+// refusal of a weight decay that would flip the weights' sign, :preset's line naming every key
+// it set, and where a live model's engram_ram refusal points.
+#include "cli_harness.h"
+
+static void expect_ok(const char *script) {
+    int rc = run(script, out, sizeof out, err_, sizeof err_);
+    if (rc) print_error("script:\n%s\nrc=%d stderr: %s\n", script, rc, err_);
+    assert_int_equal(rc, 0);
+}
+
+static void expect_out(const char *needle) {
+    if (!strstr(out, needle)) print_error("wanted: %s\nstdout:\n%s\n", needle, out);
+    assert_non_null(strstr(out, needle));
+}
+
+// :help lr answered "unknown command ':lr' (did you mean :arm?)": no way from :help to a key
+static void test_help_key(void **s) {
+    (void)s;
+    expect_ok(":set lr=0.002\n:help lr\n:help d\n:help L\n:help step\n:help opt\n");
+    expect_out("lr: AdamW and table learning rate\n  values: a number in [0, 10]; default 0.003; now 0.002\n"
+               "  live: :set lr=VALUE on a live model takes effect from the next step");
+    expect_out("d: model width\n  values: an integer in [1, 65536] (decimal digits); default 128; now 128\n"
+               "  architecture key: :set it before :init; a live model is rebuilt with it by :init d=VALUE\n");
+    expect_out("L: loop depth: iterations of the shared block\n");  // a key, not the :load prefix
+    expect_out(":step [N]\n  Take N optimizer steps");          // a command is still a command
+    expect_out("opt: mix: Muon + AdamW + Adam tables; adamw: AdamW everywhere\n  values: one of mix|adamw; default mix");
+    expect_error(":help nosuchthing\n", "unknown command ':nosuchthing'");
+    expect_ok(":help set\n");
+    expect_out(":help KEY explains one");
+}
+
+// keys accepted in silence that change nothing: Muon's under opt=adamw, eval_frac with an eval=
+// file (the losses with lr_muon 0.02 and 5 under adamw were the same to every digit)
+static void test_set_notes(void **s) {
+    (void)s;
+    char script[2000];
+    expect_ok(":set opt=adamw lr_muon=0.05\n:set muon_momentum=0.9\n:set lr_muon=0.01 opt=mix\n");
+    expect_out("note: lr_muon has no effect with opt=adamw");
+    expect_out("note: muon_momentum has no effect with opt=adamw");
+    assert_int_equal(count_lines(out), 2);  // not for the :set that switched back to mix
+    snprintf(script, sizeof script, ":data %s eval=%s\n:set eval_frac=0.2\n:data %s\n:set eval_frac=0.3\n", corpus, corpus, corpus);
+    expect_ok(script);
+    expect_out("note: eval_frac has no effect while an eval= file is the held-out set");
+    assert_null(strstr(strstr(out, "eval_frac has no effect") + 1, "eval_frac has no effect"));  // once: not without eval=
+}
+
+// lr x wd >= 1: decoupled decay multiplies the weights by 1 - lr x wd, a sign flip (lr=10 wd=10
+// blew up by step 7): refused with the product, on :set and on :init, nothing changed
+static void test_decay_that_flips_refused(void **s) {
+    (void)s;
+    char script[2000];
+    expect_error(":set lr=0.5 wd=2\n", "s.dm:1: error: lr x wd = 0.5 x 2 = 1 >= 1: the decoupled decay");
+    expect_error(":set lr_muon=0.2 wd=5\n", "error: lr_muon x wd = 0.2 x 5 = 1 >= 1");
+    expect_ok(":set opt=adamw lr_muon=0.2 wd=5 lr=0.1\n:show config\n");  // Muon's rate unused under adamw
+    expect_out("lr_muon          0.2");
+    snprintf(script, sizeof script, "%s:data %s\n:init seed=1\n:set lr=0.5\n:init wd=3\n", SMALL, corpus);
+    expect_error(script, "s.dm:6: error: lr x wd = 0.5 x 3 = 1.5 >= 1");
+    // the value stays as it was
+    snprintf(script, sizeof script, ":set wd=0.1\n:set lr=2 wd=0.6\n:help wd\n");
+    expect_error(script, "lr x wd = 2 x 0.6 = 1.2 >= 1");
+    assert_null(strstr(out, "now 0.6"));
+}
+
+// :preset printed the shape but not the Engram keys it set (:preset large turns engram_ram on)
+static void test_preset_line(void **s) {
+    (void)s;
+    expect_ok(":preset large\n");
+    expect_out("preset large: d=1024 H=16 L=4 E=16 k=2 r=256 f=4096 seq=1024 batch=32 engram_rows=4000000 engram_dim=64 "
+               "engram_orders=2,3,4 engram_ram=on\n");
+}
+
+// a live model's engram_ram: a placement a checkpoint moves between, and the refusal says how
+// (it named only a fresh :init, which throws the trained weights away); the route it names works
+static void test_engram_ram_route(void **s) {
+    (void)s;
+    char script[2000];
+    snprintf(script, sizeof script, "%s:data %s\n:init seed=1\n:step 2\n:set engram_ram=on\n", SMALL, corpus);
+    expect_error(script, "`:save F; :init engram_ram=on; :load F` moves this model's weights there");
+    snprintf(script, sizeof script, "%s:data %s\n:init seed=1\n:step 2\n:save a.ckpt\n:init engram_ram=on\n:load a.ckpt\n:step 1\n"
+             ":show config\n", SMALL, corpus);
+    expect_ok(script);
+    expect_out("step 2 loss");
+    expect_out("engram_ram       on");
+    // the same step 2 as without the move
+    char moved[256], *l = strstr(out, "step 2 loss");
+    snprintf(moved, sizeof moved, "%.*s", (int)(strstr(l, " ms ") - l), l);
+    snprintf(script, sizeof script, "%s:data %s\n:init seed=1\n:step 3\n", SMALL, corpus);
+    expect_ok(script);
+    expect_out(moved);
+}
+
+// :show model named kda_chunk as the chunk when seq is shorter (one chunk of seq bytes runs)
+static void test_show_model_chunk(void **s) {
+    (void)s;
+    expect_ok(":set seq=32 batch=2 kda_chunk=64\n:init\n:show model\n:set kda_chunk=16\n:show model\n");
+    expect_out("chunk 32 (kda_chunk=64 > seq)");
+    expect_out("H=2 heads of 64, chunk 16\n");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_help_key),
+        cmocka_unit_test(test_set_notes),
+        cmocka_unit_test(test_decay_that_flips_refused),
+        cmocka_unit_test(test_preset_line),
+        cmocka_unit_test(test_engram_ram_route),
+        cmocka_unit_test(test_show_model_chunk),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
