@@ -11,7 +11,9 @@
 # git) to bench on real text. Aimed at < 5 minutes on an H200; each program has a time cap
 # (90/150/30/90/150 s; a hang cannot eat a whole device lease). All caps together (510 s) and
 # the build do not fit one 10-minute device command: run `check` and `bench` as two commands
-# when a program might hang; a passing `all` takes a fraction of its caps.
+# when a program might hang, the second sent as soon as the first returns (a lent machine stays
+# warm 30 s after a call; a later call starts a bare one, minutes of the lease, and builds again);
+# a passing `all` takes a fraction of its caps.
 # Env: CUDA_HOME (default /usr/local/cuda), CUDA_ARCH (default: this machine's GPU, else sm_90), JOBS (default nproc),
 # DM_GPU_LOGS (a folder to copy the programs' full logs into).
 set -euo pipefail
@@ -36,8 +38,28 @@ fi
 CULIBS="-L$CUDA_HOME/lib64 -lcublas -lcudart_static -ldl -lrt -lpthread -lstdc++ -Wl,-rpath,$CUDA_HOME/lib64"
 
 # the card, its memory and the driver: benchmark numbers are this card's own (docs/testing.md)
-nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap --format=csv,noheader 2>/dev/null \
+nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap,clocks.sm,clocks.max.sm --format=csv,noheader 2>/dev/null \
     || echo "run.sh: nvidia-smi not available (continuing)"
+"$NVCC" --version 2>/dev/null | tail -n 1 || true
+# the one library the build needs from the machine that no lent device has been seen to lack or
+# have: said at once (seconds), not after the build fails at its link
+# have: said at once (seconds), not after the build fails at its link. The fallback: the Debian
+# packages carried in shared-data/debs (docs/testing.md), unpacked under /tmp, never into /
+# (DM_BLAS_FROM_DEBS=1 takes them even where the machine has its own: how the fallback is tried)
+if { command -v ldconfig >/dev/null && ! ldconfig -p 2>/dev/null | grep -q 'libopenblas\.so'; } || [ "${DM_BLAS_FROM_DEBS:-0}" = 1 ]; then
+    if ls shared-data/debs/libopenblas0*.deb >/dev/null 2>&1 && command -v dpkg >/dev/null; then
+        ob=/tmp/dm-openblas
+        rm -rf "$ob" && mkdir -p "$ob"
+        for f in shared-data/debs/*.deb; do dpkg -x "$f" "$ob"; done
+        obl="$ob/usr/lib/x86_64-linux-gnu"
+        export LIBRARY_PATH="$obl/openblas-pthread:$obl${LIBRARY_PATH:+:$LIBRARY_PATH}"
+        export LD_LIBRARY_PATH="$obl/openblas-pthread:$obl${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+        echo "run.sh: OpenBLAS from the carried packages ($(ls shared-data/debs | tr '\n' ' '))-> $obl"
+    else
+        echo "run.sh: no libopenblas.so* on this machine and no shared-data/debs/libopenblas0*.deb carried: the engine links"
+        echo "  OpenBLAS (the CPU reference side), so the build will fail; docs/testing.md says how to carry it"
+    fi
+fi
 mkdir -p "$OUT"
 
 # Full logs: build/gpu/logs, or straight into $DM_GPU_LOGS when set (the device tool's $OUT: the
