@@ -1,5 +1,6 @@
 // probe.c — see probe.h. Activation names follow the forward pass (engine/forward.c):
-//   h0 m key val (once per forward), and per iteration i: u n ctrl z kda.q kda.k kda.v kda.beta
+//   h0 m key val (once per forward), and per iteration i: u n ctrl (and its three gates apart:
+//   ctrl.attn ctrl.mem ctrl.ffn) z kda.q kda.k kda.v kda.beta
 //   kda.g kda.o kda.out kda.state mem.gate mem.e moe.out moe.load body h y ybar probs loss
 // kda.state is the Frobenius norm of each (sequence, head) state after the last byte,
 // recomputed from the kept q, k, v, beta, g with the recurrent step (the chunked kernel keeps
@@ -13,7 +14,7 @@
 typedef enum { SRC_ACT, SRC_ITER, SRC_PARAM } Src;
 
 static const char *global_acts[] = {"h0", "m", "key", "val"};
-static const char *iter_acts[] = {"u", "n", "ctrl", "z", "kda.q", "kda.k", "kda.v", "kda.beta", "kda.g", "kda.o",
+static const char *iter_acts[] = {"u", "n", "ctrl", "ctrl.attn", "ctrl.mem", "ctrl.ffn", "z", "kda.q", "kda.k", "kda.v", "kda.beta", "kda.g", "kda.o",
                                   "kda.out", "kda.state", "mem.gate", "mem.e", "moe.out", "moe.load", "body", "h",
                                   "y", "ybar", "probs", "loss"};
 #define NG (int)(sizeof global_acts / sizeof global_acts[0])
@@ -234,6 +235,18 @@ int probe_get(Engine *e, const char *name, double **vals, ProbeInfo *info, dm_er
         *vals = copy_real(m->be, src, info->n);
         return 0;
     }
+    // one gate of ctrl [N, 3] (w_attn, w_mem, w_ffn), [B, T]: a gate that has shut shows as such
+    // (QA, session 32: w_ffn closed at nano, and ctrl's pooled histogram could only hint at it)
+    static const char *gate[3] = {"ctrl.attn", "ctrl.mem", "ctrl.ffn"};
+    for (int gi = 0; gi < 3; gi++)
+        if (!strcmp(nm, gate[gi])) {
+            set_shape(info, 2, B, T, 0);
+            double *all = copy_real(m->be, t->ctrl, (size_t)N * 3), *v = mallocCheck(sizeof(double) * (size_t)N);
+            for (size_t j = 0; j < (size_t)N; j++) v[j] = all[j * 3 + gi];
+            free(all);
+            *vals = v;
+            return 0;
+        }
     struct { const char *n; const real *p; int w; } tab[] = {
         {"u", t->u, d}, {"n", t->n, d}, {"ctrl", t->ctrl, 3}, {"z", t->z, E}, {"kda.q", t->q, d}, {"kda.k", t->k, d},
         {"kda.v", t->v, d}, {"kda.beta", t->beta, H}, {"kda.g", t->g, d}, {"kda.o", t->o, d}, {"kda.out", t->a, d},

@@ -202,6 +202,28 @@ static void test_hist_labels(void **s) {
     expect_error(":step\n:probe h@1 hist colour=red\n", "unknown histogram option 'colour=red' (options: log=on|off bins=N)");
 }
 
+// ctrl's three gates apart (QA, session 32: a gate that had shut could only be guessed from
+// ctrl's pooled histogram): each [B, T], and their means average to ctrl's
+static void test_probe_gates(void **s) {
+    (void)s;
+    expect_ok(":step\n:probe ctrl@2\n:probe ctrl.attn@2\n:probe ctrl.mem@2\n:probe ctrl.ffn@2\n:probe\n");
+    const char *nm[4] = {"ctrl@2 [4, 64, 3] ", "ctrl.attn@2 [4, 64] ", "ctrl.mem@2 [4, 64] ", "ctrl.ffn@2 [4, 64] "};
+    double mean[4];
+    for (int i = 0; i < 4; i++) {
+        const char *l = strstr(out, nm[i]);
+        if (!l) print_error("no '%s' in:\n%s\n", nm[i], out);
+        assert_non_null(l);
+        const char *mp = strstr(l, " mean ");
+        assert_non_null(mp);
+        mean[i] = atof(mp + 6);
+    }
+    double avg = (mean[1] + mean[2] + mean[3]) / 3;
+    if (fabs(avg - mean[0]) > 1e-5 * fabs(mean[0])) print_error("gate means %g %g %g average %g, ctrl's %g\n", mean[1], mean[2], mean[3], avg, mean[0]);
+    assert_true(fabs(avg - mean[0]) <= 1e-5 * fabs(mean[0]));
+    assert_true(mean[1] != mean[2] && mean[2] != mean[3]);   // three columns, not one three times
+    assert_non_null(strstr(out, "ctrl.ffn@1"));   // listed
+}
+
 // QA, session 32: :data on the corpus already open dropped the anchors (eval lines stopped naming
 // them, with no word why, and the next checkpoint lost them). The same bytes and split keep them;
 // another split or another corpus does not.
@@ -272,6 +294,7 @@ int main(void) {
         cmocka_unit_test(test_probe_q_is_the_spec_q),
         cmocka_unit_test(test_hist_labels),
         cmocka_unit_test(test_anchors_same_data),
+        cmocka_unit_test(test_probe_gates),
         cmocka_unit_test(test_gen_byte_display),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
