@@ -12,6 +12,8 @@ typedef struct {
     long long skipped;     // steps of this run the NaN firewall skipped
     double gnorm_p999;     // nearest-rank 99.9th percentile of the finite pre-clip norms (NaN: none)
     double final_loss;     // the last step's loss (NaN when none ran)
+    double noise;          // the loss's step-to-step scatter: 1.4826 x median |loss[i] - loss[i-1]| / sqrt 2 over
+                           // consecutive finite losses (NaN: fewer than 9 such pairs)
     double amax[3];        // max |output| of the kda, engram, moe arms over the run (0: off)
     int interrupted;       // an interrupt stopped it (counted in e->intr_honored)
 } StressReport;

@@ -86,6 +86,15 @@ static void test_run_counts_and_restores(void **st) {
     // a step is judged with 10 earlier finite losses of the run: steps 11 and 12 of 12
     assert_int_equal(r.judged, 2);
     assert_true(r.spikes >= 0 && r.spikes <= r.judged);
+    // the scatter printed beside the bar: 1.4826 x the median |loss[i] - loss[i-1]| / sqrt 2 of the
+    // run's 11 consecutive pairs (QA, session 32), recomputed from its rows
+    double d[11];
+    for (int i = 0; i < 11; i++) d[i] = fabs(e.rows[rows0 + i + 1].loss - e.rows[rows0 + i].loss);
+    for (int a = 1; a < 11; a++)
+        for (int b = a; b > 0 && d[b] < d[b - 1]; b--) { double t = d[b]; d[b] = d[b - 1]; d[b - 1] = t; }
+    double want = 1.4826 / sqrt(2.0) * d[5];
+    if (!(fabs(r.noise - want) <= 1e-12 * want)) print_error("noise %g, want %g\n", r.noise, want);
+    assert_true(want > 0 && fabs(r.noise - want) <= 1e-12 * want);
     assert_int_equal(r.nonfinite, 0);
     assert_int_equal(r.gnorm_bad, 0);
     assert_memory_equal(&r.gnorm_p999, &gmax, sizeof gmax);  // n <= 1000: the largest norm
