@@ -5,7 +5,7 @@
 //
 //   file header, 24 bytes
 //      0  magic "DMSHCKPT"                         8 bytes
-//      8  format version (u32) = 1
+//      8  format version (u32) = 2 (1 and 2 are read alike: see CK_VERSION)
 //     12  section count (u32)
 //     16  CRC32 of bytes 0..15 (u32)
 //     20  reserved (u32), written as 0, must read 0; it makes the header 24 bytes so every
@@ -24,7 +24,7 @@
 // The trailer exists because a file cut exactly at a section boundary is otherwise a valid
 // prefix; with it, any truncation is detected. Future format versions keep the meaning of the
 // first 20 bytes (magic, version, count, header CRC), so this reader can tell "written by a
-// newer dmsh" (CRC fine, version > 1) apart from "corrupted" (CRC wrong).
+// newer dmsh" (CRC fine, version > CK_VERSION) apart from "corrupted" (CRC wrong).
 //
 // Writing goes to PATH.<pid>.tmp (one name per writer), which is fsynced, closed, renamed onto PATH, and then the directory
 // is fsynced, so the name PATH always holds either the old or the new complete file.
@@ -48,7 +48,13 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 
 #define CK_MAGIC "DMSHCKPT"
 #define CK_TRAILER_MAGIC "DMSHEND" // the eighth byte is the string's NUL
-#define CK_VERSION 1u
+// 2 since session 32, with no change to the layout: the metric rows carry fields (arms_off,
+// emulated) in bytes a format-1 reader took for padding, and a dmsh of before those fields loaded
+// a newer file and misread its rows (an ablated step's row as "skipped 262144": a QA pass on
+// files across builds). Writing 2 makes such a reader refuse the file ("written by a newer dmsh");
+// this one reads 1 and 2 alike (a format-1 file's padding holds zeros or what the row checks refuse).
+#define CK_VERSION 2u
+#define CK_VERSION_MIN 1u
 #define CK_HDR 24u
 #define CK_SHDR 48u
 #define CK_TRL 20u
@@ -406,7 +412,7 @@ static int verify(const char *path, const uint8_t *img, size_t n, CkptSection *o
     uint32_t version = get_u32(img + 8);
     if (version > CK_VERSION)
         return dm_fail(err, "%s: written by a newer dmsh (format %u), this one reads %u", path, version, CK_VERSION);
-    if (version != CK_VERSION)
+    if (version < CK_VERSION_MIN)
         return dm_fail(err, "%s: unknown checkpoint format version %u (file corrupted?)", path, version);
     if (get_u32(img + 20) != 0) return dm_fail(err, "%s: file header: nonzero reserved bytes (file corrupted)", path);
     uint32_t nsec = get_u32(img + 12);
@@ -570,7 +576,7 @@ int ckpt_peek(const char *path, const char *name, void *buf, size_t cap, size_t 
     else if (pread(fd, h, CK_HDR, 0) != (ssize_t)CK_HDR) why = "truncated inside the file header";
     else if (memcmp(h, CK_MAGIC, 8)) why = "not a dmsh checkpoint (bad magic)";
     else if (get_u32(h + 16) != crc32_update(0, h, 16)) why = "file header: CRC mismatch (file corrupted)";
-    else if (get_u32(h + 8) != CK_VERSION) why = "unknown checkpoint format version";
+    else if (get_u32(h + 8) < CK_VERSION_MIN || get_u32(h + 8) > CK_VERSION) why = "unknown checkpoint format version";
     else if (get_u32(h + 20) != 0) why = "file header: nonzero reserved bytes (file corrupted)";
     uint64_t off = CK_HDR, fsz = (uint64_t)st.st_size;
     int found = 0;

@@ -58,6 +58,10 @@ extern const int dm_n_config_keys;
 
 void config_defaults(Config *c);                 // = preset nano
 const ConfigKey *config_find_key(const char *name);
+// lr x wd (and lr_muon x wd under Muon), each rate times mult, at most 2 (config.c says why).
+int config_validate_decay(const Config *c, double mult, dm_err *err);
+// 1 with the words of a note in buf when that product is above 1 (a decay that flips the sign).
+int config_decay_note(const Config *c, char *buf, size_t n);
 // The values a key takes, as its errors say them ("a number in [0, 10]", "one of off|on").
 void config_key_range(const ConfigKey *k, char *buf, size_t n);
 // key=value; 0 on success, else fills err (names the key and the allowed range)

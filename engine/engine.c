@@ -468,7 +468,7 @@ int engine_set_many(Engine *e, int n, const char *const *keys, const char *const
         if (config_set(&t, keys[i], values[i], err)) return 1;
         user_steps |= !strcmp(keys[i], "steps");
     }
-    if (config_validate(&t, err) || (e->live && model_shape_check(e->be, &t, t.batch, t.seq, err))) return 1;
+    if (config_validate(&t, err) || config_validate_decay(&t, 1, err) || (e->live && model_shape_check(e->be, &t, t.batch, t.seq, err))) return 1;
     if (e->has_data && t.seq != e->cfg.seq && data_fits(&e->data, t.seq, err)) return 1;
     // eval_bytes < seq is taken (config_validate_eval): a script or a preset may set the two keys
     // on lines of their own, in any order, and a state between them is no error

@@ -313,7 +313,16 @@ int engine_load(Engine *e, const char *path, dm_err *err) {
             ep[se->size] = 0;
         }
         dm_err derr = {0};
-        if (engine_open_data(e, dp, ep[0] ? ep : NULL, &derr)) {
+        if (dp[0] != '/' || (ep[0] && ep[0] != '/')) {
+            // a relative path: written by a dmsh before paths were stored absolute (and before the
+            // fingerprint), relative to the directory that run was in, which this one need not be;
+            // opened from here it trained a resumed run on another file in silence (QA, session 32)
+            snprintf(e->data_path, sizeof e->data_path, "%s", dp);
+            snprintf(e->eval_path, sizeof e->eval_path, "%s", ep);
+            engine_note(e, "the checkpoint (an older dmsh's) names its %s '%s' relative to the directory that run was in, and holds no "
+                        "fingerprint to check a file against: no corpus is opened; :data PATH opens the one it trained on",
+                        dp[0] != '/' ? "corpus" : "eval file", dp[0] != '/' ? dp : ep);
+        } else if (engine_open_data(e, dp, ep[0] ? ep : NULL, &derr)) {
             snprintf(e->data_path, sizeof e->data_path, "%s", dp);
             snprintf(e->eval_path, sizeof e->eval_path, "%s", ep);
             engine_note(e, "the checkpoint's corpus did not open, so no corpus is open (%s); :data PATH opens one", derr.msg);
@@ -322,8 +331,10 @@ int engine_load(Engine *e, const char *path, dm_err *err) {
         engine_note(e, "the checkpoint's corpus path is %llu bytes, longer than this dmsh takes (%zu), so no corpus is open; :data PATH opens one",
                     (unsigned long long)sd->size, sizeof e->data_path - 1);
     } else if (e->has_data && sd && sd->size && (sd->size != strlen(e->data_path) || memcmp(sd->data, e->data_path, sd->size))) {
-        engine_note(e, "this checkpoint was trained on %.*s; the corpus already open stays (%s): :data switches",
-                    (int)(sd->size < 400 ? sd->size : 400), (const char *)sd->data, e->data_path);
+        engine_note(e, "this checkpoint was trained on %.*s%s; the corpus already open stays (%s): :data switches",
+                    (int)(sd->size < 400 ? sd->size : 400), (const char *)sd->data,
+                    ((const char *)sd->data)[0] != '/' ? " (as an older dmsh recorded it: relative to the directory that run was in)" : "",
+                    e->data_path);
     }
     // the checkpoint's eval_frac (a live key it keeps) splits the corpus open: the config and the
     // split the batches and evals come from are one (after :set eval_frac=0.2, :load they disagreed)

@@ -80,16 +80,25 @@ int cmd_set(Shell *sh, Words *w, dm_err *err) {
     int rc = engine_set_many(E_, n, keys, vals, err);
     for (int i = 0; i < n; i++) ((char *)vals[i])[-1] = '=';  // the words as typed again (transcript)
     if (rc) return 1;
-    // keys that change nothing as the config stands: said, so no one tunes them (QA, session 32)
+    // keys that change nothing as the config stands: said, so no one tunes them (QA, session 32);
+    // only for a value this :set changed (a config.dm replayed sets every key to what it was)
+    int decay_keys = 0;
     for (int i = 0; i < n; i++) {
         char key[64];  // (the words hold key=value again)
         snprintf(key, sizeof key, "%.*s", (int)(vals[i] - 1 - keys[i]), keys[i]);
+        const ConfigKey *k = config_find_key(key);
+        char was[128] = "", now[128] = "";
+        if (k) { config_get(&old, k, was, sizeof was); config_get(&E_->cfg, k, now, sizeof now); }
+        if (!strcmp(was, now)) continue;
+        decay_keys |= !strcmp(key, "lr") || !strcmp(key, "lr_muon") || !strcmp(key, "wd") || !strcmp(key, "opt");
         if (E_->cfg.opt_adamw && (!strcmp(key, "lr_muon") || !strcmp(key, "muon_momentum") || !strcmp(key, "muon_colrow")))
             fprintf(OUT, "note: %s has no effect with opt=adamw (AdamW everywhere: no matrix takes a Muon step; opt=mix uses it)\n", key);
         if (!strcmp(key, "eval_frac") && E_->has_data && E_->eval_path[0])
             fprintf(OUT, "note: eval_frac has no effect while an eval= file is the held-out set (%s): :data PATH without eval= uses it\n",
                     E_->eval_path);
     }
+    char dnote[300];
+    if (decay_keys && config_decay_note(&E_->cfg, dnote, sizeof dnote)) fprintf(OUT, "note: %s\n", dnote);
     if (E_->cfg.eval_frac != old.eval_frac && E_->has_data && !E_->eval_path[0]) {
         if (engine_resplit(E_, old.eval_frac, err)) {  // all or nothing: the other keys go back too
             E_->cfg = old;
@@ -118,7 +127,9 @@ int help_key(Shell *sh, const char *name) {
     config_get(&E_->cfg, k, now, sizeof now);
     config_get(&def, k, dflt, sizeof dflt);
     fprintf(OUT, "%s: %s\n  values: %s; default %s; now %s\n", k->name, k->help, range, dflt, now);
-    if (k->arch)
+    if (!strcmp(k->name, "engram_ram"))  // a placement: a checkpoint loads into either
+        fprintf(OUT, "  placement key: :set it before :init; a live model's tables move with :save F, :init engram_ram=VALUE, :load F\n");
+    else if (k->arch)
         fprintf(OUT, "  architecture key: :set it before :init; a live model is rebuilt with it by :init %s=VALUE\n", k->name);
     else
         fprintf(OUT, "  live: :set %s=VALUE on a live model takes effect from the next step (kept in the session's transcript and "

@@ -73,7 +73,7 @@ static int init_config(Shell *sh, Words *w, Config *t, int *user_steps, dm_err *
             return dm_fail(err, ":init: eval_frac splits the open corpus: `:set eval_frac=%s` first (it re-splits), then :init", eq + 1);
         *user_steps |= !strcmp(key, "steps");
     }
-    if (config_validate(t, err) || model_shape_check(E_->be, t, t->batch, t->seq, err)) return 1;
+    if (config_validate(t, err) || config_validate_decay(t, 1, err) || model_shape_check(E_->be, t, t->batch, t->seq, err)) return 1;
     if (E_->has_data && t->seq != E_->cfg.seq && data_fits(&E_->data, t->seq, err)) return 1;
     return 0;
 }

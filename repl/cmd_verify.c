@@ -284,8 +284,8 @@ int cmd_stress(Shell *sh, Words *w, dm_err *err) {
         if (off >> ids[k] & 1) snprintf(amax[k], sizeof amax[k], "off");
         else snprintf(amax[k], sizeof amax[k], "%.3g", r.amax[k]);
     // the bar beside the step-to-step noise it is judged against: a count made of noise reads as one
-    char nz[96] = "";
-    if (isfinite(r.noise)) snprintf(nz, sizeof nz, " (bar +0.1 nat over the running median; the loss's step-to-step scatter: sigma %.3f)", r.noise);
+    char nz[160] = "";
+    if (isfinite(r.noise)) snprintf(nz, sizeof nz, " (bar +0.1 nat over the running median; the loss's step-to-step scatter: sigma %.3g)", r.noise);
     fprintf(OUT, "stress lr_mult=%g steps=%lld%s: loss spikes %lld%s%s, non-finite losses %lld, gnorm p99.9 %.3f%s, final loss %.4f, arm maxima |kda| %s |engram| %s |moe| %s, skipped %lld (the model's total %lld)\n",
             mult, n, cutw, r.spikes, jd, nz, r.nonfinite, r.gnorm_p999, bad, r.final_loss,
             amax[0], amax[1], amax[2], r.skipped, (long long)E_->opt.total_skips);

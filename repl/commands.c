@@ -200,7 +200,7 @@ static int cmd_show(Shell *sh, Words *w, dm_err *err) {
         snprintf(detail[1], 96, "gates w_attn, w_mem, w_ffn; router over E=%d", c->E);
         if (e->be && e->be->kda_fixed_chunk)  // the device's kernels fix it: say which one runs
             snprintf(detail[4], 96, "H=%d heads of %d, chunk %d (%s's; kda_chunk=%d is the CPU's)", c->H, c->d / c->H,
-                     e->be->kda_fixed_chunk, e->be->name, c->kda_chunk);
+                     e->be->kda_fixed_chunk < c->seq ? e->be->kda_fixed_chunk : c->seq, e->be->name, c->kda_chunk);
         else if (c->kda_chunk > c->seq)  // the chunk that runs: one of seq bytes (QA, session 32)
             snprintf(detail[4], 96, "H=%d heads of %d, chunk %d (kda_chunk=%d > seq)", c->H, c->d / c->H, c->seq, c->kda_chunk);
         else snprintf(detail[4], 96, "H=%d heads of %d, chunk %d", c->H, c->d / c->H, c->kda_chunk);

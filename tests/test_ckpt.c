@@ -67,7 +67,7 @@ typedef struct {
 
 static void check_same(const CkptFile *f, const Fixture *fx) {
     assert_int_equal(f->nsec, NSEC);
-    assert_int_equal(f->version, 1);
+    assert_int_equal(f->version, 2);
     for (int i = 0; i < NSEC; i++) {
         assert_string_equal(f->sec[i].name, fx->sec[i].name);
         assert_int_equal(f->sec[i].size, fx->sec[i].size);
@@ -324,12 +324,33 @@ static void test_newer_version_and_junk(void **s) {
     if (ckpt_write(path, &one, 1, &e)) fail_msg("%s", e.msg);
     size_t n;
     uint8_t *img = slurp(path, &n);
-    // a well-formed header from a future writer: version 2 with a correct header CRC
-    img[8] = 2;
+    // format 1 (every file before session 32: the same layout) still reads
+    img[8] = 1;
     uint32_t c = crc32_update(0, img, 16);
     memcpy(img + 16, &c, 4);
     spit(path, img, n);
-    expect_fail(path, "written by a newer dmsh (format 2), this one reads 1", "version 2");
+    CkptFile f1;
+    if (ckpt_read(path, &f1, &e)) fail_msg("a format-1 file: %s", e.msg);
+    assert_int_equal(f1.version, 1);
+    assert_int_equal(f1.nsec, 1);
+    assert_memory_equal(f1.sec[0].data, "abc", 3);
+    ckpt_close(&f1);
+    char pk[8];
+    size_t pn = 0;
+    assert_int_equal(ckpt_peek(path, "a", pk, sizeof pk, &pn, &e), 0);   // (a listing's read too)
+    assert_true(pn == 3 && !memcmp(pk, "abc", 3));
+    // a well-formed header from a future writer: version 3 with a correct header CRC
+    img[8] = 3;
+    c = crc32_update(0, img, 16);
+    memcpy(img + 16, &c, 4);
+    spit(path, img, n);
+    expect_fail(path, "written by a newer dmsh (format 3), this one reads 2", "version 3");
+    // and 0, which no dmsh wrote
+    img[8] = 0;
+    c = crc32_update(0, img, 16);
+    memcpy(img + 16, &c, 4);
+    spit(path, img, n);
+    expect_fail(path, "unknown checkpoint format version 0", "version 0");
     free(img);
 
     spit(path, "hello, world\n", 13);

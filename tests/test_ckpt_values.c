@@ -206,6 +206,27 @@ static void test_corpus_path_with_nul(void **s) {
     assert_non_null(strstr(last_note, "corpus path holds a NUL byte"));
 }
 
+// An older dmsh stored the corpus path as typed (relative) with no fingerprint; opened from this
+// process's directory it named another file, and a resumed run trained on it in silence (QA,
+// session 32). Not opened, and the note says why; an absolute path still opens.
+static void test_relative_corpus_not_opened(void **s) {
+    (void)s;
+    char rel[64];
+    snprintf(rel, sizeof rel, "dm_ckv_rel_%d.txt", (int)getpid());
+    FILE *f = fopen(rel, "w");  // a file that is there under that name: the wrong one
+    assert_non_null(f);
+    for (int i = 0; i < 3000; i++) fputs("another corpus altogether. ", f);
+    fclose(f);
+    dm_err err = {0};
+    assert_int_equal(load_bytes("data", SIZE_MAX, rel, strlen(rel), &err), 0);
+    if (last_has_data || !strstr(last_note, "relative to the directory that run was in")) print_error("has_data %d, note: %s\n", last_has_data, last_note);
+    assert_int_equal(last_has_data, 0);
+    assert_non_null(strstr(last_note, "no corpus is opened; :data PATH opens the one it trained on"));
+    unlink(rel);
+    assert_int_equal(load_bytes("data", SIZE_MAX, corpus, strlen(corpus), &err), 0);
+    assert_int_equal(last_has_data, 1);
+}
+
 // A refused load must leave the backend in the live session's precision. The trial build of a
 // precision=fp32 file switched the (device-wide) mode, and a refusal after it left a bf16 session's
 // products in fp32 while :show config said bf16 (QA, session 32). A CPU backend that records the
@@ -262,6 +283,7 @@ int main(void) {
         cmocka_unit_test(test_counters_and_rows_checked),
         cmocka_unit_test(test_corpus_path_with_nul),
         cmocka_unit_test(test_refused_load_keeps_precision),
+        cmocka_unit_test(test_relative_corpus_not_opened),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -46,23 +46,30 @@ static void test_set_notes(void **s) {
     assert_null(strstr(strstr(out, "eval_frac has no effect") + 1, "eval_frac has no effect"));  // once: not without eval=
 }
 
-// lr x wd > 1: decoupled decay multiplies the weights by 1 - lr x wd, a sign flip (lr=10 wd=10
-// blew up by step 7): refused with the product, on :set and on :init, nothing changed; exactly 1
-// (lr=10 at the default wd, how tests make a run diverge) is allowed
-static void test_decay_that_flips_refused(void **s) {
+// the decoupled decay multiplies the weights by 1 - lr x wd each step: above 2 that factor's size
+// passes 1 (lr=10 wd=10: -99, the loss 3.6e8 by step 4): refused with the product, on :set, on
+// :init and for :stress's multiplier, nothing changed; between 1 and 2 (a sign flip that shrinks,
+// which QA saw train) a note; exactly 1 (lr=10 at the default wd, how tests make a run diverge)
+// nothing
+static void test_decay_that_flips(void **s) {
     (void)s;
     char script[2000];
-    expect_error(":set lr=0.5 wd=3\n", "s.dm:1: error: lr x wd = 0.5 x 3 = 1.5 > 1: the decoupled decay");
-    expect_error(":set lr_muon=0.2 wd=6\n", "error: lr_muon x wd = 0.2 x 6 = 1.2 > 1");
-    expect_ok(":set lr=10 lr_muon=10\n");  // x the default wd 0.1: 1
-    expect_ok(":set opt=adamw lr_muon=0.2 wd=6 lr=0.1\n:show config\n");  // Muon's rate unused under adamw
-    expect_out("lr_muon          0.2");
-    snprintf(script, sizeof script, "%s:data %s\n:init seed=1\n:set lr=0.5\n:init wd=3\n", SMALL, corpus);
-    expect_error(script, "s.dm:6: error: lr x wd = 0.5 x 3 = 1.5 > 1");
-    // the value stays as it was
-    snprintf(script, sizeof script, ":set wd=0.1\n:set lr=2 wd=0.6\n:help wd\n");
-    expect_error(script, "lr x wd = 2 x 0.6 = 1.2 > 1");
-    assert_null(strstr(out, "now 0.6"));
+    expect_error(":set lr=0.5 wd=5\n", "s.dm:1: error: lr x wd = 0.5 x 5 = 2.5 > 2: the decoupled decay would multiply the weights by -1.5");
+    expect_error(":set lr_muon=0.2 wd=11\n", "error: bad value");   // (wd's own range first)
+    expect_error(":set lr_muon=0.3 wd=9\n", "error: lr_muon x wd = 0.3 x 9 = 2.7 > 2");
+    expect_ok(":set lr=10 lr_muon=10\n");  // x the default wd 0.1: 1, no note
+    assert_null(strstr(out, "note:"));
+    expect_ok(":set lr_muon=0.2 wd=6\n:set wd=6\n");   // 1.2: a note, once (the second :set changes nothing)
+    expect_out("note: lr_muon x wd = 1.2 > 1: the decoupled decay multiplies the weights by -0.2 each step");
+    assert_int_equal(count_lines(out), 1);
+    expect_ok(":set opt=adamw lr_muon=0.3 wd=9 lr=0.1\n:show config\n");  // Muon's rate unused under adamw
+    expect_out("lr_muon          0.3");
+    snprintf(script, sizeof script, "%s:data %s\n:init seed=1\n:set lr=0.5\n:init wd=5\n", SMALL, corpus);
+    expect_error(script, "s.dm:6: error: lr x wd = 0.5 x 5 = 2.5 > 2");
+    // :stress's multiplier: lr_muon 0.02 x 1100 = 22, x wd 0.1 = 2.2 (refused before any step)
+    snprintf(script, sizeof script, "%s:data %s\n:init seed=1\n:stress lr_mult=1100 steps=3\n", SMALL, corpus);
+    expect_error(script, "s.dm:5: error: lr_muon x wd = 22 x 0.1 = 2.2 > 2");
+    assert_null(strstr(out, "stress lr_mult"));
 }
 
 // :preset printed the shape but not the Engram keys it set (:preset large turns engram_ram on)
@@ -105,7 +112,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_help_key),
         cmocka_unit_test(test_set_notes),
-        cmocka_unit_test(test_decay_that_flips_refused),
+        cmocka_unit_test(test_decay_that_flips),
         cmocka_unit_test(test_preset_line),
         cmocka_unit_test(test_engram_ram_route),
         cmocka_unit_test(test_show_model_chunk),

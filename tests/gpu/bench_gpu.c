@@ -12,7 +12,9 @@
 //   busy        the time in which a kernel, memcpy or memset ran / wall time, over K
 //               back-to-back steps traced by CUPTI (before the untraced ones) (tests/gpu/busy_cupti.h: the union of the
 //               activity intervals); "n/a" with the reason when CUPTI is not there or refuses
-//   memory      peak bytes held by the backend allocator, and the device's used memory at peak
+//   memory      peak bytes held by the backend (its allocations, the scratch slots, cuBLAS's
+//               workspace; the scratch slots persist across cases, so a later case's figure
+//               includes what an earlier one grew them to), and the device's used memory at peak
 //   graph       under each row: how the timed steps ran (replays, captures, eager): a capture or
 //               an eager step inside a timed window is said, since its time is in the row
 //   phases      under each row: forward, backward and the rest of a step timed apart, eager

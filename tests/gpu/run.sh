@@ -42,11 +42,11 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap,clocks.sm,cl
     || echo "run.sh: nvidia-smi not available (continuing)"
 "$NVCC" --version 2>/dev/null | tail -n 1 || true
 # the one library the build needs from the machine that no lent device has been seen to lack or
-# have: said at once (seconds), not after the build fails at its link
 # have: said at once (seconds), not after the build fails at its link. The fallback: the Debian
 # packages carried in shared-data/debs (docs/testing.md), unpacked under /tmp, never into /
 # (DM_BLAS_FROM_DEBS=1 takes them even where the machine has its own: how the fallback is tried)
-if { command -v ldconfig >/dev/null && ! ldconfig -p 2>/dev/null | grep -q 'libopenblas\.so'; } || [ "${DM_BLAS_FROM_DEBS:-0}" = 1 ]; then
+# (grep without -q: under pipefail a grep that stops reading early fails ldconfig with SIGPIPE)
+if { command -v ldconfig >/dev/null && ! ldconfig -p 2>/dev/null | grep 'libopenblas\.so' >/dev/null; } || [ "${DM_BLAS_FROM_DEBS:-0}" = 1 ]; then
     if ls shared-data/debs/libopenblas0*.deb >/dev/null 2>&1 && command -v dpkg >/dev/null; then
         ob=/tmp/dm-openblas
         rm -rf "$ob" && mkdir -p "$ob"
