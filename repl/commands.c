@@ -124,14 +124,18 @@ static void print_eval(Shell *sh, const EvalResult *r) {
 // ---- handlers -----------------------------------------------------------------------------
 
 static int cmd_help(Shell *sh, Words *w, dm_err *err) {
-    if (w->argc > 2) return dm_fail(err, "usage: :help [cmd] (one command at a time)");
+    if (w->argc > 2) return dm_fail(err, "usage: :help [cmd|key] (one at a time)");
     if (w->argc > 1) {
         const char *name = w->argv[1];
         if (help_key(sh, name)) return 0;  // a config key (`:help lr`), before the command prefixes
         char buf[64];
         if (name[0] != ':') { snprintf(buf, sizeof buf, ":%s", name); name = buf; }
         const Command *c = sh_resolve(name, err);
-        if (!c) return 1;
+        if (!c) {  // neither: say keys are asked for the same way
+            char msg[sizeof err->msg];
+            snprintf(msg, sizeof msg, "%s", err->msg);
+            return dm_fail(err, "%s; nor is '%s' a config key (:show config lists them)", msg, w->argv[1]);
+        }
         fprintf(OUT, "%s\n  %s\n", c->usage, c->help);
         return 0;
     }

@@ -287,7 +287,13 @@ char **dm_complete(const Command *table, const char *line, const char *word) {
             }
         }
         if (pos == 1) add(&l, word, "hist");
-        if (pos == 2 && argi > 2 && !strcmp(words[2], "hist")) { add(&l, word, "log="); add(&l, word, "bins="); }
+        if (pos == 2 && argi > 2 && !strcmp(words[2], "hist"))   // the options not given yet
+            for (int o = 0; o < 2; o++) {
+                const char *opt = o ? "bins=" : "log=";
+                int given = 0;
+                for (int i = 3; i < argi; i++) given |= !strncmp(words[i], opt, strlen(opt));
+                if (!given) add(&l, word, opt);
+            }
     } else if (!strcmp(cmd, ":show") && pos == 0) {
         add_choices(&l, word, "", "config|model|params|arms|data|device|metrics");
     } else if (!strcmp(cmd, ":check") && pos == 0) {

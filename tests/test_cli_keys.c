@@ -27,6 +27,8 @@ static void test_help_key(void **s) {
     expect_out(":step [N]\n  Take N optimizer steps");          // a command is still a command
     expect_out("opt: mix: Muon + AdamW + Adam tables; adamw: AdamW everywhere\n  values: one of mix|adamw; default mix");
     expect_error(":help nosuchthing\n", "unknown command ':nosuchthing'");
+    expect_out("");
+    assert_non_null(strstr(err_, "nor is 'nosuchthing' a config key (:show config lists them)"));
     expect_ok(":help set\n");
     expect_out(":help KEY explains one");
 }

@@ -124,6 +124,7 @@ static void test_arguments(void **s) {
     expect(":probe h ", (const char *[]){"hist", NULL});
     expect(":probe h hist ", (const char *[]){"bins=", "log=", NULL});
     expect(":probe h hist log=", (const char *[]){"log=off", "log=on", NULL});
+    expect(":probe h hist log=on ", (const char *[]){"bins=", NULL});
     {  // with a live engine the names are :probe's own (the provider the prompt installs)
         char **(*keep)(void *) = dm_probe_provider;
         void *keep_eng = dm_complete_eng;
