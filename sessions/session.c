@@ -601,9 +601,11 @@ int session_resume(Engine *e, const char *dir_in, dm_err *err) {
     // (and from which directory: a -r run elsewhere types paths relative to there)
     char line[sizeof e->synced_path + PATH_MAX + 128], cwd[PATH_MAX];
     if (!getcwd(cwd, sizeof cwd)) snprintf(cwd, sizeof cwd, "?");
-    // (a state the lines above do not rebuild: worded so that no later -r reads it as a place)
+    // (a state the lines above may not rebuild: worded so that no later -r reads it as a place;
+    // "may": an old transcript without checkpoint lines can rebuild it, as a QA pass found, but
+    // nothing here can tell which)
     snprintf(line, sizeof line, "# dmsh -r: resumed %s %s at step %lld, run in %s (relative paths below are from there)",
-             session_transcript_is_unplaced() ? "(a state the lines above do not rebuild) from" : "from", e->synced_path,
+             session_transcript_is_unplaced() ? "(a state the lines above may not rebuild) from" : "from", e->synced_path,
              (long long)e->step, cwd);
     // metrics.tsv becomes the checkpoint's rows: rows past them (steps a killed process never
     // saved, or a fallback's newer checkpoint that did not load) leave it, said with their count
