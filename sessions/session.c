@@ -641,12 +641,14 @@ int session_resume(Engine *e, const char *dir_in, dm_err *err) {
                  (cst.st_mtim.tv_sec == lst.st_mtim.tv_sec && cst.st_mtim.tv_nsec > lst.st_mtim.tv_nsec)))
                 later = i;
         }
-        char held[400] = "steps after it that no checkpoint holds";
+        // (rows, not steps: an eval's rows are among them, and a :save outside ckpt/ may hold
+        // them: QA, session 32)
+        char held[400] = "steps and evals after it, which no checkpoint in ckpt/ holds";
         if (later >= 0)
-            snprintf(held, sizeof held, "steps after it; ckpt/%s, of step %lld, is not the file LATEST names: :load it to go on from there",
+            snprintf(held, sizeof held, "steps and evals after it; ckpt/%s, of step %lld, is not the file LATEST names: :load it to go on from there",
                      names[later], steps[later]);
-        engine_note(e, "metrics.tsv held %lld row%s past this checkpoint's %d (%s): %s it, and the steps that made %s run again", dropped,
-                    dropped == 1 ? "" : "s", e->nrows, held, dropped == 1 ? "it leaves" : "they leave", dropped == 1 ? "it" : "them");
+        engine_note(e, "metrics.tsv held %lld row%s past this checkpoint's %d (%s): %s it; the run from here writes its own", dropped,
+                    dropped == 1 ? "" : "s", e->nrows, held, dropped == 1 ? "it leaves" : "they leave");
     }
     if (session_rewrite_metrics(e, err)) return 1;
     // (after the rewrite: a -r that failed there, a full disk, left a "resumed" line for a resume

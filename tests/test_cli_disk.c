@@ -47,7 +47,7 @@ static void test_resume_names_a_newer_checkpoint(void **s) {
     slurp_to("out.txt", out, sizeof out);
     if (!strstr(out, "(steps after it; ckpt/step-5.ckpt, of step 5, is not the file LATEST names: :load it to go on from there)"))
         print_error("stdout: %s\n", out);
-    assert_non_null(strstr(out, "metrics.tsv held 2 rows past this checkpoint's 3 (steps after it; ckpt/step-5.ckpt, of step 5, is not "
+    assert_non_null(strstr(out, "metrics.tsv held 2 rows past this checkpoint's 3 (steps and evals after it; ckpt/step-5.ckpt, of step 5, is not "
                                 "the file LATEST names: :load it to go on from there)"));
     // a -r that fails at its metrics rewrite (a directory where its temp file goes) writes no
     // "resumed" line
