@@ -187,9 +187,19 @@ static double decay_product(const Config *c, double mult, const char **which) {
     *which = b > a ? "lr_muon" : "lr";
     return b > a ? b : a;
 }
+int config_decay_key(const char *k) { return !strcmp(k, "lr") || !strcmp(k, "lr_muon") || !strcmp(k, "wd") || !strcmp(k, "opt"); }
 int config_validate_decay(const Config *c, double mult, dm_err *err) {
     const char *w;
     double p = decay_product(c, mult, &w);
+    if (mult != 1 && p > 2) {  // :stress: the multiplier is what the user chose here
+        const char *w1;
+        double p1 = decay_product(c, 1, &w1);
+        if (p1 <= 2)
+            return dm_fail(err, "lr_mult=%g makes %s x wd = %g x %g = %g > 2: the decoupled decay would multiply the weights by %g "
+                           "each step, flipping their sign and growing them whatever the gradient; lr_mult=%g at most (or a lower "
+                           "wd)", mult, w, p / c->wd, c->wd, p, 1 - p, p1 > 0 ? 2 / p1 : 0.0);
+        return 0;  // (already past it at lr_mult=1: a loaded older file, whose config is its own)
+    }
     if (p > 2)
         return dm_fail(err, "%s x wd = %g x %g = %g > 2: the decoupled decay would multiply the weights by %g each step (1 - %s x "
                        "wd), flipping their sign and growing them whatever the gradient; lower %s or wd", w,

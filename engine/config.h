@@ -60,6 +60,8 @@ void config_defaults(Config *c);                 // = preset nano
 const ConfigKey *config_find_key(const char *name);
 // lr x wd (and lr_muon x wd under Muon), each rate times mult, at most 2 (config.c says why).
 int config_validate_decay(const Config *c, double mult, dm_err *err);
+// 1 for the keys that rule reads (lr, lr_muon, wd, opt): it is checked when one of them is set.
+int config_decay_key(const char *k);
 // 1 with the words of a note in buf when that product is above 1 (a decay that flips the sign).
 int config_decay_note(const Config *c, char *buf, size_t n);
 // The values a key takes, as its errors say them ("a number in [0, 10]", "one of off|on").

@@ -445,7 +445,7 @@ int engine_set_many(Engine *e, int n, const char *const *keys, const char *const
     // all or nothing, and the rules between keys (d divisible by H, k <= E, r <= min(d, f)) are
     // checked once on the final values: `:set d=3 H=3 r=3` is valid whatever the order
     Config t = e->cfg;
-    int user_steps = 0;
+    int user_steps = 0, decay = 0;  // (decay: a key of the decay rule is set: only then is it checked)
     for (int i = 0; i < n; i++) {
         const ConfigKey *k = config_find_key(keys[i]);
         if (k && k->arch && e->live) {  // a live model's shape: only its own value again
@@ -467,8 +467,9 @@ int engine_set_many(Engine *e, int n, const char *const *keys, const char *const
         }
         if (config_set(&t, keys[i], values[i], err)) return 1;
         user_steps |= !strcmp(keys[i], "steps");
+        decay |= config_decay_key(keys[i]);
     }
-    if (config_validate(&t, err) || config_validate_decay(&t, 1, err) || (e->live && model_shape_check(e->be, &t, t.batch, t.seq, err))) return 1;
+    if (config_validate(&t, err) || (decay && config_validate_decay(&t, 1, err)) || (e->live && model_shape_check(e->be, &t, t.batch, t.seq, err))) return 1;
     if (e->has_data && t.seq != e->cfg.seq && data_fits(&e->data, t.seq, err)) return 1;
     // eval_bytes < seq is taken (config_validate_eval): a script or a preset may set the two keys
     // on lines of their own, in any order, and a state between them is no error

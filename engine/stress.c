@@ -52,8 +52,8 @@ int engine_stress(Engine *e, double mult, long long n, StressReport *rep, dm_err
     rep->gnorm_p999 = NAN;
     rep->final_loss = NAN;
     if (!e->live || !e->has_data) return dm_fail(err, !e->live ? "no model: :init builds one" : "no data: :data PATH opens a corpus");
-    // the multiplier must not turn the decay into a sign flip (:set refuses the same rates)
-    if (config_validate_decay(&e->cfg, mult, err)) return 1;
+    // the multiplier must not turn the decay into a growing sign flip (:set refuses the same rates)
+    if (mult != 1 && config_validate_decay(&e->cfg, mult, err)) return 1;
     // (a record of every step: a huge N the memory cannot hold is refused, not the process ended)
     double *loss = malloc(sizeof(double) * (size_t)n), *gn = malloc(sizeof(double) * (size_t)n),
            *res = malloc(sizeof(double) * (size_t)n);

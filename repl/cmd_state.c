@@ -61,6 +61,7 @@ static int init_config(Shell *sh, Words *w, Config *t, int *user_steps, dm_err *
         snprintf(origin, sizeof origin, "configs/%.60s.dm", pn);
         if (config_apply_text(t, config_preset_text(pn), origin, err)) return 1;
     }
+    int decay = 0;
     for (int i = 1; i < w->argc; i++) {
         char key[64];
         const char *eq = sh_eq(w, i);
@@ -72,8 +73,10 @@ static int init_config(Shell *sh, Words *w, Config *t, int *user_steps, dm_err *
         if (!strcmp(key, "eval_frac") && t->eval_frac != E_->cfg.eval_frac && E_->has_data && !E_->eval_path[0])
             return dm_fail(err, ":init: eval_frac splits the open corpus: `:set eval_frac=%s` first (it re-splits), then :init", eq + 1);
         *user_steps |= !strcmp(key, "steps");
+        decay |= config_decay_key(key);
     }
-    if (config_validate(t, err) || config_validate_decay(t, 1, err) || model_shape_check(E_->be, t, t->batch, t->seq, err)) return 1;
+    // (the decay rule only when a word sets one of its keys: a loaded older file may be past it)
+    if (config_validate(t, err) || (decay && config_validate_decay(t, 1, err)) || model_shape_check(E_->be, t, t->batch, t->seq, err)) return 1;
     if (E_->has_data && t->seq != E_->cfg.seq && data_fits(&E_->data, t->seq, err)) return 1;
     return 0;
 }

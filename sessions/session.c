@@ -57,6 +57,11 @@ static void put_config_lines(FILE *f, const Engine *e) {
         fprintf(f, " %s=%s", dm_config_keys[i].name, v);  // (no value holds a blank or a quote)
     }
     fputc('\n', f);
+    // a relative path no corpus was opened from (an older dmsh's checkpoint: engine_ckpt.c) is
+    // relative to a directory a replay need not run in: a comment, not a command that would open
+    // whatever file has that name there (QA, session 32)
+    if (e->data_path[0] && !e->has_data && (e->data_path[0] != '/' || (e->eval_path[0] && e->eval_path[0] != '/')))
+        fputs("# not open (an older dmsh's relative path, from the directory that run was in): ", f);
     if (e->data_path[0]) {
         fputs(":data ", f);
         put_word(f, e->data_path);

@@ -176,8 +176,11 @@ void session_transcript_end(TranscriptMark *m) {
 // sessions/transcript_cut.c; the format is part of the transcript's)
 static void plain_line(char *buf, size_t n, const char *base, long long step) {
     if (unplaced)
-        snprintf(buf, n, "# unplaced checkpoint ckpt/%s at step %lld: the lines above do not rebuild it (%s)", base, step,
-                 unplaced == 2 ? "lines that ran could not be written to this file" : "-r resumed a state they do not");
+        // (after a -r: "may not", as its resume line says: an old transcript without checkpoint
+        // lines can rebuild the state, and nothing here can tell: QA, session 32)
+        snprintf(buf, n, "# unplaced checkpoint ckpt/%s at step %lld: the lines above %s rebuild it (%s)", base, step,
+                 unplaced == 2 ? "do not" : "may not",
+                 unplaced == 2 ? "lines that ran could not be written to this file" : "-r resumed a state they may not rebuild");
     else
         snprintf(buf, n, "# checkpoint ckpt/%s at step %lld: the state the lines above rebuild", base, step);
 }

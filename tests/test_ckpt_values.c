@@ -52,6 +52,9 @@ static int teardown(void **s) {
     (void)s;
     unlink(corpus);
     unlink(good);
+    char keep[80];
+    snprintf(keep, sizeof keep, "/tmp/dm_ckv_last_%d.ckpt", (int)getpid());
+    unlink(keep);
     return 0;
 }
 
@@ -89,6 +92,9 @@ static int load_bytes(const char *name, size_t off, const void *bytes, size_t n,
     engine_init(&b);
     b.be = backend_cpu();
     int rc = engine_load(&b, path, err);
+    char keep[80];  // (the edited file, for a test that gives it to dmsh itself)
+    snprintf(keep, sizeof keep, "/tmp/dm_ckv_last_%d.ckpt", (int)getpid());
+    if (rename(path, keep)) {}
     const char *nt = engine_notice(&b);
     snprintf(last_note, sizeof last_note, "%s", nt ? nt : "");
     last_has_data = b.has_data;
@@ -206,23 +212,83 @@ static void test_corpus_path_with_nul(void **s) {
     assert_non_null(strstr(last_note, "corpus path holds a NUL byte"));
 }
 
+// A file written before the decay rule, past it (lr_muon x wd = 3): it loads, and only a :set of
+// the rule's own keys is held to it (every :set was refused, log_every= included: QA, session 32)
+static void test_old_decay_config(void **s) {
+    (void)s;
+    CkptFile f;
+    dm_err e0 = {0};
+    if (ckpt_read(good, &f, &e0)) fail_msg("%s", e0.msg);
+    const CkptSection *cs = ckpt_find(&f, "config");
+    char *text = malloc(cs->size + 64);
+    memcpy(text, cs->data, cs->size);
+    int tl = (int)cs->size + snprintf(text + cs->size, 64, ":set lr_muon=0.5 wd=6\n");
+    ckpt_close(&f);
+    char path[80];
+    snprintf(path, sizeof path, "/tmp/dm_ckv_decay_%d.ckpt", (int)getpid());
+    {   // (load_bytes loads into an engine it frees: this test keeps its own)
+        CkptFile g;
+        if (ckpt_read(good, &g, &e0)) fail_msg("%s", e0.msg);
+        CkptSection *sec = malloc(sizeof *sec * (size_t)g.nsec);
+        for (int k = 0; k < g.nsec; k++) {
+            sec[k] = g.sec[k];
+            if (!strcmp(g.sec[k].name, "config")) { sec[k].data = text; sec[k].size = (uint64_t)tl; }
+        }
+        if (ckpt_write(path, sec, g.nsec, &e0)) fail_msg("%s", e0.msg);
+        free(sec);
+        ckpt_close(&g);
+    }
+    free(text);
+    Engine b;
+    engine_init(&b);
+    b.be = backend_cpu();
+    dm_err err = {0};
+    if (engine_load(&b, path, &err)) fail_msg("%s", err.msg);
+    assert_true(b.cfg.lr_muon * b.cfg.wd > 2);
+    const char *k1[1] = {"log_every"}, *v1[1] = {"2"};
+    if (engine_set_many(&b, 1, k1, v1, &err)) fail_msg("%s", err.msg);
+    const char *k2[1] = {"lr"}, *v2[1] = {"0.001"};
+    assert_int_equal(engine_set_many(&b, 1, k2, v2, &err), 1);   // a key of the rule: held to it
+    assert_non_null(strstr(err.msg, "lr_muon x wd = 0.5 x 6 = 3 > 2"));
+    const char *k3[1] = {"wd"}, *v3[1] = {"1"};
+    if (engine_set_many(&b, 1, k3, v3, &err)) fail_msg("%s", err.msg);   // back under it
+    engine_free(&b);
+    unlink(path);
+}
+
 // An older dmsh stored the corpus path as typed (relative) with no fingerprint; opened from this
 // process's directory it named another file, and a resumed run trained on it in silence (QA,
 // session 32). Not opened, and the note says why; an absolute path still opens.
 static void test_relative_corpus_not_opened(void **s) {
     (void)s;
-    char rel[64];
-    snprintf(rel, sizeof rel, "dm_ckv_rel_%d.txt", (int)getpid());
+    // (in a directory of its own: a failed assert must not leave the file where the tests run)
+    char tdir[64] = "/tmp/dm_ckv_rel_XXXXXX", cwd[1024];
+    assert_non_null(mkdtemp(tdir));
+    assert_non_null(getcwd(cwd, sizeof cwd));
+    assert_int_equal(chdir(tdir), 0);
+    const char *rel = "c.txt";
     FILE *f = fopen(rel, "w");  // a file that is there under that name: the wrong one
     assert_non_null(f);
     for (int i = 0; i < 3000; i++) fputs("another corpus altogether. ", f);
     fclose(f);
     dm_err err = {0};
-    assert_int_equal(load_bytes("data", SIZE_MAX, rel, strlen(rel), &err), 0);
+    int rc = load_bytes("data", SIZE_MAX, rel, strlen(rel), &err);
+    // and a session's config.dm does not make it a :data command a replay would run from here
+    char cmd[2400];
+    snprintf(cmd, sizeof cmd, "cp /tmp/dm_ckv_last_%d.ckpt rel.ckpt && %s/build/" REAL_NAME "/dmsh --norc -e ':load rel.ckpt' "
+             "-e ':session s' -e ':quit' > out.txt 2>&1 && grep -q '^# not open (an older dmsh' runs/s/config.dm && "
+             "! grep -q '^:data' runs/s/config.dm", (int)getpid(), cwd);
+    int rc2 = system(cmd);
+    if (rc2) { char c2[200]; snprintf(c2, sizeof c2, "cat out.txt runs/s/config.dm >&2"); if (system(c2)) {} }
+    unlink(rel);
+    assert_int_equal(chdir(cwd), 0);
+    snprintf(cmd, sizeof cmd, "rm -rf %s /tmp/dm_ckv_last_%d.ckpt", tdir, (int)getpid());
+    if (system(cmd)) {}
+    assert_int_equal(rc, 0);
+    assert_int_equal(rc2, 0);
     if (last_has_data || !strstr(last_note, "relative to the directory that run was in")) print_error("has_data %d, note: %s\n", last_has_data, last_note);
     assert_int_equal(last_has_data, 0);
     assert_non_null(strstr(last_note, "no corpus is opened; :data PATH opens the one it trained on"));
-    unlink(rel);
     assert_int_equal(load_bytes("data", SIZE_MAX, corpus, strlen(corpus), &err), 0);
     assert_int_equal(last_has_data, 1);
 }
@@ -284,6 +350,7 @@ int main(void) {
         cmocka_unit_test(test_corpus_path_with_nul),
         cmocka_unit_test(test_refused_load_keeps_precision),
         cmocka_unit_test(test_relative_corpus_not_opened),
+        cmocka_unit_test(test_old_decay_config),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

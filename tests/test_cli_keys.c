@@ -70,7 +70,8 @@ static void test_decay_that_flips(void **s) {
     expect_error(script, "s.dm:6: error: lr x wd = 0.5 x 5 = 2.5 > 2");
     // :stress's multiplier: lr_muon 0.02 x 1100 = 22, x wd 0.1 = 2.2 (refused before any step)
     snprintf(script, sizeof script, "%s:data %s\n:init seed=1\n:stress lr_mult=1100 steps=3\n", SMALL, corpus);
-    expect_error(script, "s.dm:5: error: lr_muon x wd = 22 x 0.1 = 2.2 > 2");
+    expect_error(script, "s.dm:5: error: lr_mult=1100 makes lr_muon x wd = 22 x 0.1 = 2.2 > 2");
+    assert_non_null(strstr(err_, "lr_mult=1000 at most (or a lower wd)"));
     assert_null(strstr(out, "stress lr_mult"));
 }
 
