@@ -69,6 +69,10 @@ void session_transcript_unplaced(int on);
 int session_transcript_is_unplaced(void);
 // Rewrite config.dm from the engine's config.
 int session_write_config(const Engine *e, dm_err *err);
+// (session_config.c, for session.c) one word of the command language, quoted when it must be;
+// the :set of every key and the :data line that rebuild the config and corpus
+void session_put_word(FILE *f, const char *s);
+void session_put_config_lines(FILE *f, const Engine *e);
 // Rewrite metrics.tsv from the engine's rows (after a resume: no duplicated or lost rows).
 int session_rewrite_metrics(Engine *e, dm_err *err);
 // The latest checkpoint under DIR/ckpt: the one ckpt/LATEST names (the file the session wrote

@@ -58,12 +58,12 @@ static int teardown(void **s) {
     return 0;
 }
 
-// good with n bytes at offset off of section NAME replaced (the state's counters, a metric row);
-// off = SIZE_MAX: the whole section becomes those n bytes
-static int load_bytes(const char *name, size_t off, const void *bytes, size_t n, dm_err *err) {
+// SRC with n bytes at offset off of section NAME replaced (the state's counters, a metric row),
+// written to OUT; off = SIZE_MAX: the whole section becomes those n bytes
+static void write_edit(const char *src, const char *out, const char *name, size_t off, const void *bytes, size_t n) {
     CkptFile f;
     dm_err e0 = {0};
-    if (ckpt_read(good, &f, &e0)) fail_msg("%s", e0.msg);
+    if (ckpt_read(src, &f, &e0)) fail_msg("%s", e0.msg);
     CkptSection *sec = malloc(sizeof *sec * (size_t)f.nsec);
     char *copy = NULL;
     for (int k = 0; k < f.nsec; k++) {
@@ -82,12 +82,32 @@ static int load_bytes(const char *name, size_t off, const void *bytes, size_t n,
         }
     }
     assert_non_null(copy);
-    char path[80];
-    snprintf(path, sizeof path, "/tmp/dm_ckv_edit_%d.ckpt", (int)getpid());
-    if (ckpt_write(path, sec, f.nsec, &e0)) fail_msg("%s", e0.msg);
+    if (ckpt_write(out, sec, f.nsec, &e0)) fail_msg("%s", e0.msg);
     free(copy);
     free(sec);
     ckpt_close(&f);
+}
+
+// good's config text with LINE appended (malloc'd; its length in *n)
+static char *config_plus(const char *line, size_t *n) {
+    CkptFile f;
+    dm_err e0 = {0};
+    if (ckpt_read(good, &f, &e0)) fail_msg("%s", e0.msg);
+    const CkptSection *cs = ckpt_find(&f, "config");
+    size_t ln = strlen(line);
+    char *text = malloc(cs->size + ln + 1);
+    memcpy(text, cs->data, cs->size);
+    memcpy(text + cs->size, line, ln + 1);
+    *n = cs->size + ln;
+    ckpt_close(&f);
+    return text;
+}
+
+// good with one edit (write_edit), loaded into a fresh engine: its note and corpus kept
+static int load_bytes(const char *name, size_t off, const void *bytes, size_t n, dm_err *err) {
+    char path[80];
+    snprintf(path, sizeof path, "/tmp/dm_ckv_edit_%d.ckpt", (int)getpid());
+    write_edit(good, path, name, off, bytes, n);
     Engine b;
     engine_init(&b);
     b.be = backend_cpu();
@@ -157,15 +177,9 @@ static void test_counters_and_rows_checked(void **s) {
     EXPECT_BYTES_REFUSED("metrics", row1 + offsetof(MetricRow, arms_off), (uint16_t)0x8000, "impossible arms_off");
     // a config edited to another shape: refused by its parameter count before a model of it is
     // built (it built a 3 GB model from an 8 MB file first, then blamed an older build)
-    CkptFile f;
-    dm_err e0 = {0};
-    if (ckpt_read(good, &f, &e0)) fail_msg("%s", e0.msg);
-    const CkptSection *cs = ckpt_find(&f, "config");
-    char *text = malloc(cs->size + 64);
-    memcpy(text, cs->data, cs->size);
-    int tl = (int)cs->size + snprintf(text + cs->size, 64, ":set d=8192 H=8 L=1\n");
-    ckpt_close(&f);
-    int rc = load_bytes("config", SIZE_MAX, text, (size_t)tl, &err);
+    size_t tl;
+    char *text = config_plus(":set d=8192 H=8 L=1\n", &tl);
+    int rc = load_bytes("config", SIZE_MAX, text, tl, &err);
     free(text);
     if (rc != 1 || !strstr(err.msg, "an edited config): not loaded")) print_error("%s\n", err.msg);
     assert_int_equal(rc, 1);
@@ -216,28 +230,11 @@ static void test_corpus_path_with_nul(void **s) {
 // the rule's own keys is held to it (every :set was refused, log_every= included: QA, session 32)
 static void test_old_decay_config(void **s) {
     (void)s;
-    CkptFile f;
-    dm_err e0 = {0};
-    if (ckpt_read(good, &f, &e0)) fail_msg("%s", e0.msg);
-    const CkptSection *cs = ckpt_find(&f, "config");
-    char *text = malloc(cs->size + 64);
-    memcpy(text, cs->data, cs->size);
-    int tl = (int)cs->size + snprintf(text + cs->size, 64, ":set lr_muon=0.5 wd=6\n");
-    ckpt_close(&f);
+    size_t tl;
+    char *text = config_plus(":set lr_muon=0.5 wd=6\n", &tl);
     char path[80];
     snprintf(path, sizeof path, "/tmp/dm_ckv_decay_%d.ckpt", (int)getpid());
-    {   // (load_bytes loads into an engine it frees: this test keeps its own)
-        CkptFile g;
-        if (ckpt_read(good, &g, &e0)) fail_msg("%s", e0.msg);
-        CkptSection *sec = malloc(sizeof *sec * (size_t)g.nsec);
-        for (int k = 0; k < g.nsec; k++) {
-            sec[k] = g.sec[k];
-            if (!strcmp(g.sec[k].name, "config")) { sec[k].data = text; sec[k].size = (uint64_t)tl; }
-        }
-        if (ckpt_write(path, sec, g.nsec, &e0)) fail_msg("%s", e0.msg);
-        free(sec);
-        ckpt_close(&g);
-    }
+    write_edit(good, path, "config", SIZE_MAX, text, tl);   // (an engine of its own: load_bytes frees its)
     free(text);
     Engine b;
     engine_init(&b);
@@ -301,31 +298,14 @@ static int rec_fp32 = -1;
 static void rec_set_precision(int fp32) { rec_fp32 = fp32; }
 static void test_refused_load_keeps_precision(void **s) {
     (void)s;
-    CkptFile f;
-    dm_err e0 = {0};
-    if (ckpt_read(good, &f, &e0)) fail_msg("%s", e0.msg);
-    CkptSection *sec = malloc(sizeof *sec * (size_t)f.nsec);
-    char *cfg = NULL, *params = NULL;
-    for (int k = 0; k < f.nsec; k++) {
-        sec[k] = f.sec[k];
-        if (!strcmp(f.sec[k].name, "config")) {  // the file's config says fp32
-            cfg = malloc(f.sec[k].size + 64);
-            memcpy(cfg, f.sec[k].data, f.sec[k].size);
-            sec[k].size += (uint64_t)snprintf(cfg + f.sec[k].size, 64, ":set precision=fp32\n");
-            sec[k].data = cfg;
-        } else if (!strcmp(f.sec[k].name, "params")) {  // and a value refused after the trial build
-            params = malloc(f.sec[k].size);
-            memcpy(params, f.sec[k].data, f.sec[k].size);
-            ((real *)params)[3] = (real)NAN;
-            sec[k].data = params;
-        }
-    }
-    assert_true(cfg && params);
     char path[80];
     snprintf(path, sizeof path, "/tmp/dm_ckv_prec_%d.ckpt", (int)getpid());
-    if (ckpt_write(path, sec, f.nsec, &e0)) fail_msg("%s", e0.msg);
-    free(cfg); free(params); free(sec);
-    ckpt_close(&f);
+    size_t tl;
+    char *text = config_plus(":set precision=fp32\n", &tl);   // the file's config says fp32
+    write_edit(good, path, "config", SIZE_MAX, text, tl);
+    free(text);
+    real bad = (real)NAN;   // and a value refused after the trial build
+    write_edit(path, path, "params", 3 * sizeof(real), &bad, sizeof bad);
     static Backend rec;
     rec = *backend_cpu();
     rec.set_precision = rec_set_precision;
