@@ -1,6 +1,5 @@
 // cmd_config.c — the config commands: :preset, :set, and :help KEY (a key's meaning, values,
 // default, value now, and whether a live model takes it; from the key table, engine/config.c).
-#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include "../engine/engine.h"
@@ -90,7 +89,7 @@ int cmd_set(Shell *sh, Words *w, dm_err *err) {
         char was[128] = "", now[128] = "";
         if (k) { config_get(&old, k, was, sizeof was); config_get(&E_->cfg, k, now, sizeof now); }
         if (!strcmp(was, now)) continue;
-        decay_keys |= !strcmp(key, "lr") || !strcmp(key, "lr_muon") || !strcmp(key, "wd") || !strcmp(key, "opt");
+        decay_keys |= config_decay_key(key);
         if (E_->cfg.opt_adamw && (!strcmp(key, "lr_muon") || !strcmp(key, "muon_momentum") || !strcmp(key, "muon_colrow")))
             fprintf(OUT, "note: %s has no effect with opt=adamw (AdamW everywhere: no matrix takes a Muon step; opt=mix uses it)\n", key);
         if (!strcmp(key, "eval_frac") && E_->has_data && E_->eval_path[0])
