@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include "../../engine/engine.h"
 #include "../../engine/model.h"
 
@@ -44,12 +45,19 @@ static int cmp_d(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+// The generated corpus is this process's own file (a second process makes its own): removed at
+// exit so that runs of this program do not pile files up in /tmp.
+static char gen_path[256];
+static void drop_corpus(void) { if (gen_path[0]) unlink(gen_path); }
+
 static const char *corpus(void) {
-    static char path[256];
+    char *path = gen_path;
     FILE *f = fopen("shared-data/tinyshakespeare.txt", "r");
     if (f) { fclose(f); return "shared-data/tinyshakespeare.txt"; }
-    snprintf(path, sizeof path, "/tmp/dmsh_bench_%d.txt", (int)getpid());
+    snprintf(path, sizeof gen_path, "/tmp/dmsh_bench_%d.txt", (int)getpid());
     f = fopen(path, "w");
+    if (!f) { perror(path); exit(1); }
+    atexit(drop_corpus);
     for (int i = 0; i < 60000; i++) fprintf(f, "line %d of the generated corpus: %s\n", i, i % 7 ? "to be" : "or not");
     fclose(f);
     return path;

@@ -28,12 +28,19 @@ static void row(const char *what, int ok, const char *note) {
     fails += !ok;
 }
 
+// The generated corpus is this process's own file (a second process makes its own): removed at
+// exit so that runs of this program do not pile files up in /tmp.
+static char gen_path[256];
+static void drop_corpus(void) { if (gen_path[0]) unlink(gen_path); }
+
 static const char *corpus(void) {
-    static char path[256];
+    char *path = gen_path;
     FILE *f = fopen("shared-data/tinyshakespeare.txt", "r");
     if (f) { fclose(f); return "shared-data/tinyshakespeare.txt"; }
-    snprintf(path, sizeof path, "/tmp/dmsh_graph_%d.txt", (int)getpid());
+    snprintf(path, sizeof gen_path, "/tmp/dmsh_graph_%d.txt", (int)getpid());
     f = fopen(path, "w");
+    if (!f) { perror(path); exit(1); }
+    atexit(drop_corpus);
     const char *w[] = {"the ", "cat ", "sat ", "on ", "a ", "mat, ", "and ", "dog ", "ran.\n", "so "};
     unsigned s = 1;
     for (int i = 0; i < 400000; i++) { s = s * 1103515245u + 12345u; fputs(w[(s >> 16) % 10], f); }
