@@ -4,7 +4,7 @@
 #   make test            every test, float and double builds (cmocka)
 #   make bench           CPU benchmark (not a test)
 #   make headless        dmsh without readline/ncurses/PNG (machines without those headers)
-#   make demo            the README's main job on the embedded default (nano on tinyshakespeare)
+#   make demo            the README's main job on the embedded default (nano on the C headers in /usr/include)
 #   make cuemu           the CUDA backend's own sources built for the CPU (tests/cuemu; no GPU)
 #   make cuemu-check     the GPU test programs on that emulated device (make test runs it too)
 #   make cuda-check      compile every .cu and link the device script's programs (needs nvcc)

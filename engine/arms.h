@@ -8,14 +8,15 @@ typedef enum { ARM_KDA, ARM_ENGRAM, ARM_MOE, ARM_REZERO, ARM_RETRACT, ARM_AUX, A
 typedef struct {
     int on[ARM_COUNT];
     int64_t fwd[ARM_COUNT];   // forward executions (per iteration for block arms): training,
-                              // eval and generation (:gen: one forward per prompt or sampled byte)
+                              // eval and generation (:gen: one forward per prompt byte and
+                              // per sampled byte but the last, P + n - 1)
     int64_t bwd[ARM_COUNT];   // backward executions
 } Arms;
 
 extern const char *dm_arm_names[ARM_COUNT];
 void arms_init(Arms *a);                       // every arm on, counters 0
 int arms_find(const char *name);               // -1 when unknown
-// "kda=on fwd=4 bwd=4 engram=..." one line
+// "kda=on(4/4) engram=on(4/4) ..." one line: on/off and (forward/backward) counts
 void arms_format(const Arms *a, char *buf, unsigned n);
 // The arms that are off as a bit mask (bit ArmId), which each metric row keeps: an eval or a step
 // of an ablation is not a point of the run's main curve.

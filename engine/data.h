@@ -41,8 +41,6 @@ void data_eval_read(const Data *d, int64_t off, int len, int *out);
 int64_t data_window_offset(uint64_t seed, int64_t step, int64_t row, int64_t n_train, int T);
 // Fill x [B, T] and y [B, T] with the training batch of `step`.
 void data_batch(const Data *d, uint64_t seed, int64_t step, int B, int T, int *x, int *y);
-// The eval window: nseq = min(eval_bytes, n_eval - 1) / T sequences; sequence i reads inputs
-// heldout[iT, iT+T) and targets heldout[iT+1, iT+T].
 // The same as data_batch / data_eval_seq, with a one-line error instead of SIGBUS when a mapped
 // corpus file shrank on disk since it was opened (the step and the eval use these).
 int data_batch_checked(const Data *d, uint64_t seed, int64_t step, int B, int T, int *x, int *y, dm_err *err);
@@ -59,5 +57,7 @@ int data_read_checked(const Data *d, int eval, int64_t off, int len, int *out, d
 uint32_t eval_set_begin(void);
 uint32_t eval_set_add(uint32_t h, const int *bytes, int64_t n);
 uint32_t eval_set_end(uint32_t h);
+// The eval window: nseq = min(eval_bytes, n_eval - 1) / T sequences; sequence i reads inputs
+// heldout[iT, iT+T) and targets heldout[iT+1, iT+T].
 int64_t data_eval_nseq(const Data *d, int64_t eval_bytes, int T);
 void data_eval_seq(const Data *d, int64_t i, int T, int *x, int *y);

@@ -633,10 +633,6 @@ void engine_config_text(const Config *c, char *buf, size_t n) {
     }
 }
 
-// ---- checkpoints ------------------------------------------------------------------------
-
-// The parameter buffer's layout (name, shape, offset of every tensor): a checkpoint whose layout
-// differs from this build's would load weights into the wrong tensors, so it is refused.
 // ---- determinism -------------------------------------------------------------------------
 
 int engine_check_determinism(Engine *e, int n, int *ok, char *msg, size_t nmsg, dm_err *err) {

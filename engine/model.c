@@ -18,12 +18,14 @@ static void add(Model *m, int idx, const char *name, OptGroup g, int ndim, int s
     if (ndim == 3) { t->n_mats = s0; t->rows = s1; t->cols = s2; }
     t->offset = m->n_params;
     m->n_params += t->numel;
+    m->order[m->n_order++] = idx;
 }
 
 static void build_table(Model *m) {
     const Config *c = &m->cfg;
     int d = c->d, dh = c->d / c->H, OD = c->n_orders * c->engram_dim;
     m->n_params = 0;
+    m->n_order = 0;
     add(m, P_EMB, "emb", GROUP_ADAMW, 2, 256, d, 0);
     add(m, P_ITER_EMB, "iter_emb", GROUP_ADAMW, 2, c->L, d, 0);
     add(m, P_BLK_NORM, "blk_norm", GROUP_ADAMW_1D, 1, d, 0, 0);
@@ -71,6 +73,10 @@ static void build_table(Model *m) {
             fprintf(stderr, "%s:%d: internal: projection weights not consecutive\n", __FILE__, __LINE__);
             abort();
         }
+    if (m->n_order != P_COUNT) {
+        fprintf(stderr, "%s:%d: internal: %d of %d tensors in the layout\n", __FILE__, __LINE__, m->n_order, P_COUNT);
+        abort();
+    }
     for (int i = P_U1; i <= P_V2; i++) m->t[i].orthonormal = (m->t[i].group == GROUP_MUON);
 }
 

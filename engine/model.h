@@ -20,7 +20,9 @@ typedef struct {
     int orthonormal;           // TSCT U or V factor: retracted after each step
 } ParamTensor;
 
-// Indices of the named tensors (the table is built in this order).
+// Indices of the named tensors. The parameter buffer holds them in build_table's order
+// (engine/model.c: the fused projection's weights first, consecutive), not in this one: Model.order
+// lists them by offset.
 enum {
     P_EMB, P_ITER_EMB, P_BLK_NORM,
     P_CTRL_W, P_CTRL_B, P_ROUTER,
@@ -111,6 +113,8 @@ typedef struct {
     Config cfg;
     const Backend *be;
     ParamTensor t[P_COUNT];
+    int order[P_COUNT];     // tensor indices in layout order (rising offsets): build_table's
+    int n_order;
     size_t n_params;        // reals in the (logical) parameter buffer: layout, checkpoints
     size_t n_dev;           // of which the first n_dev are backend memory (n_params unless engram_ram)
     real *params, *grads;   // [n_dev] each, backend memory
@@ -158,7 +162,8 @@ int model_create_blank(Model *m, const Config *cfg, const Backend *be, dm_err *e
 void model_free(Model *m);
 // The backend's index limits (kernels/backend.h, shape_check) for a model of cfg at B x T: 0, or 1
 // with the one-line reason (which limit, what to lower). Asked before anything is allocated for
-// them: building a model (engine_build), batch or seq changed on a live one (engine_set_many),
+// them: building a model (engine_build), batch changed on a live one (engine_set_many; seq is an
+// architecture key),
 // the activations (model_reserve_try), :check parity's two models (engine_check_parity). NULL be,
 // or a backend without limits (CPU): 0.
 int model_shape_check(const Backend *be, const Config *cfg, int64_t B, int64_t T, dm_err *err);

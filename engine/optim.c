@@ -46,22 +46,23 @@ void optim_set_counters(Optim *o, int64_t t, int64_t total_skips, int consecutiv
     o->be->upload(o->status, &st, sizeof st);
 }
 
-// Muon runs on groups: a tensor and the ones right after it in the layout with the same
-// matrix shape (kda.wq/wk/wv, kda.wf1/wg1, mem.wk/wv, moe.V1/U2) go to the backend as one stack
-// of matrices. Every matrix's update is its own (norm, Newton-Schulz and apply per matrix:
-// Backend.opt_muon): on the CPU the numbers are those of one call per tensor, bit for bit; on a
-// GPU a strided-batched product may sum in another order than a single one (cuBLAS picks by
-// shape and batch: deterministic, not the same bits). A device launches a group's kernels once
-// (some 45 launches per call at the CUDA backend: a nano step went from 1 365 launches and
-// products to 905 with this and the paired bf16 packing, cuemu census). Returns the index after
-// the group's last tensor and its matrix count; skip (frozen tensors) ends a group.
-static int muon_group(const Model *m, int i, int (*skip)(const Model *, int), int *n_mats) {
-    const ParamTensor *t = &m->t[i];
-    int j = i + 1, n = t->n_mats;
+// Muon runs on groups: a tensor and the ones right after it in the layout (Model.order, rising
+// offsets) with the same matrix shape (kda.wq/wk/wv, kda.wf1/wg1, mem.wk/wv, moe.V1/U2) go to the
+// backend as one stack of matrices. The walk is in layout order, not the enum's: wf1 and wg1 are
+// neighbours only there (in the enum wf2 sits between them). Every matrix's update is its own
+// (norm, Newton-Schulz and apply per matrix: Backend.opt_muon): on the CPU the numbers are those
+// of one call per tensor, bit for bit; on a GPU a strided-batched product may sum in another order
+// than a single one (cuBLAS picks by shape and batch: deterministic, not the same bits). A device
+// launches a group's kernels once (some 45 launches per call at the CUDA backend). pos is the
+// tensor's place in m->order; returns the place after the group's last tensor and the group's
+// matrix count; skip (frozen tensors) ends a group.
+static int muon_group(const Model *m, int pos, int (*skip)(const Model *, int), int *n_mats) {
+    const ParamTensor *t = &m->t[m->order[pos]];
+    int j = pos + 1, n = t->n_mats;
     for (; j < P_COUNT; j++) {
-        const ParamTensor *u = &m->t[j], *p = &m->t[j - 1];
+        const ParamTensor *u = &m->t[m->order[j]], *p = &m->t[m->order[j - 1]];
         if (u->group != GROUP_MUON || u->n_mats <= 0 || u->rows != t->rows || u->cols != t->cols ||
-            u->offset != p->offset + p->numel || u->numel == 0 || (skip && skip(m, j)))
+            u->offset != p->offset + p->numel || u->numel == 0 || (skip && skip(m, m->order[j])))
             break;
         n += u->n_mats;
     }
@@ -80,13 +81,14 @@ int optim_create(Optim *o, const Model *m, dm_err *err) {
     // scratch: the largest Muon matrix's update + Newton–Schulz workspace, or the largest
     // retraction workspace (they are never needed at once)
     size_t need = 0;
-    for (int i = 0; i < P_COUNT; i++) {
+    for (int pos = 0; pos < P_COUNT; pos++) {
+        int i = m->order[pos];
         const ParamTensor *t = &m->t[i];
         o->segs[i].off = t->offset;
         o->segs[i].n = t->numel;
         if (t->n_mats <= 0 || t->rows <= 0 || t->cols <= 0) continue;
         int gm = t->n_mats;  // the largest Muon group this tensor starts (muon_group)
-        if (t->group == GROUP_MUON && t->numel) muon_group(m, i, NULL, &gm);
+        if (t->group == GROUP_MUON && t->numel) muon_group(m, pos, NULL, &gm);
         size_t s = be->opt_muon_scratch_size(gm, t->rows, t->cols);
         if (s > need) need = s;
         if (t->orthonormal && (s = be->opt_retract_scratch_size(t->n_mats, t->rows, t->cols)) > need) need = s;
@@ -338,8 +340,10 @@ void optim_enqueue(Optim *o, Model *m, const double *loss) {
     // (3) updates per group. A tensor of an arm that is off is not touched (param_arm): no
     // momentum step, no decay, no retraction — the arm comes back as it was switched off (and
     // so does its gate row of the controller, ctrl_gates). Every
-    // other tensor steps, even with an all-zero gradient (its moments decay).
-    for (int i = 0; i < P_COUNT; i++) {
+    // other tensor steps, even with an all-zero gradient (its moments decay). In layout order
+    // (muon_group); each tensor's update reads and writes only its own slices.
+    for (int pos = 0; pos < P_COUNT; pos++) {
+        int i = m->order[pos];
         const ParamTensor *t = &m->t[i];
         if (t->numel == 0 || frozen(m, i)) continue;
         switch (t->group) {
@@ -348,9 +352,9 @@ void optim_enqueue(Optim *o, Model *m, const double *loss) {
             break;
         case GROUP_MUON:
             if (!c->opt_adamw && t->n_mats > 0) {
-                int n, next = muon_group(m, i, frozen, &n);
+                int n, next = muon_group(m, pos, frozen, &n);
                 muon_tensor(o, m, t, n);
-                i = next - 1;  // the group's other tensors are done
+                pos = next - 1;  // the group's other tensors are done
             } else {
                 adamw_tensor(o, m, t, 1);
             }

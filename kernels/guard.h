@@ -34,7 +34,8 @@ void dm_guard_commit(void);       // the innermost open guard (if any) can no lo
 // still be undone, engine/step.c)
 void dm_guard_uncommit(void);
 int dm_guard_can_raise(void);     // 1 when a raise would return to a guard
-// jumps to the innermost open, uncommitted guard; else prints "dmsh: MSG" (and why it cannot
+// jumps to the innermost open guard when it is not committed; when there is none, or the
+// innermost one is committed (outer guards are not tried), prints "dmsh: MSG" (and why it cannot
 // be undone) to stderr and exits 1
 #if defined(__GNUC__)
 __attribute__((noreturn, format(printf, 1, 2)))

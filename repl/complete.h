@@ -12,7 +12,7 @@
 //   :set              -> "key=" for every config key; after '=' the choices of an enum key
 //   :preset / :arm    -> preset names / arm names, then on|off
 //   :plot             -> metric names (comma lists too), out= x=
-//   :probe            -> activation names (dm_probe_names when linked, else a fixed list)
+//   :probe            -> activation names (dm_probe_provider when the engine set it, else a fixed list)
 //   :show / :check    -> their targets
 //   :data :load :run :save, eval= out= -> file paths (directories end in '/')
 //   other commands    -> their key= options (:train eval_every= ckpt_every= log_every=)

@@ -70,10 +70,9 @@ int sh_exec_line(Shell *sh, const char *line, dm_err *err);
 // "note: ..." when the eval window holds no sequence (eval_bytes < seq): sh_exec_line says it
 // after a top-level command that leaves it so, dmsh -r after a resume
 void sh_note_eval_window(Shell *sh);
-// Run a script file: stops at the first error, printing "FILE:LINE: error: msg" to stderr.
-// Returns 0 on success.
-// Run a script; its first failure ends it, said as "FILE:LINE: message" (on stderr by
+// Run a script; its first failure ends it, said as "FILE:LINE: error: msg" (on stderr by
 // sh_run_file, in err by sh_run_file_err: a :run passes it up, so a nested failure is one line).
+// Returns 0 on success.
 int sh_run_file(Shell *sh, const char *path);
 // ~/.dmshrc then ./.dmshrc (skipped for the same file twice), at an interactive prompt's start
 void sh_run_rc(Shell *sh);

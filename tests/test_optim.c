@@ -269,6 +269,54 @@ static double rms_row(const real *U, int cols, int i) {
     return sqrt(s / cols);
 }
 
+// The groups the backend is handed: layout neighbours of one shape go as one stack (optim.c
+// muon_group walks Model.order, not the enum, where kda.wf2 sits between wf1 and wg1).
+static int mg_calls, mg_mats[64], mg_rows[64], mg_cols[64];
+static void (*mg_inner)(real *, const real *, real *, int, int, int, int, real *, const StepHyper *,
+                        const OptStatus *);
+static void mg_muon(real *p, const real *g, real *buf, int n_mats, int rows, int cols, int colrow, real *scratch,
+                    const StepHyper *hp, const OptStatus *st) {
+    if (mg_calls < 64) { mg_mats[mg_calls] = n_mats; mg_rows[mg_calls] = rows; mg_cols[mg_calls] = cols; }
+    mg_calls++;
+    mg_inner(p, g, buf, n_mats, rows, cols, colrow, scratch, hp, st);
+}
+
+static void test_muon_groups(void **state) {
+    (void)state;
+    Config c = tiny_config();
+    Backend be = *backend_cpu();
+    mg_inner = be.opt_muon;
+    be.opt_muon = mg_muon;
+    Model m;
+    dm_err err = {0};
+    assert_int_equal(model_create(&m, &c, &be, 7, &err), 0);
+    for (int k = 1; k < P_COUNT; k++)  // the layout order is the offsets' order
+        assert_true(m.t[m.order[k]].offset == m.t[m.order[k - 1]].offset + m.t[m.order[k - 1]].numel);
+    Optim o;
+    assert_int_equal(optim_create(&o, &m, &err), 0);
+    Rng r = {5};
+    fill_randn(m.grads, m.n_params, 1.0, &r);
+    StepInfo info;
+    mg_calls = 0;
+    assert_int_equal(optim_step(&o, &m, 0, 1.0, &info, &err), 0);
+    int dh = c.d / c.H, OD = c.n_orders * c.engram_dim, wfg = 0, qkv = 0, mem = 0, total = 0;
+    for (int k = 0; k < mg_calls; k++) {
+        total += mg_mats[k];
+        if (mg_rows[k] == dh && mg_cols[k] == c.d) wfg += mg_mats[k] == 2;
+        if (mg_rows[k] == c.d && mg_cols[k] == c.d) qkv += mg_mats[k] == 3;
+        if (mg_rows[k] == c.d && mg_cols[k] == OD) mem += mg_mats[k] == 2;
+    }
+    assert_int_equal(wfg, 1);  // kda.wf1 + kda.wg1
+    assert_int_equal(qkv, 1);  // kda.wq/wk/wv
+    assert_int_equal(mem, 1);  // mem.wk/wv
+    int want = 0;              // every Muon matrix once
+    for (int i = 0; i < P_COUNT; i++)
+        if (m.t[i].group == GROUP_MUON && m.t[i].n_mats > 0) want += m.t[i].n_mats;
+    assert_int_equal(total, want);
+    optim_free(&o);
+    model_free(&m);
+}
+
 static void test_muon_colrow(void **state) {
     (void)state;
     Config c = tiny_config();
@@ -713,6 +761,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_muon_ns_singular_values),
         cmocka_unit_test(test_muon_two_steps),
+        cmocka_unit_test(test_muon_groups),
         cmocka_unit_test(test_muon_colrow),
         cmocka_unit_test(test_zero_grad_finite),
         cmocka_unit_test(test_adamw_two_steps),

@@ -7,7 +7,8 @@
 // Unlike the elementary backwards of ops.h (which accumulate), most of these WRITE (=) their
 // outputs, as the loops they replace did; each comment says "=" or "+=" per output.
 // Per-row dot products and reductions are in double in a fixed order (dm_dot_d: 8 partial
-// sums combined pairwise), so every result is a pure function of the inputs.
+// sums combined pairwise; a few ops, e.g. sum_forward and bias_backward, one sequential
+// double accumulator), so every result is a pure function of the inputs.
 #pragma once
 #include <stddef.h>
 #include "../real.h"

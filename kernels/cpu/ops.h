@@ -1,6 +1,7 @@
 // ops.h — the elementary CPU ops (dense layers, norms, activations, embedding, loss, Engram
-// lookup). Every backward ACCUMULATES (+=) into its d-buffers; any d-buffer may be NULL when
-// that gradient is not needed.
+// lookup). Every backward ACCUMULATES (+=) into its d-buffers. Only matmul_backward (dinp, dW,
+// dbias) and rmsnorm_backward (dinp, dgain) take NULL for a gradient that is not needed; the
+// others write through every d-buffer they are given.
 #pragma once
 #include <stdint.h>
 #include <math.h>

@@ -1,4 +1,4 @@
-// opt_decide.h — the step decision (SPEC §5: NaN firewall, global norm, clip factor, applied-step
+// opt_decide.h — the step decision (SPEC §4: NaN firewall, global norm, clip factor, applied-step
 // count, retraction cadence) as one function both backends run: the CPU's opt_decide calls it,
 // the CUDA backend's one-thread decide kernel compiles it as device code (OPT_HD = __device__),
 // so the two cannot drift apart. A handful of double operations on the per-tensor sums.
