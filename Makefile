@@ -15,9 +15,15 @@
 #   make deps            install the missing Debian packages;  make clean  remove build/
 #   CUDA_ARCH=sm_90      choose the GPU architecture (default: the build machine's, else sm_90)
 
-CC      ?= gcc
+# (make's own default CC is cc: `CC ?= gcc` would never apply)
+ifeq ($(origin CC),default)
+  CC := gcc
+endif
 NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 DM_REAL ?= float
+# OPT: -march=native builds for this machine's CPU (here AVX-512): such a dmsh copied to a CPU
+# without those instructions refuses to start (repl/cpu_check.c); OPT="-O3 -march=x86-64-v3"
+# builds one that runs on any x86-64 with AVX2 and FMA (README, "Building")
 OPT     ?= -O3 -march=native
 # -ffp-contract=fast: ISO C mode (-std=c11) would otherwise forbid fusing a*b + c into one FMA in
 # the element-wise loops (measured: -3..4 % of a nano step); results stay a pure function of
@@ -36,6 +42,9 @@ else ifneq ($(DM_REAL),float)
   $(error DM_REAL must be float or double, not '$(DM_REAL)')
 endif
 
+ifeq ($(HEADLESS),0)
+  override HEADLESS :=
+endif
 B        := build/$(DM_REAL)$(if $(HEADLESS),-headless)
 ENGINE   := $(wildcard engine/*.c)
 KERNELS  := $(wildcard kernels/*.c) $(wildcard kernels/cpu/*.c) $(wildcard sessions/*.c)
@@ -54,6 +63,7 @@ ifneq ($(HEADLESS),)
   CFLAGS += -DDM_HEADLESS   # (the reason :plot gives: viz/png.h)
 endif
 
+.PHONY: headless-check
 .PHONY: all lib test test-float test-double bench deps cuda-check clean demo dmsh headless print-blaslib spec-forward spec-optim test-sgemm-avx2
 all: lib dmsh
 print-blaslib:  # the OpenBLAS link flag this machine takes (tests/gpu/run.sh links with it)
@@ -62,7 +72,7 @@ print-blaslib:  # the OpenBLAS link flag this machine takes (tests/gpu/run.sh li
 # The prompt: readline when its headers exist, else the plain line reader (the GPU machine has
 # neither readline nor ncurses headers); the :train panel likewise (panel.c is a stub without).
 # HEADLESS=1 forces the plain build.
-REPL    := repl/parse.c repl/commands.c repl/cmd_inspect.c repl/cmd_state.c repl/main.c repl/panel.c repl/replay.c repl/cmd_verify.c repl/cmd_config.c
+REPL    := repl/cpu_check.c repl/parse.c repl/commands.c repl/cmd_inspect.c repl/cmd_state.c repl/main.c repl/panel.c repl/replay.c repl/cmd_verify.c repl/cmd_config.c
 REPLLIBS :=
 ifeq ($(HEADLESS)$(wildcard /usr/include/readline/readline.h),/usr/include/readline/readline.h)
   REPL     += repl/interactive_readline.c
@@ -114,39 +124,38 @@ endif
 # $(B)/cuda/flags holds the nvcc command line: a change of it (CUDA_ARCH, a flag) rebuilds the
 # objects, an edit elsewhere in this Makefile does not (every .cu is minutes on 2 cores)
 NVCCFLAGS = -arch=$(CUDA_ARCH) -O2 -Xcompiler -fPIC $(if $(filter double,$(DM_REAL)),-DDM_DOUBLE)
-$(B)/cuda/flags: FORCE
-	@mkdir -p $(dir $@)
-	@echo '$(NVCC) $(NVCCFLAGS)' | cmp -s - $@ || echo '$(NVCC) $(NVCCFLAGS)' > $@
-$(B)/cuda/%.o: kernels/cuda/%.cu $(B)/cuda/flags kernels/backend.h $(wildcard kernels/cuda/*.cuh) $(wildcard kernels/cuda/*.h) $(wildcard kernels/cpu/*.h)
+# (written with the other stamps, below)
+$(B)/cuda/%.o: kernels/cuda/%.cu $(B)/cuda/flags $(wildcard kernels/*.h) $(wildcard kernels/cuda/*.cuh) $(wildcard kernels/cuda/*.h) $(wildcard kernels/cpu/*.h)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
-.PHONY: FORCE
 
 # -Bsymbolic: the library's own symbols bind inside it (backend_cuda is also dmsh's loader's name)
 $(B)/libdmcuda.so: $(CUDAOBJ)
 	$(CC) -shared -Wl,-Bsymbolic -o $@ $(CUDAOBJ) $(CUDALIBS) -lm
 
 # (the library is order-only: a rebuilt library needs no relink of dmsh)
-$(B)/dmsh: $(REPLOBJ) $(B)/libdm.a $(DMSHCUDA) | $(CUDASO)
+$(B)/dmsh: $(REPLOBJ) $(B)/libdm.a $(DMSHCUDA) $(B)/cflags $(B)/objs | $(CUDASO)
 	$(CC) $(CFLAGS) $(REPLOBJ) $(DMSHCUDA) -o $@ $(B)/libdm.a $(LDLIBS) $(REPLLIBS) $(DMSHLINK)
 
 lib: $(B)/libdm.a
 
-$(B)/%.o: %.c $(HEADERS) Makefile
+$(B)/%.o: %.c $(HEADERS) Makefile $(B)/cflags
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-$(B)/presets_gen.c: $(wildcard configs/*.dm) tools/embed_presets.sh
+$(B)/presets_gen.c: $(wildcard configs/*.dm) $(B)/presets.list tools/embed_presets.sh
 	@mkdir -p $(B)
 	sh tools/embed_presets.sh $(sort $(wildcard configs/*.dm)) > $@
 
-$(B)/presets_gen.o: $(B)/presets_gen.c
+$(B)/presets_gen.o: $(B)/presets_gen.c $(B)/cflags
 	$(CC) $(CFLAGS) -c $< -o $@
 
-$(B)/libdm.a: $(LIBOBJ)
-	ar rcs $@ $^
+# (made anew: an object whose source is gone leaves the archive)
+$(B)/libdm.a: $(LIBOBJ) $(B)/objs
+	@rm -f $@
+	ar rcs $@ $(LIBOBJ)
 
-$(B)/tests/%: tests/%.c $(wildcard tests/*.h) $(wildcard kernels/cuda/*.h) $(B)/libdm.a
+$(B)/tests/%: tests/%.c $(wildcard tests/*.h) $(wildcard kernels/cuda/*.h) $(B)/libdm.a $(B)/cflags
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< -o $@ $(B)/libdm.a -lcmocka $(LDLIBS)
 
@@ -173,8 +182,17 @@ test: deps
 	$(MAKE) --no-print-directory test-float DM_REAL=float
 	$(MAKE) --no-print-directory test-double DM_REAL=double
 	$(MAKE) --no-print-directory cuda-check
+	$(MAKE) --no-print-directory headless-check
 	$(MAKE) --no-print-directory cuemu-check
-	@echo "make test: all test programs passed"
+	@echo "make test: all test programs passed$(if $(NVCC),, (no nvcc on this machine: the .cu files were not compiled))"
+
+# The headless dmsh (the plain prompt the GPU machine builds; cuda-check's run.sh build made it
+# when nvcc exists): its start-up files, through a pty
+headless-check:
+	@$(MAKE) --no-print-directory headless DM_REAL=float
+	@echo "== the headless prompt runs ~/.dmshrc and ./.dmshrc (test_repl_pty against build/float-headless/dmsh)"
+	@$(MAKE) --no-print-directory build/float/tests/test_repl_pty DM_REAL=float
+	@DMSH_PTY_BIN=build/float-headless/dmsh $(TESTENV) ./build/float/tests/test_repl_pty
 
 test-float test-double: $(addprefix $(B)/tests/,$(TESTS)) $(B)/dmsh
 	@set -e; for t in $(TESTS); do echo "== $(DM_REAL) $$t"; s=$$(date +%s); $(TESTENV) ./$(B)/tests/$$t; \
@@ -239,6 +257,19 @@ ifeq ($(origin CUDA_ARCH),undefined)
   CUDA_ARCH := $(or $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -d ' .' | sed -n 's/^\([0-9][0-9]*\)$$/sm_\1/p'),sm_90)
 endif
 CUDA_SRC  := $(wildcard kernels/cuda/*.cu) $(wildcard tests/gpu/*.cu)
+
+# Stamps: files whose content is what the build was configured with, rewritten (when the make
+# is read, so `make -n` tells the truth) only when that changes. The objects depend on them, so
+# a header that appeared since (libstb-dev, libncurses-dev installed: the PNG and panel code go
+# in), another OPT= or CC=, nvcc found or gone, or a preset file added or removed rebuilds what
+# it changes, a source file added or removed relinks; an unchanged tree rebuilds nothing.
+dm_stamp = $(shell mkdir -p $(dir $(1)) && { printf '%s\n' '$(2)' | cmp -s - $(1) || printf '%s\n' '$(2)' > $(1); })
+$(call dm_stamp,$(B)/cflags,$(CC) $(CFLAGS) | $(REPLLIBS) $(DMSHCUDA) $(DMSHLINK) | $(LDLIBS))
+$(call dm_stamp,$(B)/presets.list,$(sort $(wildcard configs/*.dm)))
+$(call dm_stamp,$(B)/objs,$(LIBOBJ) | $(REPLOBJ))
+ifneq ($(NVCC),)
+$(call dm_stamp,$(B)/cuda/flags,$(NVCC) $(NVCCFLAGS))
+endif
 cuda-check:
 ifneq ($(NVCC),)
 	@mkdir -p build/cuda
@@ -248,10 +279,6 @@ ifneq ($(NVCC),)
 	@# and the device script itself, up to running: the headless build, every link (a script that
 	@# cannot build would cost a whole device lease)
 	JOBS=$$(nproc) tests/gpu/run.sh build
-	@# that build's dmsh is the headless one (the plain prompt): its start-up files, through a pty
-	@echo "== the headless prompt runs ~/.dmshrc and ./.dmshrc (test_repl_pty against build/float-headless/dmsh)"
-	@$(MAKE) --no-print-directory build/float/tests/test_repl_pty DM_REAL=float
-	@DMSH_PTY_BIN=build/float-headless/dmsh $(TESTENV) ./build/float/tests/test_repl_pty
 else
 	@echo "cuda-check: nvcc not found; CUDA sources not compiled"
 endif
@@ -297,7 +324,7 @@ $(EMU)/selftest: $(EMU)/t/selftest.o $(EMU_RT)
 	$(CXX) $^ -o $@ $(LDLIBS)
 $(EMU)/parity: $(EMU_T) $(EMU_K) $(EMU_LIB)
 	$(CXX) $(EMUSAN) $(EMU_T) $(EMU_K) -o $@ $(EMU_LIB) $(LDLIBS)
-$(EMU)/%: tests/gpu/%.c $(EMU_K) $(EMU_LIB) engine/engine.h tests/cuemu/include/cuda_runtime_api.h
+$(EMU)/%: tests/gpu/%.c $(EMU_K) $(EMU_LIB) engine/engine.h tests/cuemu/include/cuda_runtime_api.h $(wildcard tests/gpu/*.h)
 	$(CC) $(CFLAGS) -Itests/cuemu/include $< $(EMU_K) -o $@ $(EMU_LIB) $(LDLIBS) -lstdc++
 # dmsh itself on the emulated device (:device cuda runs the CUDA backend's code on the CPU)
 $(EMU)/dmsh: $(REPLOBJ) $(EMU_K) $(EMU_LIB)
@@ -377,8 +404,8 @@ deps:
 	command -v g++ >/dev/null || missing="$$missing g++"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
-	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
-	  else sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi; \
+	  if [ "$$(id -u)" = 0 ]; then apt-get -o DPkg::Lock::Timeout=600 update -qq && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq $$missing; \
+	  else sudo apt-get -o DPkg::Lock::Timeout=600 update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq $$missing; fi; \
 	fi
 
 # The main job on an embedded default: nano trained on the C headers under /usr/include.
@@ -399,3 +426,5 @@ docs/commands.md: $(B)/dmsh
 
 clean:
 	rm -rf build
+	@# ./dmsh pointed into build/: gone with it
+	@if [ -L dmsh ]; then case "$$(readlink dmsh)" in build/*) rm -f dmsh;; esac; fi

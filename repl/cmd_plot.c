@@ -10,6 +10,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include "../engine/engine.h"
 #include "../engine/probe.h"
 #include "../viz/axes.h"
@@ -720,13 +721,16 @@ int cmd_plot(Shell *sh, Words *w, dm_err *err) {
         }
         snprintf(err->msg, sizeof err->msg, "%s", all);
     }
-    char path[1400];
+    char path[1400], dir[1200] = "";
+    int made_dir = 0;  // plots/ made by this command: a refused chart leaves no empty folder behind
     if (!rc) {
         if (out) snprintf(path, sizeof path, "%s", out);
         else {
             const Engine *e = sh->eng;
-            char dir[1200], dd[1100];
+            char dd[1100];
             snprintf(dir, sizeof dir, "%splots", session_default_dir(e, dd, sizeof dd));
+            struct stat st;
+            made_dir = stat(dir, &st) != 0;
             if (mkdir_p(dir)) rc = dm_fail(err, ":plot: cannot create %s: %s", dir, strerror(errno));
             int n = snprintf(path, sizeof path, "%s/", dir);
             for (int k = 0; k < nc; k++) n += snprintf(path + n, sizeof path - n, "%s%s", k ? "-" : "", names[k]);
@@ -735,8 +739,10 @@ int cmd_plot(Shell *sh, Words *w, dm_err *err) {
     }
     if (!rc) {
         char msg[512];
-        if (viz_charts_png(path, charts, nc, W, H, msg, sizeof msg)) rc = dm_fail(err, ":plot: %s", msg);
-        else fprintf(sh->out, "wrote %s\n", path);
+        if (viz_charts_png(path, charts, nc, W, H, msg, sizeof msg)) {
+            rc = dm_fail(err, ":plot: %s", msg);
+            if (made_dir) rmdir(dir);  // (only when empty: never a file of anyone's)
+        } else fprintf(sh->out, "wrote %s\n", path);
         for (int k = 0; !rc && k < nleft; k++) fprintf(sh->out, "note: %s\n", left[k]);
         if (!rc && cx.nsets > 1)  // said here too: the subtitle is easy to miss
             fprintf(sh->out, "note: the eval curves show the latest of %d eval sets (%d eval%s); evals of another corpus, split or window size are not on them\n",

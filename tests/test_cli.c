@@ -653,8 +653,9 @@ static void test_spec_audit(void **s) {
     slurp_to("err.txt", err_, sizeof err_);
     assert_non_null(strstr(err_, "-r given twice"));
     // a session held by another process: refused, naming the holder
-    assert_int_equal(sh_in_dir("mkdir -p runs/held && echo 4242 > runs/held/.lock && (flock -x runs/held/.lock sleep 20 &) && sleep 0.5 && "
-                               "%s -e ':session held' > out.txt 2> err.txt; test $? = 1 && grep -q 'in use by another dmsh (pid 4242)' err.txt",
+    assert_int_equal(sh_in_dir("mkdir -p runs/held && echo 4242 > runs/held/.lock && { flock -x runs/held/.lock sleep 20 & f=$!; } && sleep 0.5 && "
+                               "{ %s -e ':session held' > out.txt 2> err.txt; r=$?; kill $f; test $r = 1; } && "
+                               "grep -q 'in use by another dmsh (pid 4242)' err.txt",
                                dmsh),
                      0);
     // --replay: identical across two processes; the test hook's changed digest is caught

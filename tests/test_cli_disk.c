@@ -1,6 +1,7 @@
-// test_cli_disk.c — dmsh as a process when the file system fails it: a full disk (a file-size
-// limit on the running process stands in for one), a file that cannot be put in place, a process
-// killed between two writes. What was saved stays, and what could not be written is said.
+// test_cli_disk.c — dmsh as a process when the machine fails it: a full disk (a file-size limit
+// on the running process stands in for one), a file that cannot be put in place, a process killed
+// between two writes, a CPU without the instructions the binary was built for. What was saved
+// stays, and what could not be written or run is said.
 #include "cli_harness.h"
 
 // Found by a QA pass (session 31, static analysis): a LATEST that could not be written (a full
@@ -125,11 +126,31 @@ static void test_transcript_append_refused(void **s) {
     free(t);
 }
 
+// A dmsh built with -march=native and copied to a CPU without (here) AVX-512 died with SIGILL in
+// its first vector loop (QA, session 33). repl/cpu_check.c names the missing feature first;
+// DM_CPU_LACKS stands in for the other CPU.
+static void test_cpu_lacks(void **s) {
+    (void)s;
+    assert_int_equal(run(":quit\n", out, sizeof out, err_, sizeof err_), 0);
+    assert_string_equal(err_, "");
+#ifdef __AVX2__
+    setenv("DM_CPU_LACKS", "avx2", 1);
+    int rc = run(":quit\n", out, sizeof out, err_, sizeof err_);
+    unsetenv("DM_CPU_LACKS");
+    assert_int_equal(rc, 1);
+    assert_non_null(strstr(err_, "dmsh: this binary was built for a CPU with avx2 (OPT's -march=native on the build machine), "
+                                 "which this CPU lacks: rebuild it here (make), or build one that runs on any x86-64 with AVX2 "
+                                 "and FMA (make OPT=\"-O3 -march=x86-64-v3\")\n"));
+    assert_string_equal(out, "");
+#endif
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_latest_not_written),
         cmocka_unit_test(test_resume_names_a_newer_checkpoint),
         cmocka_unit_test(test_transcript_append_refused),
+        cmocka_unit_test(test_cpu_lacks),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

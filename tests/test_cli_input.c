@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dlfcn.h>
 #include "cli_harness.h"
 
 // Integer options take decimal digits: strtoll/strtod read "-0", "+5", " 5" as numbers, so
@@ -285,10 +286,11 @@ static void test_omp_wait_policy(void **s) {
     // the process run again with the policy keeps its name (QA, session 21: the exec through
     // /proc/self/exe named it "exe", so pgrep / killall / top found no dmsh): read once the
     // exec has happened (its environment holds the policy), within 5 s of it (main names it)
-    assert_int_equal(sh_in_dir("{ { sleep 20; echo :quit; } | env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT %s --norc --no-tui > /dev/null 2>&1 & "
+    assert_int_equal(sh_in_dir("{ { sleep 20 & echo $! > sleep.pid; wait; echo :quit; } | env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT %s --norc --no-tui > /dev/null 2>&1 & "
                                "p=$!; for i in $(seq 200); do tr '\\0' '\\n' < /proc/$p/environ 2>/dev/null | grep -qx OMP_WAIT_POLICY=passive && break; sleep 0.05; done; "
                                "for i in $(seq 100); do c=$(cat /proc/$p/comm); [ \"$c\" = dmsh ] && break; sleep 0.05; done; "
-                               "kill $p; [ \"$c\" = dmsh ]; }",  // (in braces: the & takes the pipeline alone)
+                               "kill $p; kill $(cat sleep.pid); [ \"$c\" = dmsh ]; }",  // (in braces: the & takes the pipeline alone;
+                                                            // the sleep is killed too: nothing outlives the test)
                                dmsh),
                      0);
 }
@@ -607,6 +609,11 @@ static void test_cuda_backend_loads_late(void **s) {
     slurp_to("out.txt", out, sizeof out);
     if (!backend_answered()) print_error("%s\n%s\n", out, err_);
     assert_true(backend_answered());
+    // without an NVIDIA driver the runtime's "driver version is insufficient" read as "upgrade
+    // it" (QA, session 33): the line says there is none
+    void *drv = dlopen("libcuda.so.1", RTLD_LAZY);
+    if (!drv) assert_non_null(strstr(err_, "(no NVIDIA driver here: libcuda.so.1 is not installed or did not load; "));
+    else dlclose(drv);
     // the library is the one beside the binary when dmsh started: a build replacing it while a
     // dmsh runs (its first :device cuda hours later) does not hand it a library of another build
     assert_int_equal(sh_in_dir("mkdir -p moved && cp %s moved/dmsh", dmsh), 0);

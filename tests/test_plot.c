@@ -323,7 +323,10 @@ static int plot(const char *line, dm_err *err) {
 
 static void expect_plot_error(const char *line, const char *needle) {
     dm_err err;
+    struct stat st;
+    int had = stat("plots", &st) == 0;  // a refused :plot leaves no plots/ behind (QA, session 33)
     int rc = plot(line, &err);
+    assert_true(had || stat("plots", &st) != 0);
     if (!rc || !strstr(err.msg, needle)) print_error("%s -> rc %d '%s'\n", line, rc, err.msg);
     assert_int_equal(rc, 1);
     assert_non_null(strstr(err.msg, needle));

@@ -20,6 +20,7 @@
 #include "cuda_common.cuh"
 #include "shape_limits.h"
 #include <string.h>
+#include <dlfcn.h>
 
 extern "C" void cuda_set_precision(int fp32);
 
@@ -679,7 +680,15 @@ extern "C" const Backend *backend_cuda(int device, char *why, size_t n) {
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count == 0) {
-        snprintf(why, n, "no CUDA device visible (%s): use :device cpu", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+        // With no NVIDIA driver at all the runtime says "driver version is insufficient", which
+        // reads as "upgrade the driver": say there is none when libcuda.so.1 did not load.
+        int no_driver = e != cudaSuccess && !dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+        if (no_driver)
+            snprintf(why, n, "no CUDA device visible (no NVIDIA driver here: libcuda.so.1 is not installed or did not "
+                     "load; the runtime said: %s): use :device cpu", cudaGetErrorString(e));
+        else
+            snprintf(why, n, "no CUDA device visible (%s): use :device cpu",
+                     e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
         return NULL;
     }
     if (device < 0 || device >= count) {

@@ -1,0 +1,72 @@
+// cpu_check.c — a dmsh built with OPT's default -march=native carries the build machine's
+// instructions (here AVX-512); copied to a CPU without them it would die with SIGILL somewhere
+// in its first loop. This runs before anything else of dmsh (the first constructor), compiled
+// for plain x86-64 whatever OPT says, and names what is missing and how to build for this CPU.
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DM_BASE __attribute__((target("arch=x86-64")))
+
+// DM_CPU_LACKS=NAME (tests only): treat the feature NAME as missing, to show the message
+DM_BASE static int has(const char *name, int supported) {
+    const char *lacks = getenv("DM_CPU_LACKS");
+    if (lacks && !strcmp(lacks, name)) return 0;
+    return supported;
+}
+
+#define NEED(macro_defined, name)                                                                  \
+    if (macro_defined && !has(name, __builtin_cpu_supports(name))) missing = name
+
+__attribute__((constructor(101))) DM_BASE static void dm_cpu_check(void) {
+    __builtin_cpu_init();
+    const char *missing = NULL;
+#ifdef __AVX__
+    NEED(1, "avx");
+#endif
+#ifdef __AVX2__
+    NEED(1, "avx2");
+#endif
+#ifdef __FMA__
+    NEED(1, "fma");
+#endif
+#ifdef __F16C__
+    NEED(1, "f16c");
+#endif
+#ifdef __BMI2__
+    NEED(1, "bmi2");
+#endif
+#ifdef __AVX512F__
+    NEED(1, "avx512f");
+#endif
+#ifdef __AVX512BW__
+    NEED(1, "avx512bw");
+#endif
+#ifdef __AVX512DQ__
+    NEED(1, "avx512dq");
+#endif
+#ifdef __AVX512VL__
+    NEED(1, "avx512vl");
+#endif
+#ifdef __AVX512CD__
+    NEED(1, "avx512cd");
+#endif
+#ifdef __AVX512VBMI__
+    NEED(1, "avx512vbmi");
+#endif
+#ifdef __AVX512VNNI__
+    NEED(1, "avx512vnni");
+#endif
+#ifdef __AVX512BF16__
+    NEED(1, "avx512bf16");
+#endif
+    if (!missing) return;
+    fprintf(stderr,
+            "dmsh: this binary was built for a CPU with %s (OPT's -march=native on the build machine), "
+            "which this CPU lacks: rebuild it here (make), or build one that runs on any x86-64 "
+            "with AVX2 and FMA (make OPT=\"-O3 -march=x86-64-v3\")\n",
+            missing);
+    exit(1);
+}
+#endif
