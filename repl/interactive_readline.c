@@ -94,7 +94,14 @@ static char *quote_path(char *text, int match_type, char *qcp) {
     (void)match_type;
     char q = qcp && *qcp ? *qcp : '"';
     size_t keep = g_keep <= strlen(text) ? g_keep : 0;
-    char *quoted = dm_quote_path(text + keep, q);
+    // a quoted word is taken as written (parse.c expands ~/ only in an unquoted one): "~/a b"
+    // went in and could not be opened (QA, session 33), so the home directory goes in instead
+    const char *p = text + keep, *home = getenv("HOME");
+    char *expanded = NULL;
+    if (p[0] == '~' && (p[1] == '/' || !p[1]) && home && home[0] && (expanded = malloc(strlen(home) + strlen(p))))
+        sprintf(expanded, "%s%s", home, p + 1), p = expanded;
+    char *quoted = dm_quote_path(p, q);
+    free(expanded);
     if (!quoted) return NULL;
     char *r = malloc(keep + strlen(quoted) + 1);
     if (!r) { free(quoted); return NULL; }

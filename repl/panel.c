@@ -21,6 +21,7 @@ int dm_no_tui;
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <termios.h>
 #include <unistd.h>
 #ifdef DM_NCURSESW
 #include <ncursesw/curses.h>
@@ -42,6 +43,8 @@ struct Panel {
     int err_fd, err_saved;      // stderr while the panel is up: a memory file (-1: not taken)
     off_t err_done;             // its bytes already turned into log lines
     int out_in_err;             // out writes into that file too (one stream: the order kept)
+    struct termios tio;         // the terminal's modes before the panel (a fatal signal puts them back)
+    int tio_ok;
 };
 
 // stderr under the panel: a note written there (a transcript line a full disk refused, a
@@ -50,10 +53,13 @@ struct Panel {
 // refuse it; a file-size limit still can) and panel_output() writes into the same file, so what a
 // command prints and what goes to stderr keep their order; its lines join the log area and the
 // scrollback. It is put back on close; an exit() meanwhile, or a fatal signal, writes the run's
-// lines and the rest of the file to the terminal first.
+// lines and the rest of the file to the terminal first, and puts the terminal's modes back.
+// SIGQUIT (Ctrl-\, which cbreak() leaves on) is one: it left the terminal on the alternate
+// screen, its cursor hidden and echo off (QA, session 33); it still ends the process, unsaved.
 static Panel *err_panel;
-static const int fatal_sigs[] = {SIGABRT, SIGSEGV, SIGFPE, SIGILL};
-static struct sigaction fatal_old[4];
+static const int fatal_sigs[] = {SIGABRT, SIGSEGV, SIGFPE, SIGILL, SIGQUIT};
+#define N_FATAL (int)(sizeof fatal_sigs / sizeof fatal_sigs[0])
+static struct sigaction fatal_old[N_FATAL];
 
 static void write_all(int fd, const char *b, size_t n) {
     while (n) {
@@ -81,7 +87,7 @@ static void err_restore(Panel *p) {
     p->err_fd = -1;
     if (err_panel == p) {
         err_panel = NULL;
-        for (int i = 0; i < 4; i++) sigaction(fatal_sigs[i], &fatal_old[i], NULL);
+        for (int i = 0; i < N_FATAL; i++) sigaction(fatal_sigs[i], &fatal_old[i], NULL);
     }
 }
 static void err_on_fatal(int sig) {
@@ -89,6 +95,7 @@ static void err_on_fatal(int sig) {
     if (p && p->err_fd >= 0) {
         static const char leave[] = "\x1b[?1049l\x1b[?25h\r\n";  // (off the alternate screen, cursor back)
         write_all(p->err_saved, leave, sizeof leave - 1);
+        if (p->tio_ok) tcsetattr(0, TCSANOW, &p->tio);  // (async-signal-safe)
         err_copy_out(p, 0);
     }
     raise(sig);  // (SA_RESETHAND: the default action now)
@@ -130,7 +137,7 @@ static void err_take(Panel *p) {
     sa.sa_handler = err_on_fatal;
     sa.sa_flags = SA_RESETHAND;
     sigemptyset(&sa.sa_mask);
-    for (int i = 0; i < 4; i++) sigaction(fatal_sigs[i], &sa, &fatal_old[i]);
+    for (int i = 0; i < N_FATAL; i++) sigaction(fatal_sigs[i], &sa, &fatal_old[i]);
 }
 
 static double now_s(void) {
@@ -155,6 +162,7 @@ Panel *panel_open(void) {
     p->utf8 = strcmp(nl_langinfo(CODESET), "UTF-8") == 0;
 #endif
     fflush(stdout);
+    p->tio_ok = tcgetattr(0, &p->tio) == 0;
     // newterm, not initscr: initscr exits the process when the terminal is unusable
     p->scr = newterm(NULL, stdout, stdin);
     char *cup = p->scr ? tigetstr("cup") : NULL;

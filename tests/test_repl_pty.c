@@ -14,8 +14,10 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <time.h>
 #include <unistd.h>
 #include "testutil.h"
@@ -470,6 +472,16 @@ static void test_interrupts_and_completion(void **s) {
     fclose(fab);
     type(":data q\t eval=q\t\r");
     expect_out("corpus q\"x y.txt: 1 file, 8000 B (all train); eval q\"x y.txt: 1 file, 8000 B", 20);
+    // ~/ with a blank after it: quoted, and the quotes keep a ~ as written, so the home directory
+    // goes in (QA, session 33: "~/my corpus.txt" went in and could not be opened)
+    snprintf(ab, sizeof ab, "%s/my corpus.txt", home);
+    fab = fopen(ab, "w");
+    for (int i = 0; i < 300; i++) fputs("to be or not to be, ", fab);
+    fclose(fab);
+    expect_out("dmsh> ", 20);
+    type(":data ~/my\t\r");
+    snprintf(ab, sizeof ab, "corpus %s/my corpus.txt: 1 file, 6000 B", home);
+    expect_out(ab, 20);
     // a listing with a directory beside a name with a blank shows "zz1/", not "zz1//" (QA,
     // session 21: readline's filename mode marked the directory again)
     snprintf(ab, sizeof ab, "%s/zz1", dir);
@@ -545,6 +557,44 @@ static void test_hangup_eof_first(void **s) {
     child = -1;
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 129);
+}
+
+// Ctrl-\ (SIGQUIT) under the :train panel: the process ends as Unix's "quit" does, and the
+// terminal is left as it was found — off the alternate screen, cursor shown, echo and line
+// editing back (QA, session 33: it stayed on the alternate screen with echo off; `reset` needed)
+static void test_sigquit_under_panel(void **s) {
+    (void)s;
+    struct rlimit no_core = {0, 0};
+    setrlimit(RLIMIT_CORE, &no_core);
+    spawn(1, 1);
+    small_model(1);
+    command(":train 100000 log_every=1");
+    const char *smcup = "\x1b[?1049h";
+    double t0 = now_s();
+    while (!strstr(tty + seen, smcup) && !strstr(tty + seen, "\nstep ") && now_s() - t0 < 60) pump(50);
+    if (!strstr(tty + seen, smcup)) {
+        print_message("no panel: :train does not open it (nothing to check)\n");
+        kill_child();
+        return;
+    }
+    expect_out(smcup, 1);
+    expect_out("loss, ", 30);
+    type("\x1c");
+    int st = -1;
+    for (double t1 = now_s(); now_s() - t1 < 30 && waitpid(child, &st, WNOHANG) != child;) pump(20);
+    child = -1;
+    for (double t1 = now_s(); now_s() - t1 < 1 && pump(50);) {}  // what it wrote on the way out
+    assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGQUIT);
+    const char *last_in = NULL, *last_out = NULL;
+    for (const char *p = tty; (p = strstr(p, "\x1b[?1049h")); p++) last_in = p;
+    for (const char *p = tty; (p = strstr(p, "\x1b[?1049l")); p++) last_out = p;
+    assert_true(last_out && last_out > last_in);
+    assert_non_null(strstr(last_out, "\x1b[?25h"));
+    struct termios t;  // (a pty's master reads the modes its slave was left in)
+    assert_int_equal(tcgetattr(mfd, &t), 0);
+    assert_true((t.c_lflag & ECHO) && (t.c_lflag & ICANON));
+    close(mfd);
+    mfd = -1;
 }
 
 static void test_sigterm_saves(void **s) {
@@ -716,6 +766,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_session, teardown_one),
         cmocka_unit_test_teardown(test_panel, teardown_one),
+        cmocka_unit_test_teardown(test_sigquit_under_panel, teardown_one),
         cmocka_unit_test_teardown(test_panel_shows_newest, teardown_one),
         cmocka_unit_test_teardown(test_panel_narrow, teardown_one),
         cmocka_unit_test_teardown(test_panel_scrollback, teardown_one),
