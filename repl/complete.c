@@ -179,25 +179,30 @@ char **dm_complete(const Command *table, const char *line, const char *word) {
     if (!word) word = "";
     // The command under the cursor starts after the last ';' outside quotes; a '#' outside
     // quotes makes the rest a comment (nothing to complete). Words split on blanks.
+    // Quotes as parse.c reads them: "..." (with \" and \\) and '...' (everything literal); a
+    // single-quoted path with a blank completed nothing when only '"' was followed (QA, session 33).
     const char *seg = line;
-    int inq = 0;
+    char q = 0;
     for (const char *p = line; *p; p++) {
-        if (inq && *p == '\\' && p[1]) { p++; continue; }
-        if (*p == '"') inq = !inq;
-        else if (!inq && *p == ';') seg = p + 1;
-        else if (!inq && *p == '#') return NULL;
+        if (q == '"' && *p == '\\' && p[1]) { p++; continue; }
+        if (q) { if (*p == q) q = 0; }
+        else if (*p == '"' || *p == '\'') q = *p;
+        else if (*p == ';') seg = p + 1;
+        else if (*p == '#') return NULL;
     }
     char buf[4096];
     snprintf(buf, sizeof buf, "%s", seg);
     char *words[MAXW];
     int nw = 0;
-    inq = 0;
+    q = 0;
     for (char *p = buf; *p && nw < MAXW;) {
         while (*p == ' ' || *p == '\t') p++;
         if (!*p) break;
         words[nw++] = p;
-        while (*p && (inq || (*p != ' ' && *p != '\t'))) {
-            if (*p == '"') inq = !inq;
+        while (*p && (q || (*p != ' ' && *p != '\t'))) {
+            if (q == '"' && *p == '\\' && p[1]) p++;
+            else if (q) { if (*p == q) q = 0; }
+            else if (*p == '"' || *p == '\'') q = *p;
             p++;
         }
         if (*p) *p++ = 0;
@@ -327,12 +332,16 @@ char **dm_complete(const Command *table, const char *line, const char *word) {
                pos == 0) {
         add_paths(&l, word, "", word);
     }
+    // a command's options, less those already on the line (a second eval= was offered: QA,
+    // session 33)
     for (unsigned i = 0; i < sizeof options / sizeof options[0]; i++)
         if (!strcmp(options[i].cmd, cmd)) {
             const char *p = options[i].keys;
             while (*p) {
                 size_t n = strcspn(p, "|");
-                addf(&l, word, "%.*s=", (int)n, p);
+                int given = 0;
+                for (int w = 1; w < argi; w++) given |= !strncmp(words[w], p, n) && words[w][n] == '=';
+                if (!given) addf(&l, word, "%.*s=", (int)n, p);
                 p += n + (p[n] == '|');
             }
         }
