@@ -385,7 +385,15 @@ int sh_exec_line(Shell *sh, const char *line, dm_err *err) {
         session_transcript_end(&mark);
         if (intr) {
             stopped = !sh->interactive || sh->depth > 0;  // (a :run at the prompt stops too)
-            if (sh->interactive && sh->depth == 0) *e->interrupt = 0;
+            if (sh->interactive && sh->depth == 0) {
+                *e->interrupt = 0;
+                // said: a command that ignores Ctrl-C (:plot) ended as usual, and the rest of the
+                // line went without a word (QA, session 33)
+                if (i + 1 < nc) {
+                    const char *from = cmds[i + 1].text, *to = cmds[nc - 1].text + cmds[nc - 1].textlen;
+                    fprintf(sh->out, "note: Ctrl-C: the rest of the line did not run: %.*s\n", (int)(to - from), from);
+                }
+            }
             break;  // Ctrl-C abandons the rest of the line too
         }
     }
