@@ -603,10 +603,11 @@ int engine_anchors(Engine *e, dm_err *err) {
 const Anchors *engine_anchors_for(const Engine *e, int64_t window, uint32_t set) {
     if (!e->has_anchors || e->anchors.window_bytes != window) return NULL;
     if (set && e->anchors.eval_set && set != e->anchors.eval_set) return NULL;
-    // fit bytes as anchors_compute takes them: min(anchor_fit_bytes, n_train); without a corpus
-    // (a checkpoint's anchors drawn on a plot) the training split is not here to ask
-    int64_t fit = e->cfg.anchor_fit_bytes;
-    if (e->has_data && e->data.n_train < fit) fit = e->data.n_train;
+    // fit bytes as anchors_compute takes them (anchors_fit_size: its 2^31 cap too, or anchors fit
+    // on a corpus past it were never shown, and every eval line asked for an :anchors that fit
+    // the same bytes again: QA, session 33); without a corpus (a checkpoint's anchors drawn on a
+    // plot) the training split is not here to ask
+    int64_t fit = anchors_fit_size(e->cfg.anchor_fit_bytes, e->has_data ? e->data.n_train : -1);
     if (e->has_data ? e->anchors.fit_bytes != fit : e->anchors.fit_bytes > fit) return NULL;
     return &e->anchors;
 }

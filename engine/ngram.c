@@ -258,6 +258,12 @@ void anchors_from_bytes(const uint8_t *train, int64_t nt, const uint8_t *ev, int
     if (kn5_bpb) *kn5_bpb = den > 0 ? s5 / den : 0;
 }
 
+int64_t anchors_fit_size(int64_t fit_bytes, int64_t n_train) {
+    int64_t nf = n_train >= 0 && n_train < fit_bytes ? n_train : fit_bytes;
+    // counts are uint32: the fit set stays well below 2^32 bytes (the default is 8 MB anyway)
+    return nf > ANCHOR_FIT_MAX ? ANCHOR_FIT_MAX : nf;
+}
+
 int anchors_compute(const Data *d, int64_t fit_bytes, int64_t eval_bytes, int T, Anchors *a, dm_err *err) {
     if (!d || d->n_train <= 0) return dm_fail(err, "anchors: no corpus loaded (load one with :data PATH)");
     if (T < 1) return dm_fail(err, "anchors: sequence length %d must be at least 1 (set seq)", T);
@@ -265,9 +271,7 @@ int anchors_compute(const Data *d, int64_t fit_bytes, int64_t eval_bytes, int T,
     if (nseq < 1)
         return dm_fail(err, "anchors: the eval window (eval_bytes %lld, held-out %lld B) holds no sequence of %d bytes (raise eval_bytes or lower seq)",
                        (long long)eval_bytes, (long long)d->n_eval, T);
-    int64_t nf = fit_bytes < d->n_train ? fit_bytes : d->n_train;
-    // counts are uint32: cap the fit set well below 2^32 bytes (the default is 8 MB anyway)
-    if (nf > ((int64_t)1 << 31)) nf = (int64_t)1 << 31;
+    int64_t nf = anchors_fit_size(fit_bytes, d->n_train);
     if (nf < 1) return dm_fail(err, "anchors: anchor_fit_bytes %lld must be at least 1 (set anchor_fit_bytes)", (long long)fit_bytes);
     // The fit set is a copy of at most anchor_fit_bytes (8 MB by default): small next to the
     // tables, and the hash pass wants it contiguous. Read in blocks through the int reader.

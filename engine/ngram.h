@@ -12,7 +12,11 @@ typedef struct {
     uint32_t eval_set;              // its identity (data.h eval_set_end), as on eval rows
 } Anchors;
 
-// Fit on the first min(fit_bytes, n_train) training bytes, score on the eval window of
+// The fit set's size: min(fit_bytes, n_train, ANCHOR_FIT_MAX) (n_train < 0: not known here, a
+// checkpoint's anchors without a corpus). The counts are uint32: 2^31 bytes at most.
+#define ANCHOR_FIT_MAX ((int64_t)1 << 31)
+int64_t anchors_fit_size(int64_t fit_bytes, int64_t n_train);
+// Fit on the first anchors_fit_size(fit_bytes, n_train) training bytes, score on the eval window of
 // (eval_bytes, T): every predicted byte of every eval sequence, with the context restarting at
 // each sequence start (as the model sees it).
 int anchors_compute(const Data *d, int64_t fit_bytes, int64_t eval_bytes, int T, Anchors *a, dm_err *err);

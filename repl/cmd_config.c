@@ -116,6 +116,22 @@ int cmd_set(Shell *sh, Words *w, dm_err *err) {
 }
 
 // :help KEY: 1 when NAME is a config key (and its help was printed), 0 otherwise.
+// When a live key's new value is first used: most from the next step; these by another command
+// (":help eval_bytes" said "from the next step", which no step reads: QA, session 33)
+static const char *live_when(const char *name) {
+    static const struct { const char *key, *when; } w[] = {
+        {"eval_bytes", "at the next eval and :anchors (the eval window)"},
+        {"anchor_fit_bytes", "at the next :anchors"},
+        {"eval_frac", "at once (the open corpus is split again) or at the next :data"},
+        {"eval_every", "from the next :train"},
+        {"ckpt_every", "from the next :train"},
+        {"log_every", "from the next :train"},
+    };
+    for (unsigned i = 0; i < sizeof w / sizeof w[0]; i++)
+        if (!strcmp(w[i].key, name)) return w[i].when;
+    return "from the next step";
+}
+
 int help_key(Shell *sh, const char *name) {
     const ConfigKey *k = config_find_key(name);
     if (!k) return 0;
@@ -131,7 +147,7 @@ int help_key(Shell *sh, const char *name) {
     else if (k->arch)
         fprintf(OUT, "  architecture key: :set it before :init; a live model is rebuilt with it by :init %s=VALUE\n", k->name);
     else
-        fprintf(OUT, "  live: :set %s=VALUE on a live model takes effect from the next step (kept in the session's transcript and "
-                "checkpoints)\n", k->name);
+        fprintf(OUT, "  live: :set %s=VALUE on a live model takes effect %s (kept in the session's transcript and "
+                "checkpoints)\n", k->name, live_when(k->name));
     return 1;
 }

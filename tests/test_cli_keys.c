@@ -29,6 +29,9 @@ static void test_help_key(void **s) {
     expect_error(":help nosuchthing\n", "unknown command ':nosuchthing'");
     expect_out("");
     assert_non_null(strstr(err_, "nor is 'nosuchthing' a config key (:show config lists them)"));
+    expect_ok(":help eval_bytes\n:help anchor_fit_bytes\n");  // read by no step (QA, session 33)
+    expect_out("live: :set eval_bytes=VALUE on a live model takes effect at the next eval and :anchors (the eval window)");
+    expect_out("live: :set anchor_fit_bytes=VALUE on a live model takes effect at the next :anchors");
     expect_ok(":help set\n");
     expect_out(":help KEY explains one");
 }
