@@ -8,6 +8,7 @@
 // it writes a digest of its state there (replay_write_digest). Sessions are not opened in the
 // children (DMSH_DIGEST makes :session a no-op that says so): two runs of one script would
 // otherwise meet in the same runs/NAME, the second refused or resuming the first.
+#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdint.h>
@@ -139,7 +140,7 @@ static void remove_save_dir(const char *dir) { nftw(dir, remove_entry, 16, FTW_D
 // once: the first child would consume it and the second run an empty script, a false "NOT
 // bit-identical". It is copied into `copy` (created 0600) and both children run the copy.
 static int copy_script(const char *script, const char *tmp, char *copy, size_t n) {
-    snprintf(copy, n, "%s/dmsh-replay-XXXXXX.dm", tmp);
+    snprintf(copy, n, "%s/dmsh-replay-%d-XXXXXX.dm", tmp, (int)getpid());
     int fd = mkstemps(copy, 3);
     if (fd < 0) return -1;
     FILE *in = fopen(script, "r"), *out = fdopen(fd, "w");
@@ -161,6 +162,32 @@ static int copy_script(const char *script, const char *tmp, char *copy, size_t n
     return 0;
 }
 
+// What a --replay killed with SIGKILL left in TMPDIR (its digests, the script copy, the save
+// directories with every checkpoint its child wrote: 64 MB at a tiny config; QA, session 33): the
+// names carry the replay's pid, and the next --replay removes those of a pid that no longer
+// exists and of this user (never a running replay's, never another user's).
+static void sweep_dead(const char *tmp) {
+    DIR *dir = opendir(tmp);
+    if (!dir) return;
+    struct dirent *de;
+    while ((de = readdir(dir))) {
+        const char *n = de->d_name;
+        const char *rest = !strncmp(n, "dmsh-replay-save-", 17) ? n + 17 : !strncmp(n, "dmsh-replay-", 12) ? n + 12 : NULL;
+        if (!rest) continue;
+        char *end;
+        long pid = strtol(rest, &end, 10);
+        if (pid <= 0 || end == rest || *end != '-' || strlen(end + 1) < 6) continue;  // (an older build's name: left)
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        char p[4400];
+        snprintf(p, sizeof p, "%s/%s", tmp, n);
+        struct stat st;
+        if (lstat(p, &st) || st.st_uid != getuid()) continue;
+        if (S_ISDIR(st.st_mode)) remove_save_dir(p);
+        else if (S_ISREG(st.st_mode)) unlink(p);
+    }
+    closedir(dir);
+}
+
 int replay_main(const char *script) {
     char self[4096];
     ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -169,6 +196,7 @@ int replay_main(const char *script) {
     if (access(script, R_OK)) { fprintf(stderr, "dmsh: --replay: cannot read %s: %s\n", script, strerror(errno)); return 2; }
     const char *tmpenv = getenv("TMPDIR");
     const char *tmp = tmpenv && tmpenv[0] ? tmpenv : "/tmp";
+    sweep_dead(tmp);
     char d[2][4200], sd[2][4200], copy[4200] = "";
     const char *run_script = script;
     struct stat sst;
@@ -184,8 +212,8 @@ int replay_main(const char *script) {
     // created here (O_EXCL, mode 0600): a name guessed in advance, or a link planted there,
     // cannot redirect what the children write
     for (int k = 0; k < 2; k++) {
-        snprintf(d[k], sizeof d[k], "%s/dmsh-replay-XXXXXX", tmp);
-        snprintf(sd[k], sizeof sd[k], "%s/dmsh-replay-save-XXXXXX", tmp);
+        snprintf(d[k], sizeof d[k], "%s/dmsh-replay-%d-XXXXXX", tmp, (int)getpid());
+        snprintf(sd[k], sizeof sd[k], "%s/dmsh-replay-save-%d-XXXXXX", tmp, (int)getpid());
         int fd = mkstemp(d[k]);
         if (fd < 0 || !mkdtemp(sd[k])) {
             fprintf(stderr, "dmsh: --replay: cannot create a digest file in %s: %s (set TMPDIR)\n", tmp, strerror(errno));

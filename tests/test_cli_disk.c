@@ -126,6 +126,33 @@ static void test_transcript_append_refused(void **s) {
     free(t);
 }
 
+// A --replay killed with SIGKILL left its digests and its children's save directories (every
+// checkpoint they wrote) in TMPDIR for good (QA, session 33): the next --replay removes those of
+// replays that no longer run, and nothing else (a live one's, an older build's name).
+static void test_replay_sweeps_dead(void **s) {
+    (void)s;
+    pid_t dead = fork();
+    if (dead == 0) _exit(0);
+    assert_true(dead > 0);
+    waitpid(dead, NULL, 0);
+    char cmd[1600], script[1200];
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p td/dmsh-replay-save-%d-aBcDeF td/dmsh-replay-save-%d-aBcDeF && echo x > td/dmsh-replay-save-%d-aBcDeF/step-4.ckpt && "
+             "touch td/dmsh-replay-%d-qWeRtY td/dmsh-replay-%d-qWeRtY.dm td/dmsh-replay-%d-qWeRtY td/dmsh-replay-zXcVbN",
+             (int)dead, (int)getpid(), (int)dead, (int)dead, (int)dead, (int)getpid());
+    assert_int_equal(sh_in_dir("%s", cmd), 0);
+    snprintf(script, sizeof script, "%s:data %s\n:init seed=3\n:step 2\n", SMALL, corpus);
+    write_file("rp.dm", script);
+    assert_int_equal(sh_in_dir("TMPDIR=$PWD/td %s --norc --replay rp.dm > out.txt 2> err.txt", dmsh), 0);
+    snprintf(cmd, sizeof cmd, "ls td | sort | tr '\\n' ' ' > left.txt");
+    assert_int_equal(sh_in_dir("%s", cmd), 0);
+    char left[600], want[600];
+    slurp_to("left.txt", left, sizeof left);
+    snprintf(want, sizeof want, "dmsh-replay-%d-qWeRtY dmsh-replay-save-%d-aBcDeF dmsh-replay-zXcVbN ", (int)getpid(), (int)getpid());
+    if (strcmp(left, want)) print_error("left: %s\nwant: %s\n", left, want);
+    assert_string_equal(left, want);
+}
+
 // A dmsh built with -march=native and copied to a CPU without (here) AVX-512 died with SIGILL in
 // its first vector loop (QA, session 33). repl/cpu_check.c names the missing feature first;
 // DM_CPU_LACKS stands in for the other CPU.
@@ -151,6 +178,7 @@ int main(void) {
         cmocka_unit_test(test_resume_names_a_newer_checkpoint),
         cmocka_unit_test(test_transcript_append_refused),
         cmocka_unit_test(test_cpu_lacks),
+        cmocka_unit_test(test_replay_sweeps_dead),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

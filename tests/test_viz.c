@@ -1,8 +1,13 @@
 // test_viz.c — the chart code's rules that need no PNG: tick labels (viz/ticks.c) and the data
-// range a chart is drawn over (viz_chart_range). Runs in a build without stb too.
+// range a chart is drawn over (viz_chart_range); and the temp files of a PNG write (skipped in a
+// build without stb).
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include "testutil.h"
 #include "../viz/plot.h"
 #include "../viz/ticks.h"
@@ -102,10 +107,49 @@ static void test_chart_ranges(void **state) {
     assert_non_null(strstr(msg, "no finite values"));
 }
 
+// A PNG writer killed between its write and its rename left NAME.png.PID.tmp for good (QA,
+// session 33): the next write of NAME.png removes a dead writer's, if it is empty or a PNG, and
+// nothing else.
+static void test_dead_png_tmps(void **state) {
+    (void)state;
+    if (!viz_png_available()) { print_message("no PNG support in this build: skipped\n"); return; }
+    pid_t dead = fork();
+    if (dead == 0) _exit(0);
+    assert_true(dead > 0);
+    waitpid(dead, NULL, 0);
+    char dir[] = "/tmp/dmsh_viz_XXXXXX", p[300], cmd[600];
+    assert_non_null(mkdtemp(dir));
+    // a dead writer's PNG, a live process's (this one's parent), a dead writer's file that is no
+    // PNG (left), a dead writer's empty one; pids past pid_max (2^22) belong to no process
+    const struct { int pid; const char *text; int stays; } f[] = {
+        {(int)dead, "\x89PNG\r\n", 0}, {(int)getppid(), "\x89PNG\r\n", 1}, {(1 << 22) + 7, "mine", 1}, {(1 << 22) + 8, "", 0}};
+    for (int i = 0; i < 4; i++) {
+        snprintf(p, sizeof p, "%s/h.png.%d.tmp", dir, f[i].pid);
+        FILE *o = fopen(p, "w");
+        assert_non_null(o);
+        fputs(f[i].text, o);
+        fclose(o);
+    }
+    double v[100];
+    for (int i = 0; i < 100; i++) v[i] = sin(i);
+    snprintf(p, sizeof p, "%s/h.png", dir);
+    char err[300] = "";
+    assert_int_equal(viz_hist_png(p, v, 100, 10, 0, "h", err, sizeof err), 0);
+    struct stat st;
+    for (int i = 0; i < 4; i++) {
+        snprintf(p, sizeof p, "%s/h.png.%d.tmp", dir, f[i].pid);
+        if ((stat(p, &st) == 0) != f[i].stays) print_error("%s: %s\n", p, f[i].stays ? "removed" : "left");
+        assert_int_equal(stat(p, &st) == 0, f[i].stays);
+    }
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tick_labels),
         cmocka_unit_test(test_chart_ranges),
+        cmocka_unit_test(test_dead_png_tmps),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

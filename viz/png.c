@@ -1,5 +1,7 @@
 // png.c — see png.h. The only file besides font.c that needs the stb headers.
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <limits.h>
@@ -14,6 +16,39 @@
 #pragma GCC diagnostic ignored "-Wsign-compare"
 #include <stb_image_write.h>
 #pragma GCC diagnostic pop
+
+// PATH.<pid>.tmp of a writer that no longer exists (killed between its write and its rename: the
+// file stayed for good; QA, session 33) is removed before PATH is written again: only when it is
+// empty or a PNG, never a running writer's (as checkpoints do, engine/ckpt.c)
+static void remove_dead_tmps(const char *path) {
+    char dirp[4200];
+    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+    if (slash) snprintf(dirp, sizeof dirp, "%.*s", (int)(slash - path == 0 ? 1 : slash - path), path);
+    else snprintf(dirp, sizeof dirp, ".");
+    DIR *d = opendir(dirp);
+    if (!d) return;
+    size_t bl = strlen(base);
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        const char *nm = de->d_name;
+        size_t nl = strlen(nm);
+        if (nl < bl + 6 || strncmp(nm, base, bl) || nm[bl] != '.' || strcmp(nm + nl - 4, ".tmp")) continue;
+        char *end;
+        long pid = strtol(nm + bl + 1, &end, 10);
+        if (pid <= 0 || end != nm + nl - 4 || pid == (long)getpid()) continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        char p[4200 + 256];
+        snprintf(p, sizeof p, "%s/%s", dirp, nm);
+        struct stat st;
+        if (lstat(p, &st) || !S_ISREG(st.st_mode)) continue;
+        unsigned char magic[4] = {0};
+        FILE *f = st.st_size ? fopen(p, "rb") : NULL;
+        size_t got = f ? fread(magic, 1, 4, f) : 0;
+        if (f) fclose(f);
+        if (st.st_size == 0 || (got == 4 && !memcmp(magic, "\x89PNG", 4))) unlink(p);
+    }
+    closedir(d);
+}
 
 int viz_png_check(char *err, size_t n) { return viz_font_ready(err, n); }
 
@@ -46,6 +81,7 @@ int viz_write_png(const char *path, const VizCanvas *c, char *err, size_t n) {
             }
         }
     }
+    remove_dead_tmps(path);
     char tmp[4200];
     if (snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid()) >= (int)sizeof tmp) {
         if (err && n) snprintf(err, n, "cannot write %.200s: the path is too long", path);
