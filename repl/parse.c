@@ -275,6 +275,8 @@ int sh_exec_line(Shell *sh, const char *line, dm_err *err) {
         sh->cut_in_eval = -1;
         long long step0 = e ? (long long)e->step : 0;
         int rows0 = e ? e->nrows : 0;
+        Arms arms0;  // (its counters: a cut :eval or :gen keeps what it ran, said below)
+        if (e) arms0 = e->model.arms;
         // :run goes into the transcript as a comment, before the lines it runs, which go in one
         // by one as they finish (below, at their own depth): the transcript does not depend on
         // the file staying as it was, and a :run that fails halfway keeps the lines that ran
@@ -344,8 +346,12 @@ int sh_exec_line(Shell *sh, const char *line, dm_err *err) {
                 // (steps it took that no line retakes — a quoted word: the lines no
                 // longer rebuild the state, and checkpoint lines say so from now on)
                 if (e->step != step0) session_transcript_unplaced(1);
-                char note[200];
-                snprintf(note, sizeof note, INTERRUPTED " (at step %lld; a stepping command stops at a step boundary):", (long long)e->step);
+                // a cut :eval, :eval-depths or :gen ran forwards that stay counted (:show arms,
+                // checkpoints) and that no line of a replay runs (QA, session 33): said here
+                int counted = memcmp(arms0.fwd, e->model.arms.fwd, sizeof arms0.fwd) != 0 && e->step == step0;
+                char note[400];
+                snprintf(note, sizeof note, INTERRUPTED " (at step %lld; a stepping command stops at a step boundary%s):", (long long)e->step,
+                         counted ? "; the forwards it ran stay in the arms' counts, which a replay of these lines does not add" : "");
                 session_transcript(e, note);
                 session_transcript(e, t);
             } else if (!rc) {

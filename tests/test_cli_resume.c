@@ -352,6 +352,24 @@ static void test_interrupted_stress_replays(void **s) {
     replay_matches_resume("sl");
 }
 
+// A :gen (or :eval) cut by SIGINT keeps the forwards it ran in the arms' counts, which the exit
+// save writes and no replayed line adds (QA, session 33: replays ended with other counters,
+// unsaid): the transcript's comment on the cut line says so.
+static void test_cut_gen_counts_said(void **s) {
+    (void)s;
+    char script[1200], cmd[1600];
+    snprintf(script, sizeof script, "%s:data %s\n:session gi\n:init seed=1\n:step 2\n:gen \"th\" n=1000000\n", SMALL, corpus);
+    write_file("gi.dm", script);
+    snprintf(cmd, sizeof cmd,
+             "(timeout 300 %%s -b gi.dm > gi.out 2> gi.err & p=$!; for i in $(seq 600); do grep -q '^step 1 ' gi.out 2>/dev/null && break; "
+             "sleep 0.1; done; sleep 1; kill -INT $p; wait $p; true)");
+    assert_int_equal(sh_in_dir(cmd, dmsh), 0);
+    char t[8000];
+    slurp_to("runs/gi/transcript.dm", t, sizeof t);
+    if (!strstr(t, "the forwards it ran stay in the arms' counts, which a replay of these lines does not add):\n# :gen")) print_error("%s\n", t);
+    assert_non_null(strstr(t, "the forwards it ran stay in the arms' counts, which a replay of these lines does not add):\n# :gen"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lines_after_the_checkpoint),
@@ -362,6 +380,7 @@ int main(void) {
         cmocka_unit_test(test_open_command_and_steps_no_line_takes),
         cmocka_unit_test(test_other_corpus_is_a_new_file),
         cmocka_unit_test(test_interrupted_stress_replays),
+        cmocka_unit_test(test_cut_gen_counts_said),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
