@@ -165,6 +165,12 @@ $(B)/tests/test_plot: tests/test_plot.c tests/testutil.h $(B)/repl/cmd_plot.o $(
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< $(B)/repl/cmd_plot.o -o $@ $(B)/libdm.a -lcmocka $(LDLIBS) -Wl,--wrap=viz_charts_png
 
+# test_run_files renames a session's directory between a checkpoint and its LATEST: --wrap puts
+# the rename inside session_transcript_ckpt, which session_save calls between the two
+$(B)/tests/test_run_files: tests/test_run_files.c $(wildcard tests/*.h) $(B)/libdm.a $(B)/cflags
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< -o $@ $(B)/libdm.a -lcmocka $(LDLIBS) -Wl,--wrap=session_transcript_ckpt
+
 # test_complete reads completed paths back with the command language's own parser
 $(B)/tests/test_complete: tests/test_complete.c tests/testutil.h $(B)/repl/parse.o $(B)/libdm.a
 	@mkdir -p $(dir $@)

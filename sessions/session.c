@@ -689,8 +689,21 @@ int session_save(Engine *e, char *path, size_t n, char *note, size_t nnote, dm_e
     // taken out with the commands after it)
     session_transcript_ckpt(e, path, 1);
     char fail[2600];
-    if (write_latest(e, path, note, nnote, fail, sizeof fail))
+    if (write_latest(e, path, note, nnote, fail, sizeof fail)) {
+        // the directory was renamed between the checkpoint and LATEST (the file went with it: a
+        // CI run saw "LATEST could not be written (No such file or directory)"): LATEST once
+        // more where it is now, naming the file there
+        dm_err e2 = {0};
+        snprintf(before, sizeof before, "%s", e->session_dir);
+        if (!engine_session_dir_check(e, &e2) && strcmp(before, e->session_dir)) {
+            const char *base = strrchr(path, '/');
+            char moved[1400];
+            snprintf(moved, sizeof moved, "%s/ckpt/%s", e->session_dir, base ? base + 1 : path);
+            snprintf(path, n, "%s", moved);
+            if (!write_latest(e, path, note, nnote, fail, sizeof fail)) return 0;
+        }
         return dm_fail(err, "%s was written, but %s (:save again once that is fixed)", path, fail);
+    }
     return 0;
 }
 

@@ -1,7 +1,8 @@
 // test_run_files.c — what a run writes and reads on disk, on the CPU: metrics.tsv when it cannot
 // be written (said once, the rows it missed written later in order, no half row), the
 // transcript's mark of a running command, the emulated device's rows marked in metrics.tsv and
-// checkpoints, and a corpus rewritten in place under a run.
+// checkpoints, a corpus rewritten in place under a run, and a session directory renamed between a
+// checkpoint and its LATEST.
 #include <errno.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -256,12 +257,58 @@ static void test_corpus_rewritten_in_place(void **s) {
     unlink(path);
 }
 
+// A session directory renamed between a checkpoint's write and LATEST's (a CI run hit the window:
+// "LATEST could not be written (No such file or directory)"): LATEST goes where the directory is
+// now and names the checkpoint there. The rename happens inside session_transcript_ckpt, which
+// session_save calls between the two (this program links with --wrap for it: Makefile).
+static char mv_from[300], mv_to[300];
+void __real_session_transcript_ckpt(Engine *e, const char *path, int written);
+void __wrap_session_transcript_ckpt(Engine *e, const char *path, int written) {
+    if (mv_from[0]) {
+        assert_int_equal(rename(mv_from, mv_to), 0);
+        mv_from[0] = 0;
+    }
+    __real_session_transcript_ckpt(e, path, written);
+}
+
+static void test_renamed_between_ckpt_and_latest(void **s) {
+    (void)s;
+    Engine e;
+    make_engine(&e, backend_cpu(), tiny_config());
+    char dir[] = "/tmp/dmsh_mv_XXXXXX", sd[300], want[400];
+    assert_non_null(mkdtemp(dir));
+    snprintf(sd, sizeof sd, "%s/run", dir);
+    dm_err err = {0};
+    assert_int_equal(session_open(&e, sd, &err), 0);
+    MetricRow row;
+    for (int i = 0; i < 2; i++) assert_int_equal(engine_step(&e, &row, &err), 0);
+    snprintf(mv_from, sizeof mv_from, "%s", sd);
+    snprintf(mv_to, sizeof mv_to, "%s/run-old", dir);
+    char path[1400], note[2000] = "";
+    int rc = session_save(&e, path, sizeof path, note, sizeof note, &err);
+    if (rc) print_error("%s\n", err.msg);
+    assert_int_equal(rc, 0);
+    assert_int_equal(mv_from[0], 0);  // (the rename did happen in the window)
+    snprintf(want, sizeof want, "%s/run-old/ckpt/step-2.ckpt", dir);
+    assert_string_equal(path, want);
+    snprintf(want, sizeof want, "%s/run-old/ckpt/LATEST", dir);
+    char *t = read_whole_file(want, NULL);
+    assert_non_null(t);
+    assert_string_equal(t, "step-2.ckpt\n");
+    free(t);
+    engine_free(&e);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tsv_failure_is_loud),
         cmocka_unit_test(test_transcript_mark),
         cmocka_unit_test(test_emulated_rows_are_marked),
         cmocka_unit_test(test_corpus_rewritten_in_place),
+        cmocka_unit_test(test_renamed_between_ckpt_and_latest),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
