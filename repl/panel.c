@@ -85,18 +85,20 @@ static void err_restore(Panel *p) {
     close(p->err_saved);
     close(p->err_fd);
     p->err_fd = -1;
-    if (err_panel == p) {
-        err_panel = NULL;
-        for (int i = 0; i < N_FATAL; i++) sigaction(fatal_sigs[i], &fatal_old[i], NULL);
-    }
+}
+// The panel is down: its exit and fatal-signal handlers stand down (guard_take)
+static void guard_release(Panel *p) {
+    if (err_panel != p) return;
+    err_panel = NULL;
+    for (int i = 0; i < N_FATAL; i++) sigaction(fatal_sigs[i], &fatal_old[i], NULL);
 }
 static void err_on_fatal(int sig) {
     Panel *p = err_panel;
-    if (p && p->err_fd >= 0) {
+    if (p) {
         static const char leave[] = "\x1b[?1049l\x1b[?25h\r\n";  // (off the alternate screen, cursor back)
-        write_all(p->err_saved, leave, sizeof leave - 1);
+        write_all(p->err_fd >= 0 ? p->err_saved : 1, leave, sizeof leave - 1);  // (the terminal)
         if (p->tio_ok) tcsetattr(0, TCSANOW, &p->tio);  // (async-signal-safe)
-        err_copy_out(p, 0);
+        if (p->err_fd >= 0) err_copy_out(p, 0);
     }
     raise(sig);  // (SA_RESETHAND: the default action now)
 }
@@ -108,13 +110,13 @@ static void err_at_exit(void) {
     fflush(stdout);
     // the run's lines so far, then what the file holds past them
     if (p->text.len) write_all(1, p->text.all, p->text.len);
-    err_copy_out(p, p->err_done);
+    if (p->err_fd >= 0) err_copy_out(p, p->err_done);
     err_restore(p);
+    guard_release(p);
 }
 static void err_take(Panel *p) {
     p->err_fd = -1;
     if (!isatty(2)) return;  // (stderr to a file or a pipe: it has them already)
-    static int registered;
     int fd = memfd_create("dmsh-panel-stderr", MFD_CLOEXEC);
     if (fd < 0) {
         FILE *t = tmpfile();
@@ -130,6 +132,12 @@ static void err_take(Panel *p) {
     }
     p->err_fd = fd;
     p->err_saved = saved;
+}
+// While the panel is up, an exit() or a fatal signal puts the terminal back first (whether or not
+// stderr was taken: with `2> file` a Ctrl-\ left echo off and the alternate screen: review,
+// session 33)
+static void guard_take(Panel *p) {
+    static int registered;
     err_panel = p;
     if (!registered) registered = atexit(err_at_exit) == 0;
     struct sigaction sa;
@@ -173,6 +181,7 @@ Panel *panel_open(void) {
         return NULL;
     }
     err_take(p);
+    guard_take(p);
     cbreak();  // not raw(): Ctrl-C must still raise SIGINT
     noecho();
     curs_set(0);
@@ -405,6 +414,7 @@ void panel_close(Panel *p) {
     if (p->out) fclose(p->out);
     free(p->outbuf);
     endwin();
+    guard_release(p);
     delscreen(p->scr);
     setlocale(LC_CTYPE, p->old_ctype);
     if (p->text.len) fwrite(p->text.all, 1, p->text.len, stdout);
