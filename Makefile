@@ -269,13 +269,28 @@ CUDA_SRC  := $(wildcard kernels/cuda/*.cu) $(wildcard tests/gpu/*.cu)
 # a header that appeared since (libstb-dev, libncurses-dev installed: the PNG and panel code go
 # in), another OPT= or CC=, nvcc found or gone, or a preset file added or removed rebuilds what
 # it changes, a source file added or removed relinks; an unchanged tree rebuilds nothing.
+# Goals that build nothing (print-blaslib, clean, deps) leave them as they are (`make
+# print-blaslib CUDA_ARCH=sm_80` made the next make recompile every .cu); nvcc by its real path
+# (tests/gpu/run.sh names /usr/local/cuda/bin/nvcc, PATH may hold the versioned directory: one
+# make test compiled the headless .cu objects twice). A stamp a `make clean` removed while the
+# same make goes on (`make clean lib`) is written again by its rule.
+STAMP_CFLAGS  := $(CC) $(CFLAGS) | $(REPLLIBS) $(DMSHCUDA) $(DMSHLINK) | $(LDLIBS)
+STAMP_PRESETS := $(sort $(wildcard configs/*.dm))
+STAMP_OBJS    := $(LIBOBJ) | $(REPLOBJ)
+STAMP_CUDA    := $(or $(realpath $(NVCC)),$(NVCC)) $(NVCCFLAGS)
 dm_stamp = $(shell mkdir -p $(dir $(1)) && { printf '%s\n' '$(2)' | cmp -s - $(1) || printf '%s\n' '$(2)' > $(1); })
-$(call dm_stamp,$(B)/cflags,$(CC) $(CFLAGS) | $(REPLLIBS) $(DMSHCUDA) $(DMSHLINK) | $(LDLIBS))
-$(call dm_stamp,$(B)/presets.list,$(sort $(wildcard configs/*.dm)))
-$(call dm_stamp,$(B)/objs,$(LIBOBJ) | $(REPLOBJ))
+ifneq ($(filter-out print-blaslib clean deps,$(or $(MAKECMDGOALS),all)),)
+$(call dm_stamp,$(B)/cflags,$(STAMP_CFLAGS))
+$(call dm_stamp,$(B)/presets.list,$(STAMP_PRESETS))
+$(call dm_stamp,$(B)/objs,$(STAMP_OBJS))
 ifneq ($(NVCC),)
-$(call dm_stamp,$(B)/cuda/flags,$(NVCC) $(NVCCFLAGS))
+$(call dm_stamp,$(B)/cuda/flags,$(STAMP_CUDA))
 endif
+endif
+$(B)/cflags: ; @mkdir -p $(@D) && printf '%s\n' '$(STAMP_CFLAGS)' > $@
+$(B)/presets.list: ; @mkdir -p $(@D) && printf '%s\n' '$(STAMP_PRESETS)' > $@
+$(B)/objs: ; @mkdir -p $(@D) && printf '%s\n' '$(STAMP_OBJS)' > $@
+$(B)/cuda/flags: ; @mkdir -p $(@D) && printf '%s\n' '$(STAMP_CUDA)' > $@
 cuda-check:
 ifneq ($(NVCC),)
 	@mkdir -p build/cuda

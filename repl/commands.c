@@ -582,7 +582,8 @@ static int cmd_anchors(Shell *sh, Words *w, dm_err *err) {
     Anchors *a = &E_->anchors;
     fprintf(OUT, "anchors over %lld B (%lld x %lld), fit on %lld training bytes%s: unigram %.4f bpb, Kneser-Ney 5-gram %.4f bpb\n",
             (long long)a->window_bytes, (long long)a->nseq, (long long)a->T, (long long)a->fit_bytes,
-            a->fit_bytes == ANCHOR_FIT_MAX && E_->cfg.anchor_fit_bytes > ANCHOR_FIT_MAX ? " (2^31, the most the counts take)" : "",
+            a->fit_bytes == ANCHOR_FIT_MAX && E_->cfg.anchor_fit_bytes > ANCHOR_FIT_MAX && E_->data.n_train > ANCHOR_FIT_MAX
+                ? " (2^31, the most the counts take)" : "",
             a->unigram_bpb, a->kn5_bpb);
     return 0;
 }

@@ -17,7 +17,7 @@ DM_BASE static int has(const char *name, int supported) {
 }
 
 #define NEED(macro_defined, name)                                                                  \
-    if (macro_defined && !has(name, __builtin_cpu_supports(name))) missing = name
+    if (!missing && macro_defined && !has(name, __builtin_cpu_supports(name))) missing = name  // (the first)
 
 __attribute__((constructor(101))) DM_BASE static void dm_cpu_check(void) {
     __builtin_cpu_init();

@@ -47,26 +47,33 @@ static int on_signal_event(void) {
     if (g_bell[0]) { rl_variable_bind("bell-style", g_bell); g_bell[0] = 0; }
     if (g_prompt_sigint) {
         g_prompt_sigint = 0;
+        // (readline's bell would ring for what follows: silenced, put back below or, after the
+        // jump, at the next call of this hook)
+        const char *b = rl_variable_value("bell-style");
+        snprintf(g_bell, sizeof g_bell, "%s", b ? b : "audible");
+        rl_variable_bind("bell-style", "none");
+        // the line Up put aside is dropped too (Down brought the abandoned line back: review,
+        // session 33); then Up starts again from the newest entry
+        if (where_history() < history_length) rl_maybe_unsave_line();
         rl_replace_line("", 1);
-        using_history();  // Up starts again from the newest entry
+        using_history();
         rl_crlf();
         rl_on_new_line();
         // Leave whatever readline was in the middle of, as Ctrl-G does: a history search (Ctrl-R:
         // clearing the line left the search running, and the next Enter ran its match, a line
         // the screen did not show: QA, session 33, an :init that threw 500 steps away), an ESC or
         // Ctrl-X prefix waiting for its key, a numeric argument. rl_abort jumps to readline's
-        // top level (this hook runs inside readline's read, below it); its bell is silenced.
+        // top level (this hook runs inside readline's read, below it).
         if (RL_ISSTATE(RL_STATE_ISEARCH | RL_STATE_NSEARCH | RL_STATE_SEARCH | RL_STATE_NUMERICARG |
                        RL_STATE_MULTIKEY | RL_STATE_METANEXT | RL_STATE_VIMOTION | RL_STATE_CHARSEARCH) ||
             rl_explicit_arg) {
-            const char *b = rl_variable_value("bell-style");
-            snprintf(g_bell, sizeof g_bell, "%s", b ? b : "audible");
-            rl_variable_bind("bell-style", "none");
             // (a search and a numeric argument saved the prompt to show theirs)
             if (RL_ISSTATE(RL_STATE_ISEARCH | RL_STATE_NSEARCH | RL_STATE_NUMERICARG)) rl_restore_prompt();
             RL_UNSETSTATE(RL_STATE_ISEARCH | RL_STATE_NSEARCH | RL_STATE_SEARCH | RL_STATE_NUMERICARG);
             rl_abort(0, 0);  // (does not return)
         }
+        rl_variable_bind("bell-style", g_bell);
+        g_bell[0] = 0;
         rl_redisplay();
     }
     return 0;

@@ -397,7 +397,7 @@ int sh_exec_line(Shell *sh, const char *line, dm_err *err) {
                 // line went without a word (QA, session 33)
                 if (i + 1 < nc) {
                     const char *from = cmds[i + 1].text, *to = cmds[nc - 1].text + cmds[nc - 1].textlen;
-                    fprintf(sh->out, "note: Ctrl-C: the rest of the line did not run: %.*s\n", (int)(to - from), from);
+                    fprintf(sh->out, "note: interrupted: the rest of the line did not run: %.*s\n", (int)(to - from), from);
                 }
             }
             break;  // Ctrl-C abandons the rest of the line too

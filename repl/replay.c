@@ -172,18 +172,26 @@ static void sweep_dead(const char *tmp) {
     struct dirent *de;
     while ((de = readdir(dir))) {
         const char *n = de->d_name;
-        const char *rest = !strncmp(n, "dmsh-replay-save-", 17) ? n + 17 : !strncmp(n, "dmsh-replay-", 12) ? n + 12 : NULL;
+        int save = !strncmp(n, "dmsh-replay-save-", 17);
+        const char *rest = save ? n + 17 : !strncmp(n, "dmsh-replay-", 12) ? n + 12 : NULL;
         if (!rest) continue;
         char *end;
         long pid = strtol(rest, &end, 10);
-        if (pid <= 0 || end == rest || *end != '-' || strlen(end + 1) < 6) continue;  // (an older build's name: left)
+        if (pid <= 0 || end == rest || *end != '-') continue;  // (an older build's name: left)
+        // exactly the names made above: PID-XXXXXX (six of mkstemp's letters and digits), and
+        // for the script copy .dm after them; anything else is not ours (a review found a user's
+        // dmsh-replay-999999-my-notes.txt removed)
+        const char *x = end + 1;
+        int ok = 1;
+        for (int k = 0; k < 6; k++) ok &= (x[k] >= 'a' && x[k] <= 'z') || (x[k] >= 'A' && x[k] <= 'Z') || (x[k] >= '0' && x[k] <= '9');
+        if (!ok || !(x[6] == 0 || (!save && !strcmp(x + 6, ".dm")))) continue;
         if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
         char p[4400];
         snprintf(p, sizeof p, "%s/%s", tmp, n);
         struct stat st;
         if (lstat(p, &st) || st.st_uid != getuid()) continue;
-        if (S_ISDIR(st.st_mode)) remove_save_dir(p);
-        else if (S_ISREG(st.st_mode)) unlink(p);
+        if (save && S_ISDIR(st.st_mode)) remove_save_dir(p);
+        else if (!save && S_ISREG(st.st_mode)) unlink(p);
     }
     closedir(dir);
 }

@@ -138,19 +138,27 @@ static void test_replay_sweeps_dead(void **s) {
     char cmd[1600], script[1200];
     snprintf(cmd, sizeof cmd,
              "mkdir -p td/dmsh-replay-save-%d-aBcDeF td/dmsh-replay-save-%d-aBcDeF && echo x > td/dmsh-replay-save-%d-aBcDeF/step-4.ckpt && "
-             "touch td/dmsh-replay-%d-qWeRtY td/dmsh-replay-%d-qWeRtY.dm td/dmsh-replay-%d-qWeRtY td/dmsh-replay-zXcVbN",
-             (int)dead, (int)getpid(), (int)dead, (int)dead, (int)dead, (int)getpid());
+             "touch td/dmsh-replay-%d-qWeRtY td/dmsh-replay-%d-qWeRtY.dm td/dmsh-replay-%d-qWeRtY td/dmsh-replay-zXcVbN && "
+             "touch td/dmsh-replay-%d-my-notes.txt && mkdir td/dmsh-replay-save-%d-experiment",
+             (int)dead, (int)getpid(), (int)dead, (int)dead, (int)dead, (int)getpid(), (int)dead, (int)dead);
     assert_int_equal(sh_in_dir("%s", cmd), 0);
     snprintf(script, sizeof script, "%s:data %s\n:init seed=3\n:step 2\n", SMALL, corpus);
     write_file("rp.dm", script);
     assert_int_equal(sh_in_dir("TMPDIR=$PWD/td %s --norc --replay rp.dm > out.txt 2> err.txt", dmsh), 0);
-    snprintf(cmd, sizeof cmd, "ls td | sort | tr '\\n' ' ' > left.txt");
-    assert_int_equal(sh_in_dir("%s", cmd), 0);
-    char left[600], want[600];
-    slurp_to("left.txt", left, sizeof left);
-    snprintf(want, sizeof want, "dmsh-replay-%d-qWeRtY dmsh-replay-save-%d-aBcDeF dmsh-replay-zXcVbN ", (int)getpid(), (int)getpid());
-    if (strcmp(left, want)) print_error("left: %s\nwant: %s\n", left, want);
-    assert_string_equal(left, want);
+    // kept: a live replay's, an older build's name, names a replay does not make (whoever's: the
+    // review's dmsh-replay-PID-my-notes.txt was removed); gone: the dead replay's
+    const struct { const char *fmt; int pid, stays; } f[] = {
+        {"td/dmsh-replay-save-%d-aBcDeF", (int)dead, 0}, {"td/dmsh-replay-%d-qWeRtY", (int)dead, 0},
+        {"td/dmsh-replay-%d-qWeRtY.dm", (int)dead, 0},   {"td/dmsh-replay-save-%d-aBcDeF", (int)getpid(), 1},
+        {"td/dmsh-replay-%d-qWeRtY", (int)getpid(), 1},  {"td/dmsh-replay-zXcVbN%.0d", 0, 1},
+        {"td/dmsh-replay-%d-my-notes.txt", (int)dead, 1}, {"td/dmsh-replay-save-%d-experiment", (int)dead, 1}};
+    for (unsigned i = 0; i < sizeof f / sizeof f[0]; i++) {
+        char name[120];
+        snprintf(name, sizeof name, f[i].fmt, f[i].pid);
+        if ((file_size(name) >= 0) != f[i].stays) print_error("%s: %s\n", name, f[i].stays ? "removed" : "left");
+        assert_int_equal(file_size(name) >= 0, f[i].stays);
+    }
+    assert_int_equal(sh_in_dir("%s", "test $(ls td | wc -l) = 5"), 0);  // and nothing of this replay's own
 }
 
 // A dmsh built with -march=native and copied to a CPU without (here) AVX-512 died with SIGILL in

@@ -459,6 +459,17 @@ static void test_interrupts_and_completion(void **s) {
     expect_out("Take N optimizer steps", 20);
     assert_null(strstr(tty + after_search, "Leave"));
     assert_null(strstr(tty + after_search, "search)"));
+    // a line typed, Up (readline puts it aside), Ctrl-C, Down: it does not come back (review,
+    // session 33: Down brought the abandoned line back and Enter ran it)
+    expect_out("dmsh> ", 20);
+    type(":help nosuchcmdzz\x1b[A");
+    for (double t1 = now_s(); now_s() - t1 < 0.4;) pump(50);
+    type("\x03");
+    for (double t1 = now_s(); now_s() - t1 < 0.6;) pump(50);
+    size_t after_down = ntty;
+    type("\x1b[B\r:help quit\r");
+    expect_out("Leave", 20);
+    assert_null(strstr(tty + after_down, "nosuchcmdzz"));
     // a completed path with a blank goes in quoted (the command language reads it as one word)
     char ab[600];
     snprintf(ab, sizeof ab, "%s/a b.txt", dir);
@@ -510,7 +521,7 @@ static void test_interrupts_and_completion(void **s) {
     type("\x03");
     expect_out("(interrupted after ", 60);
     // the rest is named (QA, session 33: it went without a word)
-    expect_out("note: Ctrl-C: the rest of the line did not run: :step 2\r\n", 10);
+    expect_out("note: interrupted: the rest of the line did not run: :step 2\r\n", 10);
     command(":show metrics");
     const char *hit = expect_out(" metric rows, step ", 20);
     assert_int_equal(atoll(hit + strlen(" metric rows, step ")), 1);  // :step 2 did not run

@@ -682,7 +682,9 @@ extern "C" const Backend *backend_cuda(int device, char *why, size_t n) {
     if (e != cudaSuccess || count == 0) {
         // With no NVIDIA driver at all the runtime says "driver version is insufficient", which
         // reads as "upgrade the driver": say there is none when libcuda.so.1 did not load.
-        int no_driver = e != cudaSuccess && !dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+        void *drv = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+        int no_driver = e != cudaSuccess && !drv;
+        if (drv) dlclose(drv);  // (NOLOAD still counts a reference)
         if (no_driver)
             snprintf(why, n, "no CUDA device visible (no NVIDIA driver here: libcuda.so.1 is not installed or did not "
                      "load; the runtime said: %s): use :device cpu", cudaGetErrorString(e));
