@@ -129,6 +129,19 @@ static void type(const char *s) {
     assert_int_equal(write(mfd, s, n), (ssize_t)n);
 }
 
+// keep reading the terminal for `sec` seconds (what a keystroke set off has time to show)
+static void settle(double sec) {
+    for (double t1 = now_s(); now_s() - t1 < sec;) pump(50);
+}
+
+// Wait (60 s at most) for :train's panel, xterm's alternate screen (what newterm+refresh draws
+// on), or plain step lines instead: 1 when the panel is up
+static const char *const SMCUP = "\x1b[?1049h";
+static int panel_up(void) {
+    for (double t0 = now_s(); !strstr(tty + seen, SMCUP) && !strstr(tty + seen, "\nstep ") && now_s() - t0 < 60;) pump(50);
+    return strstr(tty + seen, SMCUP) != NULL;
+}
+
 // wait for the next prompt, then type a line
 static void command(const char *line) {
     expect_out("dmsh> ", 20);
@@ -243,12 +256,9 @@ static void test_panel(void **s) {
     spawn(1, 1);
     small_model(1);
     command(":train 100000 log_every=1");
-    const char *smcup = "\x1b[?1049h";  // xterm's alternate screen: what newterm+refresh draws on
-    double t0 = now_s();
-    while (!strstr(tty + seen, smcup) && !strstr(tty + seen, "\nstep ") && now_s() - t0 < 60) pump(50);
-    int drawn = strstr(tty + seen, smcup) != NULL;
+    int drawn = panel_up();
     if (drawn) {
-        expect_out(smcup, 1);
+        expect_out(SMCUP, 1);
         expect_out("loss, ", 30);  // the chart's title: at least one frame drawn
     } else {
         print_message("no panel: :train does not open it (plain lines checked instead)\n");
@@ -280,10 +290,8 @@ static void test_panel_narrow(void **s) {
     spawn_cols = 200;
     small_model(1);
     command(":train 100000 log_every=1");
-    const char *smcup = "\x1b[?1049h";
-    double t0 = now_s();
-    while (!strstr(tty + seen, smcup) && !strstr(tty + seen, "\nstep ") && now_s() - t0 < 60) pump(50);
-    if (strstr(tty + seen, smcup)) expect_out(" / 100000", 30);
+    int drawn = panel_up();
+    if (drawn) expect_out(" / 100000", 30);
     else print_message("no panel: :train does not open it\n");
     type("\x03");
     expect_out("interrupted at step ", 60);
@@ -301,10 +309,8 @@ static void test_panel_shows_newest(void **s) {
     spawn(1, 1);
     small_model(1);
     command(":train 40 log_every=20 eval_every=0");
-    const char *smcup = "\x1b[?1049h";
-    double t0 = now_s();
-    while (!strstr(tty + seen, smcup) && !strstr(tty + seen, "\nstep ") && now_s() - t0 < 60) pump(50);
-    if (strstr(tty + seen, smcup)) {
+    int drawn = panel_up();
+    if (drawn) {
         const char *hit = expect_out("loss, ", 30);
         int n = atoi(hit + strlen("loss, "));
         if (n != 20) print_error("the first frame's chart holds %d losses (want 20)\n", n);
@@ -328,14 +334,12 @@ static void test_panel_scrollback(void **s) {
     small_model(1);
     command(":arm kda off");
     command(":train 40 log_every=10 eval_every=20");
-    const char *smcup = "\x1b[?1049h";
-    double t0 = now_s();
-    while (!strstr(tty + seen, smcup) && !strstr(tty + seen, "\nstep ") && now_s() - t0 < 60) pump(50);
-    if (!strstr(tty + seen, smcup)) {
+    int drawn = panel_up();
+    if (!drawn) {
         print_message("no panel: :train does not open it\n");
         expect_out("dmsh> ", 60);
     } else {
-        expect_out(smcup, 1);
+        expect_out(SMCUP, 1);
         expect_out("OFF: kda", 30);
         expect_out("evaluating...", 30);  // (the frame before the eval at step 20 says it)
         expect_out("\x1b[?1049l", 60);
@@ -366,10 +370,8 @@ static void test_panel_keeps_stderr(void **s) {
     snprintf(cmd, sizeof cmd, "cd %s && rm runs/pn/config.dm && mkdir runs/pn/config.dm", dir);
     assert_int_equal(system(cmd), 0);
     type(":train 20 log_every=10 ckpt_every=10 eval_every=0\r");
-    const char *smcup = "\x1b[?1049h";
-    double t0 = now_s();
-    while (!strstr(tty + seen, smcup) && !strstr(tty + seen, "\nstep ") && now_s() - t0 < 60) pump(50);
-    if (!strstr(tty + seen, smcup)) {
+    int drawn = panel_up();
+    if (!drawn) {
         print_message("no panel: :train does not open it\n");
     } else {
         expect_out("\x1b[?1049l", 60);
@@ -425,20 +427,17 @@ static void test_interrupts_and_completion(void **s) {
     expect_out("dmsh> ", 20);
     type(":probe n@\t\t");
     expect_out("n@2", 10);
-    type("\x03");
-    for (double t1 = now_s(); now_s() - t1 < 0.6;) pump(50);  // the line dropped before typing on
+    type("\x03"), settle(0.6);  // the line dropped before typing on
     type(":data /usr/include/\t\t");
     expect_out("stdio.h", 10);
-    type("\x03");
-    for (double t1 = now_s(); now_s() - t1 < 0.6;) pump(50);
+    type("\x03"), settle(0.6);
     // inside a quote a directory leaves the quote open, so the next Tab goes into it (QA, session
     // 29: it closed it, "/usr/include/", and the next Tab found nothing)
     type(":data \"/usr/inclu\t");
-    for (double t1 = now_s(); now_s() - t1 < 0.3;) pump(50);
+    settle(0.3);
     type("stdio.\t");
     expect_out("/usr/include/stdio.h\"", 10);
-    type("\x03");
-    for (double t1 = now_s(); now_s() - t1 < 0.6;) pump(50);
+    type("\x03"), settle(0.6);
     assert_null(strstr(tty, "Display all"));
     command(":help quit");
     expect_out("Leave", 20);
@@ -447,14 +446,12 @@ static void test_interrupts_and_completion(void **s) {
     // prefix (it ate the next key: ":help" ran as "help")
     expect_out("dmsh> ", 20);
     type("\x12:help q");
-    for (double t1 = now_s(); now_s() - t1 < 0.4;) pump(50);
-    type("\x03");
-    for (double t1 = now_s(); now_s() - t1 < 0.6;) pump(50);
+    settle(0.4);
+    type("\x03"), settle(0.6);
     size_t after_search = ntty;
     type("\r\x1b");
-    for (double t1 = now_s(); now_s() - t1 < 0.4;) pump(50);
-    type("\x03");
-    for (double t1 = now_s(); now_s() - t1 < 0.6;) pump(50);
+    settle(0.4);
+    type("\x03"), settle(0.6);
     type(":help step\r");
     expect_out("Take N optimizer steps", 20);
     assert_null(strstr(tty + after_search, "Leave"));
@@ -463,9 +460,8 @@ static void test_interrupts_and_completion(void **s) {
     // session 33: Down brought the abandoned line back and Enter ran it)
     expect_out("dmsh> ", 20);
     type(":help nosuchcmdzz\x1b[A");
-    for (double t1 = now_s(); now_s() - t1 < 0.4;) pump(50);
-    type("\x03");
-    for (double t1 = now_s(); now_s() - t1 < 0.6;) pump(50);
+    settle(0.4);
+    type("\x03"), settle(0.6);
     size_t after_down = ntty;
     type("\x1b[B\r:help quit\r");
     expect_out("Leave", 20);
@@ -479,8 +475,7 @@ static void test_interrupts_and_completion(void **s) {
     expect_out("dmsh> ", 20);
     type(":data a\t");
     expect_out("\"a b.txt\"", 10);
-    type("\x03");
-    for (double t1 = now_s(); now_s() - t1 < 0.6;) pump(50);
+    type("\x03"), settle(0.6);
     // a '"' in the name is escaped inside the quotes, a key= stays in front of them, and the
     // completed line reads the file back (it once went in as "q"x y.txt": another word)
     snprintf(ab, sizeof ab, "%s/q\"x y.txt", dir);
@@ -509,15 +504,13 @@ static void test_interrupts_and_completion(void **s) {
     expect_out("dmsh> ", 20);
     type(":run zz\t\t");
     expect_out("zz 2.txt", 10);
-    for (double t1 = now_s(); now_s() - t1 < 0.3;) pump(50);
+    settle(0.3);
     assert_non_null(strstr(tty, "zz1/"));
     assert_null(strstr(tty, "zz1//"));
-    type("\x03");
-    for (double t1 = now_s(); now_s() - t1 < 0.6;) pump(50);
+    type("\x03"), settle(0.6);
     // Ctrl-C during :gen: it stops, the rest of the line is dropped, the next command runs
     command(":gen \"a\" n=1000000 temp=1; :step 2");
-    double t0 = now_s();
-    while (now_s() - t0 < 1.0) pump(50);
+    settle(1.0);
     type("\x03");
     expect_out("(interrupted after ", 60);
     // the rest is named (QA, session 33: it went without a word)
@@ -546,7 +539,7 @@ static void test_interrupts_and_completion(void **s) {
     close(mfd);
     mfd = -1;
     int st = -1;
-    t0 = now_s();
+    double t0 = now_s();
     while (now_s() - t0 < 30 && waitpid(child, &st, WNOHANG) != child) usleep(20000);
     child = -1;
     assert_true(WIFEXITED(st));
@@ -594,15 +587,13 @@ static void test_sigquit_under_panel(void **s) {
         spawn_stderr = NULL;
         small_model(1);
         command(":train 100000 log_every=1");
-        const char *smcup = "\x1b[?1049h";
-        double t0 = now_s();
-        while (!strstr(tty + seen, smcup) && !strstr(tty + seen, "\nstep ") && now_s() - t0 < 60) pump(50);
-        if (!strstr(tty + seen, smcup)) {
+        int drawn = panel_up();
+        if (!drawn) {
             print_message("no panel: :train does not open it (nothing to check)\n");
             kill_child();
             return;
         }
-        expect_out(smcup, 1);
+        expect_out(SMCUP, 1);
         expect_out("loss, ", 30);
         type("\x1c");
         int st = -1;
@@ -664,7 +655,7 @@ static void test_stdout_not_a_tty(void **s) {
     command(":preset nano");
     expect_out("dmsh> ", 20);
     type(":sho\t");
-    for (double t1 = now_s(); now_s() - t1 < 0.3;) pump(50);
+    settle(0.3);
     type("con\t\r");
     expect_out(":show config", 20);  // (the prompt and the completed line on the terminal)
     expect_out("dmsh> ", 20);
