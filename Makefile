@@ -23,7 +23,7 @@ NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>
 DM_REAL ?= float
 # OPT: -march=native builds for this machine's CPU (here AVX-512): such a dmsh copied to a CPU
 # without those instructions refuses to start (repl/cpu_check.c); OPT="-O3 -march=x86-64-v3"
-# builds one that runs on any x86-64 with AVX2 and FMA (README, "Building")
+# builds one that runs on any x86-64 with AVX2 and FMA (README)
 OPT     ?= -O3 -march=native
 # -ffp-contract=fast: ISO C mode (-std=c11) would otherwise forbid fusing a*b + c into one FMA in
 # the element-wise loops (measured: -3..4 % of a nano step); results stay a pure function of
@@ -63,8 +63,7 @@ ifneq ($(HEADLESS),)
   CFLAGS += -DDM_HEADLESS   # (the reason :plot gives: viz/png.h)
 endif
 
-.PHONY: headless-check
-.PHONY: all lib test test-float test-double bench deps cuda-check clean demo dmsh headless print-blaslib spec-forward spec-optim test-sgemm-avx2
+.PHONY: all lib test headless-check test-float test-double bench deps cuda-check clean demo dmsh headless print-blaslib spec-forward spec-optim test-sgemm-avx2
 all: lib dmsh
 print-blaslib:  # the OpenBLAS link flag this machine takes (tests/gpu/run.sh links with it)
 	@echo $(BLASLIB)

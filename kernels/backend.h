@@ -1,6 +1,7 @@
 // backend.h — the one table of operations the engine calls. Numerics only: no op knows the
 // model. kernels/cpu/ implements every entry; kernels/cuda/ implements the same table over device
-// pointers (the entries it leaves NULL are said below), so every engine path runs on either and parity is one loop over the calls.
+// pointers (the entries it leaves NULL are said below), so every engine path runs on either and
+// parity is one loop over the calls.
 // Conventions: row-major; every elementary backward ACCUMULATES (+=) into its d-buffers (the
 // fused ops of the looped block say per output whether they write or accumulate).
 #pragma once

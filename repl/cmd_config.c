@@ -115,7 +115,6 @@ int cmd_set(Shell *sh, Words *w, dm_err *err) {
     return 0;
 }
 
-// :help KEY: 1 when NAME is a config key (and its help was printed), 0 otherwise.
 // When a live key's new value is first used: most from the next step; these by another command
 // (":help eval_bytes" said "from the next step", which no step reads: QA, session 33)
 static const char *live_when(const char *name) {
@@ -132,6 +131,7 @@ static const char *live_when(const char *name) {
     return "from the next step";
 }
 
+// :help KEY: 1 when NAME is a config key (and its help was printed), 0 otherwise.
 int help_key(Shell *sh, const char *name) {
     const ConfigKey *k = config_find_key(name);
     if (!k) return 0;

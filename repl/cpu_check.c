@@ -16,50 +16,51 @@ DM_BASE static int has(const char *name, int supported) {
     return supported;
 }
 
-#define NEED(macro_defined, name)                                                                  \
-    if (!missing && macro_defined && !has(name, __builtin_cpu_supports(name))) missing = name  // (the first)
+// (the first missing feature is named)
+#define NEED(name) \
+    if (!missing && !has(name, __builtin_cpu_supports(name))) missing = name
 
 __attribute__((constructor(101))) DM_BASE static void dm_cpu_check(void) {
     __builtin_cpu_init();
     const char *missing = NULL;
 #ifdef __AVX__
-    NEED(1, "avx");
+    NEED("avx");
 #endif
 #ifdef __AVX2__
-    NEED(1, "avx2");
+    NEED("avx2");
 #endif
 #ifdef __FMA__
-    NEED(1, "fma");
+    NEED("fma");
 #endif
 #ifdef __F16C__
-    NEED(1, "f16c");
+    NEED("f16c");
 #endif
 #ifdef __BMI2__
-    NEED(1, "bmi2");
+    NEED("bmi2");
 #endif
 #ifdef __AVX512F__
-    NEED(1, "avx512f");
+    NEED("avx512f");
 #endif
 #ifdef __AVX512BW__
-    NEED(1, "avx512bw");
+    NEED("avx512bw");
 #endif
 #ifdef __AVX512DQ__
-    NEED(1, "avx512dq");
+    NEED("avx512dq");
 #endif
 #ifdef __AVX512VL__
-    NEED(1, "avx512vl");
+    NEED("avx512vl");
 #endif
 #ifdef __AVX512CD__
-    NEED(1, "avx512cd");
+    NEED("avx512cd");
 #endif
 #ifdef __AVX512VBMI__
-    NEED(1, "avx512vbmi");
+    NEED("avx512vbmi");
 #endif
 #ifdef __AVX512VNNI__
-    NEED(1, "avx512vnni");
+    NEED("avx512vnni");
 #endif
 #ifdef __AVX512BF16__
-    NEED(1, "avx512bf16");
+    NEED("avx512bf16");
 #endif
     if (!missing) return;
     fprintf(stderr,

@@ -219,23 +219,17 @@ static void test_paths(void **s) {
     FILE *f = fopen(p, "w");
     assert_non_null(f);
     fclose(f);
-    char word[200];
-    snprintf(word, sizeof word, "%s/w s", dir);
-    snprintf(line, sizeof line, ":data '%s", word);
-    v = dm_complete(table, line, word);
-    dump(line, v);
-    snprintf(p, sizeof p, "%s/w s;#/", dir);
-    assert_int_equal(count(v), 1);
-    assert_string_equal(v[0], p);
-    dm_complete_free(v);
-    snprintf(word, sizeof word, "%s/w s;#/a", dir);
-    snprintf(line, sizeof line, ":data x eval='%s", word);
-    v = dm_complete(table, line, word);
-    dump(line, v);
-    snprintf(p, sizeof p, "%s/w s;#/a b.txt", dir);
-    assert_int_equal(count(v), 1);
-    assert_string_equal(v[0], p);
-    dm_complete_free(v);
+    char word[200], want[200];
+    for (int k = 0; k < 2; k++) {  // a directory, then a file in it, after key='
+        snprintf(word, sizeof word, "%s/w s%s", dir, k ? ";#/a" : "");
+        snprintf(line, sizeof line, k ? ":data x eval='%s" : ":data '%s", word);
+        snprintf(want, sizeof want, "%s/w s;#/%s", dir, k ? "a b.txt" : "");
+        v = dm_complete(table, line, word);
+        dump(line, v);
+        assert_int_equal(count(v), 1);
+        assert_string_equal(v[0], want);
+        dm_complete_free(v);
+    }
     char cmd[120];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     assert_int_equal(system(cmd), 0);

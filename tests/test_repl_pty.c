@@ -130,9 +130,7 @@ static void type(const char *s) {
 }
 
 // keep reading the terminal for `sec` seconds (what a keystroke set off has time to show)
-static void settle(double sec) {
-    for (double t1 = now_s(); now_s() - t1 < sec;) pump(50);
-}
+static void settle(double sec) { for (double t1 = now_s(); now_s() - t1 < sec;) pump(50); }
 
 // Wait (60 s at most) for :train's panel, xterm's alternate screen (what newterm+refresh draws
 // on), or plain step lines instead: 1 when the panel is up
@@ -141,6 +139,9 @@ static int panel_up(void) {
     for (double t0 = now_s(); !strstr(tty + seen, SMCUP) && !strstr(tty + seen, "\nstep ") && now_s() - t0 < 60;) pump(50);
     return strstr(tty + seen, SMCUP) != NULL;
 }
+
+// Ctrl-C at the prompt, and the time to show what it did
+static void ctrl_c(void) { type("\x03"); settle(0.6); }
 
 // wait for the next prompt, then type a line
 static void command(const char *line) {
@@ -427,17 +428,17 @@ static void test_interrupts_and_completion(void **s) {
     expect_out("dmsh> ", 20);
     type(":probe n@\t\t");
     expect_out("n@2", 10);
-    type("\x03"), settle(0.6);  // the line dropped before typing on
+    ctrl_c();  // the line dropped before typing on
     type(":data /usr/include/\t\t");
     expect_out("stdio.h", 10);
-    type("\x03"), settle(0.6);
+    ctrl_c();
     // inside a quote a directory leaves the quote open, so the next Tab goes into it (QA, session
     // 29: it closed it, "/usr/include/", and the next Tab found nothing)
     type(":data \"/usr/inclu\t");
     settle(0.3);
     type("stdio.\t");
     expect_out("/usr/include/stdio.h\"", 10);
-    type("\x03"), settle(0.6);
+    ctrl_c();
     assert_null(strstr(tty, "Display all"));
     command(":help quit");
     expect_out("Leave", 20);
@@ -447,11 +448,11 @@ static void test_interrupts_and_completion(void **s) {
     expect_out("dmsh> ", 20);
     type("\x12:help q");
     settle(0.4);
-    type("\x03"), settle(0.6);
+    ctrl_c();
     size_t after_search = ntty;
     type("\r\x1b");
     settle(0.4);
-    type("\x03"), settle(0.6);
+    ctrl_c();
     type(":help step\r");
     expect_out("Take N optimizer steps", 20);
     assert_null(strstr(tty + after_search, "Leave"));
@@ -461,7 +462,7 @@ static void test_interrupts_and_completion(void **s) {
     expect_out("dmsh> ", 20);
     type(":help nosuchcmdzz\x1b[A");
     settle(0.4);
-    type("\x03"), settle(0.6);
+    ctrl_c();
     size_t after_down = ntty;
     type("\x1b[B\r:help quit\r");
     expect_out("Leave", 20);
@@ -475,7 +476,7 @@ static void test_interrupts_and_completion(void **s) {
     expect_out("dmsh> ", 20);
     type(":data a\t");
     expect_out("\"a b.txt\"", 10);
-    type("\x03"), settle(0.6);
+    ctrl_c();
     // a '"' in the name is escaped inside the quotes, a key= stays in front of them, and the
     // completed line reads the file back (it once went in as "q"x y.txt": another word)
     snprintf(ab, sizeof ab, "%s/q\"x y.txt", dir);
@@ -507,7 +508,7 @@ static void test_interrupts_and_completion(void **s) {
     settle(0.3);
     assert_non_null(strstr(tty, "zz1/"));
     assert_null(strstr(tty, "zz1//"));
-    type("\x03"), settle(0.6);
+    ctrl_c();
     // Ctrl-C during :gen: it stops, the rest of the line is dropped, the next command runs
     command(":gen \"a\" n=1000000 temp=1; :step 2");
     settle(1.0);
