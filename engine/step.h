@@ -54,7 +54,7 @@ typedef struct {
     int fwd_depth;              // ... and the forward's host bookkeeping a replay restores (probes,
     double fwd_marks[64];       // model_read_moe read it): last_depth, depth_loss markers
     long captures, replays, eager;  // counts, for :bench and the tests
-    char notice[320];           // a message for the user (capture failed, ...)
+    char notice[640];           // a message for the user (capture failed, ...)
     int notice_new;             // notice not yet handed out by engine_notice
     int ram_noted;              // the engram_ram "no graph" notice was given
 } StepRunner;

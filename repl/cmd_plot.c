@@ -683,7 +683,7 @@ int cmd_plot(Shell *sh, Words *w, dm_err *err) {
     int rc = 0, nc = 0;
     // a metric with nothing to plot yet (no evals, no routed tokens) in a list of several is left
     // out and said below; alone, or when every one of the list has nothing, it is the error
-    char left[MAX_PANELS][sizeof err->msg + 32];
+    char left[MAX_PANELS][sizeof names[0] + sizeof err->msg + 16];  // "NAME not drawn: MSG"
     int nleft = 0;
     const char *const nothing = "nothing to plot yet";
     for (int k = 0; k < np && !rc; k++) {
@@ -694,14 +694,14 @@ int cmd_plot(Shell *sh, Words *w, dm_err *err) {
         else if (!strcmp(m, "experts")) rc = panel_experts(&cx, p, err);
         else rc = panel_train(&cx, p, m, err);
         if (rc && np > 1 && !strncmp(err->msg, nothing, strlen(nothing))) {
-            snprintf(left[nleft++], sizeof left[0], "%s not drawn: %s", m, err->msg);
+            snprintf(left[nleft++], sizeof left[0], "%.*s not drawn: %s", (int)sizeof names[0] - 1, m, err->msg);
             free(p->buf);
             memset(p, 0, sizeof *p);
             if (nleft < np) { rc = 0; memset(err, 0, sizeof *err); }
             continue;  // (all of them: rc and err stay, the last one's reason)
         }
         if (rc) break;
-        if (nc != k) snprintf(names[nc], sizeof names[0], "%s", m);  // the drawn metrics, in order (nc < k)
+        if (nc != k) memcpy(names[nc], m, sizeof names[0]);  // the drawn metrics, in order (nc < k)
         p->chart.title = p->title; p->chart.subtitle = p->subtitle;
         p->chart.xlabel = p->xlabel; p->chart.ylabel = p->ylabel;
         p->chart.series = p->series; p->chart.refs = p->refs;

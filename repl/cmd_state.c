@@ -142,7 +142,7 @@ int cmd_init(Shell *sh, Words *w, dm_err *err) {
 
 int cmd_save(Shell *sh, Words *w, dm_err *err) {
     if (sh_check_keys(w, 1, NULL, err)) return 1;
-    char path[PATH_MAX], note[1600] = "";  // (the longest path :load opens: QA, session 24)
+    char path[PATH_MAX], note[2 * PATH_MAX + 128] = "";  // two whole paths: the link and its target
     const char *p = sh_positional(w, 0);
     if (p) {  // a path given is the user's to overwrite (said when it held a checkpoint)
         char owner[1100];
