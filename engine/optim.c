@@ -425,6 +425,7 @@ int optim_report(Optim *o, const Model *m, const OptStatus *st, const StepHyper 
     info->gnorm = st->gnorm;
     if (st->skip) {
         info->skipped = 1;
+        info->too_big = st->too_big;
         snprintf(info->first_bad, sizeof info->first_bad, "%s",
                  st->loss_bad || st->first_bad < 0 || st->first_bad >= P_COUNT ? "loss" : m->t[st->first_bad].name);
         if (st->halted) {
@@ -450,6 +451,11 @@ int optim_report(Optim *o, const Model *m, const OptStatus *st, const StepHyper 
                     return dm_fail(err, "step %lld: nan_limit (%d) consecutive non-finite steps; the parameters are non-finite (first: %s): an earlier update broke them — :load a checkpoint and lower lr / lr_muon",
                                    (long long)hp->step, hp->nan_limit, m->t[bad].name);
             }
+            if (st->too_big)  // (finite, but the updates would square it into inf: SPEC's non-finite norm in real)
+                return dm_fail(err, "step %lld: nan_limit (%d) consecutive skipped steps; the last one's gradient norm %.3g is past "
+                               REAL_NAME "'s range when squared (largest in %s) (hint: lower lr or %s)",
+                               (long long)hp->step, hp->nan_limit, st->gnorm, info->first_bad,
+                               hp->clip > 0 ? "lower clip" : "turn clipping on, e.g. clip=1 (it is off)");
             return dm_fail(err, "step %lld: nan_limit (%d) consecutive non-finite steps; first non-finite tensor: %s (hint: lower lr or %s)",
                            (long long)hp->step, hp->nan_limit, info->first_bad,
                            hp->clip > 0 ? "lower clip" : "turn clipping on, e.g. clip=1 (it is off)");

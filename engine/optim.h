@@ -51,8 +51,10 @@ typedef struct {
 typedef struct {
     double lr, lr_muon;     // the rates used this step
     double gnorm;           // global gradient norm before clipping
-    int skipped;            // 1: non-finite loss or gradient, no update applied
-    char first_bad[48];     // name of the first tensor with a non-finite gradient ("loss" if the loss)
+    int skipped;            // 1: non-finite loss or gradient (or too_big), no update applied
+    int too_big;            // skipped for a finite gradient whose sum of squares is past REAL_MAX
+    char first_bad[48];     // name of the first tensor with a non-finite gradient ("loss" if the
+                            // loss; too_big: the tensor with the largest sum of squares)
     double orth_err;        // after retraction (or the current value when not retracted this step)
     int retracted;
 } StepInfo;

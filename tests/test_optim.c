@@ -725,6 +725,67 @@ static void test_nan_firewall(void **state) {
     model_free(&m);
 }
 
+// A finite gradient whose squares real cannot hold: skipped like a non-finite one unless the clip
+// brings it back in range (QA, session 34: clip=0 beta2=0 squared it into v = inf, then NaN
+// weights the firewall had let in)
+static void test_firewall_squares(void **state) {
+    (void)state;
+    Config c = tiny_config();
+    c.nan_limit = 3;
+    c.clip = 0;
+    c.beta2 = 0;
+    Model m;
+    make_model(&m, &c);
+    model_reserve(&m, c.batch, c.seq);
+    memset(m.acts.rows, 0, sizeof(int32_t) * c.n_orders * c.batch * c.seq);
+    Optim o;
+    dm_err err = {0};
+    assert_int_equal(optim_create(&o, &m, &err), 0);
+    Rng r = {12};
+    StepInfo info;
+    fill_randn(m.grads, m.n_params, 1.0, &r);
+    assert_int_equal(optim_step(&o, &m, 0, 1.0, &info, &err), 0);
+    const double huge = 2 * sqrt((double)REAL_MAX);  // finite in real; its square is not
+    real *p0 = snapshot(m.params, m.n_params), *v0 = snapshot(o.v, m.n_params);
+    fill_randn(m.grads, m.n_params, 1.0, &r);
+    m.grads[m.t[P_HEAD].offset + 7] = (real)huge;
+    assert_true(isfinite(m.grads[m.t[P_HEAD].offset + 7]));
+    assert_int_equal(optim_step(&o, &m, 1, 1.0, &info, &err), 0);
+    assert_int_equal(info.skipped, 1);
+    assert_int_equal(info.too_big, 1);
+    assert_string_equal(info.first_bad, "head");
+    assert_memory_equal(m.params, p0, sizeof(real) * m.n_params);
+    assert_memory_equal(o.v, v0, sizeof(real) * m.n_params);
+    assert_int_equal(o.t, 1);
+    // clipped, the same gradient is in range: applied, every moment finite (in the double build
+    // its norm is inf, so no clip brings it back: skipped again)
+    m.cfg.clip = 1;
+    int in_double = sizeof(real) == sizeof(double);
+    assert_int_equal(optim_step(&o, &m, 2, 1.0, &info, &err), 0);
+    assert_int_equal(info.skipped, in_double);
+    assert_int_equal(o.t, 2 - in_double);
+    assert_int_equal(o.consecutive_skips, in_double ? 2 : 0);
+    for (size_t i = 0; i < m.n_params; i++) assert_true(isfinite(o.v[i]) && isfinite(m.params[i]));
+    // under a gradient just in range nothing is skipped (the check is on the squares' sum)
+    m.cfg.clip = 0;
+    fill_randn(m.grads, m.n_params, 1.0, &r);
+    m.grads[m.t[P_HEAD].offset + 7] = (real)(sqrt((double)REAL_MAX) / 4);
+    assert_int_equal(optim_step(&o, &m, 3, 1.0, &info, &err), 0);
+    assert_int_equal(info.skipped, 0);
+    // nan_limit of them in a row stop the run, saying why and where
+    for (int k = 0; k < 3; k++) {
+        fill_randn(m.grads, m.n_params, 1.0, &r);
+        m.grads[m.t[P_HEAD].offset + 3] = (real)huge;
+        assert_int_equal(optim_step(&o, &m, 4 + k, 1.0, &info, &err), k == 2);
+    }
+    assert_non_null(strstr(err.msg, "step 6: nan_limit (3)"));
+    assert_non_null(strstr(err.msg, "past " REAL_NAME "'s range when squared (largest in head)"));
+    assert_non_null(strstr(err.msg, "turn clipping on"));
+    free(p0); free(v0);
+    optim_free(&o);
+    model_free(&m);
+}
+
 // ---- retraction cadence -----------------------------------------------------------------------
 
 static void test_retract_cadence(void **state) {
@@ -770,6 +831,7 @@ int main(void) {
         cmocka_unit_test(test_schedule),
         cmocka_unit_test(test_clip),
         cmocka_unit_test(test_nan_firewall),
+        cmocka_unit_test(test_firewall_squares),
         cmocka_unit_test(test_retract_cadence),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -37,8 +37,9 @@ typedef struct {
     int64_t t;                  // optimizer steps applied, this one included once decided
     int64_t total_skips;        // skipped steps, ever
     int32_t consecutive_skips;  // skipped steps in a row, up to this one
-    int32_t skip;               // 1: the loss or a gradient is non-finite — no update at all
-    int32_t first_bad;          // first segment with a non-finite value, -1 none
+    int32_t skip;               // 1: the loss or a gradient is non-finite, or the gradient's sum
+                                // of squares is past REAL_MAX (too_big) — no update at all
+    int32_t first_bad;          // first segment with a non-finite value (too_big: the largest), -1 none
     int32_t loss_bad;           // the loss was non-finite
     int32_t clipped;            // 1: gradients were scaled by `scale`
     int32_t retract;            // 1: this step retracts (cadence on t; never on a skipped step)
@@ -47,7 +48,7 @@ typedef struct {
     double orth_err;            // largest orthogonality error after this step's retraction, -1: none
     int32_t halted;             // 1: consecutive_skips reached nan_limit; every later step is a no-op
                                 // (counters included) until the host reports it and resumes the run
-    int32_t pad_;
+    int32_t too_big;            // 1: skipped for a finite gradient whose squares real cannot hold
 } OptStatus;
 
 // The step's scalars, in backend memory, refreshed by the host before each step with one
