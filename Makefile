@@ -165,10 +165,11 @@ $(B)/tests/test_plot: tests/test_plot.c tests/testutil.h $(B)/repl/cmd_plot.o $(
 	$(CC) $(CFLAGS) $< $(B)/repl/cmd_plot.o -o $@ $(B)/libdm.a -lcmocka $(LDLIBS) -Wl,--wrap=viz_charts_png
 
 # test_run_files renames a session's directory between a checkpoint and its LATEST: --wrap puts
-# the rename inside session_transcript_ckpt, which session_save calls between the two
+# the rename inside session_transcript_ckpt, which session_save calls between the two, and
+# flock fails as on a file system without it
 $(B)/tests/test_run_files: tests/test_run_files.c $(wildcard tests/*.h) $(B)/libdm.a $(B)/cflags
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $< -o $@ $(B)/libdm.a -lcmocka $(LDLIBS) -Wl,--wrap=session_transcript_ckpt
+	$(CC) $(CFLAGS) $< -o $@ $(B)/libdm.a -lcmocka $(LDLIBS) -Wl,--wrap=session_transcript_ckpt -Wl,--wrap=flock
 
 # test_complete reads completed paths back with the command language's own parser
 $(B)/tests/test_complete: tests/test_complete.c tests/testutil.h $(B)/repl/parse.o $(B)/libdm.a

@@ -2,7 +2,7 @@
 // be written (said once, the rows it missed written later in order, no half row), the
 // transcript's mark of a running command, the emulated device's rows marked in metrics.tsv and
 // checkpoints, a corpus rewritten in place under a run, and a session directory renamed between a
-// checkpoint and its LATEST.
+// checkpoint and its LATEST, and a file system without flock.
 #include <errno.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -302,6 +302,49 @@ static void test_renamed_between_ckpt_and_latest(void **s) {
     assert_int_equal(system(cmd), 0);
 }
 
+// A file system without flock (ENOSYS, ENOLCK): the session opens, unguarded and said, and is not
+// called "in use by another dmsh" (it was, with the pid of a long-gone holder: QA, session 34).
+// Only EWOULDBLOCK is another holder. (This program links with --wrap=flock: Makefile.)
+static int flock_errno;
+int __real_flock(int fd, int op);
+int __wrap_flock(int fd, int op) {
+    if (flock_errno) {
+        errno = flock_errno;
+        return -1;
+    }
+    return __real_flock(fd, op);
+}
+
+static void test_no_flock(void **s) {
+    (void)s;
+    char dir[] = "/tmp/dmsh_nolock_XXXXXX", sd[300], p[400];
+    assert_non_null(mkdtemp(dir));
+    int errs[] = {EWOULDBLOCK, ENOSYS, ENOLCK};
+    for (int i = 0; i < 3; i++) {
+        snprintf(sd, sizeof sd, "%s/run%d", dir, i);  // (one each: an opened one stays held)
+        assert_int_equal(mkdir(sd, 0755), 0);
+        snprintf(p, sizeof p, "%s/.lock", sd);
+        FILE *f = fopen(p, "w");
+        fputs("999999\n", f);  // (a holder long gone)
+        fclose(f);
+        flock_errno = errs[i];
+        dm_err err = {0};
+        int busy = session_in_use(sd, &err);
+        assert_int_equal(busy, errs[i] == EWOULDBLOCK);
+        Engine e;
+        make_engine(&e, backend_cpu(), tiny_config());
+        memset(&err, 0, sizeof err);
+        int rc = session_open(&e, sd, &err);
+        assert_int_equal(rc, errs[i] == EWOULDBLOCK);
+        if (rc) assert_non_null(strstr(err.msg, "in use by another dmsh (pid 999999)"));
+        engine_free(&e);
+    }
+    flock_errno = 0;
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tsv_failure_is_loud),
@@ -309,6 +352,7 @@ int main(void) {
         cmocka_unit_test(test_emulated_rows_are_marked),
         cmocka_unit_test(test_corpus_rewritten_in_place),
         cmocka_unit_test(test_renamed_between_ckpt_and_latest),
+        cmocka_unit_test(test_no_flock),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
