@@ -21,7 +21,12 @@ int repl_interactive(Shell *sh) {
         fputs("dmsh> ", pout);
         fflush(pout);
         errno = 0;
-        if (dm_leave_signal || getline(&line, &cap, stdin) < 0) {
+        if (sh->reading) sh->reading(1);  // (a Ctrl-C or SIGTERM ends the wait: EINTR)
+        ssize_t got = dm_leave_signal ? -1 : getline(&line, &cap, stdin);
+        int read_errno = errno;
+        if (sh->reading) sh->reading(0);
+        errno = read_errno;
+        if (got < 0) {
             // a Ctrl-C at the prompt (the read was interrupted) drops the line; SIGTERM and
             // end-of-file leave
             if (errno == EINTR && !dm_leave_signal && !feof(stdin)) { clearerr(stdin); fputc('\n', pout); continue; }

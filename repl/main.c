@@ -52,6 +52,23 @@ static int catch_unless_ignored(int sig, const struct sigaction *sa) {
     return 1;
 }
 
+// The handlers restart interrupted system calls (SA_RESTART): a signal that came while stdout
+// was blocked on a full pipe (a paused `| less`) failed that write with EINTR, and stdio dropped
+// the line and called the rest of the output lost (QA, session 34); the step loop polls the
+// flag, nothing needs the EINTR. Except a read of input lines (the plain prompt, a piped
+// script): there the signal must end the wait, so around it they do not restart (Shell.reading).
+static const int caught_sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE};
+static int caught[4];  // (which of them are ours: one left ignored stays so)
+static void set_restart(int on) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sa.sa_flags = on ? SA_RESTART : 0;
+    for (int i = 0; i < 4; i++)
+        if (caught[i]) sigaction(caught_sigs[i], &sa, NULL);
+}
+static void reading_input(int on) { set_restart(!on); }
+
 // The terminal closed under the prompt: a pty's reader is woken with EIO when the other side
 // closes, and the hangup (SIGHUP) follows; a reader that runs first, or a SIGHUP that is
 // blocked, left dmsh with 0, as after Ctrl-D. The prompt's read failing with EIO, or a hung-up
@@ -132,10 +149,13 @@ int main(int argc, char **argv) {
     sh.eng = &eng;
     sh.out = stdout;
     sh.leave_signal = &dm_leave_signal;
+    sh.reading = reading_input;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_sigint;
+    sa.sa_flags = SA_RESTART;  // (set_restart)
     sigaction(SIGINT, &sa, NULL);  // (also in a background job: `kill -INT` stops a script gracefully)
+    caught[0] = 1;
     const char *batch = NULL, *resume = NULL;
     // every -e and the -b script run in the order given (as sed's -e and -f: `dmsh -b setup.dm -e
     // ':train 100'` trains after the setup; every -e ran first, whatever the order); the first
@@ -196,16 +216,17 @@ int main(int argc, char **argv) {
     // the session is saved on the way out, and the exit status says so (128 + 15). (It once
     // kept its default at the prompt: a kill during an interactive :train lost the run.)
     sigaction(SIGTERM, &sa, NULL);
+    caught[1] = 1;
     // A closed terminal (SIGHUP) leaves like Ctrl-D: the running command stops at a step
     // boundary, the prompt reads end-of-file, and the session is saved on the way out. (Not
     // under `nohup`, which ignores it on purpose: the job must outlive the terminal.)
-    int hup_caught = catch_unless_ignored(SIGHUP, &sa);
+    int hup_caught = caught[2] = catch_unless_ignored(SIGHUP, &sa);
     // The reader of stdout went away (`| head`, a tee or an ssh pipe that closed): by default
     // the next write killed dmsh on the spot, the session unsaved and the transcript missing the
     // command. Now it is a hangup of the output: the running command stops at a step boundary,
     // the session is saved, exit 141. (Left ignored when the parent ignores it: the run goes on
     // and the lost output is said on stderr at the end.)
-    catch_unless_ignored(SIGPIPE, &sa);
+    caught[3] = catch_unless_ignored(SIGPIPE, &sa);
     // A file-size limit (ulimit -f) is a failed write like a full disk (EFBIG: the save or the
     // metrics row that hit it says so, and nothing saved before is touched), not a kill.
     signal(SIGXFSZ, SIG_IGN);
@@ -289,6 +310,12 @@ int main(int argc, char **argv) {
     if (g_signal == SIGPIPE)  // (the Ctrl-C that killed a `| tee` ended dmsh too: say why)
         fprintf(stderr, "dmsh: left because the reader of standard output went away (SIGPIPE): a `| tee` or `| less` ended "
                         "(Ctrl-C at the terminal reaches them too; `tee -i` ignores it)\n");
+    // a job's log said only "interrupted at step N": the cause was in the exit status alone,
+    // which nobody sees for a background job (QA, session 34)
+    else if (g_signal == SIGTERM)
+        fprintf(stderr, "dmsh: left because it was sent SIGTERM (a scheduler's or a shutdown's stop, or a kill)\n");
+    else if (g_signal == SIGHUP)
+        fprintf(stderr, "dmsh: left because its terminal closed (SIGHUP; nohup, tmux or screen keep a run going without one)\n");
     const char *digest = getenv("DMSH_DIGEST");  // a --replay child: its state for the comparison
     if (digest && digest[0] && replay_write_digest(&eng, digest)) {
         fprintf(stderr, "dmsh: cannot write the replay digest %s\n", digest);

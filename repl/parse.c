@@ -410,7 +410,8 @@ int sh_exec_line(Shell *sh, const char *line, dm_err *err) {
     // the line changed seq or eval_bytes, built a model or loaded one
     if (e && !rc && sh->depth == 0 && (e->cfg.seq != seq0 || e->cfg.eval_bytes != evb0 || built)) sh_note_eval_window(sh);
     if (stopped && !rc && sh->leave_signal && *sh->leave_signal == SIGPIPE)  // (the Ctrl-C words would not say why)
-        rc = dm_fail(err, "stopped at step %lld: the reader of standard output went away (SIGPIPE); the state is saved on the way out", (long long)e->step);
+        rc = dm_fail(err, "stopped at step %lld: the reader of standard output went away (SIGPIPE)%s", (long long)e->step,
+                     getenv("DMSH_DIGEST") ? "" : "; the state is saved on the way out");  // (a --replay child saves nothing)
     else if (stopped && !rc) rc = dm_fail(err, "interrupted at step %lld (state intact): the script stops here", (long long)e->step);
     free(buf);
     return rc;
@@ -459,7 +460,12 @@ static int run_stream(Shell *sh, FILE *f, const char *name, dm_err *err) {
     long long expect_at = -1;  // the step the line after a FAILED_STEPS comment failed at in the session
     long long expect_from = -1;  // and the step it started from
     int told_step = 0;
-    while (!sh->quit && (got = read_line_max(&line, &cap, f)) != -1) {
+    for (;;) {
+        if (sh->quit) break;
+        if (sh->reading) sh->reading(1);  // (a piped script waiting for its next line: a signal ends the wait)
+        got = read_line_max(&line, &cap, f);
+        if (sh->reading) sh->reading(0);
+        if (got == -1) break;
         sh->line++;
         dm_err e1 = {0};
         long long expect = expect_at, from_at = expect_from;  // (for this line only)

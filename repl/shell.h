@@ -33,6 +33,8 @@ typedef struct Shell {
     long long cut_in_eval;       // a :train an interrupt stopped inside its eval: that step (else -1; parse.c)
     volatile sig_atomic_t *leave_signal;  // main.c's dm_leave_signal (NULL in the tests that link
                                           // the parser alone): SIGPIPE's stop says why
+    void (*reading)(int on);    // main.c: 1 around a read of input lines (the prompt's, a piped
+                                // script's), where a signal must interrupt it; 0 after (NULL: none)
 } Shell;
 
 typedef int (*CmdFn)(Shell *sh, Words *w, dm_err *err);

@@ -1,6 +1,7 @@
 // test_cli_disk.c — dmsh as a process when the machine fails it: a full disk (a file-size limit
 // on the running process stands in for one), a file that cannot be put in place, a process killed
-// between two writes, a CPU without the instructions the binary was built for. What was saved
+// between two writes, a CPU without the instructions the binary was built for, a signal while
+// stdout is blocked on a full pipe. What was saved
 // stays, and what could not be written or run is said.
 #include "cli_harness.h"
 
@@ -180,6 +181,43 @@ static void test_cpu_lacks(void **s) {
 #endif
 }
 
+// A signal while stdout is blocked on a full pipe (a paused `| less`, a scheduler's SIGTERM under
+// a slow `| tee`): the write failed with EINTR, stdio dropped that step's line and the exit said
+// "some output was lost" (QA, session 34). The handlers restart the write now (SA_RESTART).
+static void test_signal_under_full_pipe(void **s) {
+    (void)s;
+    char script[2000];
+    snprintf(script, sizeof script, "%s:data %s\n:init seed=1\n", SMALL, corpus);
+    write_file("pp.dm", script);
+    // the reader waits until dmsh sleeps in a pipe write (its wchan), then sends SIGTERM, then reads
+    int rc = sh_in_dir("rm -f pid.txt; { %s --norc -b pp.dm -e ':train 1000000 log_every=1 eval_every=0' 2> err.txt & echo $! > pid.txt; wait; } | "
+                       "{ until [ -s pid.txt ]; do sleep 0.05; done; p=$(cat pid.txt); "
+                       "if [ -r /proc/$p/wchan ]; then for i in $(seq 400); do grep -q pipe /proc/$p/wchan && { echo blocked > seen.txt; break; }; "
+                       "sleep 0.05; done; else echo nowchan > seen.txt; fi; sleep 0.2; kill -TERM $p; sleep 0.3; cat > out.txt; }", dmsh);
+    assert_int_equal(rc, 0);
+    slurp_to("seen.txt", out, sizeof out);
+    if (strcmp(out, "nowchan\n")) assert_string_equal(out, "blocked\n");  // (else the test proves nothing)
+    slurp_to("err.txt", err_, sizeof err_);
+    if (strstr(err_, "output was lost")) print_error("%s\n", err_);
+    assert_null(strstr(err_, "output was lost"));
+    const char *at = strstr(err_, "interrupted at step ");
+    assert_non_null(at);
+    long long stop = atoll(at + 20), last = -1;
+    slurp_to("out.txt", out, sizeof out);
+    for (const char *l = out; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+        if (!strncmp(l, "step ", 5)) last = atoll(l + 5);
+    assert_true(stop > 100);
+    assert_int_equal(last, stop - 1);  // every step's line reached the reader
+    // and the log says which signal ended the run (it was in the exit status alone: QA, session 34)
+    assert_non_null(strstr(err_, "dmsh: left because it was sent SIGTERM"));
+    rc = sh_in_dir("%s --norc -b pp.dm -e ':train 1000000 eval_every=0' > /dev/null 2> err.txt & p=$!; sleep 1; kill -HUP $p; wait $p; "
+                   "test $? = 129", dmsh);
+    slurp_to("err.txt", err_, sizeof err_);
+    if (rc || !strstr(err_, "dmsh: left because its terminal closed (SIGHUP")) print_error("rc %d: %s\n", rc, err_);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(err_, "dmsh: left because its terminal closed (SIGHUP"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_latest_not_written),
@@ -187,6 +225,7 @@ int main(void) {
         cmocka_unit_test(test_transcript_append_refused),
         cmocka_unit_test(test_cpu_lacks),
         cmocka_unit_test(test_replay_sweeps_dead),
+        cmocka_unit_test(test_signal_under_full_pipe),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
