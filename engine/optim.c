@@ -456,9 +456,11 @@ int optim_report(Optim *o, const Model *m, const OptStatus *st, const StepHyper 
                                REAL_NAME "'s range when squared (largest in %s) (hint: lower lr or %s)",
                                (long long)hp->step, hp->nan_limit, st->gnorm, info->first_bad,
                                hp->clip > 0 ? "lower clip" : "turn clipping on, e.g. clip=1 (it is off)");
-            return dm_fail(err, "step %lld: nan_limit (%d) consecutive non-finite steps; first non-finite tensor: %s (hint: lower lr or %s)",
-                           (long long)hp->step, hp->nan_limit, info->first_bad,
-                           hp->clip > 0 ? "lower clip" : "turn clipping on, e.g. clip=1 (it is off)");
+            // the loss and a gradient: both named (the tensor was left out: QA, session 34)
+            int also = st->loss_bad && st->first_bad >= 0 && st->first_bad < P_COUNT;
+            return dm_fail(err, "step %lld: nan_limit (%d) consecutive non-finite steps; first non-finite tensor: %s%s%s (hint: lower lr or %s)",
+                           (long long)hp->step, hp->nan_limit, info->first_bad, also ? ", and the gradient of " : "",
+                           also ? m->t[st->first_bad].name : "", hp->clip > 0 ? "lower clip" : "turn clipping on, e.g. clip=1 (it is off)");
         }
         return 0;
     }

@@ -133,8 +133,8 @@ __global__ void adamw_kernel(float *p, const float *g, float *m, float *v, size_
     __shared__ float bc[2];
     if (threadIdx.x == 0) {  // the bias corrections once per block, from the device step count
         double t = (double)st->t;
-        bc[0] = (float)(1.0 - pow(hp->beta1, t));
-        bc[1] = (float)(1.0 - pow(hp->beta2, t));
+        bc[0] = (float)(1.0 - pow((double)(float)hp->beta1, t));  // (the betas the moments use: optim_ops.c)
+        bc[1] = (float)(1.0 - pow((double)(float)hp->beta2, t));
     }
     __syncthreads();
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -191,8 +191,8 @@ __global__ void adam_rows_kernel(float *p, const float *g, float *m, float *v, i
     uint64_t k = keys[i];
     if (k >= sentinel || (i > 0 && keys[i - 1] == k)) return;
     int64_t cnt = ++row_steps[k];  // this thread is the row's only writer
-    float bc1 = (float)(1.0 - pow(hp->beta1, (double)cnt)), bc2 = (float)(1.0 - pow(hp->beta2, (double)cnt));
     float b1 = (float)hp->beta1, b2 = (float)hp->beta2, eps = (float)hp->eps, lr = (float)hp->lr;
+    float bc1 = (float)(1.0 - pow((double)b1, (double)cnt)), bc2 = (float)(1.0 - pow((double)b2, (double)cnt));
     size_t off = (size_t)k * D;
     for (int j = 0; j < D; j++) {
         float gi = g[off + j];
