@@ -23,7 +23,8 @@ static size_t tilde_at(const char *p, const char *word0, const char **home) {
     int start = p == word0;
     if (!start && p[-1] == '=' && !memchr(word0, '=', (size_t)(p - 1 - word0))) start = 1;
     const char *h = getenv("HOME");
-    if (!start || !h || !h[0]) return 0;
+    if (!start) return 0;
+    if (!h || !h[0]) return (size_t)-1;  // (said by sh_split: it was kept, and "directory ~ does not exist" followed)
     *home = h;
     return strlen(h);
 }
@@ -64,6 +65,8 @@ int sh_split(const char *line, char *buf, size_t nbuf, Words *cmds, int maxcmds,
         while (*p && *p != ' ' && *p != '\t' && *p != '\r' && *p != '\n' && *p != ';' && *p != '#') {
             const char *home;
             size_t hl = tilde_at(p, word0, &home);
+            if (hl == (size_t)-1)
+                return dm_fail(err, "%.*s: ~ names the home directory, and HOME is not set: write the whole path", (int)strcspn(p, " \t;#\r\n"), p), -1;
             if (hl && (size_t)(end - o) > hl + strlen(p)) {
                 memcpy(o, home, hl);
                 o += hl;
@@ -480,8 +483,23 @@ static int run_stream(Shell *sh, FILE *f, const char *name, dm_err *err) {
         }
         // a transcript's marks of what it cannot replay: said, not skipped in silence
         const char *lp = line + strspn(line, " \t");
-        if (!strncmp(lp, NOT_REPLAYABLE, strlen(NOT_REPLAYABLE)) || !strncmp(lp, INTERRUPTED, strlen(INTERRUPTED)) ||
-            !strncmp(lp, FAILED_PART, strlen(FAILED_PART)) || !strncmp(lp, UNFINISHED, strlen(UNFINISHED)))
+        int live = 0;  // the mark of a command a running dmsh is still in (read from a second terminal)
+        if (!strncmp(lp, UNFINISHED, strlen(UNFINISHED))) {
+            size_t nl = strlen(name), tl = strlen("transcript.dm");
+            if (nl >= tl && !strcmp(name + nl - tl, "transcript.dm") && (nl == tl || name[nl - tl - 1] == '/')) {
+                char d[PATH_MAX];
+                snprintf(d, sizeof d, "%.*s", nl == tl ? 1 : (int)(nl - tl - 1), nl == tl ? "." : name);
+                dm_err ue = {0};
+                live = session_in_use(d, &ue);
+                char *cut = strstr(ue.msg, " (two processes");  // (its reason is not this line's)
+                if (cut) *cut = 0;
+                if (live)
+                    fprintf(stderr, "%s:%d: note: this line is not run: the command it marks is still running (%s); its mark reads "
+                            "as if the process had ended\n", name, sh->line, ue.msg);
+            }
+        }
+        if (!live && (!strncmp(lp, NOT_REPLAYABLE, strlen(NOT_REPLAYABLE)) || !strncmp(lp, INTERRUPTED, strlen(INTERRUPTED)) ||
+                      !strncmp(lp, FAILED_PART, strlen(FAILED_PART)) || !strncmp(lp, UNFINISHED, strlen(UNFINISHED))))
             fprintf(stderr, "%s:%d: note: this line is not run: %.*s\n", name, sh->line, (int)strcspn(lp + 2, "\n"), lp + 2);
         // a checkpoint's line says the step the lines above it reached in the session: a replay
         // elsewhere is not rebuilding it (a line edited or deleted by hand, a loaded file since
@@ -604,7 +622,7 @@ void sh_run_rc(Shell *sh) {
     snprintf(paths[1], sizeof paths[1], ".dmshrc");
     struct stat seen = {0};
     int have_seen = 0;
-    for (int i = home ? 0 : 1; i < 2; i++) {
+    for (int i = home && home[0] ? 0 : 1; i < 2; i++) {  // (HOME="": not /.dmshrc)
         struct stat st;
         if (stat(paths[i], &st) || !S_ISREG(st.st_mode)) continue;
         if (have_seen && st.st_dev == seen.st_dev && st.st_ino == seen.st_ino) continue;  // cwd is $HOME

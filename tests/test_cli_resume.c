@@ -370,6 +370,25 @@ static void test_cut_gen_counts_said(void **s) {
     assert_non_null(strstr(t, "the forwards it ran stay in the arms' counts, which a replay of these lines does not add):\n# :gen"));
 }
 
+// A live session's transcript read from a second terminal (dmsh -b, --replay): the running
+// command's mark says the process ended during it, and the replay said so too (QA, session 34).
+// The replay says the command is still running, naming the dmsh that holds the session.
+static void test_live_transcript_mark(void **s) {
+    (void)s;
+    char cmd[2400];
+    snprintf(cmd, sizeof cmd, "(%%s --norc -e ':session live' -e '%s' -e ':data %s' -e ':init seed=1' -e ':train 1000000 eval_every=0' "
+             "> k.out 2>&1 & p=$!; for i in $(seq 1200); do grep -q '^# started, never finished' runs/live/transcript.dm 2> /dev/null && break; "
+             "sleep 0.05; done; %%s --norc -b runs/live/transcript.dm > r.out 2>&1; kill -TERM $p; wait $p; test $? = 143)", TINY, corpus);
+    char full[2600];
+    snprintf(full, sizeof full, cmd, dmsh, dmsh);
+    assert_int_equal(sh_in_dir("%s", full), 0);
+    slurp_to("r.out", out, sizeof out);
+    if (!strstr(out, "note: this line is not run: the command it marks is still running (runs/live is in use by another dmsh (pid "))
+        print_error("%s\n", out);
+    assert_non_null(strstr(out, "note: this line is not run: the command it marks is still running (runs/live is in use by another dmsh (pid "));
+    assert_null(strstr(out, "the process ended during it"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lines_after_the_checkpoint),
@@ -381,6 +400,7 @@ int main(void) {
         cmocka_unit_test(test_other_corpus_is_a_new_file),
         cmocka_unit_test(test_interrupted_stress_replays),
         cmocka_unit_test(test_cut_gen_counts_said),
+        cmocka_unit_test(test_live_transcript_mark),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
