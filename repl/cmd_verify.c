@@ -286,8 +286,9 @@ int cmd_stress(Shell *sh, Words *w, dm_err *err) {
     // the bar beside the step-to-step noise it is judged against: a count made of noise reads as one
     char nz[160] = "";
     if (isfinite(r.noise)) snprintf(nz, sizeof nz, " (bar +0.1 nat over the running median; the loss's step-to-step scatter: sigma %.3g)", r.noise);
-    fprintf(OUT, "stress lr_mult=%g steps=%lld%s: loss spikes %lld%s%s, non-finite losses %lld, gnorm p99.9 %.3f%s, final loss %.4f, arm maxima |kda| %s |engram| %s |moe| %s, skipped %lld (the model's total %lld)\n",
-            mult, n, cutw, r.spikes, jd, nz, r.nonfinite, r.gnorm_p999, bad, r.final_loss,
+    char gb[32], lb[32];
+    fprintf(OUT, "stress lr_mult=%g steps=%lld%s: loss spikes %lld%s%s, non-finite losses %lld, gnorm p99.9 %s%s, final loss %s, arm maxima |kda| %s |engram| %s |moe| %s, skipped %lld (the model's total %lld)\n",
+            mult, n, cutw, r.spikes, jd, nz, r.nonfinite, sh_num(gb, r.gnorm_p999, 3), bad, sh_num(lb, r.final_loss, 4),
             amax[0], amax[1], amax[2], r.skipped, (long long)E_->opt.total_skips);
     return rc;
 }

@@ -67,8 +67,9 @@ static void train_line(Shell *sh, Panel *panel, const MetricRow *r, double ms_su
     double ms = ms_sum / (double)n, tok_s = ms_sum > 0 ? tok_sum / (ms_sum / 1e3) : r->tok_s;
     char et[160] = "", line[500];
     if (eta) snprintf(et, sizeof et, " eta %s", eta);
-    snprintf(line, sizeof line, "step %lld loss %.4f lr %.3e gnorm %.3f ms %.1f tok/s %.0f skipped %d%s%s", (long long)r->step, r->loss,
-             r->lr, r->gnorm, ms, tok_s, r->skipped, et, emulated_tag(r));
+    char lb[32], gb[32];
+    snprintf(line, sizeof line, "step %lld loss %s lr %.3e gnorm %s ms %.1f tok/s %.0f skipped %d%s%s", (long long)r->step,
+             sh_num(lb, r->loss, 4), r->lr, sh_num(gb, r->gnorm, 3), ms, tok_s, r->skipped, et, emulated_tag(r));
     if (panel) {
         panel_keep(panel, line);
         return;
@@ -79,8 +80,9 @@ static void train_line(Shell *sh, Panel *panel, const MetricRow *r, double ms_su
 
 static void print_step(Shell *sh, const MetricRow *r) {
     if (r->kind < 0) return;  // the step was refused before it ran (engine_step): nothing to show
-    fprintf(OUT, "step %lld loss %.4f lr %.3e gnorm %.3f ms %.1f tok/s %.0f skipped %d%s\n", (long long)r->step,
-            r->loss, r->lr, r->gnorm, r->ms, r->tok_s, r->skipped, emulated_tag(r));
+    char lb[32], gb[32];
+    fprintf(OUT, "step %lld loss %s lr %.3e gnorm %s ms %.1f tok/s %.0f skipped %d%s\n", (long long)r->step,
+            sh_num(lb, r->loss, 4), r->lr, sh_num(gb, r->gnorm, 3), r->ms, r->tok_s, r->skipped, emulated_tag(r));
 }
 
 // what the engine has to say about how steps run (e.g. the step graph could not be captured)
@@ -96,7 +98,8 @@ static void print_eval(Shell *sh, const EvalResult *r) {
     for (int d = r->depth_lo; d <= r->depth_hi; d++) {
         double b = r->bpb[d - 1];
         if (isnan(b)) b = fabs(b);  // a NaN prints as "nan", never "-nan" (its sign means nothing)
-        fprintf(OUT, "eval step %lld depth %d bpb %.4f over %lld B (%lld x %lld)%s", (long long)e->step, d, b,
+        char bb[32];
+        fprintf(OUT, "eval step %lld depth %d bpb %s over %lld B (%lld x %lld)%s", (long long)e->step, d, sh_num(bb, b, 4),
                 (long long)r->window, (long long)r->nseq, (long long)r->T, eval_tag(arms_off_mask(&e->model.arms)));
         const Anchors *an = engine_anchors_for(e, r->window, r->eval_set);
         if (an)
@@ -267,13 +270,15 @@ static int cmd_show(Shell *sh, Words *w, dm_err *err) {
             int ntrain_after = 0;
             for (int j = i + 1; j < e->nrows; j++) ntrain_after += e->rows[j].kind == 0;
             if (ntrain_after >= shown) { skip++; continue; }
-            fprintf(OUT, "  step %lld loss %.4f lr %.3e gnorm %.3f ms %.1f tok/s %.0f skipped %d%s\n", (long long)r->step,
-                    r->loss, r->lr, r->gnorm, r->ms, r->tok_s, r->skipped, emulated_tag(r));
+            char lb[32], gb[32];
+            fprintf(OUT, "  step %lld loss %s lr %.3e gnorm %s ms %.1f tok/s %.0f skipped %d%s\n", (long long)r->step,
+                    sh_num(lb, r->loss, 4), r->lr, sh_num(gb, r->gnorm, 3), r->ms, r->tok_s, r->skipped, emulated_tag(r));
         }
         for (int i = e->nrows - 1, k = 0; i >= 0 && k < 1; i--)
             if (e->rows[i].kind == 1) {
-                fprintf(OUT, "  last eval: step %lld depth %d bpb %.4f over %lld B%s\n", (long long)e->rows[i].step,
-                        e->rows[i].depth, e->rows[i].bpb, (long long)e->rows[i].window, eval_tag(e->rows[i].arms_off));
+                char bb[32];
+                fprintf(OUT, "  last eval: step %lld depth %d bpb %s over %lld B%s\n", (long long)e->rows[i].step,
+                        e->rows[i].depth, sh_num(bb, e->rows[i].bpb, 4), (long long)e->rows[i].window, eval_tag(e->rows[i].arms_off));
                 k++;
             }
         return 0;

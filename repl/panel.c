@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "panel.h"
+#include "shell.h"
 #include "panel_text.h"
 
 int dm_no_tui;
@@ -315,14 +316,15 @@ static void draw(Panel *p, const PanelInfo *in) {
     // with a '>' at its end
     char f[12][96], bpb[32], eta[32];
     if (isnan(in->bpb)) snprintf(bpb, sizeof bpb, "--");
-    else snprintf(bpb, sizeof bpb, "%.4f", in->bpb);
+    else sh_num(bpb, in->bpb, 4);
     fmt_eta(eta, sizeof eta, in->eta_s);
     snprintf(f[0], sizeof f[0], "dmsh :train");
     snprintf(f[1], sizeof f[1], "step %lld / %lld", in->step, in->end_step);
-    snprintf(f[2], sizeof f[2], "loss %.4f", in->loss_last);
+    char nb[32];
+    snprintf(f[2], sizeof f[2], "loss %s", sh_num(nb, in->loss_last, 4));
     snprintf(f[3], sizeof f[3], "bpb %s", bpb);
     snprintf(f[4], sizeof f[4], "lr %.3e", in->lr);
-    snprintf(f[5], sizeof f[5], "gnorm %.3f", in->gnorm);
+    snprintf(f[5], sizeof f[5], "gnorm %s", sh_num(nb, in->gnorm, 3));
     snprintf(f[6], sizeof f[6], "tok/s %.0f%s", in->tok_s, in->emulated ? " (cuemu: emulated on the CPU)" : "");
     snprintf(f[7], sizeof f[7], "ETA %s%s", eta, in->eta_more ? in->eta_more : "");
     snprintf(f[8], sizeof f[8], "RSS %.1f MiB", rss_mib());

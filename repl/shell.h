@@ -2,6 +2,7 @@
 // handler, completer, help), the line parser, prefix resolution, batch / -e / interactive
 // drivers. Handlers are thin: parse words, call the engine, print.
 #pragma once
+#include <math.h>
 #include <signal.h>
 #include <string.h>
 #include <stdio.h>
@@ -80,6 +81,12 @@ int sh_run_file(Shell *sh, const char *path);
 void sh_run_rc(Shell *sh);
 // Set (to the signal) by SIGTERM: the interactive prompt leaves as after :quit (main.c).
 extern volatile sig_atomic_t dm_leave_signal;
+// A loss, bpb or norm for a line: fixed-point while it reads as one (below 1e6), else with an
+// exponent (after a blow-up %.4f printed 30-digit numbers: QA, session 34). buf: 32 bytes.
+static inline const char *sh_num(char *buf, double x, int prec) {
+    snprintf(buf, 32, !isfinite(x) || fabs(x) < 1e6 ? "%.*f" : "%.*e", prec, x);
+    return buf;
+}
 // Argument parsing shared by the handlers: one-line errors naming the value and its range.
 int sh_parse_int(const char *s, long long lo, long long hi, const char *what, long long *v, dm_err *err);
 int sh_parse_real(const char *s, double lo, double hi, const char *what, double *v, dm_err *err);

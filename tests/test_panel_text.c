@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "../repl/panel_text.h"
+#include "../repl/shell.h"
 
 // Every line is kept for the scrollback, drawable or not, in order, far past the old 256.
 static void test_keeps_every_line(void **s) {
@@ -91,11 +92,25 @@ static void test_layout(void **s) {
     layout(-2, 3, 0, 0);
 }
 
+// the numbers of the step, eval and panel lines: fixed-point below 1e6, an exponent past it
+// (a blown-up run printed "loss 614568751127530109835518410752.0000": QA, session 34)
+static void test_numbers(void **s) {
+    (void)s;
+    char b[32];
+    assert_string_equal(sh_num(b, 5.36384, 4), "5.3638");
+    assert_string_equal(sh_num(b, 999999.5, 3), "999999.500");
+    assert_string_equal(sh_num(b, 6.1456875e29, 4), "6.1457e+29");
+    assert_string_equal(sh_num(b, -2.5e7, 3), "-2.500e+07");
+    assert_string_equal(sh_num(b, INFINITY, 3), "inf");
+    assert_string_equal(sh_num(b, NAN, 4), "nan");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_keeps_every_line),
         cmocka_unit_test(test_newest_few),
         cmocka_unit_test(test_layout),
+        cmocka_unit_test(test_numbers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
