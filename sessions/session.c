@@ -680,6 +680,36 @@ int session_save_default(Engine *e, char *path, size_t n, char *note, size_t nno
     return save_step(e, prefix, path, n, note, nnote, err);
 }
 
+// The lock file removed under the run (`rm runs/X/.lock`, a cleanup of *.lock files): a second
+// dmsh could open the session, and the two runs' rows interleaved in metrics.tsv (QA, session
+// 34). Checked at each checkpoint (a stat): the lock is made again and taken, or, when another
+// dmsh took the session meanwhile, that is said (both write it from then on).
+static void relock_if_lost(const char *dir, char *note, size_t nnote) {
+    if (lock_fd < 0 || held_dir(dir)) return;
+    char p[1100], pid[32] = "", why[1400];
+    snprintf(p, sizeof p, "%s/.lock", dir);
+    int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        snprintf(why, sizeof why, "%s was removed under this run and cannot be made again (%s): nothing stops a second dmsh "
+                 "from writing this session", p, strerror(errno));
+    } else if (flock(fd, LOCK_EX | LOCK_NB) == 0 || errno != EWOULDBLOCK) {
+        if (ftruncate(fd, 0) == 0) dprintf(fd, "%ld\n", (long)getpid());
+        close(lock_fd);
+        lock_fd = fd;
+        snprintf(why, sizeof why, "%s was removed under this run: made again", p);
+    } else {
+        ssize_t got = pread(fd, pid, sizeof pid - 1, 0);
+        if (got > 0) pid[got] = 0;
+        pid[strcspn(pid, "\n")] = 0;
+        close(fd);
+        snprintf(why, sizeof why, "%s was removed under this run, and another dmsh%s%s%s has opened this session since: both "
+                 "write its checkpoints and metrics now; stop one of them", p, pid[0] ? " (pid " : "", pid, pid[0] ? ")" : "");
+    }
+    size_t l = strlen(note);
+    if (l + 1 < nnote) snprintf(note + l, nnote - l, "%s%s", l ? "; " : "", why);
+    else fprintf(stderr, "dmsh: note: %s\n", why);
+}
+
 int session_save(Engine *e, char *path, size_t n, char *note, size_t nnote, dm_err *err) {
     if (engine_session_dir_check(e, err)) return 1;
     char prefix[1200], before[sizeof e->session_dir];
@@ -693,6 +723,7 @@ int session_save(Engine *e, char *path, size_t n, char *note, size_t nnote, dm_e
         snprintf(prefix, sizeof prefix, "%s/ckpt/step-", e->session_dir);
         if (save_step(e, prefix, path, n, note, nnote, err)) return 1;
     }
+    relock_if_lost(e->session_dir, note, nnote);
     // (the line first: LATEST naming a file no line places yet left a -r killed between the two
     // with a transcript that could not rebuild it; a line for a file LATEST does not name yet is
     // taken out with the commands after it)

@@ -2,9 +2,11 @@
 // be written (said once, the rows it missed written later in order, no half row), the
 // transcript's mark of a running command, the emulated device's rows marked in metrics.tsv and
 // checkpoints, a corpus rewritten in place under a run, and a session directory renamed between a
-// checkpoint and its LATEST, and a file system without flock.
+// checkpoint and its LATEST, a file system without flock, and a lock file removed under a run.
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <stdlib.h>
@@ -345,6 +347,45 @@ static void test_no_flock(void **s) {
     assert_int_equal(system(cmd), 0);
 }
 
+// The lock file removed under a run: a second dmsh could take the session and both wrote it
+// (QA, session 34). The next checkpoint makes the lock again, or says that another dmsh holds it.
+static void test_lock_removed(void **s) {
+    (void)s;
+    Engine e;
+    make_engine(&e, backend_cpu(), tiny_config());
+    char dir[] = "/tmp/dmsh_rmlock_XXXXXX", sd[300], p[400], path[1400], note[2000];
+    assert_non_null(mkdtemp(dir));
+    snprintf(sd, sizeof sd, "%s/run", dir);
+    snprintf(p, sizeof p, "%s/.lock", sd);
+    dm_err err = {0};
+    assert_int_equal(session_open(&e, sd, &err), 0);
+    MetricRow row;
+    assert_int_equal(engine_step(&e, &row, &err), 0);
+    assert_int_equal(unlink(p), 0);
+    assert_int_equal(session_in_use(sd, &err), 0);  // (the gap: anyone could take it)
+    assert_int_equal(session_save(&e, path, sizeof path, note, sizeof note, &err), 0);
+    if (!strstr(note, "/run/.lock was removed under this run: made again")) print_error("%s\n", note);
+    assert_non_null(strstr(note, "/run/.lock was removed under this run: made again"));
+    int fd = open(p, O_RDONLY);  // taken again: another open file cannot lock it
+    assert_true(fd >= 0);
+    assert_int_not_equal(flock(fd, LOCK_EX | LOCK_NB), 0);
+    close(fd);
+    // removed, and another dmsh (here another open file) took the new one first: said
+    assert_int_equal(unlink(p), 0);
+    fd = open(p, O_RDWR | O_CREAT, 0644);
+    assert_int_equal(flock(fd, LOCK_EX | LOCK_NB), 0);
+    assert_int_equal(write(fd, "4242\n", 5), 5);
+    assert_int_equal(engine_step(&e, &row, &err), 0);
+    assert_int_equal(session_save(&e, path, sizeof path, note, sizeof note, &err), 0);
+    if (!strstr(note, "another dmsh (pid 4242) has opened this session since")) print_error("%s\n", note);
+    assert_non_null(strstr(note, "another dmsh (pid 4242) has opened this session since: both write its checkpoints and metrics now"));
+    close(fd);
+    engine_free(&e);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tsv_failure_is_loud),
@@ -353,6 +394,7 @@ int main(void) {
         cmocka_unit_test(test_corpus_rewritten_in_place),
         cmocka_unit_test(test_renamed_between_ckpt_and_latest),
         cmocka_unit_test(test_no_flock),
+        cmocka_unit_test(test_lock_removed),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
