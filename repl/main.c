@@ -57,15 +57,18 @@ static int catch_unless_ignored(int sig, const struct sigaction *sa) {
 // the line and called the rest of the output lost (QA, session 34); the step loop polls the
 // flag, nothing needs the EINTR. Except a read of input lines (the plain prompt, a piped
 // script): there the signal must end the wait, so around it they do not restart (Shell.reading).
+// Only the flag changes: the handler is whichever is in place (the readline prompt's own SIGINT
+// handler stays through a :run's reads).
 static const int caught_sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE};
 static int caught[4];  // (which of them are ours: one left ignored stays so)
 static void set_restart(int on) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_sigint;
-    sa.sa_flags = on ? SA_RESTART : 0;
-    for (int i = 0; i < 4; i++)
-        if (caught[i]) sigaction(caught_sigs[i], &sa, NULL);
+    for (int i = 0; i < 4; i++) {
+        struct sigaction sa;
+        if (!caught[i] || sigaction(caught_sigs[i], NULL, &sa)) continue;
+        if (on) sa.sa_flags |= SA_RESTART;
+        else sa.sa_flags &= ~SA_RESTART;
+        sigaction(caught_sigs[i], &sa, NULL);
+    }
 }
 static void reading_input(int on) { set_restart(!on); }
 

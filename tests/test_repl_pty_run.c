@@ -1,0 +1,45 @@
+// test_repl_pty_run.c — the readline prompt through a pseudo-terminal (tests/pty_harness.h), after
+// scripts ran in the same process: a :run's reads change the signal handlers' restart flag
+// around each line (main.c, Shell.reading), and the prompt's own Ctrl-C handling must survive it.
+// Needs the readline build of dmsh; a headless build skips.
+#include "pty_harness.h"
+
+// Ctrl-C at the prompt after a :run drops the typed line. (The first version of the restart
+// toggle installed main.c's SIGINT handler over readline's while a :run read its file, and from
+// then on Ctrl-C left the line in place: ":show confXX" + Ctrl-C + ":show config" ran as one
+// line. Found while writing it, session 34; never released.)
+static void test_ctrl_c_after_run(void **s) {
+    (void)s;
+    char p[400];
+    snprintf(p, sizeof p, "%s/x.dm", dir);
+    FILE *f = fopen(p, "w");
+    assert_non_null(f);
+    fputs(":set lr=0.00123\n:set wd=0.0456\n", f);
+    fclose(f);
+    spawn(1, 0);
+    command(":run x.dm");
+    expect_out("dmsh> ", 20);
+    type(":show confXX");
+    expect_out(":show confXX", 10);  // (read by readline: a Ctrl-C flushes keys not yet read)
+    ctrl_c();
+    type(":show config\r");
+    const char *hit = expect_out("\n  lr ", 20);
+    assert_true(fabs(atof(hit + 5 + strspn(hit + 5, " ")) - 0.00123) < 1e-9);
+    print_error("%.400s\n", tty);
+    assert_null(strstr(tty, "error: usage: :show"));
+    expect_out("dmsh> ", 20);
+    type("\x04");
+    int st = wait_exit(20);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+int main(void) {
+#ifndef DM_HAVE_READLINE
+    printf("test_repl_pty_run: skipped (dmsh built without readline: no interactive prompt to drive)\n");
+    return 0;
+#endif
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_ctrl_c_after_run, teardown_one),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
