@@ -71,7 +71,15 @@ static int walk_dir(const char *dir, PathList *pl, WalkSkips *sk, dm_err *err) {
         if (o == 0 || p[o - 1] != '/') p[o++] = '/';
         memcpy(p + o, de->d_name, nl + 1);
         struct stat ls, st;
-        if (lstat(p, &ls) == 0) {
+        // a directory that can be listed but not searched (mode r--: `chmod -R 644`) lists names
+        // whose lstat fails: an error like an unreadable file's (they were dropped unsaid, and the
+        // same mode on the top directory read as "holds no regular files": QA, session 34). A name
+        // gone between readdir and lstat (a file deleted meanwhile) is passed over.
+        int lr = lstat(p, &ls);
+        if (lr != 0 && errno != ENOENT) {
+            rc = dm_fail(err, "data: cannot read '%s': %s (check the permissions of its directory: x lets a directory's files be opened)",
+                         p, strerror(errno));
+        } else if (lr == 0) {
             int to_reg = 0, to_dir = 0;
             if (S_ISLNK(ls.st_mode) && stat(p, &st) == 0) { to_reg = S_ISREG(st.st_mode); to_dir = S_ISDIR(st.st_mode); }
             if (S_ISDIR(ls.st_mode)) rc = walk_dir(p, pl, sk, err);
@@ -129,6 +137,8 @@ static void corpus_close(Corpus *c) {
     free((void *)c->maps);
     free(c->sizes);
     free(c->starts);
+    free(c->devs);
+    free(c->inos);
     memset(c, 0, sizeof *c);
 }
 
@@ -170,6 +180,8 @@ static int corpus_open(Corpus *c, const char *path, dm_err *err) {
     c->maps = callocCheck((size_t)pl.n * sizeof *c->maps);
     c->sizes = callocCheck((size_t)pl.n * sizeof *c->sizes);
     c->starts = callocCheck((size_t)(pl.n + 1) * sizeof *c->starts);
+    c->devs = callocCheck((size_t)pl.n * sizeof *c->devs);
+    c->inos = callocCheck((size_t)pl.n * sizeof *c->inos);
     int64_t total = 0;
     int nempty = 0;
     for (int i = 0; i < pl.n; i++) {
@@ -197,6 +209,8 @@ static int corpus_open(Corpus *c, const char *path, dm_err *err) {
         pl.v[i] = NULL;  // ownership moved to the corpus
         c->maps[k] = m;
         c->sizes[k] = fs.st_size;
+        c->devs[k] = (uint64_t)fs.st_dev;
+        c->inos[k] = (uint64_t)fs.st_ino;
         c->starts[k] = total;
         total += fs.st_size;
     }
@@ -393,6 +407,24 @@ static int bus_fail(dm_err *err) {
     return dm_fail(err, "a corpus file changed on disk while open (reading it faulted: it shrank): :data PATH reopens the corpus");
 }
 
+// A file cut inside its last page reads zeros past its new end instead of faulting (the page is
+// still backed): a run trained on NUL bytes the file no longer held, and said nothing (QA, session
+// 34). Every file [off, off + len) of c lies in is stat'ed by path after the read: the same file
+// (device and inode: one replaced by a rename leaves the mapped one intact) smaller than mapped
+// is an error. A file deleted keeps its mapping whole.
+static int corpus_check_span(const Corpus *c, int64_t off, int64_t len, dm_err *err) {
+    if (len <= 0 || off < 0 || off >= c->n) return 0;
+    int k = corpus_file(c, off);
+    for (; k < c->nfiles && c->starts[k] < off + len; k++) {
+        struct stat st;
+        if (stat(c->paths[k], &st) || (uint64_t)st.st_dev != c->devs[k] || (uint64_t)st.st_ino != c->inos[k]) continue;
+        if ((int64_t)st.st_size < c->sizes[k])
+            return dm_fail(err, "the corpus file %s changed on disk while open: it shrank from %lld B to %lld B, and its bytes past the "
+                           "cut read as zeros; :data PATH reopens the corpus", c->paths[k], (long long)c->sizes[k], (long long)st.st_size);
+    }
+    return 0;
+}
+
 // One guarded read: which reader runs (batch, eval sequence, a span of train/eval) and its
 // arguments; guarded() arms the handler around it.
 typedef struct {
@@ -422,7 +454,16 @@ static int guarded(const Data *d, const GuardedRead *r, dm_err *err) {
     guard_jb = &jb;
     guarded_run(d, r);
     guard_jb = NULL;
-    return 0;
+    // the files read, checked for a cut that read as zeros (after the read: a cut during it counts)
+    switch (r->kind) {
+    case 0:
+        for (int b = 0; b < r->B; b++)
+            if (corpus_check_span(&d->train, data_window_offset(r->seed, r->at, b, d->n_train, r->T), r->T + 1, err)) return 1;
+        return 0;
+    case 1: return corpus_check_span(&d->eval, d->eval_off + r->at * (int64_t)r->T, r->T + 1, err);
+    case 2: return corpus_check_span(&d->train, r->at, r->len, err);
+    default: return corpus_check_span(&d->eval, d->eval_off + r->at, r->len, err);
+    }
 }
 
 int data_batch_checked(const Data *d, uint64_t seed, int64_t step, int B, int T, int *x, int *y, dm_err *err) {

@@ -11,6 +11,7 @@ typedef struct {
     const uint8_t **maps;   // [nfiles] mmap'd bytes
     int64_t *sizes;         // [nfiles]
     int64_t *starts;        // [nfiles + 1] prefix sums: global byte offset of each file
+    uint64_t *devs, *inos;  // [nfiles] the files' identities when mapped (a shrink is checked by path)
     int64_t n;              // total bytes
     char left_out[160];     // a directory's entries not read, said by :data ("" when none)
 } Corpus;
@@ -42,7 +43,9 @@ int64_t data_window_offset(uint64_t seed, int64_t step, int64_t row, int64_t n_t
 // Fill x [B, T] and y [B, T] with the training batch of `step`.
 void data_batch(const Data *d, uint64_t seed, int64_t step, int B, int T, int *x, int *y);
 // The same as data_batch / data_eval_seq, with a one-line error instead of SIGBUS when a mapped
-// corpus file shrank on disk since it was opened (the step and the eval use these).
+// corpus file shrank on disk since it was opened (the step and the eval use these); a shrink
+// inside the file's last page reads zeros rather than faulting, so after the read each file it
+// touched is stat'ed too (one stat per file a window lies in).
 int data_batch_checked(const Data *d, uint64_t seed, int64_t step, int B, int T, int *x, int *y, dm_err *err);
 int data_eval_seq_checked(const Data *d, int64_t i, int T, int *x, int *y, dm_err *err);
 // A fingerprint of the splits as opened: both sizes and 64 blocks of 1 KiB spread over each

@@ -395,6 +395,65 @@ static void test_shrunk_file(void **s) {
     free(b);
 }
 
+// A cut inside the file's last page does not fault: the bytes past it read as zeros (QA, session
+// 34: 10 NUL bytes trained on, no word). The checked reads stat the files they read.
+static void test_shrunk_in_last_page(void **s) {
+    (void)s;
+    enum { N = 1 << 16, T = 32, B = 4 };
+    uint8_t *b = malloc(N);
+    for (int i = 0; i < N; i++) b[i] = (uint8_t)(i * 5 + 1);
+    make_dir("cut");
+    write_file("cut/a.txt", b, N);
+    write_file("cut/b.txt", b, N);
+    char p[512], a[512];
+    path_in(p, sizeof p, "cut");
+    path_in(a, sizeof a, "cut/a.txt");
+    Data d;
+    dm_err err = {0};
+    if (data_open(&d, p, NULL, 0.5, T, &err)) fail_msg("%s", err.msg);  // train: a.txt, held-out: b.txt
+    int x[B * T], y[B * T];
+    assert_int_equal(data_batch_checked(&d, 1, 0, B, T, x, y, &err), 0);
+    assert_int_equal(data_eval_seq_checked(&d, 0, T, x, y, &err), 0);
+    assert_int_equal(truncate(a, N - 10), 0);  // (within the last page: reads give zeros, no SIGBUS)
+    assert_int_equal(data_batch_checked(&d, 1, 1, B, T, x, y, &err), 1);
+    if (!strstr(err.msg, "a.txt changed on disk while open: it shrank from 65536 B to 65526 B")) print_error("%s\n", err.msg);
+    assert_non_null(strstr(err.msg, "a.txt changed on disk while open: it shrank from 65536 B to 65526 B"));
+    memset(&err, 0, sizeof err);
+    assert_int_equal(data_eval_seq_checked(&d, 0, T, x, y, &err), 0);  // (b.txt is whole)
+    assert_int_equal(data_read_checked(&d, 0, 0, 16, x, &err), 1);
+    data_close(&d);
+    free(b);
+}
+
+// A directory that can be listed but not searched (mode r--, after `chmod -R 644`): the names it
+// lists cannot be lstat'ed (EACCES for a non-root user), and they were dropped without a word —
+// a corpus of part of the tree, or "holds no regular files" (QA, session 34). An error now. This
+// program links with --wrap=lstat (Makefile): a path under a directory named "noexec" fails as
+// it would for that user (root searches any directory).
+int __real_lstat(const char *path, struct stat *st);
+int __wrap_lstat(const char *path, struct stat *st) {
+    if (strstr(path, "/noexec/")) {
+        errno = EACCES;
+        return -1;
+    }
+    return __real_lstat(path, st);
+}
+
+static void test_unsearchable_dir(void **s) {
+    (void)s;
+    uint8_t b[200];
+    fill_bytes(b, sizeof b, 11);
+    make_dir("srch");
+    make_dir("srch/noexec");
+    write_file("srch/main.txt", b, sizeof b);
+    write_file("srch/noexec/f.txt", b, sizeof b);
+    char p[512];
+    path_in(p, sizeof p, "srch");
+    expect_fail(p, NULL, 0.1, 8, "srch/noexec/f.txt': Permission denied (check the permissions of its directory");
+    path_in(p, sizeof p, "srch/noexec");
+    expect_fail(p, NULL, 0.1, 8, "Permission denied");  // (not "holds no regular files")
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_single_file),
@@ -404,6 +463,8 @@ int main(void) {
         cmocka_unit_test(test_eval_window),
         cmocka_unit_test(test_mmap_large),
         cmocka_unit_test(test_shrunk_file),
+        cmocka_unit_test(test_shrunk_in_last_page),
+        cmocka_unit_test(test_unsearchable_dir),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
