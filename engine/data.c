@@ -489,24 +489,61 @@ int data_read_checked(const Data *d, int eval, int64_t off, int len, int *out, d
     return guarded(d, &r, err);
 }
 
-uint64_t data_fingerprint(const Data *d, dm_err *err) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    const uint64_t P = 0x100000001b3ull;
-    int64_t sizes[2] = {d->n_train, d->n_eval};
-    for (int s = 0; s < 2; s++)
-        for (int b = 0; b < 8; b++) h = (h ^ (uint64_t)((sizes[s] >> (8 * b)) & 255)) * P;
+#define FP_P 0x100000001b3ull
+static uint64_t fp_size(uint64_t h, int64_t n) {
+    for (int b = 0; b < 8; b++) h = (h ^ (uint64_t)((n >> (8 * b)) & 255)) * FP_P;
+    return h;
+}
+// 64 blocks of 1 KiB spread over the first n bytes of the training stream (s 0) or held-out split (s 1)
+static int fp_blocks(const Data *d, int s, int64_t n, uint64_t *h, dm_err *err) {
     enum { NB = 64, BL = 1024 };
     int buf[BL];
-    for (int s = 0; s < 2; s++) {
-        int64_t n = sizes[s];
-        for (int b = 0; b < NB && n > 0; b++) {
-            int len = n < BL ? (int)n : BL;
-            int64_t off = (n - len) * b / (NB - 1);
-            if (data_read_checked(d, s, off, len, buf, err)) return 0;
-            for (int i = 0; i < len; i++) h = (h ^ (uint64_t)(buf[i] & 255)) * P;
-        }
+    for (int b = 0; b < NB && n > 0; b++) {
+        int len = n < BL ? (int)n : BL;
+        int64_t off = (n - len) * b / (NB - 1);
+        if (data_read_checked(d, s, off, len, buf, err)) return 1;
+        for (int i = 0; i < len; i++) *h = (*h ^ (uint64_t)(buf[i] & 255)) * FP_P;
     }
+    return 0;
+}
+
+uint64_t data_fingerprint(const Data *d, dm_err *err) {
+    uint64_t h = fp_size(fp_size(0xcbf29ce484222325ull, d->n_train), d->n_eval);
+    if (fp_blocks(d, 0, d->n_train, &h, err) || fp_blocks(d, 1, d->n_eval, &h, err)) return 0;
     return h ? h : 1;
+}
+
+uint64_t data_split_fingerprint(const Data *d, int s, dm_err *err) {
+    int64_t n = s ? d->n_eval : d->n_train;
+    uint64_t h = fp_size(0xcbf29ce484222325ull, n);
+    if (fp_blocks(d, s, n, &h, err)) return 0;
+    return h ? h : 1;
+}
+
+uint64_t data_stream_fingerprint(const Data *d, dm_err *err) {
+    uint64_t h = fp_size(0xcbf29ce484222325ull, d->train.n);
+    if (fp_blocks(d, 0, d->train.n, &h, err)) return 0;
+    return h ? h : 1;
+}
+
+static int cmp_devino(const void *a, const void *b) {
+    const FileId *x = a, *y = b;
+    if (x->dev != y->dev) return x->dev < y->dev ? -1 : 1;
+    return x->ino < y->ino ? -1 : x->ino > y->ino;
+}
+
+const char *data_eval_in_train(const Data *d) {
+    if (d->shared || !d->train.nfiles) return NULL;
+    FileId *id = mallocCheck(sizeof(FileId) * (size_t)d->train.nfiles);
+    for (int k = 0; k < d->train.nfiles; k++) id[k] = (FileId){d->train.devs[k], d->train.inos[k], k};
+    qsort(id, (size_t)d->train.nfiles, sizeof *id, cmp_devino);
+    const char *hit = NULL;
+    for (int i = 0; i < d->eval.nfiles && !hit; i++) {
+        FileId key = {d->eval.devs[i], d->eval.inos[i], 0};
+        if (bsearch(&key, id, (size_t)d->train.nfiles, sizeof *id, cmp_devino)) hit = d->eval.paths[i];
+    }
+    free(id);
+    return hit;
 }
 
 uint32_t eval_set_begin(void) { return 2166136261u; }

@@ -52,6 +52,13 @@ int data_eval_seq_checked(const Data *d, int64_t i, int T, int *x, int *y, dm_er
 // (FNV-1a 64). A checkpoint keeps it, so a resume can say the corpus changed since (the windows
 // would then differ from the original run's). 0 on a read fault (err set).
 uint64_t data_fingerprint(const Data *d, dm_err *err);
+// The same for one split alone (s 0: training, 1: held-out): a resume says which one changed
+uint64_t data_split_fingerprint(const Data *d, int s, dm_err *err);
+// The training corpus's whole byte stream (with the held-out tail when it is that corpus's), split
+// aside: the bytes a model's windows came from are the same bytes under another eval setting
+uint64_t data_stream_fingerprint(const Data *d, dm_err *err);
+// An eval= file that is also a file of the training corpus (the same device and inode), or NULL
+const char *data_eval_in_train(const Data *d);
 // data_train_read (eval 0) / data_eval_read (eval 1), guarded the same way
 int data_read_checked(const Data *d, int eval, int64_t off, int len, int *out, dm_err *err);
 // The identity of an eval window: 32-bit FNV-1a over its bytes in order (nseq*T + 1 of them: every

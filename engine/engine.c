@@ -90,11 +90,16 @@ uint64_t engine_extras_hash(const Engine *e) {
 // The corpus a state names (its files and their fingerprint): a save of the same state with
 // another corpus is a new file, never the old one rewritten (a :load of it elsewhere, by its
 // path, would read the new corpus: QA, session 28)
-uint64_t engine_corpus_hash(const Engine *e) {
+uint64_t engine_corpus_hash_of(const char *dp, size_t dn, const char *ep, size_t en, uint64_t fp) {
+    static const char nul = 0;
     uint64_t h = 1469598103934665603ull;
-    h = fnv(h, e->data_path, strlen(e->data_path) + 1);
-    h = fnv(h, e->eval_path, strlen(e->eval_path) + 1);
-    return fnv(h, &e->data_fp, sizeof e->data_fp);
+    h = fnv(fnv(h, dp, dn), &nul, 1);
+    h = fnv(fnv(h, ep, en), &nul, 1);
+    return fnv(h, &fp, sizeof fp);
+}
+
+uint64_t engine_corpus_hash(const Engine *e) {
+    return engine_corpus_hash_of(e->data_path, strlen(e->data_path), e->eval_path, strlen(e->eval_path), e->data_fp);
 }
 
 // unsaved: steps, metric rows, settings (:set, :arm: a checkpoint keeps them, and -r resumes
@@ -262,25 +267,32 @@ int engine_open_data(Engine *e, const char *path, const char *eval_path, dm_err 
     if (stored_path(dp, sizeof dp, path, err) || (eval_path && stored_path(ep, sizeof ep, eval_path, err))) return 1;
     Data d;
     if (data_open(&d, path, eval_path, e->cfg.eval_frac, e->cfg.seq, err)) return 1;
-    uint64_t fp = data_fingerprint(&d, err);
-    if (!fp) {
+    uint64_t fp = data_fingerprint(&d, err), sf0 = fp ? data_split_fingerprint(&d, 0, err) : 0;
+    uint64_t sf1 = sf0 ? data_split_fingerprint(&d, 1, err) : 0, stream = sf1 ? data_stream_fingerprint(&d, err) : 0;
+    if (!stream) {
         data_close(&d);
         return 1;
     }
-    // the same file and split with the same bytes, opened again: the model's steps drew from
-    // it as before (the held-out note of a later :set eval_frac must not forget them: session 30)
+    // the same file and split with the same bytes, opened again
     int same = e->has_data && !strcmp(e->data_path, dp) && !strcmp(e->eval_path, ep) && fp == e->data_fp;
+    // the same training corpus, whatever the eval setting: the model's steps drew from its bytes
+    // as before (the held-out note of a later :set eval_frac must not forget them: session 30; nor
+    // a :data of the file without the eval= it trained with: QA, session 34)
+    int same_stream = e->has_data && !strcmp(e->data_path, dp) && stream == e->stream_fp;
     // and with the same split the anchors stand: they were fit on these training bytes and scored
     // on these held-out ones (dropped, eval lines stopped naming them with no word why, and the
     // next checkpoint lost them: QA, session 32)
     int keep_anchors = same && e->data.n_train == d.n_train && e->data.eval_off == d.eval_off && e->data.n_eval == d.n_eval;
     if (e->has_data) data_close(&e->data);  // only after the new corpus opened: a bad path keeps the old
     e->data_fp = fp;
+    e->split_fp[0] = sf0;
+    e->split_fp[1] = sf1;
+    e->stream_fp = stream;
     e->data_drift_noted = 0;
     e->data = d;
     e->has_data = 1;
     if (!keep_anchors) e->has_anchors = 0;
-    if (!same) e->trained_upto = 0;  // (another corpus: no step of this model drew from it; a re-split keeps it)
+    if (!same_stream) e->trained_upto = 0;  // (another corpus: no step of this model drew from it; a re-split keeps it)
     memcpy(e->data_path, dp, sizeof dp);
     memcpy(e->eval_path, ep, sizeof ep);
     return 0;
@@ -296,6 +308,11 @@ void engine_corpus_check(Engine *e) {
     // the bytes the run reads now: what the next checkpoint records (a -r then compares the file
     // with those, and says nothing of a change the run already went through)
     e->data_fp = fp;
+    for (int s = 0; s < 3; s++) {
+        uint64_t x = s < 2 ? data_split_fingerprint(&e->data, s, &derr) : data_stream_fingerprint(&e->data, &derr);
+        if (x && s < 2) e->split_fp[s] = x;
+        else if (x) e->stream_fp = x;
+    }
     e->data_drift_noted = 1;
 }
 

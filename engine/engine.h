@@ -59,6 +59,8 @@ typedef struct Engine {
     int has_data;
     char data_path[1024], eval_path[1024];
     uint64_t data_fp;           // data_fingerprint of the open corpus (0: none)
+    uint64_t split_fp[2];       // data_split_fingerprint of its training and held-out splits
+    uint64_t stream_fp;         // data_stream_fingerprint: the training corpus's bytes, split aside
     int data_drift_noted;       // the corpus's bytes changed on disk since :data opened it (said;
                                 // data_fp then follows the new bytes)
     int64_t step, tokens;       // steps taken (the next step's index), bytes trained on
@@ -131,6 +133,8 @@ int engine_unsaved(const Engine *e);
 uint64_t engine_settings_hash(const Engine *e);
 uint64_t engine_extras_hash(const Engine *e);  // the arms' counters, anchors, corpus, orth error
 uint64_t engine_corpus_hash(const Engine *e);  // the corpus files named and their fingerprint
+// the same of a corpus a checkpoint records (its paths, unterminated, and its fingerprint)
+uint64_t engine_corpus_hash_of(const char *dp, size_t dn, const char *ep, size_t en, uint64_t fp);
 // The eval window's sequences (SPEC §5) into *nseq; 1 with the reason and the fix when it holds
 // none (eval_bytes < seq, or a held-out split shorter than one sequence). :eval, :anchors and a
 // :train that evals check it first.

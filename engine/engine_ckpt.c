@@ -55,6 +55,7 @@ int engine_save_mode(Engine *e, const char *path, int mode, dm_err *err) {
     // from an id)
     uint32_t *eset = mallocCheck(sizeof(uint32_t) * (size_t)(e->nrows ? e->nrows : 1));
     uint64_t fpv = e->data_fp;  // which bytes the run was trained on (data_fingerprint)
+    uint64_t sfp[2] = {e->split_fp[0], e->split_fp[1]};  // and of each split alone: a -r says which one changed
     int64_t split[2] = {e->has_data ? e->data.n_train : 0, e->has_data ? e->data.n_eval : 0};  // and how they were split
     for (int i = 0; i < e->nrows; i++) eset[i] = e->rows[i].eval_set;
     int32_t steps_auto = e->steps_auto;
@@ -73,6 +74,7 @@ int engine_save_mode(Engine *e, const char *path, int mode, dm_err *err) {
         {"data.eval", e->eval_path, strlen(e->eval_path)},  // empty: the held-out tail of data
         {"data.fingerprint", &fpv, e->has_data ? sizeof fpv : 0},
         {"data.split", split, e->has_data ? sizeof split : 0},  // train, held-out bytes
+        {"data.fingerprint.splits", sfp, e->has_data ? sizeof sfp : 0},  // (absent in older files)
         {"anchors", &e->anchors, e->has_anchors ? sizeof e->anchors : 0},  // (on these bytes: data.fingerprint)
         // 1: config's steps was chosen by the first :train, not by the user, so an :init after a
         // resume or a :load drops it as it would have in the process that saved (absent in older
@@ -369,9 +371,31 @@ int engine_load(Engine *e, const char *path, dm_err *err) {
         else if (same_path && want != e->data_fp && resplit)
             engine_note(e, "the corpus %s is split differently from when this checkpoint was written (train %lld / held-out %lld bytes then, %lld / %lld now: eval_frac or eval= differ): the batches and the eval window from here are not the original run's",
                         e->data_path, (long long)was[0], (long long)was[1], (long long)e->data.n_train, (long long)e->data.n_eval);
-        else if (same_path && want != e->data_fp)
-            engine_note(e, "the corpus %s changed since this checkpoint was written (its size or bytes differ): the batches from here are not the original run's",
-                        e->data_path);
+        else if (same_path && want != e->data_fp) {
+            // which split changed, and how (the note said "size or bytes differ" of the corpus
+            // when only the eval= file had changed, and the batches were the original run's: QA,
+            // session 34)
+            const CkptSection *ssf = ckpt_find(&f, "data.fingerprint.splits");
+            uint64_t wsf[2] = {0, 0};
+            int have_sf = ssf && ssf->size == sizeof wsf, have_split = ssp && ssp->size == sizeof was;
+            if (have_sf) memcpy(wsf, ssf->data, sizeof wsf);
+            int s = have_sf && wsf[0] == e->split_fp[0];  // 1: the training bytes are the same, the held-out ones not
+            // (sizes of what changed: the eval file, or the held-out tail; the training file with
+            // eval=; else the whole corpus)
+            int ev = e->eval_path[0] != 0;
+            int64_t then = s ? was[1] : ev ? was[0] : was[0] + was[1];
+            int64_t now = s ? e->data.n_eval : ev ? e->data.n_train : e->data.n_train + e->data.n_eval;
+            char how[96] = "its size or bytes differ";
+            if (have_split && then != now) snprintf(how, sizeof how, "%lld B then, %lld B now", (long long)then, (long long)now);
+            else if (have_split) snprintf(how, sizeof how, "the same size, other bytes");
+            if (s)
+                engine_note(e, "the held-out bytes (%s%s) changed since this checkpoint was written (%s): the eval window from here is not the "
+                            "original run's; the training batches are", e->eval_path[0] ? "eval=" : "the last eval_frac of ",
+                            e->eval_path[0] ? e->eval_path : e->data_path, how);
+            else
+                engine_note(e, "the corpus %s changed since this checkpoint was written (%s): the batches from here are not the original run's",
+                            e->data_path, how);
+        }
         // the anchors come back when they were computed on these very bytes (each user still
         // checks its eval window); a -r lost them, and its evals and plots their lines
         const CkptSection *san = ckpt_find(&f, "anchors");
@@ -381,6 +405,14 @@ int engine_load(Engine *e, const char *path, dm_err *err) {
         }
     }
     engine_mark_synced(e, path);
+    // the state in this file is of the corpus it records, not of the one open now if they differ:
+    // a save at this step then goes to a new file (a -r on a changed corpus, then an :eval, rewrote
+    // the only record of what steps 0..N trained on with the new corpus's: QA, session 34)
+    if (e->has_data && sfp && sfp->size == sizeof(uint64_t) && sd) {
+        uint64_t want;
+        memcpy(&want, sfp->data, sizeof want);
+        e->synced_corpus = engine_corpus_hash_of((const char *)sd->data, sd->size, se ? (const char *)se->data : "", se ? se->size : 0, want);
+    }
     rc = 0;
 done:
     // a refusal after the trial build: that build put the backend in the file's precision (a

@@ -105,14 +105,19 @@ int cmd_set(Shell *sh, Words *w, dm_err *err) {
             return 1;
         }
         fprintf(OUT, "%s\n", E_->data.desc);
-        // a held-out split that grew into bytes this model trained on is no longer held out
-        // (SPEC §5: never read by training): said (QA, session 29)
-        if (E_->live && E_->data.n_train < E_->trained_upto)
-            fprintf(OUT, "note: the held-out split now starts at byte %lld, inside the first %lld bytes of this corpus, which this "
-                    "model's steps drew training windows from: evals from here score bytes it may have trained on (their BPB is "
-                    "not held-out)\n", (long long)E_->data.n_train, (long long)E_->trained_upto);
+        sh_note_heldout_trained(sh);
     }
     return 0;
+}
+
+// A held-out split that grew into bytes this model trained on is no longer held out (SPEC §5:
+// never read by training): said after :set eval_frac (QA, session 29) and :data (a file the model
+// trained on with eval=, opened without it: QA, session 34)
+void sh_note_heldout_trained(Shell *sh) {
+    if (E_->live && E_->has_data && !E_->eval_path[0] && E_->data.n_train < E_->trained_upto)
+        fprintf(OUT, "note: the held-out split now starts at byte %lld, inside the first %lld bytes of this corpus, which this "
+                "model's steps drew training windows from: evals from here score bytes it may have trained on (their BPB is "
+                "not held-out)\n", (long long)E_->data.n_train, (long long)E_->trained_upto);
 }
 
 // When a live key's new value is first used: most from the next step; these by another command

@@ -293,6 +293,13 @@ static int cmd_data(Shell *sh, Words *w, dm_err *err) {
     if (!path) return dm_fail(err, "usage: :data PATH [eval=PATH2]");
     if (engine_open_data(E_, path, sh_kv(w, "eval"), err)) return 1;
     fprintf(OUT, "%s\n", E_->data.desc);
+    sh_note_heldout_trained(sh);
+    // eval= naming a file the training corpus holds (itself, or one inside its directory): what
+    // it scores is not held-out, and nothing said so (QA, session 34)
+    const char *both = data_eval_in_train(&E_->data);
+    if (both)
+        fprintf(OUT, "note: the eval file %s is also in the training corpus: evals score bytes the training windows read (their BPB "
+                "is not held-out)\n", both);
     return 0;
 }
 

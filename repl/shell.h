@@ -87,6 +87,8 @@ static inline const char *sh_num(char *buf, double x, int prec) {
     snprintf(buf, 32, !isfinite(x) || fabs(x) < 1e6 ? "%.*f" : "%.*e", prec, x);
     return buf;
 }
+// the note that the held-out split lies in bytes the live model trained on, when it does (cmd_config.c)
+void sh_note_heldout_trained(Shell *sh);
 // Argument parsing shared by the handlers: one-line errors naming the value and its range.
 int sh_parse_int(const char *s, long long lo, long long hi, const char *what, long long *v, dm_err *err);
 int sh_parse_real(const char *s, double lo, double hi, const char *what, double *v, dm_err *err);

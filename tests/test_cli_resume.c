@@ -291,6 +291,45 @@ static void test_other_corpus_is_a_new_file(void **s) {
                                "grep -qx step-3-b1.ckpt runs/oa/ckpt/LATEST%s", ""), 0);
 }
 
+// The corpus on disk since a checkpoint (QA, session 34): a -r on a changed corpus, then a save at
+// the loaded step, rewrote the only record of what the steps trained on (now a new file); only the
+// eval= file changed was told as the corpus changed and the batches not the original run's (now:
+// which split, and the sizes); a :data of the file a model trained on with eval=, opened without
+// it, and eval= naming a training file, are said.
+static void test_corpus_changes_said(void **s) {
+    (void)s;
+    char args[2000];
+    assert_int_equal(sh_in_dir("head -c 120000 '%s' > cc.txt && head -c 30000 cc.txt > ev.txt", corpus), 0);
+    snprintf(args, sizeof args, "%%s --norc -e '%s' -e ':data cc.txt eval=ev.txt' -e ':init seed=1' -e ':step 5' -e ':data cc.txt' "
+             "-e ':data cc.txt eval=cc.txt' > out.txt 2> err.txt", TINY);
+    assert_int_equal(sh_in_dir(args, dmsh), 0);
+    slurp_to("out.txt", out, sizeof out);
+    if (!strstr(out, "note: the held-out split now starts at byte 108000, inside the first 120000 bytes")) print_error("%s\n", out);
+    assert_non_null(strstr(out, "note: the held-out split now starts at byte 108000, inside the first 120000 bytes"));
+    assert_non_null(strstr(out, "note: the eval file cc.txt is also in the training corpus"));
+    // only the eval file changed
+    snprintf(args, sizeof args, "%%s --norc -e ':session ce' -e '%s' -e ':data cc.txt eval=ev.txt' -e ':init seed=1' -e ':step 3' "
+             "> out.txt 2> err.txt && echo more >> ev.txt && %%s --norc -r runs/ce -e ':quit' > out.txt 2>&1", TINY);
+    char full[2600];
+    snprintf(full, sizeof full, args, dmsh, dmsh);
+    assert_int_equal(sh_in_dir("%s", full), 0);
+    slurp_to("out.txt", out, sizeof out);
+    if (!strstr(out, "ev.txt) changed since this checkpoint was written (30000 B then, 30005 B now): the eval window from here is not the "
+                     "original run's; the training batches are"))
+        print_error("%s\n", out);
+    assert_non_null(strstr(out, "ev.txt) changed since this checkpoint was written (30000 B then, 30005 B now): the eval window from here is "
+                                "not the original run's; the training batches are"));
+    // the training corpus changed: said with its sizes, and the loaded checkpoint is kept whole
+    snprintf(args, sizeof args, "%%s --norc -e ':session cr' -e '%s' -e ':data cc.txt' -e ':init seed=1' -e ':step 3' -e ':eval' > out.txt 2>&1 "
+             "&& cp runs/cr/ckpt/step-3.ckpt s3.keep && head -c 60000 ev.txt > cc.txt && %%s --norc -r runs/cr -e ':eval' > out.txt 2>&1", TINY);
+    snprintf(full, sizeof full, args, dmsh, dmsh);
+    assert_int_equal(sh_in_dir("%s", full), 0);
+    slurp_to("out.txt", out, sizeof out);
+    if (!strstr(out, "cc.txt changed since this checkpoint was written (120000 B then, 30005 B now)")) print_error("%s\n", out);
+    assert_non_null(strstr(out, "cc.txt changed since this checkpoint was written (120000 B then, 30005 B now)"));
+    assert_int_equal(sh_in_dir("cmp -s s3.keep runs/cr/ckpt/step-3.ckpt && test -s runs/cr/ckpt/step-3-b1.ckpt%s", ""), 0);
+}
+
 // Found by a QA pass (session 29): an interrupted :stress kept its steps in the run, but the
 // transcript held it as a comment only, so the replay ended where the stress began and every later
 // checkpoint line blamed a -r that never ran; and its report read as a finished protocol of the
@@ -398,6 +437,7 @@ int main(void) {
         cmocka_unit_test(test_unplaced_and_own_save),
         cmocka_unit_test(test_open_command_and_steps_no_line_takes),
         cmocka_unit_test(test_other_corpus_is_a_new_file),
+        cmocka_unit_test(test_corpus_changes_said),
         cmocka_unit_test(test_interrupted_stress_replays),
         cmocka_unit_test(test_cut_gen_counts_said),
         cmocka_unit_test(test_live_transcript_mark),
