@@ -258,6 +258,12 @@ static int stored_path(char *dst, size_t n, const char *path, dm_err *err) {
     const char *p = realpath(path, abs) ? abs : path;
     if (strlen(p) >= n)
         return dm_fail(err, "corpus path too long to record in a checkpoint (%zu bytes, at most %zu): %s", strlen(p), n - 1, p);
+    // a line break (reached through a symlink's target) cannot be written in a command line:
+    // config.dm's :data line broke in two, and its replay failed (QA, session 34)
+    for (const char *c = p; *c; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f)
+            return dm_fail(err, "the corpus path %s resolves to a name with a control byte (0x%02x), which config.dm and the transcript "
+                           "cannot write: rename it (or link the files from a plain name)", path, (unsigned char)*c);
     memcpy(dst, p, strlen(p) + 1);
     return 0;
 }
