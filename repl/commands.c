@@ -180,8 +180,10 @@ static int cmd_show(Shell *sh, Words *w, dm_err *err) {
         for (int i = 0; i < dm_n_config_keys; i++) {
             char v[128];
             config_get(&e->cfg, &dm_config_keys[i], v, sizeof v);
+            // (engram_ram is refused on a live model like the architecture, but it is where the
+            // tables live, not their shape: a checkpoint loads into either, as :help KEY says)
             fprintf(OUT, "  %-16s %-14s %s%s\n", dm_config_keys[i].name, v, dm_config_keys[i].help,
-                    dm_config_keys[i].arch ? " [architecture]" : "");
+                    !strcmp(dm_config_keys[i].name, "engram_ram") ? " [placement]" : dm_config_keys[i].arch ? " [architecture]" : "");
         }
         return 0;
     }

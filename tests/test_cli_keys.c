@@ -98,6 +98,7 @@ static void test_engram_ram_route(void **s) {
     expect_ok(script);
     expect_out("step 2 loss");
     expect_out("engram_ram       on");
+    expect_out("rows staged per step [placement]\n");  // (not "[architecture]": QA, session 34)
     // the same step 2 as without the move
     char moved[256], *l = strstr(out, "step 2 loss");
     snprintf(moved, sizeof moved, "%.*s", (int)(strstr(l, " ms ") - l), l);
