@@ -293,9 +293,10 @@ static int cmd_data(Shell *sh, Words *w, dm_err *err) {
     if (sh_check_keys(w, 1, keys, err)) return 1;
     const char *path = sh_positional(w, 0);
     if (!path) return dm_fail(err, "usage: :data PATH [eval=PATH2]");
+    int64_t n_train0 = E_->has_data ? E_->data.n_train : -1;
     if (engine_open_data(E_, path, sh_kv(w, "eval"), err)) return 1;
     fprintf(OUT, "%s\n", E_->data.desc);
-    sh_note_heldout_trained(sh);
+    if (E_->data.n_train != n_train0) sh_note_heldout_trained(sh);  // (the same split again: said when it was made)
     // eval= naming a file the training corpus holds (itself, or one inside its directory): what
     // it scores is not held-out, and nothing said so (QA, session 34)
     const char *both = data_eval_in_train(&E_->data);
