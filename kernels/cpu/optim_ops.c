@@ -28,6 +28,24 @@
 // ----------------------------------------------------------------------------------------
 // norm, decision, clip
 
+// The loops below run on OpenMP's team only past a size, and serially otherwise through a plain
+// `if`: `#pragma omp parallel for if (small)` still builds a one-thread team and wakes it, about
+// 1.4 us a region, 57 regions a step: 9-10 % of a tiny config's step (QA, session 34). Both paths
+// compute each element (or chunk) alike: the same bits.
+
+// one OPT_SUMSQ_CHUNK of g: its sum of squares and whether a value in it is non-finite
+static inline void sumsq_chunk(const real *g, size_t numel, size_t ch, double *part, int *badc) {
+    size_t lo = ch * OPT_SUMSQ_CHUNK, hi = lo + OPT_SUMSQ_CHUNK < numel ? lo + OPT_SUMSQ_CHUNK : numel;
+    // the sum is finite when every x is (then no element check is needed); inf and NaN
+    // propagate into it (in the double build a huge finite x can overflow it too, hence
+    // the exact per-element check on that rare path)
+    double s = dm_sumsq_d(g + lo, hi - lo);
+    int b = 0;
+    if (!isfinite(s))
+        for (size_t j = lo; j < hi; j++) b |= !isfinite((double)g[j]);
+    part[ch] = s; badc[ch] = b;
+}
+
 void opt_sumsq(double *ss, int32_t *bad, const real *x, const OptSeg *segs, int nseg) {
     for (int i = 0; i < nseg; i++) {
         const real *g = x + segs[i].off;
@@ -37,17 +55,11 @@ void opt_sumsq(double *ss, int32_t *bad, const real *x, const OptSeg *segs, int 
         int bad_small[16];
         double *part = nchunks <= 16 ? part_small : malloc(sizeof(double) * nchunks);
         int *badc = nchunks <= 16 ? bad_small : malloc(sizeof(int) * nchunks);
-        #pragma omp parallel for if (nchunks > 1) schedule(static)
-        for (size_t ch = 0; ch < nchunks; ch++) {
-            size_t lo = ch * OPT_SUMSQ_CHUNK, hi = lo + OPT_SUMSQ_CHUNK < numel ? lo + OPT_SUMSQ_CHUNK : numel;
-            // the sum is finite when every x is (then no element check is needed); inf and NaN
-            // propagate into it (in the double build a huge finite x can overflow it too, hence
-            // the exact per-element check on that rare path)
-            double s = dm_sumsq_d(g + lo, hi - lo);
-            int b = 0;
-            if (!isfinite(s))
-                for (size_t j = lo; j < hi; j++) b |= !isfinite((double)g[j]);
-            part[ch] = s; badc[ch] = b;
+        if (nchunks > 1) {
+            #pragma omp parallel for schedule(static)
+            for (size_t ch = 0; ch < nchunks; ch++) sumsq_chunk(g, numel, ch, part, badc);
+        } else if (nchunks == 1) {
+            sumsq_chunk(g, numel, 0, part, badc);
         }
         double s = 0;
         int b = 0;
@@ -73,12 +85,26 @@ void opt_decide(OptStatus *st, const double *ss, const int32_t *bad, int nseg, c
 void opt_clip(real *g, size_t n, const OptStatus *st) {
     if (!st || st->skip || !st->clipped) return;
     real s = (real)st->scale;
-    #pragma omp parallel for if (n > 65536) schedule(static)
-    for (size_t i = 0; i < n; i++) g[i] *= s;
+    if (n > 65536) {
+        #pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < n; i++) g[i] *= s;
+    } else {
+        for (size_t i = 0; i < n; i++) g[i] *= s;
+    }
 }
 
 // ----------------------------------------------------------------------------------------
 // Adam
+
+typedef struct { real b1, b2, eps, bc1, bc2, lr, wd; } AdamK;
+static inline void adamw_one(real *p, const real *g, real *m, real *v, size_t i, const AdamK *k) {
+    real gi = g[i];
+    real mi = k->b1 * m[i] + (1 - k->b1) * gi;
+    real vi = k->b2 * v[i] + (1 - k->b2) * gi * gi;
+    m[i] = mi; v[i] = vi;
+    real mhat = mi / k->bc1, vhat = vi / k->bc2;
+    p[i] -= k->lr * (mhat / (SQRT_R(vhat) + k->eps) + k->wd * p[i]);
+}
 
 void opt_adamw(real *p, const real *g, real *m, real *v, size_t n, int decay, const StepHyper *hp,
                const OptStatus *st) {
@@ -88,15 +114,12 @@ void opt_adamw(real *p, const real *g, real *m, real *v, size_t n, int decay, co
     // the bias corrections of the betas the moments use (rounded to real): in double they
     // disagreed by up to 1.3 % at beta 0.999999 in the float build (QA, session 34)
     real bc1 = (real)(1.0 - pow((double)b1, t)), bc2 = (real)(1.0 - pow((double)b2, t));
-    real lr_ = (real)hp->lr, wd_ = (real)(decay ? hp->wd : 0.0);
-    #pragma omp parallel for if (n > 65536) schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        real gi = g[i];
-        real mi = b1 * m[i] + (1 - b1) * gi;
-        real vi = b2 * v[i] + (1 - b2) * gi * gi;
-        m[i] = mi; v[i] = vi;
-        real mhat = mi / bc1, vhat = vi / bc2;
-        p[i] -= lr_ * (mhat / (SQRT_R(vhat) + eps) + wd_ * p[i]);
+    const AdamK k = {b1, b2, eps, bc1, bc2, (real)hp->lr, (real)(decay ? hp->wd : 0.0)};
+    if (n > 65536) {
+        #pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < n; i++) adamw_one(p, g, m, v, i, &k);
+    } else {
+        for (size_t i = 0; i < n; i++) adamw_one(p, g, m, v, i, &k);
     }
 }
 
