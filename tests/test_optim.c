@@ -692,17 +692,23 @@ static void test_clip(void **state) {
 
 // ---- NaN firewall ---------------------------------------------------------------------------
 
+// a model with its activations' table rows (all row 0) and an optimizer, for the firewall tests
+static void firewall_fixture(const Config *c, Model *m, Optim *o) {
+    make_model(m, c);
+    model_reserve(m, c->batch, c->seq);
+    memset(m->acts.rows, 0, sizeof(int32_t) * c->n_orders * c->batch * c->seq);
+    dm_err err = {0};
+    assert_int_equal(optim_create(o, m, &err), 0);
+}
+
 static void test_nan_firewall(void **state) {
     (void)state;
     Config c = tiny_config();
     c.nan_limit = 3;
     Model m;
-    make_model(&m, &c);
-    model_reserve(&m, c.batch, c.seq);
-    memset(m.acts.rows, 0, sizeof(int32_t) * c.n_orders * c.batch * c.seq);
     Optim o;
+    firewall_fixture(&c, &m, &o);
     dm_err err = {0};
-    assert_int_equal(optim_create(&o, &m, &err), 0);
     Rng r = {8};
     // one good step first so the moments are not all zero
     fill_randn(m.grads, m.n_params, 1.0, &r);
@@ -769,12 +775,9 @@ static void test_firewall_squares(void **state) {
     c.clip = 0;
     c.beta2 = 0;
     Model m;
-    make_model(&m, &c);
-    model_reserve(&m, c.batch, c.seq);
-    memset(m.acts.rows, 0, sizeof(int32_t) * c.n_orders * c.batch * c.seq);
     Optim o;
+    firewall_fixture(&c, &m, &o);
     dm_err err = {0};
-    assert_int_equal(optim_create(&o, &m, &err), 0);
     Rng r = {12};
     StepInfo info;
     fill_randn(m.grads, m.n_params, 1.0, &r);
