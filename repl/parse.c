@@ -639,8 +639,8 @@ void sh_run_rc(Shell *sh) {
         int intr0 = sh->eng && sh->eng->interrupt && *sh->eng->interrupt;
         if (sh_run_file_as_err(sh, paths[i], paths[i], &err)) {
             print_script_error(paths[i], &err);
-            // the lines after the failed one did not run: said (QA, session 29: a later :set was
-            // silently not in effect); an interrupt's own words say the script stops there
+            // the lines after the failed or interrupted one did not run: said (QA, session 29: a
+            // later :set was silently not in effect)
             size_t pl = strlen(paths[i]);
             long at = !strncmp(err.msg, paths[i], pl) && err.msg[pl] == ':' ? strtol(err.msg + pl + 1, NULL, 10) : 0;
             // (up to its last line that holds a command: blank lines and comments run nothing)
@@ -656,9 +656,10 @@ void sh_run_rc(Shell *sh) {
             free(l);
             if (f) fclose(f);
             int intr = sh->eng && sh->eng->interrupt && *sh->eng->interrupt && !intr0;
-            if (at > 0 && at < last_cmd && !intr)
-                fprintf(stderr, "%s: lines %ld..%ld not run (a start-up file stops at its first error, as a script does)\n", paths[i],
-                        at + 1, last_cmd);
+            // (a Ctrl-C's too: its own line says the script stops, not which lines were left)
+            if (at > 0 && at < last_cmd)
+                fprintf(stderr, "%s: lines %ld..%ld not run (%s)\n", paths[i], at + 1, last_cmd,
+                        intr ? "Ctrl-C stops a start-up file, as it does a script" : "a start-up file stops at its first error, as a script does");
         }
         sh->depth--;
         if (sh->eng && sh->eng->interrupt) *sh->eng->interrupt = 0;
