@@ -12,15 +12,32 @@
 #include "replay.h"
 #include "shell.h"
 
-static volatile sig_atomic_t g_interrupt = 0, g_signal = 0;
+static volatile sig_atomic_t g_signal = 0;
 int dm_norc;  // --norc: interactive_readline.c skips ~/.dmshrc and ./.dmshrc
 volatile sig_atomic_t dm_leave_signal;  // SIGTERM: the prompt leaves as after :quit (shell.h)
+// A stop request's grace for a write blocked on stdout: the handlers restart system calls (below),
+// so a write to a reader that stopped reading (a `| less` left at its prompt, a stalled ssh pipe)
+// would hold the run past the signal until a scheduler's SIGKILL lost it (review, session 34).
+// SIGALRM, which does not restart, ends such a write STOP_GRACE_S seconds after the request: the
+// line is lost (said at exit), the run stops at its step boundary and is saved. A reader that
+// reads within the grace loses nothing. Cancelled when input is read (the stop is over by then).
+// Re-armed each second while the stop is pending: a write that had sent part of its bytes when
+// interrupted returns that count, and stdio writes the rest, blocking again.
+enum { STOP_GRACE_S = 2 };
+static volatile sig_atomic_t g_grace_over;  // the grace ended while a command ran (said at exit)
+static volatile sig_atomic_t g_interrupt;
+static void on_alarm(int sig) {
+    (void)sig;
+    g_grace_over = 1;
+    if (g_interrupt) alarm(1);
+}
 static void on_sigint(int sig) {
     g_interrupt = 1;
     // the exit status names the signal that ends the process: a Ctrl-C after a SIGTERM or
     // SIGHUP does not turn a terminated run (143, 129) into an interrupted one (1)
     if (g_signal != SIGTERM && g_signal != SIGHUP && g_signal != SIGPIPE) g_signal = sig;
     if (sig == SIGTERM || sig == SIGPIPE) dm_leave_signal = sig;
+    alarm(STOP_GRACE_S);  // (async-signal-safe)
 }
 
 // to stdout when asked for (--help: `dmsh --help | less`), to stderr after a bad argument
@@ -70,7 +87,10 @@ static void set_restart(int on) {
         sigaction(caught_sigs[i], &sa, NULL);
     }
 }
-static void reading_input(int on) { set_restart(!on); }
+static void reading_input(int on) {
+    if (on) alarm(0);  // (a stop request's grace is over: nothing is blocked on stdout now)
+    set_restart(!on);
+}
 
 // The terminal closed under the prompt: a pty's reader is woken with EIO when the other side
 // closes, and the hangup (SIGHUP) follows; a reader that runs first, or a SIGHUP that is
@@ -159,6 +179,10 @@ int main(int argc, char **argv) {
     sa.sa_flags = SA_RESTART;  // (set_restart)
     sigaction(SIGINT, &sa, NULL);  // (also in a background job: `kill -INT` stops a script gracefully)
     caught[0] = 1;
+    struct sigaction al;
+    memset(&al, 0, sizeof al);
+    al.sa_handler = on_alarm;  // (no SA_RESTART: it is there to end a blocked write)
+    sigaction(SIGALRM, &al, NULL);
     const char *batch = NULL, *resume = NULL;
     // every -e and the -b script run in the order given (as sed's -e and -f: `dmsh -b setup.dm -e
     // ':train 100'` trains after the setup; every -e ran first, whatever the order); the first
@@ -318,7 +342,8 @@ int main(int argc, char **argv) {
     else if (g_signal == SIGTERM)
         fprintf(stderr, "dmsh: left because it was sent SIGTERM (a scheduler's or a shutdown's stop, or a kill)\n");
     else if (g_signal == SIGHUP)
-        fprintf(stderr, "dmsh: left because its terminal closed (SIGHUP; nohup, tmux or screen keep a run going without one)\n");
+        fprintf(stderr, "dmsh: left because it was sent SIGHUP (its terminal closed, or a kill -HUP; nohup, tmux or screen keep a "
+                        "run going without a terminal)\n");
     const char *digest = getenv("DMSH_DIGEST");  // a --replay child: its state for the comparison
     if (digest && digest[0] && replay_write_digest(&eng, digest)) {
         fprintf(stderr, "dmsh: cannot write the replay digest %s\n", digest);
@@ -333,11 +358,14 @@ int main(int argc, char **argv) {
     // output that never reached its reader (stdout a closed pipe while SIGPIPE is ignored, a
     // full disk under `> log`): said where it can still be seen
     int out_bad = fflush(stdout) != 0;
-    const char *why = out_bad ? strerror(errno) : "an earlier write failed";
+    const char *why = out_bad ? strerror(errno)
+                      : g_grace_over ? "its reader stopped reading, and a write was abandoned 2 s after the stop request"
+                                     : "an earlier write failed";
     if ((out_bad || ferror(stdout)) && g_signal != SIGPIPE) {
         fprintf(stderr, "dmsh: writing to standard output failed (%s): some output was lost\n", why);
         rc = rc ? rc : 1;
     }
+    alarm(0);
     if (g_signal == SIGTERM || g_signal == SIGHUP || g_signal == SIGPIPE) rc = 128 + g_signal;
     engine_free(&eng);
     free(exprs);

@@ -66,7 +66,7 @@ int sh_split(const char *line, char *buf, size_t nbuf, Words *cmds, int maxcmds,
             const char *home;
             size_t hl = tilde_at(p, word0, &home);
             if (hl == (size_t)-1)
-                return dm_fail(err, "%.*s: ~ names the home directory, and HOME is not set: write the whole path", (int)strcspn(p, " \t;#\r\n"), p), -1;
+                return dm_fail(err, "%.*s: ~ names the home directory, and HOME is not set (or empty): write the whole path", (int)strcspn(p, " \t;#\r\n"), p), -1;
             if (hl && (size_t)(end - o) > hl + strlen(p)) {
                 memcpy(o, home, hl);
                 o += hl;
@@ -414,7 +414,7 @@ int sh_exec_line(Shell *sh, const char *line, dm_err *err) {
     if (e && !rc && sh->depth == 0 && (e->cfg.seq != seq0 || e->cfg.eval_bytes != evb0 || built)) sh_note_eval_window(sh);
     if (stopped && !rc && sh->leave_signal && *sh->leave_signal == SIGPIPE)  // (the Ctrl-C words would not say why)
         rc = dm_fail(err, "stopped at step %lld: the reader of standard output went away (SIGPIPE)%s", (long long)e->step,
-                     getenv("DMSH_DIGEST") ? "" : "; the state is saved on the way out");  // (a --replay child saves nothing)
+                     getenv("DMSH_DIGEST") || !e->live ? "" : "; the state is saved on the way out");  // (a --replay child saves nothing)
     else if (stopped && !rc) rc = dm_fail(err, "interrupted at step %lld (state intact): the script stops here", (long long)e->step);
     free(buf);
     return rc;
@@ -426,7 +426,7 @@ static struct { dev_t dev; ino_t ino; } run_stack[32];
 static int run_n;
 
 // One line of a script (with its '\n'), like getline, but never longer than SH_LINE_MAX: -1 at
-// the end, -2 past the limit. `:run /dev/zero` (or `dmsh < /dev/zero`, a huge file with no line
+// the end, -2 past the limit, -3 when a signal cut the read. `:run /dev/zero` (or `dmsh < /dev/zero`, a huge file with no line
 // break) read one endless line into memory until the machine ran out (QA, session 24).
 #define SH_LINE_MAX (1 << 20)
 static ssize_t read_line_max(char **line, size_t *cap, FILE *f) {
@@ -441,6 +441,10 @@ static ssize_t read_line_max(char **line, size_t *cap, FILE *f) {
         }
         int c = getc(f);
         if (c == EOF) {
+            // a read a signal cut (a piped script's writer between two lines, or in the middle of
+            // one): not the end of the script, and a half line is not a command (QA, session 34:
+            // the half ":set warmup=1" of ":set warmup=100" ran)
+            if (ferror(f) && errno == EINTR) return -3;
             if (!n) return -1;
             break;
         }
@@ -470,6 +474,11 @@ static int run_stream(Shell *sh, FILE *f, const char *name, dm_err *err) {
         if (sh->reading) sh->reading(0);
         if (got == -1) break;
         sh->line++;
+        if (got == -3) {  // (the exit status names a SIGTERM, SIGHUP or SIGPIPE; a Ctrl-C's is 1)
+            rc = dm_fail(err, "%s:%d: interrupted while waiting for this line (state intact): the script stops here; a part of the line "
+                         "already read did not run", name, sh->line);
+            break;
+        }
         dm_err e1 = {0};
         long long expect = expect_at, from_at = expect_from;  // (for this line only)
         expect_at = expect_from = -1;

@@ -213,9 +213,56 @@ static void test_signal_under_full_pipe(void **s) {
     rc = sh_in_dir("%s --norc -b pp.dm -e ':train 1000000 eval_every=0' > /dev/null 2> err.txt & p=$!; sleep 1; kill -HUP $p; wait $p; "
                    "test $? = 129", dmsh);
     slurp_to("err.txt", err_, sizeof err_);
-    if (rc || !strstr(err_, "dmsh: left because its terminal closed (SIGHUP")) print_error("rc %d: %s\n", rc, err_);
+    if (rc || !strstr(err_, "dmsh: left because it was sent SIGHUP")) print_error("rc %d: %s\n", rc, err_);
     assert_int_equal(rc, 0);
-    assert_non_null(strstr(err_, "dmsh: left because its terminal closed (SIGHUP"));
+    assert_non_null(strstr(err_, "dmsh: left because it was sent SIGHUP (its terminal closed, or a kill -HUP"));
+}
+
+// The other side of the restart (review, session 34): a reader that never reads again (a `| less`
+// left at its prompt) held a restarted write, and with it the run, past a scheduler's SIGTERM
+// until its SIGKILL lost the state. The write is abandoned 2 s after the stop request: the run
+// stops at its step boundary and is saved, and the lost output is said.
+static void test_signal_under_stuck_reader(void **s) {
+    (void)s;
+    char script[2000];
+    snprintf(script, sizeof script, "%s:data %s\n:init seed=1\n", SMALL, corpus);
+    write_file("ps.dm", script);
+    int rc = sh_in_dir("rm -f pid.txt rc.txt stuck.txt; ( { %s --norc -b ps.dm -e ':train 1000000 log_every=1 eval_every=0' 2> err.txt & "
+                       "echo $! > pid.txt; wait $!; echo $? > rc.txt; } | sh -c 'echo $$ > rpid.txt; exec sleep 60' ) & "
+                       "until [ -s pid.txt ]; do sleep 0.05; done; p=$(cat pid.txt); "
+                       "for i in $(seq 400); do grep -q pipe /proc/$p/wchan 2> /dev/null && break; sleep 0.05; done; kill -TERM $p; "
+                       "for i in $(seq 150); do kill -0 $p 2> /dev/null || break; sleep 0.1; done; "
+                       "kill -0 $p 2> /dev/null && { kill -9 $p; echo stuck > stuck.txt; }; kill $(cat rpid.txt); wait; test ! -e stuck.txt", dmsh);
+    slurp_to("err.txt", err_, sizeof err_);
+    if (rc) print_error("%s\n", err_);
+    assert_int_equal(rc, 0);
+    slurp_to("rc.txt", out, sizeof out);
+    assert_string_equal(out, "143\n");
+    assert_non_null(strstr(err_, "(no session: the state the signal stopped)"));
+    assert_non_null(strstr(err_, "(its reader stopped reading, and a write was abandoned 2 s after the stop request): some output was lost"));
+}
+
+// A signal while a piped script's writer is between lines, or in the middle of one: the script
+// stops there, said, and the half line does not run (QA, session 34: a Ctrl-C ended the script
+// in silence with exit 0, and a SIGTERM ran the half ":set warmup=1" of ":set warmup=100")
+static void test_signal_between_lines(void **s) {
+    (void)s;
+    const char *sigs[] = {"INT", "TERM"}, *want[] = {"1", "143"};
+    for (int i = 0; i < 2; i++) {
+        char cmd[1200];
+        snprintf(cmd, sizeof cmd, "true; ( { echo ':preset nano'; printf ':set warmup=1'; sleep 3; printf '00\\n:show config\\n'; } | "
+                 "%%s --norc > out.txt 2> err.txt; echo $? > rc.txt ) & sleep 1; pkill -%s -f '%%s --norc$'; wait; test $(cat rc.txt) = %s",
+                 sigs[i], want[i]);
+        char full[2400];
+        snprintf(full, sizeof full, cmd, dmsh, dmsh);
+        int rc = sh_in_dir("%s", full);
+        slurp_to("err.txt", err_, sizeof err_);
+        if (rc) print_error("SIG%s: %s\n", sigs[i], err_);
+        assert_int_equal(rc, 0);
+        assert_non_null(strstr(err_, "<stdin>:2: error: interrupted while waiting for this line (state intact): the script stops here"));
+        slurp_to("out.txt", out, sizeof out);
+        assert_null(strstr(out, "warmup"));  // (neither the half line nor :show config ran)
+    }
 }
 
 int main(void) {
@@ -226,6 +273,8 @@ int main(void) {
         cmocka_unit_test(test_cpu_lacks),
         cmocka_unit_test(test_replay_sweeps_dead),
         cmocka_unit_test(test_signal_under_full_pipe),
+        cmocka_unit_test(test_signal_under_stuck_reader),
+        cmocka_unit_test(test_signal_between_lines),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
