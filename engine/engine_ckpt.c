@@ -379,16 +379,26 @@ int engine_load(Engine *e, const char *path, dm_err *err) {
             uint64_t wsf[2] = {0, 0};
             int have_sf = ssf && ssf->size == sizeof wsf, have_split = ssp && ssp->size == sizeof was;
             if (have_sf) memcpy(wsf, ssf->data, sizeof wsf);
-            int s = have_sf && wsf[0] == e->split_fp[0];  // 1: the training bytes are the same, the held-out ones not
+            // s 1: the training bytes are the same, the held-out ones not; 0: the training bytes
+            // changed; -1: a file older than the split fingerprints, with eval=, whose sizes do
+            // not tell which (said as such: review, session 34)
+            int ev = e->eval_path[0] != 0;
+            int s = have_sf ? wsf[0] == e->split_fp[0]
+                    : !ev || !have_split ? 0
+                    : was[0] != e->data.n_train ? 0
+                    : was[1] != e->data.n_eval ? 1 : -1;
             // (sizes of what changed: the eval file, or the held-out tail; the training file with
             // eval=; else the whole corpus)
-            int ev = e->eval_path[0] != 0;
-            int64_t then = s ? was[1] : ev ? was[0] : was[0] + was[1];
-            int64_t now = s ? e->data.n_eval : ev ? e->data.n_train : e->data.n_train + e->data.n_eval;
+            int64_t then = s == 1 ? was[1] : ev ? was[0] : was[0] + was[1];
+            int64_t now = s == 1 ? e->data.n_eval : ev ? e->data.n_train : e->data.n_train + e->data.n_eval;
             char how[96] = "its size or bytes differ";
             if (have_split && then != now) snprintf(how, sizeof how, "%lld B then, %lld B now", (long long)then, (long long)now);
             else if (have_split) snprintf(how, sizeof how, "the same size, other bytes");
-            if (s)
+            if (s < 0)
+                engine_note(e, "the corpus %s or the eval file %s changed since this checkpoint was written (an older checkpoint: it cannot "
+                            "tell which; their sizes are the same): the batches or the eval window from here may not be the original run's",
+                            e->data_path, e->eval_path);
+            else if (s)
                 engine_note(e, "the held-out bytes (%s%s) changed since this checkpoint was written (%s): the eval window from here is not the "
                             "original run's; the training batches are", e->eval_path[0] ? "eval=" : "the last eval_frac of ",
                             e->eval_path[0] ? e->eval_path : e->data_path, how);
@@ -405,10 +415,11 @@ int engine_load(Engine *e, const char *path, dm_err *err) {
         }
     }
     engine_mark_synced(e, path);
-    // the state in this file is of the corpus it records, not of the one open now if they differ:
-    // a save at this step then goes to a new file (a -r on a changed corpus, then an :eval, rewrote
-    // the only record of what steps 0..N trained on with the new corpus's: QA, session 34)
-    if (e->has_data && sfp && sfp->size == sizeof(uint64_t) && sd) {
+    // the state in this file is of the corpus it records, not of the one open now if they differ
+    // (or of none, when it did not open): a save at this step then goes to a new file (a -r on a
+    // changed corpus, then an :eval, rewrote the only record of what steps 0..N trained on with
+    // the new corpus's: QA, session 34; with no corpus open, with none: review, session 34)
+    if (sfp && sfp->size == sizeof(uint64_t) && sd) {
         uint64_t want;
         memcpy(&want, sfp->data, sizeof want);
         e->synced_corpus = engine_corpus_hash_of((const char *)sd->data, sd->size, se ? (const char *)se->data : "", se ? se->size : 0, want);

@@ -453,15 +453,16 @@ int optim_report(Optim *o, const Model *m, const OptStatus *st, const StepHyper 
             }
             if (st->too_big)  // (finite, but the updates would square it into inf: SPEC's non-finite norm in real)
                 return dm_fail(err, "step %lld: nan_limit (%d) consecutive skipped steps; the last one's gradient norm %.3g is past "
-                               REAL_NAME "'s range when squared (largest in %s) (hint: :load a checkpoint from before it, then lower lr / "
-                               "lr_muon%s)", (long long)hp->step, hp->nan_limit, st->gnorm, info->first_bad,
+                               REAL_NAME "'s range when squared (largest in %s) (hint: :load an earlier checkpoint if there is one, then "
+                               "lower lr / lr_muon%s)", (long long)hp->step, hp->nan_limit, st->gnorm, info->first_bad,
                                // (clipped, it is past range only in the double build, where no clip brings an inf norm back)
                                hp->clip > 0 ? "" : ", or turn clipping on, e.g. clip=1 (it is off)");
             // the loss and a gradient: both named (the tensor was left out: QA, session 34)
             int also = st->loss_bad && st->first_bad >= 0 && st->first_bad < P_COUNT;
-            // (a skipped step leaves the weights as they were: going on from here meets the same gradient)
-            return dm_fail(err, "step %lld: nan_limit (%d) consecutive non-finite steps; first non-finite tensor: %s%s%s (hint: :load a "
-                           "checkpoint from before it, then lower lr or %s)",
+            // (skipped steps leave the weights as they are, and they met nan_limit batches in a row:
+            // a checkpoint from before, if there is one, is the state to go on from)
+            return dm_fail(err, "step %lld: nan_limit (%d) consecutive non-finite steps; first non-finite tensor: %s%s%s (hint: :load an "
+                           "earlier checkpoint if there is one, then lower lr or %s)",
                            (long long)hp->step, hp->nan_limit, info->first_bad, also ? ", and the gradient of " : "",
                            also ? m->t[st->first_bad].name : "", hp->clip > 0 ? "lower clip" : "turn clipping on, e.g. clip=1 (it is off)");
         }

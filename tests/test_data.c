@@ -430,8 +430,10 @@ static void test_shrunk_in_last_page(void **s) {
 // a corpus of part of the tree, or "holds no regular files" (QA, session 34). An error now. This
 // program links with --wrap=lstat (Makefile): a path under a directory named "noexec" fails as
 // it would for that user (root searches any directory).
+static int lstat_wrapped;  // calls that reached the wrapper (glibc before 2.33 has no lstat symbol)
 int __real_lstat(const char *path, struct stat *st);
 int __wrap_lstat(const char *path, struct stat *st) {
+    lstat_wrapped++;
     if (strstr(path, "/noexec/")) {
         errno = EACCES;
         return -1;
@@ -449,6 +451,14 @@ static void test_unsearchable_dir(void **s) {
     write_file("srch/noexec/f.txt", b, sizeof b);
     char p[512];
     path_in(p, sizeof p, "srch");
+    Data d;
+    dm_err e = {0};
+    int rc = data_open(&d, p, NULL, 0.1, 8, &e);
+    if (!lstat_wrapped) {  // (lstat is an inline of __lxstat there: --wrap cannot reach it)
+        if (!rc) data_close(&d);
+        print_message("test_unsearchable_dir: skipped (this libc's lstat cannot be wrapped)\n");
+        return;
+    }
     expect_fail(p, NULL, 0.1, 8, "srch/noexec/f.txt': Permission denied (check the permissions of its directory");
     path_in(p, sizeof p, "srch/noexec");
     expect_fail(p, NULL, 0.1, 8, "Permission denied");  // (not "holds no regular files")

@@ -26,7 +26,7 @@ static void test_ctrl_c_after_run(void **s) {
     type(":show config\r");
     const char *hit = expect_out("\n  lr ", 20);
     assert_true(fabs(atof(hit + 5 + strspn(hit + 5, " ")) - 0.00123) < 1e-9);
-    print_error("%.400s\n", tty);
+    if (strstr(tty, "error: usage: :show")) show_tail();
     assert_null(strstr(tty, "error: usage: :show"));
     expect_out("dmsh> ", 20);
     type("\x04");

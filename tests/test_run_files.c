@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include "step_fixture.h"
 #include "../sessions/session.h"
+#include "../engine/ckpt.h"
 
 // metrics.tsv that cannot be written: counted and said once (the rows stay in memory), never
 // silent; the step itself goes on
@@ -386,6 +387,54 @@ static void test_lock_removed(void **s) {
     assert_int_equal(system(cmd), 0);
 }
 
+// A checkpoint older than its section data.fingerprint.splits (removed here), trained with eval=,
+// whose eval file changed at the same size: the resume cannot tell which file changed, and says so
+// (it blamed the training corpus and said the batches differ: review, session 34)
+static void test_old_ckpt_eval_changed(void **s) {
+    (void)s;
+    char dir[] = "/tmp/dmsh_oldfp_XXXXXX", ev[300], ck[300];
+    assert_non_null(mkdtemp(dir));
+    snprintf(ev, sizeof ev, "%s/ev.txt", dir);
+    snprintf(ck, sizeof ck, "%s/a.ckpt", dir);
+    FILE *f = fopen(ev, "w");
+    for (int i = 0; i < 3000; i++) fputc("the dormouse sleeps "[i % 20], f);
+    fclose(f);
+    Engine e;
+    make_engine(&e, backend_cpu(), tiny_config());
+    dm_err err = {0};
+    assert_int_equal(engine_open_data(&e, corpus, ev, &err), 0);
+    MetricRow row;
+    for (int i = 0; i < 2; i++) assert_int_equal(engine_step(&e, &row, &err), 0);
+    assert_int_equal(engine_save(&e, ck, &err), 0);
+    engine_free(&e);
+    CkptFile cf;
+    assert_int_equal(ckpt_read(ck, &cf, &err), 0);
+    CkptSection keep[64];
+    int n = 0;
+    for (int i = 0; i < cf.nsec && n < 64; i++)
+        if (strcmp(cf.sec[i].name, "data.fingerprint.splits")) keep[n++] = cf.sec[i];
+    assert_int_equal(n, cf.nsec - 1);
+    assert_int_equal(ckpt_write(ck, keep, n, &err), 0);
+    ckpt_close(&cf);
+    f = fopen(ev, "r+");  // one byte of the eval file, its size the same
+    fseek(f, 100, SEEK_SET);
+    fputc('X', f);
+    fclose(f);
+    Engine e2;
+    engine_init(&e2);
+    e2.be = backend_cpu();
+    assert_int_equal(engine_load(&e2, ck, &err), 0);
+    const char *note = engine_notice(&e2);
+    if (!note || !strstr(note, "cannot tell which")) print_error("%s\n", note ? note : "(no note)");
+    assert_non_null(note);
+    assert_non_null(strstr(note, "or the eval file"));
+    assert_non_null(strstr(note, "(an older checkpoint: it cannot tell which; their sizes are the same)"));
+    engine_free(&e2);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tsv_failure_is_loud),
@@ -395,6 +444,7 @@ int main(void) {
         cmocka_unit_test(test_renamed_between_ckpt_and_latest),
         cmocka_unit_test(test_no_flock),
         cmocka_unit_test(test_lock_removed),
+        cmocka_unit_test(test_old_ckpt_eval_changed),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

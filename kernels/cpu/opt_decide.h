@@ -40,12 +40,14 @@ static OPT_HD inline void opt_decide_status(OptStatus *st, const double *ss, con
         st->clipped = 1;
         st->scale = clip / st->gnorm;
     }
-    // A finite gradient whose squares, as applied (clipped), are past real's range is refused
-    // like a non-finite one: the updates square its elements in real (Adam's v), where one past
-    // sqrt(REAL_MAX) becomes inf and a later update NaN (QA, session 34: clip=0 beta2=0 let NaN
-    // weights past the firewall; the halt's checkpoint did not load). SPEC's firewall skips a
-    // non-finite norm: this is that in the update's arithmetic, where the squares overflow
-    // first. (In the double build the sum is inf already; !(x <= max) holds for NaN too.)
+    // A finite gradient whose sum of squares, as applied (clipped), is past real's range is
+    // refused like a non-finite one: the updates square its elements in real (Adam's v), where one
+    // past sqrt(REAL_MAX) becomes inf and a later update NaN (QA, session 34: clip=0 beta2=0 let
+    // NaN weights past the firewall; the halt's checkpoint did not load). The sum bounds every
+    // element's square at no cost; it also refuses a few gradients whose elements would each
+    // square in range (four of 1e19 in float), which no healthy run has. SPEC's firewall skips a
+    // non-finite norm: this is its intent in the update's arithmetic. (In the double build the
+    // sum is inf already; !(x <= max) holds for NaN too.)
     if (!st->skip && !(total * st->scale * st->scale <= (double)REAL_MAX)) {
         st->skip = st->too_big = 1;
         st->first_bad = biggest;  // (the tensor that made it so, as a non-finite one is named)
