@@ -380,8 +380,12 @@ static _Thread_local sigjmp_buf *guard_jb;
 static struct sigaction bus_prev;
 static int bus_installed;
 
+static _Thread_local const void *guard_addr;  // where the guarded read faulted (names the file)
 static void bus_handler(int sig, siginfo_t *si, void *uc) {
-    if (guard_jb) siglongjmp(*guard_jb, 1);
+    if (guard_jb) {
+        guard_addr = si ? si->si_addr : NULL;
+        siglongjmp(*guard_jb, 1);
+    }
     // not ours: the previous disposition
     sigaction(SIGBUS, &bus_prev, NULL);
     if (bus_prev.sa_flags & SA_SIGINFO) {
@@ -403,7 +407,16 @@ static void bus_install(void) {
     if (sigaction(SIGBUS, &sa, &bus_prev) == 0) bus_installed = 1;
 }
 
-static int bus_fail(dm_err *err) {
+// (the file whose mapping holds the faulting address, named when found: QA, session 34)
+static int bus_fail(const Data *d, dm_err *err) {
+    const uint8_t *a = guard_addr;
+    for (int s = 0; s < 2; s++) {
+        const Corpus *c = s ? &d->eval : &d->train;
+        for (int k = 0; a && k < c->nfiles; k++)
+            if (a >= c->maps[k] && a < c->maps[k] + c->sizes[k])
+                return dm_fail(err, "the corpus file %s changed on disk while open (reading it faulted: it shrank from %lld B): :data PATH "
+                               "reopens the corpus", c->paths[k], (long long)c->sizes[k]);
+    }
     return dm_fail(err, "a corpus file changed on disk while open (reading it faulted: it shrank): :data PATH reopens the corpus");
 }
 
@@ -449,7 +462,7 @@ static int guarded(const Data *d, const GuardedRead *r, dm_err *err) {
     sigjmp_buf jb;
     if (sigsetjmp(jb, 1)) {
         guard_jb = NULL;
-        return bus_fail(err);
+        return bus_fail(d, err);
     }
     guard_jb = &jb;
     guarded_run(d, r);

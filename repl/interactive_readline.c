@@ -36,7 +36,10 @@ static volatile sig_atomic_t *g_run_interrupt;
 static void on_sigint(int sig) {
     (void)sig;
     if (g_at_prompt) g_prompt_sigint = 1;
-    else if (g_run_interrupt) *g_run_interrupt = 1;
+    else if (g_run_interrupt) {
+        *g_run_interrupt = 1;
+        alarm(DM_STOP_GRACE_S);  // (a write blocked on a stuck stdout reader ends then: main.c)
+    }
 }
 
 // The bell style the user's inputrc chose, put back after the silent abort below
@@ -214,6 +217,7 @@ int repl_interactive(Shell *sh) {
         g_prompt_sigint = 0;
         g_at_prompt = 1;
         errno = 0;
+        alarm(0);  // (a stop request's grace is over: the command returned)
         char *line = dm_leave_signal ? NULL : readline("dmsh> ");
         g_at_prompt = 0;
         if (!line && errno == EIO) sh->tty_lost = 1;  // the terminal closed (the hangup signal may come after)

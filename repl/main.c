@@ -18,12 +18,11 @@ volatile sig_atomic_t dm_leave_signal;  // SIGTERM: the prompt leaves as after :
 // A stop request's grace for a write blocked on stdout: the handlers restart system calls (below),
 // so a write to a reader that stopped reading (a `| less` left at its prompt, a stalled ssh pipe)
 // would hold the run past the signal until a scheduler's SIGKILL lost it (review, session 34).
-// SIGALRM, which does not restart, ends such a write STOP_GRACE_S seconds after the request: the
+// SIGALRM, which does not restart, ends such a write DM_STOP_GRACE_S seconds after the request: the
 // line is lost (said at exit), the run stops at its step boundary and is saved. A reader that
 // reads within the grace loses nothing. Cancelled when input is read (the stop is over by then).
 // Re-armed each second while the stop is pending: a write that had sent part of its bytes when
 // interrupted returns that count, and stdio writes the rest, blocking again.
-enum { STOP_GRACE_S = 2 };
 static volatile sig_atomic_t g_grace_over;  // the grace ended while a command ran (said at exit)
 static volatile sig_atomic_t g_interrupt;
 static void on_alarm(int sig) {
@@ -36,8 +35,10 @@ static void on_sigint(int sig) {
     // the exit status names the signal that ends the process: a Ctrl-C after a SIGTERM or
     // SIGHUP does not turn a terminated run (143, 129) into an interrupted one (1)
     if (g_signal != SIGTERM && g_signal != SIGHUP && g_signal != SIGPIPE) g_signal = sig;
-    if (sig == SIGTERM || sig == SIGPIPE) dm_leave_signal = sig;
-    alarm(STOP_GRACE_S);  // (async-signal-safe)
+    // (a SIGHUP leaves too: a kill -HUP with the terminal still there stopped the command, stayed
+    // at the prompt, and a :quit much later exited 129 with a signal's save: QA, session 34)
+    if (sig == SIGTERM || sig == SIGPIPE || sig == SIGHUP) dm_leave_signal = sig;
+    alarm(DM_STOP_GRACE_S);  // (async-signal-safe)
 }
 
 // to stdout when asked for (--help: `dmsh --help | less`), to stderr after a bad argument

@@ -79,8 +79,10 @@ void sh_note_eval_window(Shell *sh);
 int sh_run_file(Shell *sh, const char *path);
 // ~/.dmshrc then ./.dmshrc (skipped for the same file twice), at an interactive prompt's start
 void sh_run_rc(Shell *sh);
-// Set (to the signal) by SIGTERM: the interactive prompt leaves as after :quit (main.c).
+// Set (to the signal) by SIGTERM, SIGHUP, SIGPIPE: the interactive prompt leaves as after :quit (main.c).
 extern volatile sig_atomic_t dm_leave_signal;
+// A stop request's grace for a write blocked on stdout, in seconds (main.c: SIGALRM ends it)
+#define DM_STOP_GRACE_S 2
 // A loss, bpb or norm for a line: fixed-point while it reads as one (below 1e6), else with an
 // exponent (after a blow-up %.4f printed 30-digit numbers: QA, session 34). buf: 32 bytes.
 static inline const char *sh_num(char *buf, double x, int prec) {

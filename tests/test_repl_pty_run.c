@@ -60,6 +60,51 @@ static void test_rc_interrupted(void **s) {
     unlink(p);
 }
 
+// Ctrl-C at the readline prompt's command while stdout is a pipe nobody reads (a `| less` left at
+// its prompt): the write restarts after the signal, so the command never reached its step
+// boundary. The readline handler arms the grace too now: the write is abandoned, the command
+// stops and the prompt comes back (QA, session 34: SIGTERM did, Ctrl-C did not).
+static void test_ctrl_c_stuck_stdout(void **s) {
+    (void)s;
+    char fifo[400];
+    snprintf(fifo, sizeof fifo, "%s/out.fifo", dir);
+    unlink(fifo);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    int rfd = open(fifo, O_RDONLY | O_NONBLOCK);  // (a reader that never reads)
+    assert_true(rfd >= 0);
+    spawn_stdout = fifo;
+    spawn(1, 0);
+    spawn_stdout = NULL;
+    char line[800];
+    snprintf(line, sizeof line, ":preset nano; :set d=32 H=2 L=2 E=2 k=1 r=8 f=64 engram_rows=257 engram_dim=8 seq=32 batch=4; "
+             ":data %s; :init", corpus);
+    command(line);
+    command(":train 100000000 log_every=1 eval_every=0");
+    settle(2.0);  // (64 KiB of step lines fill the pipe)
+    type("\x03");
+    expect_out("dmsh> ", 20);  // the command stopped: the prompt is back (on the terminal: stdout is the pipe)
+    type(":quit\r");
+    int st = wait_exit(20);
+    assert_true(WIFEXITED(st));
+    assert_non_null(strstr(tty, "its reader stopped reading, and a write was abandoned"));
+    close(rfd);
+    unlink(fifo);
+}
+
+// A kill -HUP with the terminal still there: the command stopped, dmsh stayed at the prompt, and
+// a :quit much later exited 129 with a signal's save. A SIGHUP leaves now, as SIGTERM does.
+static void test_hup_leaves(void **s) {
+    (void)s;
+    spawn(1, 0);
+    small_model(1);
+    command(":train 1000000 eval_every=0");
+    expect_out("step 3 ", 60);
+    kill(child, SIGHUP);
+    int st = wait_exit(20);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 129);
+}
+
 int main(void) {
 #ifndef DM_HAVE_READLINE
     printf("test_repl_pty_run: skipped (dmsh built without readline: no interactive prompt to drive)\n");
@@ -68,6 +113,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_ctrl_c_after_run, teardown_one),
         cmocka_unit_test_teardown(test_rc_interrupted, teardown_one),
+        cmocka_unit_test_teardown(test_ctrl_c_stuck_stdout, teardown_one),
+        cmocka_unit_test_teardown(test_hup_leaves, teardown_one),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
