@@ -14,7 +14,7 @@
 
 static volatile sig_atomic_t g_signal = 0;
 int dm_norc;  // --norc: interactive_readline.c skips ~/.dmshrc and ./.dmshrc
-volatile sig_atomic_t dm_leave_signal;  // SIGTERM: the prompt leaves as after :quit (shell.h)
+volatile sig_atomic_t dm_leave_signal;  // SIGTERM, SIGHUP, SIGPIPE: the prompt leaves as after :quit (shell.h)
 // A stop request's grace for a write blocked on stdout: the handlers restart system calls (below),
 // so a write to a reader that stopped reading (a `| less` left at its prompt, a stalled ssh pipe)
 // would hold the run past the signal until a scheduler's SIGKILL lost it (review, session 34).
