@@ -59,6 +59,14 @@ static const char *eval_tag(uint16_t arms_off) {
     return buf;
 }
 
+// A train row's words as every step line shows them (ms and tok/s given: an interval's or the row's)
+static const char *step_words(char *buf, size_t n, const MetricRow *r, double ms, double tok_s) {
+    char lb[32], gb[32];
+    snprintf(buf, n, "step %lld loss %s lr %.3e gnorm %s ms %.1f tok/s %.0f skipped %d", (long long)r->step, sh_num(lb, r->loss, 4),
+             r->lr, sh_num(gb, r->gnorm, 3), ms, tok_s, r->skipped);
+    return buf;
+}
+
 // :train's log line: step r's loss, lr and gnorm; ms and tok/s over the n steps since the line
 // before (ms_sum their times, tok_sum their tokens); eta: its " eta ..." words, NULL when none (a
 // run that stopped has none). With the live panel up the line goes to the panel's scrollback
@@ -67,9 +75,8 @@ static void train_line(Shell *sh, Panel *panel, const MetricRow *r, double ms_su
     double ms = ms_sum / (double)n, tok_s = ms_sum > 0 ? tok_sum / (ms_sum / 1e3) : r->tok_s;
     char et[160] = "", line[500];
     if (eta) snprintf(et, sizeof et, " eta %s", eta);
-    char lb[32], gb[32];
-    snprintf(line, sizeof line, "step %lld loss %s lr %.3e gnorm %s ms %.1f tok/s %.0f skipped %d%s%s", (long long)r->step,
-             sh_num(lb, r->loss, 4), r->lr, sh_num(gb, r->gnorm, 3), ms, tok_s, r->skipped, et, emulated_tag(r));
+    char w[300];
+    snprintf(line, sizeof line, "%s%s%s", step_words(w, sizeof w, r, ms, tok_s), et, emulated_tag(r));
     if (panel) {
         panel_keep(panel, line);
         return;
@@ -80,9 +87,8 @@ static void train_line(Shell *sh, Panel *panel, const MetricRow *r, double ms_su
 
 static void print_step(Shell *sh, const MetricRow *r) {
     if (r->kind < 0) return;  // the step was refused before it ran (engine_step): nothing to show
-    char lb[32], gb[32];
-    fprintf(OUT, "step %lld loss %s lr %.3e gnorm %s ms %.1f tok/s %.0f skipped %d%s\n", (long long)r->step,
-            sh_num(lb, r->loss, 4), r->lr, sh_num(gb, r->gnorm, 3), r->ms, r->tok_s, r->skipped, emulated_tag(r));
+    char w[300];
+    fprintf(OUT, "%s%s\n", step_words(w, sizeof w, r, r->ms, r->tok_s), emulated_tag(r));
 }
 
 // what the engine has to say about how steps run (e.g. the step graph could not be captured)
@@ -272,9 +278,8 @@ static int cmd_show(Shell *sh, Words *w, dm_err *err) {
             int ntrain_after = 0;
             for (int j = i + 1; j < e->nrows; j++) ntrain_after += e->rows[j].kind == 0;
             if (ntrain_after >= shown) { skip++; continue; }
-            char lb[32], gb[32];
-            fprintf(OUT, "  step %lld loss %s lr %.3e gnorm %s ms %.1f tok/s %.0f skipped %d%s\n", (long long)r->step,
-                    sh_num(lb, r->loss, 4), r->lr, sh_num(gb, r->gnorm, 3), r->ms, r->tok_s, r->skipped, emulated_tag(r));
+            char w[300];
+            fprintf(OUT, "  %s%s\n", step_words(w, sizeof w, r, r->ms, r->tok_s), emulated_tag(r));
         }
         for (int i = e->nrows - 1, k = 0; i >= 0 && k < 1; i--)
             if (e->rows[i].kind == 1) {

@@ -181,14 +181,19 @@ static void test_cpu_lacks(void **s) {
 #endif
 }
 
+// NAME: a tiny model on the corpus, a script the signal tests run before their :train
+static void write_setup(const char *name) {
+    char script[2000];
+    snprintf(script, sizeof script, "%s:data %s\n:init seed=1\n", SMALL, corpus);
+    write_file(name, script);
+}
+
 // A signal while stdout is blocked on a full pipe (a paused `| less`, a scheduler's SIGTERM under
 // a slow `| tee`): the write failed with EINTR, stdio dropped that step's line and the exit said
 // "some output was lost" (QA, session 34). The handlers restart the write now (SA_RESTART).
 static void test_signal_under_full_pipe(void **s) {
     (void)s;
-    char script[2000];
-    snprintf(script, sizeof script, "%s:data %s\n:init seed=1\n", SMALL, corpus);
-    write_file("pp.dm", script);
+    write_setup("pp.dm");
     // the reader waits until dmsh sleeps in a pipe write (its wchan), then sends SIGTERM, then reads
     int rc = sh_in_dir("rm -f pid.txt; { %s --norc -b pp.dm -e ':train 1000000 log_every=1 eval_every=0' 2> err.txt & echo $! > pid.txt; wait; } | "
                        "{ until [ -s pid.txt ]; do sleep 0.05; done; p=$(cat pid.txt); "
@@ -224,9 +229,7 @@ static void test_signal_under_full_pipe(void **s) {
 // stops at its step boundary and is saved, and the lost output is said.
 static void test_signal_under_stuck_reader(void **s) {
     (void)s;
-    char script[2000];
-    snprintf(script, sizeof script, "%s:data %s\n:init seed=1\n", SMALL, corpus);
-    write_file("ps.dm", script);
+    write_setup("ps.dm");
     int rc = sh_in_dir("rm -f pid.txt rc.txt stuck.txt; ( { %s --norc -b ps.dm -e ':train 1000000 log_every=1 eval_every=0' 2> err.txt & "
                        "echo $! > pid.txt; wait $!; echo $? > rc.txt; } | sh -c 'echo $$ > rpid.txt; exec sleep 60' ) & "
                        "until [ -s pid.txt ]; do sleep 0.05; done; p=$(cat pid.txt); "
