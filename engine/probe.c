@@ -114,12 +114,14 @@ static int unknown_probe(const Engine *e, const char *name, size_t base, dm_err 
     return dm_fail(err, "unknown probe '%s'%s%s (:probe lists every name)", name, shown ? "; near: " : "", hint);
 }
 
-// an activation of an arm the last forward ran without: nothing of it is in memory (never zeros)
+// an activation of an arm the last forward ran without: nothing of it is in memory (never zeros;
+// the router logits z are computed with moe off, in the controller's pass, but nothing reads them)
 static int arm_was_off(const Engine *e, const char *name, int a, dm_err *err) {
     const char *arm = dm_arm_names[a];
+    const char *what = strcmp(name, "z") && strncmp(name, "z@", 2) ? "did not run" : "was not used";
     if (e->model.arms.on[a])
-        return dm_fail(err, "'%s' did not run in the last forward: the %s arm was off in it (it is on now: :step or :eval runs one)", name, arm);
-    return dm_fail(err, "'%s' did not run in the last forward: the %s arm is off (:arm %s on, then :step or :eval)", name, arm, arm);
+        return dm_fail(err, "'%s' %s in the last forward: the %s arm was off in it (it is on now: :step or :eval runs one)", name, what, arm);
+    return dm_fail(err, "'%s' %s in the last forward: the %s arm is off (:arm %s on, then :step or :eval)", name, what, arm, arm);
 }
 
 int probe_get(Engine *e, const char *name, double **vals, ProbeInfo *info, dm_err *err) {

@@ -389,8 +389,11 @@ int cmd_bench(Shell *sh, Words *w, dm_err *err) {
         double rate = flops / (dev ? 1e12 : 1e9);
         int dec = rate > 0 && isfinite(rate) ? 2 - (int)floor(log10(rate)) : 2;
         dec = dec < (dev ? 3 : 2) ? (dev ? 3 : 2) : dec > 9 ? 9 : dec;
-        fprintf(OUT, "bench %s%s (%s): %.2f ms/step (median of steps %lld..%lld, %d warm), %.0f tok/s, %.*f %s model",
-                e->device, emu, REAL_NAME, med, first, first + n - 1, warm, e->cfg.batch * e->cfg.seq / (med / 1e3),
+        // the arms that were off (the step lines' tag): an ablation's speed is not the model's
+        char off[64] = "";
+        arms_mask_names(arms_off_mask(&e->model.arms), off, sizeof off);
+        fprintf(OUT, "bench %s%s%s%s%s (%s): %.2f ms/step (median of steps %lld..%lld, %d warm), %.0f tok/s, %.*f %s model",
+                e->device, emu, off[0] ? " [off: " : "", off, off[0] ? "]" : "", REAL_NAME, med, first, first + n - 1, warm, e->cfg.batch * e->cfg.seq / (med / 1e3),
                 dec, rate, dev ? "TFLOP/s" : "GFLOP/s");
         // MFU as a percentage on both backends, with its denominator named
         if (be->peak_tflops) {

@@ -1,6 +1,7 @@
 // commands.c — the command table and its handlers. Handlers are thin: parse words, call the
 // engine, print. :help and docs/commands.md come from this table.
 #include <math.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -172,7 +173,20 @@ static void show_params(Shell *sh) {
         else snprintf(shape, sizeof shape, "[%d, %d, %d]", t->shape[0], t->shape[1], t->shape[2]);
         // the optimizer that really steps it (engine/optim.c): opt=adamw puts the Muon group on AdamW
         int g = t->group == GROUP_MUON && (m->cfg.opt_adamw || t->n_mats == 0) ? GROUP_ADAMW : (int)t->group;
-        fprintf(OUT, "  %-16s %-18s %10zu  %s%s\n", t->name, shape, t->numel, gname[g], t->orthonormal ? " (orthonormal)" : "");
+        // an arm that is off: the optimizer skips the tensor (its gate row alone for ctrl.w/ctrl.b)
+        int a = param_arm(i);
+        char frozen[64] = "";
+        if (a >= 0 && !m->arms.on[a]) snprintf(frozen, sizeof frozen, " (frozen: %s off)", dm_arm_names[a]);
+        if (i == P_CTRL_W || i == P_CTRL_B) {  // row j = arm j's gate (0 kda, 1 engram, 2 moe)
+            char rows[16] = "", arms[32] = "";
+            for (int j = 0; j < 3; j++)
+                if (!m->arms.on[j]) {
+                    snprintf(rows + strlen(rows), sizeof rows - strlen(rows), "%s%d", rows[0] ? "," : "", j);
+                    snprintf(arms + strlen(arms), sizeof arms - strlen(arms), "%s%s", arms[0] ? "," : "", dm_arm_names[j]);
+                }
+            if (rows[0]) snprintf(frozen, sizeof frozen, " (row%s %s frozen: %s off)", strchr(rows, ',') ? "s" : "", rows, arms);
+        }
+        fprintf(OUT, "  %-16s %-18s %10zu  %s%s%s\n", t->name, shape, t->numel, gname[g], t->orthonormal ? " (orthonormal)" : "", frozen);
     }
     fprintf(OUT, "params: %zu compute + %zu memory-table = %zu total (%.2fM + %.2fM)%s\n", comp, tab, comp + tab,
             comp / 1e6, tab / 1e6, tab > comp ? " — mostly table rows: a lookup table with a model attached" : "");
@@ -587,7 +601,11 @@ static int cmd_eval(Shell *sh, Words *w, dm_err *err) {
     static const char *const keys[] = {"depth", NULL};
     if (sh_check_keys(w, 0, keys, err)) return 1;
     long long depth = E_->cfg.L;
-    if (sh_kv(w, "depth") && sh_parse_int(sh_kv(w, "depth"), 1, E_->cfg.L, "depth", &depth, err)) return 1;
+    const char *dv = sh_kv(w, "depth");
+    // a well-formed depth past L: the range is the model's, not the number's form ("(decimal digits)")
+    if (dv && sh_parse_int(dv, 1, INT_MAX, "depth", &depth, err) == 0 && depth > E_->cfg.L)
+        return dm_fail(err, "depth=%lld out of range: 1..%d (L), or :eval-depths for all", depth, E_->cfg.L);
+    if (dv && sh_parse_int(dv, 1, E_->cfg.L, "depth", &depth, err)) return 1;
     return do_eval(sh, (int)depth, err);
 }
 
@@ -702,7 +720,7 @@ const Command dm_commands[] = {
     {":eval", cmd_eval, NULL, ":eval [depth=k]", "Held-out BPB on the fixed eval window at depth k (default L)."},
     {":eval-depths", cmd_eval_depths, NULL, ":eval-depths", "Held-out BPB at every depth 1..L from one forward pass."},
     {":anchors", cmd_anchors, NULL, ":anchors", "Unigram and Kneser-Ney 5-gram BPB on the eval window, fit on the training split."},
-    {":arm", cmd_arm, NULL, ":arm NAME on|off", "Switch a mechanism live: kda, engram, moe, rezero, retract, aux. Its counters (:show arms; NAME=on(F/B) on eval lines) are the model's totals, kept in its checkpoints: kda, engram, moe and rezero count one per iteration of the block they run in, forward (a training step, each batch of an :eval, each prompt byte of :gen and each byte it samples but the last) and backward (a training step); retract counts retractions, aux the training steps whose loss held it (forward and backward, with moe on). An arm that is off counts nothing."},
+    {":arm", cmd_arm, NULL, ":arm NAME on|off", "Switch a mechanism live: kda, engram, moe, rezero, retract, aux. Its counters (:show arms; NAME=on(F/B) on eval lines) are the model's totals, kept in its checkpoints: kda, engram, moe and rezero count one per iteration of the block they run in, forward (a training step, each batch of an :eval, each prompt byte of :gen and each byte it samples but the last) and backward (a training step); retract counts retractions, aux the training steps whose loss held it (forward and backward, with moe on). An arm that is off counts nothing, and training leaves it as it was switched off: its weights, their optimizer moments and its gate (row j of ctrl.w and ctrl.b) are not stepped (moe: also ctrl.router; rezero: alpha; :show params marks them), so :arm NAME on brings the arm back as it was."},
     {":save", cmd_save, NULL, ":save [PATH]", "Write a checkpoint (atomic: temp file, fsync, rename)."},
     {":load", cmd_load, NULL, ":load PATH", "Load a checkpoint; refuses one whose architecture differs from the live model."},
     {":check", cmd_check, NULL, ":check determinism [steps=N] | grad [off=ARM,...] | parity [batch=N seq=N precision=fp32|bf16 route=device|own floor=on|off]", "Built-in verifications: the same steps twice bit for bit (steps=3 by default); finite-difference gradients of every parameter group on a tiny model in double precision, on the double-precision engine built beside this one (make DM_REAL=double build/double/dmsh; :check grad names it when it is missing) (its shape is printed; the live arms, or off=kda,moe,..., and the live k, L (each at most 3), loss, lam_max, g_min, moe_aux and engram_orders); parity: one step from identical weights on the CPU and CUDA, loss and every gradient (bar 1e-4 fp32, 3e-2 bf16). The CPU follows CUDA's MoE routing (route=own: each its own top-k) and checks that every choice it would not have made was a near tie; the floor column is the CPU against itself from weights one ulp away (how much of a difference is the step's conditioning; floor=off skips it)."},

@@ -130,6 +130,8 @@ static void test_probe_lists_what_ran(void **s) {
     assert_non_null(strstr(out, "(not listed, their arm was off in the last forward: kda.*@i (kda))\n"));
     expect_error(":arm kda off\n:step\n:probe kda.q@1\n", "'kda.q@1' did not run in the last forward: the kda arm is off (:arm kda on, then :step or :eval)");
     expect_error(":arm engram off\n:step\n:probe key\n", "'key' did not run in the last forward: the engram arm is off");
+    // the router logits are computed with moe off (they share the controller's pass): not "did not run"
+    expect_error(":arm moe off\n:step\n:probe z@1\n", "'z@1' was not used in the last forward: the moe arm is off");
     // every arm on: everything listed, nothing said left out
     expect_ok(":step\n:probe\n");
     assert_non_null(strstr(out, "kda.q@2"));
@@ -286,6 +288,27 @@ static int teardown(void **s) {
     return system(cmd);
 }
 
+// An ablation is said wherever it changes what a line means (QA, session 35): :show params marks
+// the tensors training leaves as they were (an off arm's, and its gate rows of ctrl.w/ctrl.b),
+// :bench's line names the arms off as the step lines do, and a depth past L gets the model's range.
+static void test_ablation_said(void **s) {
+    (void)s;
+    expect_ok(":arm kda off\n:arm moe off\n:show params\n:bench steps=1\n");
+    const char *want[] = {"adamw (rows 0,2 frozen: kda,moe off)\n", "adamw-1d (rows 0,2 frozen: kda,moe off)\n",
+                          "adamw (frozen: moe off)\n", "muon (frozen: kda off)\n", "bench cpu [off: kda,moe] ("};
+    for (int i = 0; i < 5; i++) {
+        if (!strstr(out, want[i])) print_error("missing '%s' in\n%s\n", want[i], out);
+        assert_non_null(strstr(out, want[i]));
+    }
+    const char *mem = strstr(out, "mem.wk");  // engram is on: its tensors train
+    assert_non_null(mem);
+    assert_true(strchr(mem, '\n') < strstr(mem, "frozen") || !strstr(mem, "frozen"));
+    expect_ok(":show params\n:bench steps=1\n");  // nothing off: nothing said
+    assert_null(strstr(out, "frozen"));
+    assert_null(strstr(out, "[off:"));
+    expect_error(":eval depth=3\n", "depth=3 out of range: 1..2 (L), or :eval-depths for all");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gen_empty_values),
@@ -296,6 +319,7 @@ int main(void) {
         cmocka_unit_test(test_anchors_same_data),
         cmocka_unit_test(test_probe_gates),
         cmocka_unit_test(test_gen_byte_display),
+        cmocka_unit_test(test_ablation_said),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
