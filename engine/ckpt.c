@@ -385,6 +385,23 @@ fail:;
                    path, what, tmp, strerror(e));
 }
 
+int ckpt_place_tmp(const char *tmp, const char *path, dm_err *err) {
+    CkptFile f;
+    if (ckpt_read(tmp, &f, err)) return 1;  // (every length and CRC, and the trailer)
+    ckpt_close(&f);
+    // the crash may have come before its fsync: the bytes read back are the page cache's
+    int fd = open(tmp, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0 || fsync(fd) < 0) {
+        int e = errno;
+        if (fd >= 0) close(fd);
+        return dm_fail(err, "%s: sync: %s", tmp, strerror(e));
+    }
+    close(fd);
+    if (rename(tmp, path) < 0) return dm_fail(err, "%s: rename to %s: %s", tmp, path, strerror(errno));
+    if (fsync_dir_of(path) < 0) return dm_fail(err, "%s: put in place, but syncing its directory failed: %s", path, strerror(errno));
+    return 0;
+}
+
 int ckpt_write(const char *path, const CkptSection *sec, int nsec, dm_err *err) {
     return ckpt_write_impl(path, sec, nsec, CK_REPLACE, err);
 }

@@ -1,12 +1,14 @@
 // ckpt_dirs.c — whose checkpoints a path is among: another session's ckpt/ (its resume reads
-// them: :save refuses to write there) or our own (a :save there is where -r resumes). See
-// session.h.
+// them: :save refuses to write there) or our own (a :save there is where -r resumes); and the
+// temp files a crash left in one. See session.h.
+#include <dirent.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include "session.h"
+#include "../engine/ckpt.h"
 
 int session_foreign_ckpt_dir(const Engine *e, const char *path, char *owner, size_t n) {
     char dir[PATH_MAX];
@@ -35,4 +37,35 @@ int session_own_ckpt(const Engine *e, const char *path) {
     else snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
     snprintf(ck, sizeof ck, "%s/ckpt", e->session_dir);
     return realpath(dir, a) && realpath(ck, b) && !strcmp(a, b);
+}
+
+// With the lock held no other dmsh writes here: a ckpt/*.ckpt.<pid>.tmp is a write a crash cut
+// short. One that is whole (every CRC and the trailer: the kill came in its fsync or before its
+// rename, the slowest part of a big save) is put in place, as its save would have: it was removed
+// as "cut short", and a new session's only state with it (QA, session 35). The others are
+// removed (never renamed into place, never a checkpoint anyone resumes from). Either is said.
+void session_stale_tmps(const char *dir) {
+    char ck[1100];
+    snprintf(ck, sizeof ck, "%s/ckpt", dir);
+    DIR *d = opendir(ck);
+    if (!d) return;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        // NAME.ckpt.<pid>.tmp (NAME.ckpt.tmp: older builds)
+        size_t len = strlen(de->d_name);
+        const char *ck_at = strstr(de->d_name, ".ckpt.");
+        if (len < 10 || strcmp(de->d_name + len - 4, ".tmp") || !ck_at) continue;
+        int digits = 1;
+        for (const char *q = ck_at + 6; q < de->d_name + len - 4; q++) digits &= *q >= '0' && *q <= '9';
+        if (!digits) continue;
+        char p[1400], to[1400];
+        snprintf(p, sizeof p, "%s/%s", ck, de->d_name);
+        snprintf(to, sizeof to, "%s/%.*s", ck, (int)(ck_at + 5 - de->d_name), de->d_name);  // NAME.ckpt
+        dm_err why = {0};
+        if (!ckpt_place_tmp(p, to, &why))
+            fprintf(stderr, "dmsh: put %s in place as %s (its write was complete; a crash came before its rename)\n", p, to);
+        else if (!unlink(p))
+            fprintf(stderr, "dmsh: removed %s (a checkpoint write cut short by a crash)\n", p);
+    }
+    closedir(d);
 }

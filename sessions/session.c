@@ -447,29 +447,6 @@ static void session_lock_commit(int ok) {
     new_fd = -1;
 }
 
-// With the lock held no other dmsh writes here: a ckpt/*.ckpt.<pid>.tmp is a write a crash cut short
-// (never renamed into place, never a checkpoint anyone resumes from). Removed, and said.
-static void remove_stale_tmp(const char *dir) {
-    char ck[1100];
-    snprintf(ck, sizeof ck, "%s/ckpt", dir);
-    DIR *d = opendir(ck);
-    if (!d) return;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        // NAME.ckpt.<pid>.tmp (NAME.ckpt.tmp: older builds)
-        size_t len = strlen(de->d_name);
-        const char *ck_at = strstr(de->d_name, ".ckpt.");
-        if (len < 10 || strcmp(de->d_name + len - 4, ".tmp") || !ck_at) continue;
-        int digits = 1;
-        for (const char *q = ck_at + 6; q < de->d_name + len - 4; q++) digits &= *q >= '0' && *q <= '9';
-        if (!digits) continue;
-        char p[1400];
-        snprintf(p, sizeof p, "%s/%s", ck, de->d_name);
-        if (!unlink(p)) fprintf(stderr, "dmsh: removed %s (a checkpoint write cut short by a crash)\n", p);
-    }
-    closedir(d);
-}
-
 int session_resume(Engine *e, const char *dir_in, dm_err *err) {
     // runs/X/ and runs/X name one directory: without the trailing '/' the paths printed below
     // (runs/X/ckpt/...) carry no "//"
@@ -489,7 +466,7 @@ int session_resume(Engine *e, const char *dir_in, dm_err *err) {
     if (session_lock(dir, err)) return 1;
     clear_stale_config_tmps(dir);
     session_lock_commit(1);  // (dmsh -r: at start-up, no other session held)
-    remove_stale_tmp(dir);
+    session_stale_tmps(dir);
     char path[1200], broken[2048];
     long long step;
     // a LATEST naming a file that is gone: -r falls back to the checkpoint written most recently,
@@ -498,7 +475,14 @@ int session_resume(Engine *e, const char *dir_in, dm_err *err) {
     int lost = session_latest_broken(dir, broken, sizeof broken);
     if (session_latest_ckpt(dir, path, sizeof path, &step)) {
         if (lost) return dm_fail(err, "%s, and no checkpoint is in %s/ckpt: nothing to resume", broken, dir);
-        return dm_fail(err, "%s: no checkpoint in %s/ckpt (nothing to resume; :save writes one)", dir, dir);
+        // (":save writes one" was said here: -r opens no session without a checkpoint, and
+        // :session refuses one with rows: QA, session 35)
+        char mp[1100];
+        snprintf(mp, sizeof mp, "%s/metrics.tsv", dir);
+        if (stat(mp, &st) == 0 && st.st_size > 0)
+            return dm_fail(err, "%s: no checkpoint in %s/ckpt: the run stopped before its first save, so it cannot be resumed "
+                           "(metrics.tsv holds its rows): remove %s or choose a new name", dir, dir, dir);
+        return dm_fail(err, "%s: no checkpoint in %s/ckpt: nothing to resume (`:session %s` starts a run in it)", dir, dir, dir);
     }
     if (lost)
         fprintf(stderr, "dmsh: -r: note: %s; resuming from %s, the newest checkpoint by file time (a copy that kept no file times, "
@@ -534,7 +518,7 @@ int session_resume(Engine *e, const char *dir_in, dm_err *err) {
     if (engine_session(e, dir, err)) return 1;
     char lfail[2600];
     if (lost && put_latest(e, e->synced_path, lfail, sizeof lfail)) fprintf(stderr, "dmsh: note: %s\n", lfail);  // (said above)
-    session_resume_transcript(e, dir, fell_back);
+    session_resume_transcript(e, dir, fell_back, count_ckpts(dir) == 1);
     // the transcript says where the lines after this one start from (a run killed mid-command
     // left its last command out: the lines above need not rebuild this state)
     // (and from which directory: a -r run elsewhere types paths relative to there)

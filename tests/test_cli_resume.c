@@ -441,6 +441,49 @@ static void test_live_transcript_mark(void **s) {
     assert_null(strstr(out, "the process ended during it"));
 }
 
+// A kill in a save's fsync or before its rename (the slowest part of a big save) left a whole
+// ckpt/NAME.ckpt.<pid>.tmp, which -r removed as "cut short": a new session's only state was lost
+// (QA, session 35). It is put in place; a cut-short one is still removed. And the transcript of a
+// new session killed between its first save and its line was said "written before dmsh placed
+// them", every later checkpoint line "unplaced": the mark's steps place it now. Made here as the
+// kill leaves it: the file under its temp name, no LATEST, the :train's mark the last line.
+static void test_whole_tmp_put_in_place(void **s) {
+    (void)s;
+    char cmd[2400];
+    snprintf(cmd, sizeof cmd, "%%s --norc -e ':session wt' -e '%s' -e ':data %s' -e ':init seed=1' -e ':train 2 ckpt_every=2 eval_every=0' > k.out 2>&1 && "
+             "cd runs/wt && mv ckpt/step-2.ckpt ckpt/step-2.ckpt.4242.tmp && head -c 3000 ckpt/step-2.ckpt.4242.tmp > ckpt/step-4.ckpt.4243.tmp && "
+             "rm ckpt/LATEST && sed -i '/^# (finished)/,$d' transcript.dm && echo '# started, never finished (:train from step 0; the process ended "
+             "during it; a -r resumes from its last checkpoint): :train 2 ckpt_every=2 eval_every=0' >> transcript.dm && cd ../.. && cp -r runs/wt runs/nc && "
+             "rm runs/nc/ckpt/*.tmp && mkdir -p runs/em", TINY, corpus);
+    assert_int_equal(sh_in_dir(cmd, dmsh), 0);
+    assert_int_equal(sh_in_dir("%s --norc -r runs/wt -e ':quit' > out.txt 2> err.txt", dmsh), 0);
+    slurp_to("out.txt", out, sizeof out);
+    slurp_to("err.txt", err_, sizeof err_);
+    const char *want[] = {"dmsh: put runs/wt/ckpt/step-2.ckpt.4242.tmp in place as runs/wt/ckpt/step-2.ckpt (its write was complete; a crash came before its rename)\n",
+                          "dmsh: removed runs/wt/ckpt/step-4.ckpt.4243.tmp (a checkpoint write cut short by a crash)\n"};
+    for (int i = 0; i < 2; i++) {
+        if (!strstr(err_, want[i])) print_error("want %s in\n%s\n", want[i], err_);
+        assert_non_null(strstr(err_, want[i]));
+    }
+    assert_non_null(strstr(out, "resumed runs/wt at step 2 from ckpt/step-2.ckpt"));
+    assert_non_null(strstr(out, "the transcript takes the 2 steps it ran to there with `:train 2 ckpt_every=2 eval_every=0 stop_after=2`"));
+    assert_null(strstr(out, "written before dmsh placed them"));
+    char *t = transcript("wt");
+    if (strstr(t, "unplaced")) print_error("%s\n", t);
+    assert_null(strstr(t, "unplaced"));
+    free(t);
+    replay_matches_resume("wt");
+    // no checkpoint: -r's advice is what works (":save writes one" did not: -r opens no session)
+    assert_int_not_equal(sh_in_dir("%s --norc -r runs/nc > out.txt 2> err.txt", dmsh), 0);
+    slurp_to("err.txt", err_, sizeof err_);
+    if (!strstr(err_, "runs/nc: no checkpoint in runs/nc/ckpt: the run stopped before its first save, so it cannot be resumed (metrics.tsv holds its rows): remove runs/nc or choose a new name"))
+        print_error("%s\n", err_);
+    assert_non_null(strstr(err_, "the run stopped before its first save, so it cannot be resumed (metrics.tsv holds its rows): remove runs/nc or choose a new name"));
+    assert_int_not_equal(sh_in_dir("%s --norc -r runs/em > out.txt 2> err.txt", dmsh), 0);
+    slurp_to("err.txt", err_, sizeof err_);
+    assert_non_null(strstr(err_, "runs/em: no checkpoint in runs/em/ckpt: nothing to resume (`:session runs/em` starts a run in it)"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lines_after_the_checkpoint),
@@ -454,6 +497,7 @@ int main(void) {
         cmocka_unit_test(test_interrupted_stress_replays),
         cmocka_unit_test(test_cut_gen_counts_said),
         cmocka_unit_test(test_live_transcript_mark),
+        cmocka_unit_test(test_whole_tmp_put_in_place),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
