@@ -249,7 +249,9 @@ static int put_latest(const Engine *e, const char *path, char *why, size_t nwhy)
     int ok = f != NULL;
     if (f) {
         fprintf(f, "%s\n", name);
-        int bad = ferror(f);
+        // (synced before the rename, as a checkpoint: after a power loss the name is the old
+        // LATEST or the new one, never an empty file: QA, session 35)
+        int bad = fflush(f) != 0 || ferror(f) || fsync(fileno(f)) != 0;
         ok = (fclose(f) == 0) & !bad;
         ok = ok && rename(tmp, p) == 0;
     }
