@@ -1,5 +1,6 @@
 // cmd_config.c — the config commands: :preset, :set, and :help KEY (a key's meaning, values,
 // default, value now, and whether a live model takes it; from the key table, engine/config.c).
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include "../engine/engine.h"
@@ -92,12 +93,33 @@ int cmd_set(Shell *sh, Words *w, dm_err *err) {
         decay_keys |= config_decay_key(key);
         if (E_->cfg.opt_adamw && (!strcmp(key, "lr_muon") || !strcmp(key, "muon_momentum") || !strcmp(key, "muon_colrow")))
             fprintf(OUT, "note: %s has no effect with opt=adamw (AdamW everywhere: no matrix takes a Muon step; opt=mix uses it)\n", key);
+        // keys of an arm that is off, and the CUDA backend's on the CPU (QA, session 35: the
+        // Muon keys were said, these accepted in silence)
+        const int *on = E_->model.arms.on;
+        const char *idle = !E_->live ? NULL
+                         : (!strcmp(key, "retract_every") || !strcmp(key, "retract_iters")) && (!on[ARM_RETRACT] || !on[ARM_MOE])
+                             ? (!on[ARM_MOE] ? "the moe arm is off, so nothing is retracted" : "the retract arm is off")
+                         : !strcmp(key, "moe_aux") && (!on[ARM_AUX] || !on[ARM_MOE]) ? (!on[ARM_MOE] ? "the moe arm is off" : "the aux arm is off")
+                         : NULL;
+        if (idle) fprintf(OUT, "note: %s has no effect while %s (:show arms)\n", key, idle);
+        if ((!strcmp(key, "precision") || !strcmp(key, "cuda_graph")) && strncmp(E_->device, "cuda", 4))
+            fprintf(OUT, "note: %s has no effect on the CPU backend: it is the CUDA backend's (:device cuda)\n", key);
         if (!strcmp(key, "eval_frac") && E_->has_data && E_->eval_path[0])
             fprintf(OUT, "note: eval_frac has no effect while an eval= file is the held-out set (%s): :data PATH without eval= uses it\n",
                     E_->eval_path);
     }
     char dnote[300];
     if (decay_keys && config_decay_note(&E_->cfg, dnote, sizeof dnote)) fprintf(OUT, "note: %s\n", dnote);
+    // a schedule key changed on a model that has taken steps: the next step's lr moves, since the
+    // schedule is a function of the step and the horizon, not continued from where it was (":set
+    // steps=N to extend" sent a finished run's lr from 0.1x back to 0.55x unsaid: QA, session 35)
+    if (E_->live && E_->step > 0 && old.steps > 0 && E_->cfg.steps > 0 && E_->cfg.lr == old.lr) {
+        double m0 = lr_schedule_mult(&old, E_->step), m1 = lr_schedule_mult(&E_->cfg, E_->step);
+        if (fabs(m1 - m0) > 1e-6 * fabs(m0))
+            fprintf(OUT, "note: step %lld's lr goes from %.3e to %.3e (%.3gx to %.3gx of lr): the schedule is a function of the step and "
+                    "steps=%lld, recomputed over it, not continued from where it was%s\n", (long long)E_->step, E_->cfg.lr * m0,
+                    E_->cfg.lr * m1, m0, m1, (long long)E_->cfg.steps, m1 > m0 && E_->cfg.steps != old.steps ? " (a warm restart of the decay)" : "");
+    }
     if (E_->cfg.eval_frac != old.eval_frac && E_->has_data && !E_->eval_path[0]) {
         if (engine_resplit(E_, old.eval_frac, err)) {  // all or nothing: the other keys go back too
             E_->cfg = old;

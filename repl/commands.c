@@ -407,8 +407,13 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
             fprintf(OUT, "schedule: cosine to %.2gx lr at step %lld (steps=%lld; :set steps=N to change)\n",
                     e->cfg.lr_min_frac, (long long)e->cfg.steps, (long long)e->cfg.steps);
     } else if (e->cfg.lr_cosine && e->step + n > e->cfg.steps) {
-        fprintf(OUT, "note: the schedule ends at steps=%lld; steps past it run at the floor lr (%.2gx): :set steps=N to extend\n",
-                (long long)e->cfg.steps, e->cfg.lr_min_frac);
+        // what a longer horizon does, said before it is taken: the cosine is recomputed over it
+        // from step 0, so the lr climbs back (QA, session 35: "to extend" hid a warm restart)
+        Config ext = e->cfg;
+        ext.steps = e->step + n;
+        fprintf(OUT, "note: the schedule ends at steps=%lld; steps past it run at the floor lr (%.2gx): :set steps=N gives it a new "
+                "end, the cosine recomputed over it (steps=%lld: step %lld at %.2gx of lr, a warm restart of the decay)\n",
+                (long long)e->cfg.steps, e->cfg.lr_min_frac, (long long)ext.steps, (long long)e->step, lr_schedule_mult(&ext, e->step));
     }
     fflush(OUT);  // (the schedule line, before the run's first step)
     long long end = e->step + k_stop;

@@ -51,6 +51,32 @@ static void test_set_notes(void **s) {
     assert_null(strstr(strstr(out, "eval_frac has no effect") + 1, "eval_frac has no effect"));  // once: not without eval=
 }
 
+// keys of an arm that is off and the CUDA backend's on the CPU were accepted in silence where the
+// Muon keys were said; and a new horizon on a model past its old one sent the lr from the floor
+// back to 0.6x unsaid (":set steps=N to extend"): said, with both rates (QA, session 35)
+static void test_set_notes_arms_and_schedule(void **s) {
+    (void)s;
+    char script[2000];
+    snprintf(script, sizeof script, "%s:data %s\n:init seed=1\n:set retract_every=3 moe_aux=0.1\n:arm retract off\n:set retract_every=4\n"
+             ":arm moe off\n:set retract_iters=6 moe_aux=0.2\n:set precision=fp32 cuda_graph=off\n", SMALL, corpus);
+    expect_ok(script);
+    assert_true(strstr(out, "note:") > strstr(out, "arm retract off"));  // (every arm on: no note)
+    expect_out("arm retract off\nnote: retract_every has no effect while the retract arm is off (:show arms)\n");
+    expect_out("note: retract_iters has no effect while the moe arm is off, so nothing is retracted (:show arms)\n");
+    expect_out("note: moe_aux has no effect while the moe arm is off (:show arms)\n");
+    expect_out("note: precision has no effect on the CPU backend: it is the CUDA backend's (:device cuda)\n");
+    expect_out("note: cuda_graph has no effect on the CPU backend: it is the CUDA backend's (:device cuda)\n");
+    assert_int_equal(count_lines(strstr(out, "arm retract off")), 7);
+    snprintf(script, sizeof script, "%s:set warmup=5\n:data %s\n:init seed=1\n:train 30 log_every=30 eval_every=0\n:train 10 log_every=10 eval_every=0\n"
+             ":set steps=80\n:set steps=80\n", SMALL, corpus);
+    expect_ok(script);
+    expect_out("note: the schedule ends at steps=30; steps past it run at the floor lr (0.1x): :set steps=N gives it a new end, the cosine "
+               "recomputed over it (steps=40: step 30 at 0.27x of lr, a warm restart of the decay)\n");
+    expect_out("note: step 40's lr goes from 3.000e-04 to 1.791e-03 (0.1x to 0.597x of lr): the schedule is a function of the step and steps=80, "
+               "recomputed over it, not continued from where it was (a warm restart of the decay)\n");
+    assert_null(strstr(strstr(out, "note: step 40's lr") + 1, "note: step 40's lr"));  // once: the second :set changes nothing
+}
+
 // the decoupled decay multiplies the weights by 1 - lr x wd each step: above 2 that factor's size
 // passes 1 (lr=10 wd=10: -99, the loss 3.6e8 by step 4): refused with the product, on :set, on
 // :init and for :stress's multiplier, nothing changed; between 1 and 2 (a sign flip that shrinks,
@@ -119,6 +145,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_help_key),
         cmocka_unit_test(test_set_notes),
+        cmocka_unit_test(test_set_notes_arms_and_schedule),
         cmocka_unit_test(test_decay_that_flips),
         cmocka_unit_test(test_preset_line),
         cmocka_unit_test(test_engram_ram_route),
