@@ -28,7 +28,13 @@ static void make_resumable(Shell *sh, const char *what) {
 // Arms a :load or :init switched (the checkpoint's own, or all on for a new model): said, since
 // a user's `:arm X off` before it no longer holds.
 static void say_arm_changes(Shell *sh, const int *before, int had, const char *why) {
-    if (!had || !E_->live) return;
+    if (!E_->live) return;
+    if (!had) {  // no model before: the arms the file holds off (QA, session 35: unsaid)
+        char off[64] = "";
+        arms_mask_names(arms_off_mask(&E_->model.arms), off, sizeof off);
+        if (off[0]) fprintf(OUT, "note: arms off in %s: %s (:arm NAME on switches one back)\n", why, off);
+        return;
+    }
     char buf[256] = "";
     size_t used = 0;
     for (int a = 0; a < ARM_COUNT; a++)

@@ -268,6 +268,11 @@ int main(int argc, char **argv) {
                eng.has_data ? ", data " : "", eng.has_data ? eng.data_path : "");
         const char *note = engine_notice(&eng);  // the checkpoint's corpus did not open, ...
         if (note) printf("note: %s\n", note);
+        // an ablation left on (an :arm X off for an eval, then the exit save) is the state -r
+        // goes on from: said where one comes back to a session (QA, session 35)
+        char off[64] = "";
+        arms_mask_names(arms_off_mask(&eng.model.arms), off, sizeof off);
+        if (off[0]) printf("note: arms off in the resumed state: %s (steps go on without them; :arm NAME on switches one back)\n", off);
         sh_note_eval_window(&sh);
     }
     for (int k = 0; k <= nexpr && !rc && !sh.quit; k++) {

@@ -73,6 +73,11 @@ int session_write_config(const Engine *e, dm_err *err) {
         fprintf(f, "# steps=0: the horizon of %lld steps the first :train picked is that run's, not a setting (a new run\n"
                    "# picks its own; dmsh -r keeps it)\n", (long long)e->cfg.steps);
     session_put_config_lines(f, e);
+    // the arms are the model's state, not the config's (a replay of these lines before :init
+    // could not switch them): said, so an ablation's config.dm is told from its baseline's
+    char off[64] = "";
+    if (e->live) arms_mask_names(arms_off_mask(&e->model.arms), off, sizeof off);
+    if (off[0]) fprintf(f, "# arms off in the model now: %s (:arm NAME off after :init; a model built from these lines has every arm on)\n", off);
     int bad = ferror(f);
     if (fclose(f) != 0 || bad || rename(tmp, path) != 0) {
         int why = errno ? errno : EIO;

@@ -484,6 +484,32 @@ static void test_whole_tmp_put_in_place(void **s) {
     assert_non_null(strstr(err_, "runs/em: no checkpoint in runs/em/ckpt: nothing to resume (`:session runs/em` starts a run in it)"));
 }
 
+// An arm switched off for an eval and left off is the state the exit save keeps: -r went on from
+// it with nothing said where one comes back to a session, config.dm read as the baseline's, and
+// a :load with no model said nothing either (QA, session 35)
+static void test_arms_off_said(void **s) {
+    (void)s;
+    char cmd[1600];
+    snprintf(cmd, sizeof cmd, "%%s --norc -e ':session ao' -e '%s' -e ':data %s' -e ':init seed=1' -e ':step 2' -e ':arm engram off' "
+             "-e ':eval' > k.out 2>&1", TINY, corpus);
+    assert_int_equal(sh_in_dir(cmd, dmsh), 0);
+    slurp_to("runs/ao/config.dm", out, sizeof out);
+    assert_non_null(strstr(out, "\n# arms off in the model now: engram (:arm NAME off after :init; a model built from these lines has every arm on)\n"));
+    assert_int_equal(sh_in_dir("%s --norc -r runs/ao -e ':quit' > out.txt 2> err.txt", dmsh), 0);
+    slurp_to("out.txt", out, sizeof out);
+    if (!strstr(out, "\nnote: arms off in the resumed state: engram (steps go on without them; :arm NAME on switches one back)\n"))
+        print_error("%s\n", out);
+    assert_non_null(strstr(out, "\nnote: arms off in the resumed state: engram (steps go on without them; :arm NAME on switches one back)\n"));
+    assert_int_equal(sh_in_dir("%s --norc -e \":load runs/ao/ckpt/$(cat runs/ao/ckpt/LATEST)\" > out.txt 2> err.txt", dmsh), 0);
+    slurp_to("out.txt", out, sizeof out);
+    assert_non_null(strstr(out, "\nnote: arms off in the checkpoint (it keeps its own): engram (:arm NAME on switches one back)\n"));
+    // every arm on: nothing said, nothing written
+    assert_int_equal(sh_in_dir("%s --norc -r runs/ao -e ':arm engram on' -e ':quit' > out.txt 2> err.txt && grep -c '^# arms off' runs/ao/config.dm; test $? = 1", dmsh), 0);
+    assert_int_equal(sh_in_dir("%s --norc -r runs/ao -e ':quit' > out.txt 2> err.txt", dmsh), 0);
+    slurp_to("out.txt", out, sizeof out);
+    assert_null(strstr(out, "arms off"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lines_after_the_checkpoint),
@@ -498,6 +524,7 @@ int main(void) {
         cmocka_unit_test(test_cut_gen_counts_said),
         cmocka_unit_test(test_live_transcript_mark),
         cmocka_unit_test(test_whole_tmp_put_in_place),
+        cmocka_unit_test(test_arms_off_said),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
