@@ -301,4 +301,12 @@ void probe_source(const Engine *e, const ProbeInfo *pi, char *desc, size_t ndesc
         snprintf(tag, ntag, "eval%lld", s);
     } else if (e->fwd_kind == 2) { snprintf(desc, ndesc, "eval forward at step %lld", s); snprintf(tag, ntag, "eval%lld", s); }
     else { snprintf(desc, ndesc, "last forward"); snprintf(tag, ntag, "fwd"); }
+    // the arms that forward ran without: its activations are an ablation's (QA, session 35)
+    uint16_t off = 0;
+    for (int a = 0; pi->activation && a < ARM_COUNT; a++)
+        if (!e->model.last_on[a]) off |= (uint16_t)(1u << a);
+    char names[64] = "";
+    arms_mask_names(off & ARMS_FORWARD_MASK, names, sizeof names);
+    size_t l = strlen(desc);
+    if (names[0] && l + 1 < ndesc) snprintf(desc + l, ndesc - l, "; arms off in it: %s", names);
 }

@@ -175,6 +175,10 @@ int cmd_gen(Shell *sh, Words *w, dm_err *err) {
         return dm_fail(err, ":gen: the model's logits are not finite after the prompt (its parameters hold NaN or inf: :probe NAME shows nonfinite %%)");
     }
     Rng r = {seed};
+    // an ablation's samples (an :arm X off left on) are said before them (QA, session 35)
+    char off[64] = "";
+    arms_mask_names(arms_off_mask(&e->model.arms) & ARMS_FORWARD_MASK, off, sizeof off);
+    if (off[0]) fprintf(sh->out, "note: sampled with arms off: %s (:arm NAME on switches one back)\n", off);
     char shown[5];  // the prompt's bytes as the samples below (sample_byte_text says how)
     for (const unsigned char *p = (const unsigned char *)prompt; *p; p++) {
         sample_byte_text(*p, shown);

@@ -165,6 +165,7 @@ static void test_hist_labels(void **s) {
     ProbeInfo pi = {.activation = 1};
     char desc[160], tag[32];
     e.step = 1; e.fwd_kind = 1; e.fwd_step = 0;
+    for (int a = 0; a < ARM_COUNT; a++) e.model.last_on[a] = 1;  // (the forward ran every arm)
     probe_source(&e, &pi, desc, sizeof desc, tag, sizeof tag);
     assert_string_equal(desc, "forward of step 0"); assert_string_equal(tag, "fwd0");
     e.fwd_kind = 2; e.fwd_step = 1;
@@ -307,6 +308,14 @@ static void test_ablation_said(void **s) {
     assert_null(strstr(out, "frozen"));
     assert_null(strstr(out, "[off:"));
     expect_error(":eval depth=3\n", "depth=3 out of range: 1..2 (L), or :eval-depths for all");
+    // an activation of a forward that ran without an arm, and samples of a model without one
+    expect_ok(":step\n:arm moe off\n:step\n:probe ctrl.ffn@1\n:arm moe on\n:probe ctrl.ffn@1\n:arm engram off\n:gen \"ab\" n=3\n");
+    const char *p1 = strstr(out, "; arms off in it: moe)\n");
+    assert_non_null(p1);
+    assert_non_null(strstr(p1 + 1, "; arms off in it: moe)\n"));  // (the forward's arms, not today's)
+    assert_non_null(strstr(out, "\nnote: sampled with arms off: engram (:arm NAME on switches one back)\nab"));
+    expect_ok(":step\n:probe ctrl.ffn@1\n:gen \"ab\" n=3\n");
+    assert_null(strstr(out, "arms off"));
 }
 
 int main(void) {
