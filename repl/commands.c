@@ -138,6 +138,28 @@ static int cmd_help(Shell *sh, Words *w, dm_err *err) {
     if (w->argc > 1) {
         const char *name = w->argv[1];
         if (help_key(sh, name)) return 0;  // a config key (`:help lr`), before the command prefixes
+        // an arm's name: what it is and what switching it off does (`:help rezero` was "unknown
+        // command", and what "off" means was in the SPEC alone: QA, session 35)
+        static const char *const arm_help[ARM_COUNT] = {
+            "KDA linear attention, the attention term c.w_attn*a of the block's body. Off: the term is dropped (the other gates are "
+            "not renormalised); the kda.* tensors and row 0 of ctrl.w/ctrl.b are not stepped.",
+            "Engram hashed n-gram memory, the memory term min(c.w_mem, lam_max)*e. Off: the table lookup and the term are skipped; "
+            "mem.*, engram.tables and row 1 of ctrl.w/ctrl.b are not stepped.",
+            "the mixture of low-rank spectral experts, the FFN term c.w_ffn*g. Off: the term is 0 and no load-balance loss is "
+            "added; the expert factors, s1/s2, ctrl.router and row 2 of ctrl.w/ctrl.b are not stepped, nothing is retracted.",
+            "the ReZero scale: h = h + alpha*body, alpha learned from 0. Off: alpha is fixed at 1 (not stepped): the whole body "
+            "each iteration, far from a trained alpha, so an eval of a model trained with it on is much worse.",
+            "the polar retraction of the experts' U, V onto orthonormal frames every retract_every steps (retract_iters "
+            "Newton-Schulz iterations). Off: skipped; :show arms counts the retractions run.",
+            "the auxiliary losses: the MoE load-balance loss moe_aux * E * sum_e f_e P_e added to the objective (never to the "
+            "logged loss, which is the cross-entropy). Off: not added.",
+        };
+        int arm = arms_find(name[0] == ':' ? name + 1 : name);
+        if (arm >= 0) {
+            fprintf(OUT, "arm %s (:arm %s on|off; :help arm for the switch and its counters)\n  %s\n", dm_arm_names[arm],
+                    dm_arm_names[arm], arm_help[arm]);
+            return 0;
+        }
         char buf[64];
         if (name[0] != ':') { snprintf(buf, sizeof buf, ":%s", name); name = buf; }
         const Command *c = sh_resolve(name, err);
@@ -725,7 +747,7 @@ const Command dm_commands[] = {
     {":eval", cmd_eval, NULL, ":eval [depth=k]", "Held-out BPB on the fixed eval window at depth k (default L)."},
     {":eval-depths", cmd_eval_depths, NULL, ":eval-depths", "Held-out BPB at every depth 1..L from one forward pass."},
     {":anchors", cmd_anchors, NULL, ":anchors", "Unigram and Kneser-Ney 5-gram BPB on the eval window, fit on the training split."},
-    {":arm", cmd_arm, NULL, ":arm NAME on|off", "Switch a mechanism live: kda, engram, moe, rezero, retract, aux. Its counters (:show arms; NAME=on(F/B) on eval lines) are the model's totals, kept in its checkpoints: kda, engram, moe and rezero count one per iteration of the block they run in, forward (a training step, each batch of an :eval, each prompt byte of :gen and each byte it samples but the last) and backward (a training step); retract counts retractions, aux the training steps whose loss held it (forward and backward, with moe on). An arm that is off counts nothing, and training leaves it as it was switched off: its weights, their optimizer moments and its gate (row j of ctrl.w and ctrl.b) are not stepped (moe: also ctrl.router; rezero: alpha; :show params marks them), so :arm NAME on brings the arm back as it was."},
+    {":arm", cmd_arm, NULL, ":arm NAME on|off", "Switch a mechanism live: kda, engram, moe, rezero, retract, aux (:help NAME: what it is and what off does). Its counters (:show arms; NAME=on(F/B) on eval lines) are the model's totals, kept in its checkpoints: kda, engram, moe and rezero count one per iteration of the block they run in, forward (a training step, each batch of an :eval, each prompt byte of :gen and each byte it samples but the last) and backward (a training step); retract counts retractions, aux the training steps whose loss held it (forward and backward, with moe on). An arm that is off counts nothing, and training leaves it as it was switched off: its weights, their optimizer moments and its gate (row j of ctrl.w and ctrl.b) are not stepped (moe: also ctrl.router; rezero: alpha; :show params marks them), so :arm NAME on brings the arm back as it was."},
     {":save", cmd_save, NULL, ":save [PATH]", "Write a checkpoint (atomic: temp file, fsync, rename)."},
     {":load", cmd_load, NULL, ":load PATH", "Load a checkpoint; refuses one whose architecture differs from the live model."},
     {":check", cmd_check, NULL, ":check determinism [steps=N] | grad [off=ARM,...] | parity [batch=N seq=N precision=fp32|bf16 route=device|own floor=on|off]", "Built-in verifications: the same steps twice bit for bit (steps=3 by default); finite-difference gradients of every parameter group on a tiny model in double precision, on the double-precision engine built beside this one (make DM_REAL=double build/double/dmsh; :check grad names it when it is missing) (its shape is printed; the live arms, or off=kda,moe,..., and the live k, L (each at most 3), loss, lam_max, g_min, moe_aux and engram_orders); parity: one step from identical weights on the CPU and CUDA, loss and every gradient (bar 1e-4 fp32, 3e-2 bf16). The CPU follows CUDA's MoE routing (route=own: each its own top-k) and checks that every choice it would not have made was a near tie; the floor column is the CPU against itself from weights one ulp away (how much of a difference is the step's conditioning; floor=off skips it)."},

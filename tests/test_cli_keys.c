@@ -32,6 +32,11 @@ static void test_help_key(void **s) {
     expect_ok(":help eval_bytes\n:help anchor_fit_bytes\n");  // read by no step (QA, session 33)
     expect_out("live: :set eval_bytes=VALUE on a live model takes effect at the next eval and :anchors (the eval window)");
     expect_out("live: :set anchor_fit_bytes=VALUE on a live model takes effect at the next :anchors");
+    // an arm's name: what it is and what off does (QA, session 35: "unknown command")
+    expect_ok(":help rezero\n:help :engram\n");
+    expect_out("arm rezero (:arm rezero on|off; :help arm for the switch and its counters)\n  the ReZero scale: h = h + alpha*body, alpha "
+               "learned from 0. Off: alpha is fixed at 1 (not stepped)");
+    expect_out("arm engram (:arm engram on|off;");
     expect_ok(":help set\n");
     expect_out(":help KEY explains one");
 }
