@@ -328,7 +328,8 @@ static int panel_bpb(Ctx *cx, Panel *p, dm_err *err) {
             if (q && !n) continue;
             uint32_t rgb = nd == 1 ? 0x1f77b4 : viz_ramp(0.9 * k / (nd - 1));
             // an arm set off: red with one depth; with several, each depth's own colour (six
-            // "depth k, moe off" series in one red: QA, session 31), its dots telling it apart
+            // "depth k, moe off" series in one red: QA, session 31), its dots rings (a lone dot of
+            // "depth 1, engram off" looked like depth 1's own: QA, session 35)
             uint32_t rgb_off = nd == 1 ? (q == 1 ? 0xd62728 : q == 2 ? 0xff7f0e : 0x8c564b) : rgb;
             char lab[48], names[28];
             arms_mask_names(masks[q], names, sizeof names);
@@ -337,7 +338,7 @@ static int panel_bpb(Ctx *cx, Panel *p, dm_err *err) {
             // many depths: label a handful, the colour ramp carries the rest
             int labelled = q || nd <= 10 || k == 0 || k == nd - 1 || k % ((nd + 5) / 6) == 0;
             VizSeries *sr = add_series(p, x, y, n, q ? rgb_off : rgb, labelled ? lab : NULL);
-            if (sr && q) { sr->markers = 1; sr->width = 1.2; }
+            if (sr && q) { sr->markers = 1; sr->width = 1.2; sr->hollow = 1; }
             if (sr && !q && nmain < MAX_SERIES) { main_sr[nmain] = sr; main_n[nmain++] = n; most = n > most ? n : most; }
             off += (size_t)n;
             if (!q && n > cx->set_evals) cx->set_evals = n;

@@ -12,6 +12,19 @@
 #include "../viz/plot.h"
 #include "../viz/ticks.h"
 
+#ifdef DM_HAVE_PNG
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wsign-compare"
+#pragma GCC diagnostic ignored "-Wunused-function"
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+#pragma GCC diagnostic ignored "-Wimplicit-fallthrough"
+#pragma GCC diagnostic ignored "-Wtype-limits"
+#define STB_IMAGE_IMPLEMENTATION
+#define STBI_ONLY_PNG
+#include <stb_image.h>
+#pragma GCC diagnostic pop
+#endif
+
 // QA, session 23 (under UBSan): a finite value near 1e37 on a linear axis (a diverging run's
 // gnorm) wrote its SI suffix past the 24-byte label. Sessions 31: log-axis labels.
 static void test_tick_labels(void **state) {
@@ -145,11 +158,52 @@ static void test_dead_png_tmps(void **state) {
     assert_int_equal(system(cmd), 0);
 }
 
+// A lone dot of an eval with an arm off looked like the arms-on dot of its depth (the same
+// colour, and one point draws no line to tell them apart: QA, session 35): a hollow series' dots
+// are rings. One red point, filled and then hollow: the centre of its red pixels is red, then white.
+static void test_hollow_dots(void **state) {
+    (void)state;
+#ifdef DM_HAVE_PNG
+    char dir[] = "/tmp/dmsh_viz_XXXXXX", p[300];
+    assert_non_null(mkdtemp(dir));
+    double x[1] = {3}, y[1] = {2};
+    long red[2] = {0, 0};
+    int centre_red[2] = {0, 0};
+    for (int hollow = 0; hollow < 2; hollow++) {
+        VizSeries sr = {.x = x, .y = y, .n = 1, .rgb = 0xd62728, .markers = 1, .hollow = hollow};
+        VizChart c = {.title = "t", .series = &sr, .nseries = 1};
+        snprintf(p, sizeof p, "%s/d%d.png", dir, hollow);
+        char err[300] = "";
+        assert_int_equal(viz_chart_png(p, &c, err, sizeof err), 0);
+        int w, h, ch;
+        unsigned char *px = stbi_load(p, &w, &h, &ch, 3);
+        assert_non_null(px);
+        double sx = 0, sy = 0;
+        for (int i = 0; i < w * h; i++)
+            if (px[3 * i] > 180 && px[3 * i + 1] < 90 && px[3 * i + 2] < 90) { red[hollow]++; sx += i % w; sy += i / w; }
+        assert_true(red[hollow] > 0);
+        int cx = (int)lround(sx / red[hollow]), cy = (int)lround(sy / red[hollow]);
+        const unsigned char *q = px + 3 * (cy * w + cx);
+        centre_red[hollow] = q[0] > 180 && q[1] < 90 && q[2] < 90;
+        if (hollow) assert_true(q[0] > 230 && q[1] > 230 && q[2] > 230);  // white
+        stbi_image_free(px);
+    }
+    assert_int_equal(centre_red[0], 1);
+    assert_int_equal(centre_red[1], 0);
+    assert_true(red[1] < red[0]);
+    snprintf(p, sizeof p, "rm -rf %s", dir);
+    assert_int_equal(system(p), 0);
+#else
+    print_message("no PNG support in this build: skipped\n");
+#endif
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tick_labels),
         cmocka_unit_test(test_chart_ranges),
         cmocka_unit_test(test_dead_png_tmps),
+        cmocka_unit_test(test_hollow_dots),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -267,6 +267,10 @@ void viz_axes_legend_draw(VizCanvas *c, const VizAxes *a, const VizLegendItem *i
             if (it[i].marker != 2) viz_mask_segment(c, x, yc, x + g.sw, yc, w);  // (2: points only, as drawn)
             if (it[i].marker) viz_mask_disc(c, x + g.sw / 2, yc, 3 * s);
             viz_mask_composite(c, it[i].rgb, it[i].alpha > 0 ? it[i].alpha : 1);
+            if (it[i].marker && it[i].hollow) {  // a ring, as on the chart
+                viz_mask_disc(c, x + g.sw / 2, yc, 1.6 * s);
+                viz_mask_composite(c, 0xffffff, 1);
+            }
             viz_text(c, x + g.sw + 6 * s, yc, it[i].label, g.fpx, VIZ_REGULAR, C_TEXT, -1, 0, 0);
         }
         x += g.colw[col] + g.colgap;

@@ -18,7 +18,7 @@ typedef struct {
     VizTicks xt, yt;
 } VizAxes;
 
-typedef struct { const char *label; uint32_t rgb; double width; float alpha; int marker; } VizLegendItem;
+typedef struct { const char *label; uint32_t rgb; double width; float alpha; int marker; int hollow; } VizLegendItem;
 
 double viz_axes_scale(int w, int h);
 // Lay the panel out inside the box (bx, by, bw, bh) of the canvas.

@@ -161,6 +161,11 @@ static int chart_draw(VizCanvas *cv, const VizChart *c, int bx, int by, int bw, 
             if (isfinite(py[i]) && (dots || lone)) viz_mask_disc(cv, px[i], py[i], fmax(w * 1.4, 2.5 * s));
         }
         viz_mask_composite(cv, sr->rgb, sr->alpha > 0 ? sr->alpha : 1);
+        if (sr->hollow && dots) {  // rings: a white centre in each dot
+            for (int i = 0; i < sr->n; i++)
+                if (isfinite(py[i])) viz_mask_disc(cv, px[i], py[i], 0.5 * fmax(w * 1.4, 2.5 * s));
+            viz_mask_composite(cv, 0xffffff, 1);
+        }
         for (int i = 0; i < sr->n; i++)
             if (isfinite(py[i])) { allx[np] = px[i]; ally[np] = py[i]; np++; }
         // and points along long segments, so a sparse eval curve still keeps labels off itself
@@ -171,7 +176,7 @@ static int chart_draw(VizCanvas *cv, const VizChart *c, int bx, int by, int bw, 
             for (int j = 1; j < m; j++) pts_push(&extra, x0 + (x1 - x0) * j / m, y0 + (y1 - y0) * j / m);
         }
         if (sr->label && *sr->label && good && nitems < 64)
-            items[nitems++] = (VizLegendItem){sr->label, sr->rgb, w, sr->alpha, sr->markers == 2 ? 2 : dots};
+            items[nitems++] = (VizLegendItem){sr->label, sr->rgb, w, sr->alpha, sr->markers == 2 ? 2 : dots, sr->hollow};
     }
     viz_canvas_noclip(cv);
     // reference lines count as data for the legend's placement (it should not hide them)

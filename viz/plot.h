@@ -15,6 +15,8 @@ typedef struct {
     float alpha;                // 0: opaque
     int markers;                // 0: dots when the series has few points (<= 40), 1: always, -1: never,
                                 // 2: dots only, no line between them (points that are no curve)
+    int hollow;                 // its dots are rings (a white centre): a series told apart from
+                                // another of the same colour, even where it is one point
 } VizSeries;
 
 typedef struct { const char *label; double y; uint32_t rgb; } VizRef;   // dashed horizontal line
