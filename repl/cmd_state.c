@@ -106,7 +106,7 @@ int cmd_init(Shell *sh, Words *w, dm_err *err) {
     int auto0 = E_->steps_auto;
     if (E_->steps_auto && !user_steps) tmp.steps = 0;
     E_->steps_auto = 0;
-    int arms0[ARM_COUNT], had = E_->live;
+    int arms0[ARM_COUNT] = {0}, had = E_->live;
     for (int a = 0; had && a < ARM_COUNT; a++) arms0[a] = E_->model.arms.on[a];
     // what the words changed, said (a preset= sets up to a dozen keys); the seed is on the init
     // line, and a dropped horizon is the rule above
@@ -194,7 +194,7 @@ int cmd_save(Shell *sh, Words *w, dm_err *err) {
 
 int cmd_load(Shell *sh, Words *w, dm_err *err) {
     if (w->argc != 2) return dm_fail(err, "usage: :load PATH");
-    int arms0[ARM_COUNT], had = E_->live;
+    int arms0[ARM_COUNT] = {0}, had = E_->live;
     for (int a = 0; had && a < ARM_COUNT; a++) arms0[a] = E_->model.arms.on[a];
     Config cfg0 = E_->cfg;
     // in a session, the model :load replaces keeps its state, as with :init: saved first if it is
@@ -207,6 +207,9 @@ int cmd_load(Shell *sh, Words *w, dm_err *err) {
         if (session_autosave(E_, saved, sizeof saved, err)) return 1;
         if (saved[0]) fprintf(OUT, "saved %s (the state before this :load)\n", saved);
     }
+    int rows0 = E_->nrows;
+    char left[sizeof E_->synced_path];  // the file that holds the state left behind, and its rows
+    snprintf(left, sizeof left, "%s", had ? E_->synced_path : "");
     if (engine_load(E_, w->argv[1], err)) return 1;
     fprintf(OUT, "loaded %s: step %lld, %lld tokens\n", w->argv[1], (long long)E_->step, (long long)E_->tokens);
     say_arm_changes(sh, arms0, had, "the checkpoint (it keeps its own)");
@@ -220,6 +223,11 @@ int cmd_load(Shell *sh, Words *w, dm_err *err) {
     // in a session, metrics.tsv follows the loaded rows (the rows after them belong to the state
     // left behind, which its own checkpoints keep)
     if (E_->session_dir[0] && session_rewrite_metrics(E_, err)) return 1;
+    // (said: an analysis of metrics.tsv after a :load to compare checkpoints found half a run:
+    // QA, session 35)
+    if (E_->session_dir[0] && had && rows0 != E_->nrows)
+        fprintf(OUT, "note: metrics.tsv now holds the loaded state's %d rows (it held %d%s%s%s)\n", E_->nrows, rows0,
+                left[0] ? "; the state left behind keeps its rows in " : "", left, left[0] ? ", :load it to have them back" : "");
     // and -r resumes the loaded state from now on, not only after a clean exit: LATEST names it
     // (a file from elsewhere is copied into ckpt/ first). A crash after a :load resumed the branch
     // the user had left, as "its last checkpoint" (QA, session 23).

@@ -510,6 +510,23 @@ static void test_arms_off_said(void **s) {
     assert_null(strstr(out, "arms off"));
 }
 
+// :load in a session rewrites metrics.tsv to the loaded state's rows, which an analysis after a
+// :load to compare checkpoints read as half a run: said, with the file that keeps the rest (QA,
+// session 35)
+static void test_load_rows_said(void **s) {
+    (void)s;
+    char cmd[1600];
+    snprintf(cmd, sizeof cmd, "%%s --norc -e ':session lr' -e '%s' -e ':data %s' -e ':init seed=1' -e ':train 6 ckpt_every=3 eval_every=0' "
+             "-e ':load runs/lr/ckpt/step-3.ckpt' -e ':load runs/lr/ckpt/step-3.ckpt' > out.txt 2>&1", TINY, corpus);
+    assert_int_equal(sh_in_dir(cmd, dmsh), 0);
+    slurp_to("out.txt", out, sizeof out);
+    const char *n = strstr(out, "note: metrics.tsv now holds the loaded state's 3 rows (it held 6; the state left behind keeps its rows in /");
+    if (!n) print_error("%s\n", out);
+    assert_non_null(n);
+    assert_non_null(strstr(n, "/runs/lr/ckpt/step-6.ckpt, :load it to have them back)\n"));
+    assert_null(strstr(n + 1, "note: metrics.tsv now holds"));  // (the same rows again: nothing to say)
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lines_after_the_checkpoint),
@@ -525,6 +542,7 @@ int main(void) {
         cmocka_unit_test(test_live_transcript_mark),
         cmocka_unit_test(test_whole_tmp_put_in_place),
         cmocka_unit_test(test_arms_off_said),
+        cmocka_unit_test(test_load_rows_said),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
