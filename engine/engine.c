@@ -534,6 +534,26 @@ static int eval_forward(Model *m, int *x, int *y, int B, int T, int depth, int m
     return 0;
 }
 
+int engine_eval_set_now(const Engine *e, int64_t *window, uint32_t *set, dm_err *err) {
+    if (!e->has_data) return dm_fail(err, "no data");
+    int64_t nseq = 0;
+    int T = e->cfg.seq;
+    if (engine_eval_window(e, &nseq, err)) return 1;
+    int *x = mallocCheck(sizeof(int) * T), *y = mallocCheck(sizeof(int) * T);
+    uint32_t hs = eval_set_begin();
+    int bad = 0;
+    for (int64_t s0 = 0; s0 < nseq && !bad; s0++) {  // the bytes engine_eval hashes, in its order
+        bad = data_eval_seq_checked(&e->data, s0, T, x, y, err);
+        if (!bad) hs = eval_set_add(hs, x, T);
+        if (!bad && s0 + 1 == nseq) hs = eval_set_add(hs, y + T - 1, 1);
+    }
+    free(x); free(y);
+    if (bad) return 1;
+    *window = nseq * T;
+    *set = eval_set_end(hs);
+    return 0;
+}
+
 int engine_eval(Engine *e, int depth, EvalResult *r, dm_err *err) {
     if (engine_need(e, 1, err)) return 1;
     if (engine_report(e, NULL, err)) return 1;  // the train rows before the eval rows

@@ -139,6 +139,9 @@ uint64_t engine_corpus_hash_of(const char *dp, size_t dn, const char *ep, size_t
 // none (eval_bytes < seq, or a held-out split shorter than one sequence). :eval, :anchors and a
 // :train that evals check it first.
 int engine_eval_window(const Engine *e, int64_t *nseq, dm_err *err);
+// The window an eval would score now (the open corpus, the config's seq and eval_bytes): its
+// bytes and identity, as on its eval rows (eval_set_end). 1 (err set) without data or a window.
+int engine_eval_set_now(const Engine *e, int64_t *window, uint32_t *set, dm_err *err);
 // Eval on the fixed window: depth k (1..L) or all depths (depth = 0).
 int engine_eval(Engine *e, int depth, EvalResult *r, dm_err *err);
 int engine_anchors(Engine *e, dm_err *err);

@@ -48,6 +48,7 @@ typedef struct {
     double *train_time;       // seconds at the end of each kept train row
     int nemulated;            // kept train rows timed on the emulated device (their ms are the CPU's)
     int nsets, set_evals;     // bpb/depths: eval sets in the rows, evals of the one drawn
+    int set_open;             // ... which is the open corpus's (else the latest eval's)
 } Ctx;
 
 // ---- the rows as a timeline ------------------------------------------------------------------
@@ -246,8 +247,10 @@ static int panel_train(Ctx *cx, Panel *p, const char *m, dm_err *err) {
     return 0;
 }
 
-// the eval set of the latest eval row (window -1: none), and how many distinct sets the rows hold
-static EvalKey latest_set(const Engine *e, int *nset) {
+// the eval set of the open corpus's window when the rows hold evals of it, else of the latest eval
+// row (window -1: none); and how many distinct sets the rows hold
+static EvalKey latest_set(const Engine *e, int *nset, int *open) {
+    *open = 0;
     EvalKey key = {-1, 0}, seen[32];
     int ns = 0;
     for (int i = 0; i < e->nrows; i++) {
@@ -266,6 +269,14 @@ static EvalKey latest_set(const Engine *e, int *nset) {
         n += !merged;
     }
     *nset = n;
+    // the set an eval of the open corpus scores, when the rows hold evals of it: an :eval of a
+    // probe text (eval=) and a :data back made the plot that one dot (QA, session 35)
+    int64_t w;
+    uint32_t now;
+    dm_err err = {0};
+    if (n > 1 && !engine_eval_set_now(e, &w, &now, &err))
+        for (int i = 0; i < e->nrows; i++)
+            if (in_set(&e->rows[i], (EvalKey){w, now})) { *open = 1; return (EvalKey){w, now}; }
     return key;
 }
 
@@ -275,7 +286,7 @@ static int cmp_int(const void *a, const void *b) { return *(const int *)a - *(co
 static int panel_bpb(Ctx *cx, Panel *p, dm_err *err) {
     const Engine *e = cx->e;
     int nwin;
-    EvalKey key = latest_set(e, &nwin);
+    EvalKey key = latest_set(e, &nwin, &cx->set_open);
     int64_t win = key.window;
     if (win < 0) return dm_fail(err, "nothing to plot yet: no evals (run :eval, or :train with eval_every=N)");
     int depths[64], nd = 0, nev = 0;
@@ -359,7 +370,7 @@ static int panel_bpb(Ctx *cx, Panel *p, dm_err *err) {
     fmt_bytes(win, wb, sizeof wb);   // "64 KiB": the size at a glance next to the exact count
     snprintf(p->title, sizeof p->title, "held-out BPB over %lld B%s%s%s", (long long)win, win >= 10240 ? " (" : "",
              win >= 10240 ? wb : "", win >= 10240 ? ")" : "");
-    if (nwin > 1) snprintf(p->subtitle, sizeof p->subtitle, "latest of %d eval sets (corpus or window changed)", nwin);
+    if (nwin > 1) snprintf(p->subtitle, sizeof p->subtitle, "%s %d eval sets (corpus or window changed)", cx->set_open ? "the open corpus's eval set, one of" : "latest of", nwin);
     if (napart)
         snprintf(p->subtitle + strlen(p->subtitle), sizeof p->subtitle - strlen(p->subtitle), "%s%d eval%s with arms off drawn apart",
                  p->subtitle[0] ? "; " : "", napart, napart == 1 ? "" : "s");
@@ -385,7 +396,7 @@ static int panel_bpb(Ctx *cx, Panel *p, dm_err *err) {
 static int panel_depths(Ctx *cx, Panel *p, dm_err *err) {
     const Engine *e = cx->e;
     int nwin;
-    EvalKey key = latest_set(e, &nwin);
+    EvalKey key = latest_set(e, &nwin, &cx->set_open);
     int64_t win = key.window;
     if (win < 0) return dm_fail(err, "nothing to plot yet: no evals (run :eval-depths)");
     // groups of rows by step and arms off, in order; a later row for the same (step, arms, depth)
@@ -471,7 +482,7 @@ static int panel_depths(Ctx *cx, Panel *p, dm_err *err) {
     snprintf(p->title, sizeof p->title, "held-out BPB by depth over %lld B", (long long)win);
     int nsub = 0;
     if (nk < nmulti) nsub += snprintf(p->subtitle, sizeof p->subtitle, "%d of %d evals shown; ", nk, nmulti);
-    if (nwin > 1) nsub += snprintf(p->subtitle + nsub, sizeof p->subtitle - nsub, "latest of %d eval sets; ", nwin);
+    if (nwin > 1) nsub += snprintf(p->subtitle + nsub, sizeof p->subtitle - nsub, "%s %d eval sets; ", cx->set_open ? "the open corpus's eval set, one of" : "latest of", nwin);
     // the colour ramp tells evals apart; one eval is one blue line with no legend (a single entry
     // gets none), so its step goes here instead of a colour key with nothing to key
     if (napart) nsub += snprintf(p->subtitle + nsub, sizeof p->subtitle - nsub, "%d eval%s with arms off drawn apart; ", napart,
@@ -746,8 +757,8 @@ int cmd_plot(Shell *sh, Words *w, dm_err *err) {
         } else fprintf(sh->out, "wrote %s\n", path);
         for (int k = 0; !rc && k < nleft; k++) fprintf(sh->out, "note: %s\n", left[k]);
         if (!rc && cx.nsets > 1)  // said here too: the subtitle is easy to miss
-            fprintf(sh->out, "note: the eval curves show the latest of %d eval sets (%d eval%s); evals of another corpus, split or window size are not on them\n",
-                    cx.nsets, cx.set_evals, cx.set_evals == 1 ? "" : "s");
+            fprintf(sh->out, "note: the eval curves show %s %d eval sets (%d eval%s); evals of another corpus, split or window size are not on them\n",
+                    cx.set_open ? "the open corpus's eval set, one of" : "the latest of", cx.nsets, cx.set_evals, cx.set_evals == 1 ? "" : "s");
     }
     for (int k = 0; k < np; k++) free(panels[k].buf);
     free(panels);

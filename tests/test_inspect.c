@@ -12,6 +12,7 @@
 #include "../engine/probe.h"
 #include "../engine/sample.h"
 #include "../viz/hist.h"
+#include "../viz/plot.h"
 
 static char dir[256], dmsh[512];
 static char out[1 << 20], err_[1 << 16];
@@ -318,6 +319,29 @@ static void test_ablation_said(void **s) {
     assert_null(strstr(out, "arms off"));
 }
 
+// :plot bpb drew the latest eval set: one :eval of a probe text (eval=) and a :data back made the
+// plot that one dot until the next eval of the corpus (QA, session 35). The open corpus's set is
+// drawn when the rows hold evals of it.
+static void test_plot_open_set(void **s) {
+    (void)s;
+    if (!viz_png_available()) { print_message("no PNG support in this build: skipped\n"); return; }
+    char p[400];
+    snprintf(p, sizeof p, "%s/probe.txt", dir);
+    FILE *f = fopen(p, "w");
+    assert_non_null(f);
+    for (int i = 0; i < 4; i++) fputs("A probe text of its own, scored apart from the corpus's held-out split.\n", f);
+    fclose(f);
+    const char *evals = ":eval\n:step\n:eval\n:data corpus.txt eval=probe.txt\n:eval\n";
+    char script[600];
+    snprintf(script, sizeof script, "%s:data corpus.txt\n:plot bpb out=a.png\n", evals);
+    expect_ok(script);
+    if (!strstr(out, "note: the eval curves show the open corpus's eval set, one of 2 eval sets (2 evals)")) print_error("%s\n", out);
+    assert_non_null(strstr(out, "note: the eval curves show the open corpus's eval set, one of 2 eval sets (2 evals)"));
+    snprintf(script, sizeof script, "%s:plot bpb out=b.png\n", evals);  // the probe text open: its set
+    expect_ok(script);
+    assert_non_null(strstr(out, "note: the eval curves show the open corpus's eval set, one of 2 eval sets (1 eval)"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gen_empty_values),
@@ -329,6 +353,7 @@ int main(void) {
         cmocka_unit_test(test_probe_gates),
         cmocka_unit_test(test_gen_byte_display),
         cmocka_unit_test(test_ablation_said),
+        cmocka_unit_test(test_plot_open_set),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
