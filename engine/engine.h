@@ -85,7 +85,8 @@ typedef struct Engine {
     int64_t tsv_failed;         // the last rows metrics.tsv lacks (a write failed; they stay in
                                 // memory and go in with the next write that works)
     int64_t intr_honored;       // interrupts a command acted on (the transcript comments out only those lines)
-    int fwd_kind;               // the activations in memory: 0 none (or stale), 1 training step, 2 eval
+    int fwd_kind;               // the activations in memory: 0 none (or stale), 1 training step, 2 eval,
+                                // 3 a text (:probe NAME text=...)
     int fwd_undone;             // a restore (:bench) dropped the activations of steps it undid
     int fwd_moved;              // a :device move left the last forward's activations behind
     int fwd_cut;                // a refused step or eval (kernels/guard.h) left a partial forward's

@@ -10,6 +10,7 @@
 #include <math.h>
 #include <string.h>
 #include "../kernels/cpu/kda.h"
+#include "../kernels/guard.h"
 
 typedef enum { SRC_ACT, SRC_ITER, SRC_PARAM } Src;
 
@@ -300,6 +301,11 @@ void probe_source(const Engine *e, const ProbeInfo *pi, char *desc, size_t ndesc
                  e->fwd_pad == 1 ? "y" : "ies");
         snprintf(tag, ntag, "eval%lld", s);
     } else if (e->fwd_kind == 2) { snprintf(desc, ndesc, "eval forward at step %lld", s); snprintf(tag, ntag, "eval%lld", s); }
+    else if (e->fwd_kind == 3) {
+        snprintf(desc, ndesc, "forward of a text at step %lld: %d byte%s read, each predicting the next", s, e->model.acts.T,
+                 e->model.acts.T == 1 ? "" : "s");
+        snprintf(tag, ntag, "text%lld", s);
+    }
     else { snprintf(desc, ndesc, "last forward"); snprintf(tag, ntag, "fwd"); }
     // the arms that forward ran without: its activations are an ablation's (QA, session 35)
     uint16_t off = 0;
@@ -309,4 +315,36 @@ void probe_source(const Engine *e, const ProbeInfo *pi, char *desc, size_t ndesc
     arms_mask_names(off & ARMS_FORWARD_MASK, names, sizeof names);
     size_t l = strlen(desc);
     if (names[0] && l + 1 < ndesc) snprintf(desc + l, ndesc - l, "; arms off in it: %s", names);
+}
+
+int probe_forward_text(Engine *e, const unsigned char *text, int n, dm_err *err) {
+    if (!e->live) return dm_fail(err, "no model: :init builds one");
+    if (n < 2) return dm_fail(err, "text= needs at least 2 bytes: each byte read predicts the next");
+    int T = n - 1;
+    if (T > e->cfg.seq)
+        return dm_fail(err, "text= is %d bytes: at most seq+1 = %d (the forward reads a sequence of at most seq bytes)", n, e->cfg.seq + 1);
+    Model *m = &e->model;
+    if (model_reserve_try(m, 1, T, err)) return 1;
+    int *x = mallocCheck(sizeof(int) * T), *y = mallocCheck(sizeof(int) * T);
+    for (int t = 0; t < T; t++) { x[t] = text[t]; y[t] = text[t + 1]; }
+    Arms pre = m->arms;
+    DmGuard g;
+    dm_guard_open(&g);
+    if (setjmp(g.jb)) {  // a device workspace that could not grow: nothing but activations written
+        if (m->be->sync) m->be->sync();
+        m->arms = pre;  // (not counted)
+        e->fwd_kind = 0;
+        m->last_depth = 0;
+        e->fwd_cut = 1;
+        free(x); free(y);
+        return dm_fail(err, "the text's forward was not run: %s", g.msg);
+    }
+    model_forward(m, x, y, 1, T, m->cfg.L, FWD_ALL_DEPTHS);
+    dm_guard_close(&g);
+    e->fwd_kind = 3;
+    e->fwd_step = e->step;
+    e->fwd_undone = e->fwd_moved = e->fwd_cut = 0;
+    e->fwd_pad = 0;
+    free(x); free(y);
+    return 0;
 }

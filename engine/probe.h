@@ -34,3 +34,7 @@ void probe_stats(const double *v, size_t n, ProbeStats *s);
 // it is "forward of step 0" (tag "fwd0"), not step 1; an eval at step N is "eval forward at
 // step N" ("eval1"). Distinct tags keep the files of different states apart.
 void probe_source(const Engine *e, const ProbeInfo *pi, char *desc, size_t ndesc, char *tag, size_t ntag);
+// One forward of the text's n bytes (no update, no metric row): the bytes but the last, each
+// predicting the next (B = 1, T = n - 1 <= seq), every depth scored; its activations are what the
+// next :probe reads (Engine.fwd_kind 3), and the arms' forward counts take it as :gen's do.
+int probe_forward_text(Engine *e, const unsigned char *text, int n, dm_err *err);

@@ -15,6 +15,68 @@
 
 #include "../viz/plot.h"  // viz_hist_png (its PNG writer reports a build without PNG support itself)
 
+// Escapes in a typed text (:gen's prompt, :probe's text=): \n newline, \t tab, \\ a backslash,
+// \xHH any byte but 0. The bytes into buf (NUL-terminated), their count into *n.
+static int unescape_text(const char *cmd, const char *what, const char *s, char *buf, size_t cap, size_t *n, dm_err *err) {
+    size_t pn = 0;
+    for (const char *p = s; *p; p++) {
+        if (pn + 1 >= cap) return dm_fail(err, "%s: %s is longer than %zu bytes", cmd, what, cap - 1);
+        if (p[0] == '\\' && (p[1] == 'n' || p[1] == 't')) { buf[pn++] = p[1] == 'n' ? '\n' : '\t'; p++; continue; }
+        if (p[0] == '\\' && p[1] == '\\') { buf[pn++] = '\\'; p++; continue; }
+        if (p[0] == '\\' && p[1] == 'x') {
+            int v = 0, k = 0;
+            for (; k < 2 && isxdigit((unsigned char)p[2 + k]); k++) v = v * 16 + (isdigit((unsigned char)p[2 + k]) ? p[2 + k] - '0' : (tolower((unsigned char)p[2 + k]) - 'a' + 10));
+            if (k != 2 || v == 0) return dm_fail(err, "%s: bad escape '%.4s' in %s (\\xHH with two hex digits, not 00)", cmd, p, what);
+            buf[pn++] = (char)v;
+            p += 3;
+            continue;
+        }
+        buf[pn++] = *p;
+    }
+    buf[pn] = 0;
+    *n = pn;
+    return 0;
+}
+
+// One byte in quotes for a per-byte line: 'a', ' ', '\n', '\t', '\xHH' (no byte may break the line)
+static void byte_quoted(unsigned char c, char *buf, size_t n) {
+    if (c == '\n') snprintf(buf, n, "'\\n'");
+    else if (c == '\t') snprintf(buf, n, "'\\t'");
+    else if (c == '\\') snprintf(buf, n, "'\\\\'");
+    else if (c >= 32 && c < 127) snprintf(buf, n, "'%c'", c);
+    else snprintf(buf, n, "'\\x%02x'", c);
+}
+
+// A text forward's activation with a few values a byte (a gate, a loss, ctrl's three gates): one
+// line per byte read, with the byte it predicts, to line up against the text (QA, session 35: a
+// researcher probing the gates on a given text had summary statistics of an eval batch only).
+static void list_per_byte(Shell *sh, const ProbeInfo *pi, const double *v, const unsigned char *text, int T) {
+    // [1, T] or [1, T, C]: a value per byte read (kda.state is per head, moe.load per expert)
+    int C = pi->ndim == 3 ? pi->shape[2] : 1;
+    if (pi->ndim < 2 || pi->shape[0] != 1 || pi->shape[1] != T || !strncmp(pi->name, "kda.state", 9)) {
+        fprintf(sh->out, "(%s is not a value per byte read: statistics only)\n", pi->name);
+        return;
+    }
+    if (C > 4) {
+        fprintf(sh->out, "(per-byte values are listed for activations of at most 4 values a byte; %s has %d: statistics only)\n",
+                pi->name, C);
+        return;
+    }
+    static const char *const gates[3] = {"ctrl.attn", "ctrl.mem", "ctrl.ffn"};
+    int ctrl = C == 3 && !strncmp(pi->name, "ctrl@", 5);
+    fprintf(sh->out, "  %4s  %-6s %-6s", "pos", "byte", "next");
+    for (int c = 0; c < C; c++) fprintf(sh->out, " %12s", ctrl ? gates[c] : C == 1 ? "value" : "");
+    fputc('\n', sh->out);
+    for (int t = 0; t < T; t++) {
+        char b[8], nx[8];
+        byte_quoted(text[t], b, sizeof b);
+        byte_quoted(text[t + 1], nx, sizeof nx);
+        fprintf(sh->out, "  %4d  %-6s %-6s", t, b, nx);
+        for (int c = 0; c < C; c++) fprintf(sh->out, " %12.6g", v[(size_t)t * C + c]);
+        fputc('\n', sh->out);
+    }
+}
+
 int cmd_probe(Shell *sh, Words *w, dm_err *err) {
     Engine *e = sh->eng;
     if (w->argc == 1) {
@@ -34,11 +96,17 @@ int cmd_probe(Shell *sh, Words *w, dm_err *err) {
         probe_names_free(names);
         return 0;
     }
-    // NAME [hist [log=on|off] [bins=N]]: the options belong to the histogram
-    int hist = w->argc >= 3, logy = 0, bins = 60;
-    if (hist && (sh_eq(w, 2) || strcmp(w->argv[2], "hist")))
-        return dm_fail(err, "usage: :probe NAME [hist [log=on|off] [bins=N]]");
-    for (int i = 3; i < w->argc; i++) {
+    // NAME [text="..."] [hist [log=on|off] [bins=N]]: the options after hist belong to the histogram
+    int hist = 0, logy = 0, bins = 60, first = 2;
+    const char *text = NULL;
+    if (w->argc > 2 && sh_eq(w, 2) && sh_eq(w, 2) - w->argv[2] == 4 && !strncmp(w->argv[2], "text", 4)) {
+        text = sh_eq(w, 2) + 1;
+        first = 3;
+    }
+    if (w->argc > first && (sh_eq(w, first) || strcmp(w->argv[first], "hist")))
+        return dm_fail(err, "usage: :probe NAME [text=\"...\"] [hist [log=on|off] [bins=N]]");
+    hist = w->argc > first;
+    for (int i = first + 1; i < w->argc; i++) {
         const char *eq = sh_eq(w, i), *a = w->argv[i];
         if (eq && eq - a == 3 && !strncmp(a, "log", 3)) {
             if (strcmp(eq + 1, "on") && strcmp(eq + 1, "off")) return dm_fail(err, ":probe: log=%s: expected on or off", eq + 1);
@@ -53,6 +121,11 @@ int cmd_probe(Shell *sh, Words *w, dm_err *err) {
             return dm_fail(err, ":probe: unknown histogram option '%s' (options: log=on|off bins=N)", a);
         }
     }
+    // text=: one forward of those bytes first (its activations are then what :probe reads)
+    char tbuf[4096];
+    size_t tn = 0;
+    if (text && unescape_text(":probe", "text=", text, tbuf, sizeof tbuf, &tn, err)) return 1;
+    if (text && probe_forward_text(e, (const unsigned char *)tbuf, (int)tn, err)) return 1;
     double *v;
     ProbeInfo pi;
     if (probe_get(e, w->argv[1], &v, &pi, err)) return 1;
@@ -72,6 +145,7 @@ int cmd_probe(Shell *sh, Words *w, dm_err *err) {
     fprintf(sh->out, "%s %s n=%zu mean %.6g std %.6g rms %.6g min %.6g max %.6g absmax %.6g nonfinite %.4g%% (%s)\n",
             pi.name, shape, pi.n, st.mean, st.std, st.rms, st.min, st.max, st.absmax,
             pi.n ? 100.0 * st.nonfinite / pi.n : 0.0, from);
+    if (text && pi.activation) list_per_byte(sh, &pi, v, (const unsigned char *)tbuf, (int)tn - 1);
     int rc = 0;
     if (hist) {
         char path[1400], title[300], msg[300];
@@ -142,24 +216,10 @@ int cmd_gen(Shell *sh, Words *w, dm_err *err) {
     // no prompt: the start of a line (the byte a text's lines follow), fed and printed like a
     // typed one (:help gen says so: n forwards, the newline's and all but the last sample's)
     if (!prompt || !*prompt) prompt = "\n";
-    // escapes in the prompt, as a user types them: \n newline, \t tab, \\ a backslash, \xHH any byte but 0
+    // escapes in the prompt, as a user types them (unescape_text)
     char pbuf[4096];
     size_t pn = 0;
-    for (const char *p = prompt; *p; p++) {
-        if (pn + 1 >= sizeof pbuf) return dm_fail(err, ":gen: the prompt is longer than %zu bytes", sizeof pbuf - 1);
-        if (p[0] == '\\' && (p[1] == 'n' || p[1] == 't')) { pbuf[pn++] = p[1] == 'n' ? '\n' : '\t'; p++; continue; }
-        if (p[0] == '\\' && p[1] == '\\') { pbuf[pn++] = '\\'; p++; continue; }
-        if (p[0] == '\\' && p[1] == 'x') {
-            int v = 0, k = 0;
-            for (; k < 2 && isxdigit((unsigned char)p[2 + k]); k++) v = v * 16 + (isdigit((unsigned char)p[2 + k]) ? p[2 + k] - '0' : (tolower((unsigned char)p[2 + k]) - 'a' + 10));
-            if (k != 2 || v == 0) return dm_fail(err, ":gen: bad escape '%.4s' in the prompt (\\xHH with two hex digits, not 00)", p);
-            pbuf[pn++] = (char)v;
-            p += 3;
-            continue;
-        }
-        pbuf[pn++] = *p;
-    }
-    pbuf[pn] = 0;
+    if (unescape_text(":gen", "the prompt", prompt, pbuf, sizeof pbuf, &pn, err)) return 1;
     prompt = pbuf;
     Decoder d;
     if (decoder_init(&d, &e->model, err)) return 1;

@@ -291,12 +291,17 @@ char **dm_complete(const Command *table, const char *line, const char *word) {
                 for (int i = 0; probe_static[i]; i++) add(&l, word, probe_static[i]);
             }
         }
-        if (pos == 1) add(&l, word, "hist");
-        if (pos == 2 && argi > 2 && !strcmp(words[2], "hist"))   // the options not given yet
+        int text = argi > 2 && !strncmp(words[2], "text=", 5);  // (text= comes before hist)
+        if (pos == 1) {
+            add(&l, word, "hist");
+            if (!text) add(&l, word, "text=");
+        }
+        int h = argi > 2 && !strcmp(words[2], "hist") ? 2 : text && argi > 3 && !strcmp(words[3], "hist") ? 3 : 0;
+        if (h && pos == 2)   // the options not given yet
             for (int o = 0; o < 2; o++) {
                 const char *opt = o ? "bins=" : "log=";
                 int given = 0;
-                for (int i = 3; i < argi; i++) given |= !strncmp(words[i], opt, strlen(opt));
+                for (int i = h + 1; i < argi; i++) given |= !strncmp(words[i], opt, strlen(opt));
                 if (!given) add(&l, word, opt);
             }
     } else if (!strcmp(cmd, ":show") && pos == 0) {

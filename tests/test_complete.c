@@ -121,7 +121,9 @@ static void test_arguments(void **s) {
     expect(":plot bpb x=t", (const char *[]){"x=time", "x=tokens", NULL});
     expect(":p bpb o", (const char *[]){"out=", NULL});  // the :p shortcut is :plot
     expect(":probe kda.", (const char *[]){"kda.out@1", "kda.out@2", "kda.state@1", "kda.state@2", NULL});
-    expect(":probe h ", (const char *[]){"hist", NULL});
+    expect(":probe h ", (const char *[]){"hist", "text=", NULL});
+    expect(":probe h text=ab ", (const char *[]){"hist", NULL});
+    expect(":probe h text=ab hist ", (const char *[]){"bins=", "log=", NULL});
     expect(":probe h hist ", (const char *[]){"bins=", "log=", NULL});
     expect(":probe h hist log=", (const char *[]){"log=off", "log=on", NULL});
     expect(":probe h hist log=on ", (const char *[]){"bins=", NULL});

@@ -198,7 +198,7 @@ static void test_hist_labels(void **s) {
     assert_true(file_size("plots/hist-h_1-fwd0.png") > 0);
 #endif
     // the histogram's options: only after hist, each checked, before any PNG is written
-    expect_error(":step\n:probe h@1 log=on\n", "usage: :probe NAME [hist [log=on|off] [bins=N]]");
+    expect_error(":step\n:probe h@1 log=on\n", "usage: :probe NAME [text=\"...\"] [hist [log=on|off] [bins=N]]");
     expect_error(":step\n:probe h@1 hist log=maybe\n", ":probe: log=maybe: expected on or off");
     expect_error(":step\n:probe h@1 hist bins=0\n", ":probe: bins=0: expected a whole number 1..1000");
     expect_error(":step\n:probe h@1 hist bins=1e3\n", ":probe: bins=1e3: expected a whole number 1..1000");
@@ -342,6 +342,47 @@ static void test_plot_open_set(void **s) {
     assert_non_null(strstr(out, "note: the eval curves show the open corpus's eval set, one of 2 eval sets (1 eval)"));
 }
 
+// :probe NAME text="...": one forward of the given bytes, listed byte by byte (QA, session 35: the
+// gates "on a given text" took an eval= file and gave statistics of an eval batch). The text's
+// loss@L is the eval's of the same bytes (an eval= file of exactly one sequence): the same forward.
+static void test_probe_text(void **s) {
+    (void)s;
+    const char *line = "The quick brown fox jumps over the lazy dog, and the dog sleeps on in the sun.\n";
+    char text[66], p[400], script[800];
+    snprintf(text, sizeof text, "%.65s", line);  // seq=64: 64 bytes read, each predicting the next
+    snprintf(p, sizeof p, "%s/one.txt", dir);
+    FILE *f = fopen(p, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+    snprintf(script, sizeof script, ":data corpus.txt eval=one.txt\n:eval\n:probe loss@2 text=\"%s\"\n:probe ctrl@1\n", text);
+    expect_ok(script);
+    double bpb = 0, mean = 0;
+    const char *eb = strstr(out, " bpb "), *pm = strstr(out, "loss@2 [1, 64] n=64 mean ");
+    if (!eb || !pm) print_error("%s\n", out);
+    assert_non_null(eb);
+    assert_non_null(pm);
+    assert_int_equal(sscanf(eb, " bpb %lf", &bpb), 1);
+    assert_int_equal(sscanf(pm, "loss@2 [1, 64] n=64 mean %lf", &mean), 1);
+    if (fabs(mean / log(2.0) - bpb) > 1e-4) print_error("text loss %.6f nats = %.6f bpb, eval %.4f bpb\n", mean, mean / log(2.0), bpb);
+    assert_true(fabs(mean / log(2.0) - bpb) < 1e-4);
+    assert_non_null(strstr(out, "(forward of a text at step 0: 64 bytes read, each predicting the next)\n   pos  byte   next          value\n"
+                                "     0  'T'    'h'    "));
+    assert_non_null(strstr(out, "\n    63  ' '    'o'    "));
+    // a later probe reads the same forward (statistics only: no text given to line up)
+    assert_non_null(strstr(out, "ctrl@1 [1, 64, 3] n=192 "));
+    assert_null(strstr(out, "ctrl.attn"));
+    expect_ok(":probe ctrl@1 text=\"a\\nb\\x01\"\n:probe h@1 text=\"ab\"\n:probe kda.state@1 text=\"ab\"\n");
+    assert_non_null(strstr(out, "   pos  byte   next      ctrl.attn     ctrl.mem     ctrl.ffn\n     0  'a'    '\\n'   "));
+    assert_non_null(strstr(out, "\n     2  'b'    '\\x01' "));
+    assert_non_null(strstr(out, "(per-byte values are listed for activations of at most 4 values a byte; h@1 has 64: statistics only)\n"));
+    assert_non_null(strstr(out, "(kda.state@1 is not a value per byte read: statistics only)\n"));
+    expect_error(":probe h@1 text=\"a\"\n", "text= needs at least 2 bytes: each byte read predicts the next");
+    snprintf(script, sizeof script, ":probe h@1 text=\"%.66s\"\n", "0123456789012345678901234567890123456789012345678901234567890123456789");
+    expect_error(script, "text= is 66 bytes: at most seq+1 = 65");
+    expect_error(":probe h@1 text=\"\\x0g\"\n", ":probe: bad escape '\\x0g' in text= (");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gen_empty_values),
@@ -354,6 +395,7 @@ int main(void) {
         cmocka_unit_test(test_gen_byte_display),
         cmocka_unit_test(test_ablation_said),
         cmocka_unit_test(test_plot_open_set),
+        cmocka_unit_test(test_probe_text),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
