@@ -1,6 +1,9 @@
 // cmd_verify.c — :check (determinism, grad, parity), :stress, :bench: the built-in
 // verifications and measurements (SPEC §7, §8). Each leaves the live model as it found it,
 // except :stress, which trains it.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -118,25 +121,64 @@ static int check_parity(Shell *sh, Words *w, dm_err *err) {
 #ifndef DM_DOUBLE
 // Run the double engine's :check grad. Its messages go to a file: its error line becomes this
 // command's one error (it printed "-e #2: error: gradient check failed ...", and this command
-// then said it again in a second line); any other line it wrote is passed on to stderr.
-static int run_double_engine(const char *cmd, dm_err *err) {
+// then said it again in a second line); any other line it wrote is passed on to stderr. Its
+// table comes through a pipe to this shell's output. No /bin/sh between: `2>&N` with the file's
+// descriptor past 9 was a dash syntax error (QA, session 35: a parent that left descriptors open).
+// The child has its own process group: a Ctrl-C is this process's to act on (it ended the child's
+// check with the child's own "interrupted at step 0 ... the script stops here"): the child is
+// stopped and the check said interrupted.
+static int run_double_engine(char *const argv[], FILE *out, volatile sig_atomic_t *intr, dm_err *err) {
     // (an anonymous file: no TMPDIR to exist or quote, nothing left behind if this process dies)
-    int fd = memfd_create("dmsh-gradcheck-stderr", 0);
+    int fd = memfd_create("dmsh-gradcheck-stderr", MFD_CLOEXEC);
     if (fd < 0) {
         FILE *tf = tmpfile();
-        fd = tf ? dup(fileno(tf)) : -1;
+        fd = tf ? fcntl(fileno(tf), F_DUPFD_CLOEXEC, 0) : -1;
         if (tf) fclose(tf);
     }
     if (fd < 0) return dm_fail(err, ":check grad: no file for the double engine's messages: %s", strerror(errno));
-    char full[2200];
-    snprintf(full, sizeof full, "exec %s 2>&%d", cmd, fd);  // (exec: a signal that ends it is its own, not sh's "Killed")
-    int st = system(full);
+    int pfd[2];
+    if (pipe2(pfd, O_CLOEXEC) < 0) {
+        int e = errno;
+        close(fd);
+        return dm_fail(err, ":check grad: no pipe for the double engine's output: %s", strerror(e));
+    }
+    fflush(out);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        setpgid(0, 0);
+        if (dup2(pfd[1], 1) < 0 || dup2(fd, 2) < 0) _exit(127);
+        execv(argv[0], argv);
+        dprintf(2, "cannot run %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    close(pfd[1]);
+    if (pid < 0) {
+        int e = errno;
+        close(pfd[0]);
+        close(fd);
+        return dm_fail(err, ":check grad: could not start the double-precision engine: %s", strerror(e));
+    }
+    int stopped = 0, st = 0;
+    for (;;) {
+        if (!stopped && intr && *intr) { kill(pid, SIGTERM); stopped = 1; }
+        struct pollfd pf = {pfd[0], POLLIN, 0};
+        int r = poll(&pf, 1, 50);
+        if (r < 0 && errno != EINTR) break;
+        if (r <= 0) continue;
+        char buf[4096];
+        ssize_t n = read(pfd[0], buf, sizeof buf);
+        if (n == 0 || (n < 0 && errno != EINTR)) break;
+        if (n > 0 && !stopped) { fwrite(buf, 1, (size_t)n, out); fflush(out); }
+    }
+    close(pfd[0]);
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
     static char text[16384];
     off_t end = lseek(fd, 0, SEEK_END), from = end > (off_t)sizeof text - 1 ? end - (off_t)sizeof text + 1 : 0;
     ssize_t n = end > 0 ? pread(fd, text, (size_t)(end - from), from) : 0;
     text[n > 0 ? n : 0] = 0;
     close(fd);
-    if (st == -1) return dm_fail(err, ":check grad: could not start the double-precision engine: %s", strerror(errno));
+    if (stopped) return dm_fail(err, ":check grad: interrupted: the double-precision engine was stopped, nothing checked");
     size_t len = strlen(text);
     while (len && text[len - 1] == '\n') text[--len] = 0;
     char *last = strrchr(text, '\n');
@@ -197,7 +239,7 @@ int cmd_check(Shell *sh, Words *w, dm_err *err) {
 #ifndef DM_DOUBLE
         // Finite differences need double precision (float round-off alone is ~1e-7 of the loss);
         // the float binary hands the check to the double engine built beside it.
-        char exe[1024], dbl[1200], cmd[1600];
+        char exe[1024], dbl[1200];
         ssize_t ne = readlink("/proc/self/exe", exe, sizeof exe - 1);
         exe[ne > 0 ? ne : 0] = 0;
         char *slash = strrchr(exe, '/');
@@ -207,21 +249,26 @@ int cmd_check(Shell *sh, Words *w, dm_err *err) {
             return dm_fail(err, ":check grad runs on the double-precision engine, looked for as %s (../double/dmsh from this "
                                 "binary): build it with `make DM_REAL=double build/double/dmsh`, then run this again", dbl);
         // the live config's choices of computation, which the check takes (engine_check_grad)
-        size_t used = (size_t)snprintf(cmd, sizeof cmd, "%s --norc --no-tui -e ':set", dbl);
+        char set[600], chk[300];
+        size_t used = (size_t)snprintf(set, sizeof set, ":set");
         static const char *const takes[] = {"E", "L", "k", "loss", "lam_max", "g_min", "moe_aux", "engram_orders"};
         for (int i = 0; i < 8; i++) {
             char v[128];
             config_get(&E_->cfg, config_find_key(takes[i]), v, sizeof v);
-            used += snprintf(cmd + used, sizeof cmd - used, " %s=%s", takes[i], v);
+            used += snprintf(set + used, sizeof set - used, " %s=%s", takes[i], v);
         }
-        used += snprintf(cmd + used, sizeof cmd - used, "' -e ':check grad off=");
+        used = (size_t)snprintf(chk, sizeof chk, ":check grad off=");
         for (int a = 0; E_->live && a < ARM_COUNT; a++)  // the live model's off arms, and off= (checked above)
-            if (!E_->model.arms.on[a]) used += snprintf(cmd + used, sizeof cmd - used, "%s,", dm_arm_names[a]);
-        if (offs) used += snprintf(cmd + used, sizeof cmd - used, "%s", offs);
-        snprintf(cmd + used, sizeof cmd - used, "'");
+            if (!E_->model.arms.on[a]) used += snprintf(chk + used, sizeof chk - used, "%s,", dm_arm_names[a]);
+        if (offs) snprintf(chk + used, sizeof chk - used, "%s", offs);
         fprintf(OUT, "(running the double-precision engine: %s)\n", dbl);
         fflush(OUT);
-        return run_double_engine(cmd, err);
+        char *argv[] = {dbl, "--norc", "--no-tui", "-e", set, "-e", chk, NULL};
+        if (run_double_engine(argv, OUT, E_->interrupt, err)) {
+            if (E_->interrupt && *E_->interrupt) E_->intr_honored++;
+            return 1;
+        }
+        return 0;
 #else
         int ok, on[ARM_COUNT];
         for (int a = 0; a < ARM_COUNT; a++) on[a] = E_->live ? E_->model.arms.on[a] : 1;

@@ -421,38 +421,6 @@ static void test_reports_of_their_own(void **s) {
     assert_true(eol && !memmem(line, (size_t)(eol - line), " eta ", 5));  // (no time left to a run that stopped)
 }
 
-// :check grad in the float binary runs the double one beside it (../double/dmsh): the child's
-// error is this command's one error line (it printed "-e #2: error: ..." and then this command
-// said the same again), its other messages pass through once, and a child that dies is named.
-// The double engine here is a stand-in script that fails as the real one does.
-static void test_check_grad_child_error_once(void **s) {
-    (void)s;
-    if (strcmp(REAL_NAME, "float")) return;  // (the double binary checks in-process)
-    assert_int_equal(sh_in_dir("mkdir -p fake/float fake/double && cp %s fake/float/dmsh", dmsh), 0);
-    write_file("fake/double/dmsh", "#!/bin/sh\necho '  head  analytic 1 numeric 2 rel 1 FAIL'\n"
-                                   "echo 'dmsh: note: a note of its own' >&2\n"
-                                   "echo '-e #2: error: gradient check failed (see the table above)' >&2\nexit 1\n");
-    assert_int_equal(sh_in_dir("chmod +x fake/double/dmsh%s", ""), 0);
-    char real[sizeof dmsh];
-    snprintf(real, sizeof real, "%s", dmsh);
-    snprintf(dmsh, sizeof dmsh, "%s/fake/float/dmsh", dir);
-    assert_int_not_equal(run(":check grad\n", out, sizeof out, err_, sizeof err_), 0);
-    if (strcmp(err_, "dmsh: note: a note of its own\ns.dm:1: error: gradient check failed (see the table above)\n"))
-        print_error("%s", err_);
-    assert_string_equal(err_, "dmsh: note: a note of its own\ns.dm:1: error: gradient check failed (see the table above)\n");
-    assert_non_null(strstr(out, "head  analytic 1 numeric 2 rel 1 FAIL"));
-    // no temp file by name: a TMPDIR that does not exist (or holds a quote) changes nothing
-    assert_int_equal(sh_in_dir("TMPDIR=\"/nonexistent/a'b\" fake/float/dmsh --norc -b s.dm > out.txt 2> err.txt; test $? = 1%s", ""), 0);
-    slurp_to("err.txt", err_, sizeof err_);
-    assert_string_equal(err_, "dmsh: note: a note of its own\ns.dm:1: error: gradient check failed (see the table above)\n");
-    write_file("fake/double/dmsh", "#!/bin/sh\nkill -9 $$\n");
-    expect_error(":check grad\n", "s.dm:1: error: :check grad: the double-precision engine ");
-    write_file("fake/double/dmsh", "#!/bin/sh\necho 'dmsh: a note' >&2\n");  // success: its lines pass through
-    assert_int_equal(run(":check grad\n", out, sizeof out, err_, sizeof err_), 0);
-    assert_string_equal(err_, "dmsh: a note\n");
-    snprintf(dmsh, sizeof dmsh, "%s", real);
-}
-
 // :train N stop_after=K (what a transcript records for a :train cut short) is the first K steps
 // of :train N: the horizon N chose, so the steps after it are the uninterrupted run's
 static void test_train_stop_after(void **s) {
@@ -783,7 +751,6 @@ int main(void) {
         cmocka_unit_test(test_omp_wait_policy),
         cmocka_unit_test(test_init_rebuilds_another_shape),
         cmocka_unit_test(test_reports_of_their_own),
-        cmocka_unit_test(test_check_grad_child_error_once),
         cmocka_unit_test(test_train_stop_after),
         cmocka_unit_test(test_eta_counts_evals),
         cmocka_unit_test(test_blas_threads_change_nothing),

@@ -1,0 +1,96 @@
+// test_cli_check.c — dmsh as a process, on how the float binary's :check grad runs the double
+// engine beside it (../double/dmsh): its error once, its other lines passed on, a child that dies
+// named; no shell between (descriptors past 9 in the parent); a Ctrl-C stops the child and the
+// check says so. The double engine here is a stand-in script.
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cli_harness.h"
+
+// the float binary copied beside a stand-in double engine (fake/float/dmsh, fake/double/dmsh):
+// dmsh then names the copy; back with restore_dmsh
+static char real_dmsh[sizeof dmsh];
+static void fake_double(const char *script) {
+    (void)SMALL;
+    if (!real_dmsh[0]) snprintf(real_dmsh, sizeof real_dmsh, "%s", dmsh);
+    assert_int_equal(sh_in_dir("mkdir -p fake/float fake/double && cp %s fake/float/dmsh", real_dmsh), 0);
+    write_file("fake/double/dmsh", script);
+    assert_int_equal(sh_in_dir("chmod +x fake/double/dmsh%s", ""), 0);
+    snprintf(dmsh, sizeof dmsh, "%s/fake/float/dmsh", dir);
+}
+static void restore_dmsh(void) { snprintf(dmsh, sizeof dmsh, "%s", real_dmsh); }
+
+// :check grad in the float binary runs the double one beside it (../double/dmsh): the child's
+// error is this command's one error line (it printed "-e #2: error: ..." and then this command
+// said the same again), its other messages pass through once, and a child that dies is named.
+// The double engine here is a stand-in script that fails as the real one does.
+static void test_check_grad_child_error_once(void **s) {
+    (void)s;
+    if (strcmp(REAL_NAME, "float")) return;  // (the double binary checks in-process)
+    fake_double("#!/bin/sh\necho '  head  analytic 1 numeric 2 rel 1 FAIL'\n"
+                "echo 'dmsh: note: a note of its own' >&2\n"
+                "echo '-e #2: error: gradient check failed (see the table above)' >&2\nexit 1\n");
+    assert_int_not_equal(run(":check grad\n", out, sizeof out, err_, sizeof err_), 0);
+    if (strcmp(err_, "dmsh: note: a note of its own\ns.dm:1: error: gradient check failed (see the table above)\n"))
+        print_error("%s", err_);
+    assert_string_equal(err_, "dmsh: note: a note of its own\ns.dm:1: error: gradient check failed (see the table above)\n");
+    assert_non_null(strstr(out, "head  analytic 1 numeric 2 rel 1 FAIL"));
+    // no temp file by name: a TMPDIR that does not exist (or holds a quote) changes nothing
+    assert_int_equal(sh_in_dir("TMPDIR=\"/nonexistent/a'b\" fake/float/dmsh --norc -b s.dm > out.txt 2> err.txt; test $? = 1%s", ""), 0);
+    slurp_to("err.txt", err_, sizeof err_);
+    assert_string_equal(err_, "dmsh: note: a note of its own\ns.dm:1: error: gradient check failed (see the table above)\n");
+    write_file("fake/double/dmsh", "#!/bin/sh\nkill -9 $$\n");
+    expect_error(":check grad\n", "s.dm:1: error: :check grad: the double-precision engine ");
+    write_file("fake/double/dmsh", "#!/bin/sh\necho 'dmsh: a note' >&2\n");  // success: its lines pass through
+    assert_int_equal(run(":check grad\n", out, sizeof out, err_, sizeof err_), 0);
+    assert_string_equal(err_, "dmsh: a note\n");
+    restore_dmsh();
+}
+
+// `2>&N` through /bin/sh: with the messages' file at descriptor 10 or more (a parent that left
+// descriptors open) dash refused the line, "Bad fd number" (QA, session 35). No shell now: the
+// child gets its words as they are (a value with a blank or a quote needs no quoting).
+static void test_check_grad_no_shell(void **s) {
+    (void)s;
+    if (strcmp(REAL_NAME, "float")) return;
+    fake_double("#!/bin/sh\nfor a in \"$@\"; do echo \"arg [$a]\"; done\n");
+    // (bash: dash itself takes no descriptor past 9 in a redirection)
+    assert_int_equal(sh_in_dir("bash -c 'exec 3</dev/null 4</dev/null 5</dev/null 6</dev/null 7</dev/null 8</dev/null 9</dev/null 10</dev/null "
+                               "11</dev/null; %s --norc -e \":check grad off=kda\" > out.txt 2> err.txt'", dmsh), 0);
+    slurp_to("out.txt", out, sizeof out);
+    slurp_to("err.txt", err_, sizeof err_);
+    if (!strstr(out, "arg [--norc]\narg [--no-tui]\narg [-e]\narg [:set E=")) print_error("%s\n%s\n", out, err_);
+    assert_non_null(strstr(out, "arg [--norc]\narg [--no-tui]\narg [-e]\narg [:set E="));
+    assert_non_null(strstr(out, "arg [-e]\narg [:check grad off=kda]\n"));
+    assert_null(strstr(err_, "Bad fd"));
+    restore_dmsh();
+}
+
+// A Ctrl-C while the double engine runs reached it too (one process group): the child's own
+// "interrupted at step 0 ... the script stops here" came out as this command's error, or a check
+// it had finished turned into one. The child is stopped, and the check says so.
+static void test_check_grad_interrupted(void **s) {
+    (void)s;
+    if (strcmp(REAL_NAME, "float")) return;
+    fake_double("#!/bin/sh\necho $$ > child.pid\ntrap 'echo got INT >> child.sig' INT\nsleep 30 & wait\nsleep 30\n");
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "(rm -f child.pid child.sig; %s --norc -e ':check grad' > out.txt 2> err.txt & p=$!; "
+             "for i in $(seq 200); do test -s child.pid && break; sleep 0.05; done; kill -INT $p; wait $p; echo $? > rc.txt)", dmsh);
+    assert_int_equal(sh_in_dir("%s", cmd), 0);
+    slurp_to("err.txt", err_, sizeof err_);
+    if (!strstr(err_, "error: :check grad: interrupted: the double-precision engine was stopped, nothing checked")) print_error("%s\n", err_);
+    assert_non_null(strstr(err_, "error: :check grad: interrupted: the double-precision engine was stopped, nothing checked"));
+    // the child's process group was not the terminal's: the SIGINT was this process's alone, and
+    // the child is gone (stopped with SIGTERM)
+    assert_int_equal(sh_in_dir("test ! -e child.sig && ! kill -0 $(cat child.pid) 2>/dev/null%s", ""), 0);
+    restore_dmsh();
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_check_grad_child_error_once),
+        cmocka_unit_test(test_check_grad_no_shell),
+        cmocka_unit_test(test_check_grad_interrupted),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
