@@ -451,7 +451,7 @@ int cmd_bench(Shell *sh, Words *w, dm_err *err) {
             else fprintf(OUT, ", MFU n/a (the bf16 peak could not be measured: no free device memory)");
         } else {  // the CPU: the backend's own product on 1024^3 now, as make bench (SPEC §8's MFU)
             double g = gemm_rate_1024(be);
-            if (g > 0) fprintf(OUT, ", MFU %.1f%% of the %.1f GFLOP/s a 1024^3 product reached just now", 100 * flops / g, g / 1e9);
+            if (g > 0) fprintf(OUT, ", MFU %.1f%% of the %.3g GFLOP/s a 1024^3 product reached just now", 100 * flops / g, g / 1e9);
         }
         fprintf(OUT, "; %s memory %.1f MB now, %.1f MB peak\n", dev ? "device" : "backend", cur / 1e6, peak / 1e6);
     }

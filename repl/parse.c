@@ -330,7 +330,9 @@ int sh_exec_line(Shell *sh, const char *line, dm_err *err) {
         int as_comment = cut || !strcmp(c->name, ":quit") || !strcmp(c->name, ":session") || (save_to && e && session_own_ckpt(e, save_to));
         if (e && !is_run) {
             char *t = transcript_text(cmds[i].text, cmds[i].textlen, as_comment);
-            char *again = cut && !rc ? steps_taken_line(c, &cmds[i], (long long)e->step - step0) : NULL;
+            // (a cut that ends in an error keeps its steps too: :check determinism cut in its
+            // second pass says "nothing checked" and keeps them)
+            char *again = cut ? steps_taken_line(c, &cmds[i], (long long)e->step - step0) : NULL;
             if (again) {  // its steps stay: the line that takes exactly them, after it as a comment
                 char *c2 = transcript_text(cmds[i].text, cmds[i].textlen, 0);
                 size_t nl = strlen(c2) + 400;
@@ -353,7 +355,8 @@ int sh_exec_line(Shell *sh, const char *line, dm_err *err) {
                 // checkpoints) and that no line of a replay runs (QA, session 33): said here
                 int counted = memcmp(arms0.fwd, e->model.arms.fwd, sizeof arms0.fwd) != 0 && e->step == step0;
                 char note[400];
-                snprintf(note, sizeof note, INTERRUPTED " (at step %lld; a stepping command stops at a step boundary%s):", (long long)e->step,
+                snprintf(note, sizeof note, INTERRUPTED " (at step %lld; %s%s):", (long long)e->step,
+                         e->step != step0 ? "a stepping command stops at a step boundary" : "it took no step",
                          counted ? "; the forwards it ran stay in the arms' counts, which a replay of these lines does not add" : "");
                 session_transcript(e, note);
                 session_transcript(e, t);
@@ -400,7 +403,13 @@ int sh_exec_line(Shell *sh, const char *line, dm_err *err) {
                 // line went without a word (QA, session 33)
                 if (i + 1 < nc) {
                     const char *from = cmds[i + 1].text, *to = cmds[nc - 1].text + cmds[nc - 1].textlen;
-                    fprintf(sh->out, "note: interrupted: the rest of the line did not run: %.*s\n", (int)(to - from), from);
+                    size_t l = strlen(err->msg);
+                    // after the cut command's own error, on its line (a note here came out
+                    // before that error, which the caller prints: QA, session 35)
+                    if (rc && l + 1 < sizeof err->msg)
+                        snprintf(err->msg + l, sizeof err->msg - l, "; the rest of the line did not run: %.*s", (int)(to - from), from);
+                    else if (!rc)
+                        fprintf(sh->out, "note: interrupted: the rest of the line did not run: %.*s\n", (int)(to - from), from);
                 }
             }
             break;  // Ctrl-C abandons the rest of the line too

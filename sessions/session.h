@@ -133,8 +133,9 @@ int session_same_dir(const char *a, const char *b);
 // A :step, :train or :stress cut short (name resolved; its words after the name, or the line as
 // typed): the command that takes the k steps (k >= 1) it took from the step it started at:
 // `:step k`, the :train with stop_after=k (the same N: its horizon, evals and checkpoints), the
-// :stress with steps=k (its lr is constant). NULL for any other command, k < 1, or a word that is
-// not plain (letters, digits, '_', '=', '.', '+', '-'); malloc'd.
+// :stress with steps=k (its lr is constant), `:step k` for :check determinism (cut in its second
+// pass, it keeps those steps). NULL for any other command, k < 1, or a word that is not plain
+// (letters, digits, '_', '=', '.', '+', '-'); malloc'd.
 // sessions/transcript_cut.c.
 char *session_steps_line(const char *name, int nw, const char *const *words, long long k);
 char *transcript_cut_line(const char *name, const char *typed, long long k);

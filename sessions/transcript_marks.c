@@ -180,7 +180,8 @@ static void plain_line(char *buf, size_t n, const char *base, long long step) {
         // lines can rebuild the state, and nothing here can tell: QA, session 32)
         snprintf(buf, n, "# unplaced checkpoint ckpt/%s at step %lld: the lines above %s rebuild it (%s)", base, step,
                  unplaced == 2 ? "do not" : "may not",
-                 unplaced == 2 ? "lines that ran could not be written to this file" : "-r resumed a state they may not rebuild");
+                 unplaced == 2 ? "lines that ran could not be written to this file"
+                               : "steps a cut or failed command took that no line retakes, or a -r from a state the lines may not rebuild");
     else
         snprintf(buf, n, "# checkpoint ckpt/%s at step %lld: the state the lines above rebuild", base, step);
 }

@@ -261,7 +261,7 @@ static void test_killed_after_load_init_or_settings(void **s) {
     assert_null(strstr(out, "not in it"));
     // any number of :set lines: the last value of each key counts (the first 64 lines were kept,
     // and a clean exit after 70 was said to have lost lr)
-    assert_int_equal(sh_in_dir("(for i in $(seq 70); do echo \":set lr=0.00$((i % 9 + 1))\"; done; echo ':set lr=0.0005') | "
+    assert_int_equal(sh_in_dir("(for i in $(seq 70); do echo \":set lr=0.00$((i %% 9 + 1))\"; done; echo ':set lr=0.0005') | "
                                "%s --norc -r runs/ak > out.txt 2> err.txt", dmsh), 0);
     assert_int_equal(sh_in_dir("%s --norc -r runs/ak -e ':show config' > out.txt 2> err.txt", dmsh), 0);
     slurp_to("out.txt", out, sizeof out);

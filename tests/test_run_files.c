@@ -435,8 +435,28 @@ static void test_old_ckpt_eval_changed(void **s) {
     assert_int_equal(system(cmd), 0);
 }
 
+// The lines that retake a cut command's steps (QA, session 35): :check determinism cut in its
+// second pass keeps its steps (as :step k), and a word with capitals (lr_mult=2E0) is a plain word.
+static void test_steps_line(void **s) {
+    (void)s;
+    const char *det[] = {"determinism", "steps=300"}, *stress[] = {"lr_mult=2E0", "steps=3000"}, *grad[] = {"grad"};
+    char *t = session_steps_line(":check", 2, det, 36);
+    assert_non_null(t);
+    assert_string_equal(t, ":step 36");
+    free(t);
+    assert_null(session_steps_line(":check", 2, det, 0));  // (a first-pass cut: back where it started)
+    assert_null(session_steps_line(":check", 1, grad, 3));
+    t = session_steps_line(":stress", 2, stress, 789);
+    assert_non_null(t);
+    assert_string_equal(t, ":stress lr_mult=2E0 steps=789");
+    free(t);
+    const char *quoted[] = {"lr_mult=\"2\"", "steps=3000"};
+    assert_null(session_steps_line(":stress", 2, quoted, 789));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_steps_line),
         cmocka_unit_test(test_tsv_failure_is_loud),
         cmocka_unit_test(test_transcript_mark),
         cmocka_unit_test(test_emulated_rows_are_marked),
