@@ -197,7 +197,7 @@ static void show_params(Shell *sh) {
         int g = t->group == GROUP_MUON && (m->cfg.opt_adamw || t->n_mats == 0) ? GROUP_ADAMW : (int)t->group;
         // an arm that is off: the optimizer skips the tensor (its gate row alone for ctrl.w/ctrl.b)
         int a = param_arm(i);
-        char frozen[64] = "";
+        char frozen[96] = "";
         if (a >= 0 && !m->arms.on[a]) snprintf(frozen, sizeof frozen, " (frozen: %s off)", dm_arm_names[a]);
         if (i == P_CTRL_W || i == P_CTRL_B) {  // row j = arm j's gate (0 kda, 1 engram, 2 moe)
             char rows[16] = "", arms[32] = "";
