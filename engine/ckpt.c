@@ -386,6 +386,11 @@ fail:;
 }
 
 int ckpt_place_tmp(const char *tmp, const char *path, dm_err *err) {
+    // a link of path already (place_new's link() without its unlink(): rename would do nothing,
+    // and the temp name would be "put in place" at every -r)
+    struct stat ts, ps;
+    if (!stat(tmp, &ts) && !stat(path, &ps) && ts.st_dev == ps.st_dev && ts.st_ino == ps.st_ino)
+        return unlink(tmp) == 0 ? 2 : dm_fail(err, "%s: remove: %s", tmp, strerror(errno));
     CkptFile f;
     if (ckpt_read(tmp, &f, err)) return 1;  // (every length and CRC, and the trailer)
     ckpt_close(&f);

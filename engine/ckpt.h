@@ -33,7 +33,8 @@ int ckpt_write_mode(const char *path, const CkptSection *sec, int nsec, int mode
 void ckpt_tmp_path(const char *path, char *buf, size_t n);
 // A temp file a crash left after its write was complete (killed in its fsync or before its
 // rename): verified whole (as ckpt_read), synced and renamed to path, the directory synced: the
-// save the crash cut short, finished. 1 (err says why, nothing moved) when it is not complete.
+// save the crash cut short, finished. 1 (err says why, nothing moved) when it is not complete; 2
+// when it was a second link of path already (the save's link made, its unlink not): removed.
 int ckpt_place_tmp(const char *tmp, const char *path, dm_err *err);
 // Test hook: write everything, fsync the temp file, and stop before the rename (a crash there).
 int ckpt_write_no_rename(const char *path, const CkptSection *sec, int nsec, dm_err *err);

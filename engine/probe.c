@@ -125,28 +125,12 @@ static int arm_was_off(const Engine *e, const char *name, int a, dm_err *err) {
     return dm_fail(err, "'%s' %s in the last forward: the %s arm is off (:arm %s on, then :step or :eval)", name, what, arm, arm);
 }
 
-int probe_get(Engine *e, const char *name, double **vals, ProbeInfo *info, dm_err *err) {
-    if (!e->live) return dm_fail(err, "no model: :init builds one");
-    Model *m = &e->model;
+// An activation's name: global (index into global_acts) or per iteration (which, with it its
+// 1-based iteration), checked before any forward is needed: an unknown name is unknown whether or
+// not a forward has run, and a bad iteration suffix is reported as such
+static int act_name(const Engine *e, const char *name, int *global_, int *which_, int *it_, dm_err *err) {
+    const Model *m = &e->model;
     const Config *c = &m->cfg;
-    memset(info, 0, sizeof *info);
-    snprintf(info->name, sizeof info->name, "%s", name);
-    int pi = model_find_param(m, name);
-    if (pi >= 0) {
-        ParamTensor *t = &m->t[pi];
-        set_shape(info, t->ndim, t->shape[0], t->shape[1], t->shape[2]);
-        if (pi == P_TABLES && m->tab) {  // engram_ram: host memory
-            double *v = mallocCheck(sizeof(double) * (t->numel ? t->numel : 1));
-            for (size_t i = 0; i < t->numel; i++) v[i] = m->tab[i];
-            *vals = v;
-        } else {
-            *vals = copy_real(m->be, m->params + t->offset, t->numel);
-        }
-        return 0;
-    }
-    info->activation = 1;
-    // the name first, the forward second: an unknown name is unknown whether or not a forward
-    // has run, and a bad iteration suffix is reported as such (not as a missing forward)
     int global = -1, which = -1;
     for (int i = 0; i < NG; i++)
         if (!strcmp(name, global_acts[i])) global = i;
@@ -173,6 +157,40 @@ int probe_get(Engine *e, const char *name, double **vals, ProbeInfo *info, dm_er
     // L=2 model was told to :step, then refused for the range)
     if (which >= 0 && it > c->L)
         return dm_fail(err, "'%s': iteration %s out of range 1..%d (the model has L=%d)", name, at + 1, c->L, c->L);
+    *global_ = global; *which_ = which; *it_ = it;
+    return 0;
+}
+
+int probe_check_text_name(const Engine *e, const char *name, dm_err *err) {
+    if (!e->live) return dm_fail(err, "no model: :init builds one");
+    if (model_find_param(&e->model, name) >= 0)
+        return dm_fail(err, "'%s' is a parameter: text= runs a forward, whose activations a probe reads (:probe %s alone for its values)", name, name);
+    int g, w, it;
+    return act_name(e, name, &g, &w, &it, err);
+}
+
+int probe_get(Engine *e, const char *name, double **vals, ProbeInfo *info, dm_err *err) {
+    if (!e->live) return dm_fail(err, "no model: :init builds one");
+    Model *m = &e->model;
+    const Config *c = &m->cfg;
+    memset(info, 0, sizeof *info);
+    snprintf(info->name, sizeof info->name, "%s", name);
+    int pi = model_find_param(m, name);
+    if (pi >= 0) {
+        ParamTensor *t = &m->t[pi];
+        set_shape(info, t->ndim, t->shape[0], t->shape[1], t->shape[2]);
+        if (pi == P_TABLES && m->tab) {  // engram_ram: host memory
+            double *v = mallocCheck(sizeof(double) * (t->numel ? t->numel : 1));
+            for (size_t i = 0; i < t->numel; i++) v[i] = m->tab[i];
+            *vals = v;
+        } else {
+            *vals = copy_real(m->be, m->params + t->offset, t->numel);
+        }
+        return 0;
+    }
+    info->activation = 1;
+    int global, which, it;
+    if (act_name(e, name, &global, &which, &it, err)) return 1;
     if (!have_forward(e)) {
         if (e->fwd_moved)  // activations are not copied by a :device move (the weights are)
             return dm_fail(err, "the last forward's activations did not move with the model (:device): :step or :eval first for '%s'", name);
@@ -180,7 +198,7 @@ int probe_get(Engine *e, const char *name, double **vals, ProbeInfo *info, dm_er
             return dm_fail(err, "the last forward was cut short (a step or eval refused for device memory): its activations are partial: :step or :eval first for '%s'", name);
         if (e->fwd_undone)  // a :bench (or another restore) undid the steps they came from
             return dm_fail(err, "the activations in memory belong to steps that were undone (:bench restores the state): :step or :eval first for '%s'", name);
-        return dm_fail(err, "no forward yet for activation '%s': :step or :eval first (parameters are probeable now)", name);
+        return dm_fail(err, "no forward yet for activation '%s': :step or :eval first, or :probe %s text=\"...\" (parameters are probeable now)", name, name);
     }
     Acts *a = &m->acts;
     int B = a->B, T = a->T, N = B * T, d = c->d, H = c->H, dh = d / H, E = c->E;
@@ -194,7 +212,7 @@ int probe_get(Engine *e, const char *name, double **vals, ProbeInfo *info, dm_er
         return 0;
     }
     if (it > m->last_depth)
-        return dm_fail(err, "'%s': iteration %s out of range 1..%d (the last forward ran %d)", name, at + 1, m->last_depth, m->last_depth);
+        return dm_fail(err, "'%s': iteration %s out of range 1..%d (the last forward ran %d)", name, strrchr(name, '@') + 1, m->last_depth, m->last_depth);
     IterActs *t = &a->it[it - 1];
     const char *nm = iter_acts[which];
     // the switches the last forward ran with, not today's: an arm switched back on since has no
@@ -302,8 +320,8 @@ void probe_source(const Engine *e, const ProbeInfo *pi, char *desc, size_t ndesc
         snprintf(tag, ntag, "eval%lld", s);
     } else if (e->fwd_kind == 2) { snprintf(desc, ndesc, "eval forward at step %lld", s); snprintf(tag, ntag, "eval%lld", s); }
     else if (e->fwd_kind == 3) {
-        snprintf(desc, ndesc, "forward of a text at step %lld: %d byte%s read, each predicting the next", s, e->model.acts.T,
-                 e->model.acts.T == 1 ? "" : "s");
+        snprintf(desc, ndesc, "forward of a text at step %lld: %d byte%s read, %s the next", s, e->model.acts.T,
+                 e->model.acts.T == 1 ? "" : "s", e->model.acts.T == 1 ? "predicting" : "each predicting");
         snprintf(tag, ntag, "text%lld", s);
     }
     else { snprintf(desc, ndesc, "last forward"); snprintf(tag, ntag, "fwd"); }

@@ -38,3 +38,6 @@ void probe_source(const Engine *e, const ProbeInfo *pi, char *desc, size_t ndesc
 // predicting the next (B = 1, T = n - 1 <= seq), every depth scored; its activations are what the
 // next :probe reads (Engine.fwd_kind 3), and the arms' forward counts take it as :gen's do.
 int probe_forward_text(Engine *e, const unsigned char *text, int n, dm_err *err);
+// A name text= can probe: an activation (checked as probe_get does, before any forward), not a
+// parameter; 1 (err set) otherwise. :probe checks it before the text's forward.
+int probe_check_text_name(const Engine *e, const char *name, dm_err *err);

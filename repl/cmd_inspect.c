@@ -65,7 +65,11 @@ static void list_per_byte(Shell *sh, const ProbeInfo *pi, const double *v, const
     static const char *const gates[3] = {"ctrl.attn", "ctrl.mem", "ctrl.ffn"};
     int ctrl = C == 3 && !strncmp(pi->name, "ctrl@", 5);
     fprintf(sh->out, "  %4s  %-6s %-6s", "pos", "byte", "next");
-    for (int c = 0; c < C; c++) fprintf(sh->out, " %12s", ctrl ? gates[c] : C == 1 ? "value" : "");
+    for (int c = 0; c < C; c++) {
+        char col[16];
+        snprintf(col, sizeof col, "[%d]", c);
+        fprintf(sh->out, " %12s", ctrl ? gates[c] : C == 1 ? "value" : col);
+    }
     fputc('\n', sh->out);
     for (int t = 0; t < T; t++) {
         char b[8], nx[8];
@@ -125,7 +129,9 @@ int cmd_probe(Shell *sh, Words *w, dm_err *err) {
     char tbuf[4096];
     size_t tn = 0;
     if (text && unescape_text(":probe", "text=", text, tbuf, sizeof tbuf, &tn, err)) return 1;
-    if (text && probe_forward_text(e, (const unsigned char *)tbuf, (int)tn, err)) return 1;
+    // (the name first: a misspelt one ran the forward, and its counts, before it was refused)
+    if (text && (probe_check_text_name(e, w->argv[1], err) || probe_forward_text(e, (const unsigned char *)tbuf, (int)tn, err)))
+        return 1;
     double *v;
     ProbeInfo pi;
     if (probe_get(e, w->argv[1], &v, &pi, err)) return 1;

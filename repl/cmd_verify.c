@@ -146,22 +146,25 @@ static int run_double_engine(char *const argv[], FILE *out, volatile sig_atomic_
     fflush(stderr);
     pid_t pid = fork();
     if (pid == 0) {
-        setpgid(0, 0);
+        setpgid(0, 0);  // (in both: a Ctrl-C between the fork and either call reaches neither group)
         if (dup2(pfd[1], 1) < 0 || dup2(fd, 2) < 0) _exit(127);
         execv(argv[0], argv);
         dprintf(2, "cannot run %s: %s\n", argv[0], strerror(errno));
         _exit(127);
     }
     close(pfd[1]);
+    if (pid > 0) setpgid(pid, pid);
     if (pid < 0) {
         int e = errno;
         close(pfd[0]);
         close(fd);
         return dm_fail(err, ":check grad: could not start the double-precision engine: %s", strerror(e));
     }
-    int stopped = 0, st = 0;
+    // its whole group is stopped (anything it started holds the pipe too), SIGKILL after 2 s
+    int stopped = 0, st = 0, polls = 0;
     for (;;) {
-        if (!stopped && intr && *intr) { kill(pid, SIGTERM); stopped = 1; }
+        if (!stopped && intr && *intr) { kill(-pid, SIGTERM); stopped = 1; }
+        if (stopped && ++polls == 40) kill(-pid, SIGKILL);
         struct pollfd pf = {pfd[0], POLLIN, 0};
         int r = poll(&pf, 1, 50);
         if (r < 0 && errno != EINTR) break;
@@ -169,7 +172,7 @@ static int run_double_engine(char *const argv[], FILE *out, volatile sig_atomic_
         char buf[4096];
         ssize_t n = read(pfd[0], buf, sizeof buf);
         if (n == 0 || (n < 0 && errno != EINTR)) break;
-        if (n > 0 && !stopped) { fwrite(buf, 1, (size_t)n, out); fflush(out); }
+        if (n > 0) { fwrite(buf, 1, (size_t)n, out); fflush(out); }
     }
     close(pfd[0]);
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
@@ -178,7 +181,9 @@ static int run_double_engine(char *const argv[], FILE *out, volatile sig_atomic_
     ssize_t n = end > 0 ? pread(fd, text, (size_t)(end - from), from) : 0;
     text[n > 0 ? n : 0] = 0;
     close(fd);
-    if (stopped) return dm_fail(err, ":check grad: interrupted: the double-precision engine was stopped, nothing checked");
+    // (one that had finished when the stop came is reported as it ended)
+    if (stopped && !(WIFEXITED(st) && WEXITSTATUS(st) == 0))
+        return dm_fail(err, ":check grad: interrupted: the double-precision engine was stopped, nothing checked");
     size_t len = strlen(text);
     while (len && text[len - 1] == '\n') text[--len] = 0;
     char *last = strrchr(text, '\n');
@@ -249,7 +254,7 @@ int cmd_check(Shell *sh, Words *w, dm_err *err) {
             return dm_fail(err, ":check grad runs on the double-precision engine, looked for as %s (../double/dmsh from this "
                                 "binary): build it with `make DM_REAL=double build/double/dmsh`, then run this again", dbl);
         // the live config's choices of computation, which the check takes (engine_check_grad)
-        char set[600], chk[300];
+        char set[600], *chk = mallocCheck(strlen(offs ? offs : "") + 256);  // (off= as long as it was typed)
         size_t used = (size_t)snprintf(set, sizeof set, ":set");
         static const char *const takes[] = {"E", "L", "k", "loss", "lam_max", "g_min", "moe_aux", "engram_orders"};
         for (int i = 0; i < 8; i++) {
@@ -257,18 +262,18 @@ int cmd_check(Shell *sh, Words *w, dm_err *err) {
             config_get(&E_->cfg, config_find_key(takes[i]), v, sizeof v);
             used += snprintf(set + used, sizeof set - used, " %s=%s", takes[i], v);
         }
-        used = (size_t)snprintf(chk, sizeof chk, ":check grad off=");
+        size_t nchk = strlen(offs ? offs : "") + 256;
+        used = (size_t)snprintf(chk, nchk, ":check grad off=");
         for (int a = 0; E_->live && a < ARM_COUNT; a++)  // the live model's off arms, and off= (checked above)
-            if (!E_->model.arms.on[a]) used += snprintf(chk + used, sizeof chk - used, "%s,", dm_arm_names[a]);
-        if (offs) snprintf(chk + used, sizeof chk - used, "%s", offs);
+            if (!E_->model.arms.on[a]) used += snprintf(chk + used, nchk - used, "%s,", dm_arm_names[a]);
+        if (offs) snprintf(chk + used, nchk - used, "%s", offs);
         fprintf(OUT, "(running the double-precision engine: %s)\n", dbl);
         fflush(OUT);
         char *argv[] = {dbl, "--norc", "--no-tui", "-e", set, "-e", chk, NULL};
-        if (run_double_engine(argv, OUT, E_->interrupt, err)) {
-            if (E_->interrupt && *E_->interrupt) E_->intr_honored++;
-            return 1;
-        }
-        return 0;
+        int rc = run_double_engine(argv, OUT, E_->interrupt, err);
+        free(chk);
+        if (rc && E_->interrupt && *E_->interrupt) E_->intr_honored++;
+        return rc;
 #else
         int ok, on[ARM_COUNT];
         for (int a = 0; a < ARM_COUNT; a++) on[a] = E_->live ? E_->model.arms.on[a] : 1;
@@ -451,7 +456,7 @@ int cmd_bench(Shell *sh, Words *w, dm_err *err) {
             else fprintf(OUT, ", MFU n/a (the bf16 peak could not be measured: no free device memory)");
         } else {  // the CPU: the backend's own product on 1024^3 now, as make bench (SPEC §8's MFU)
             double g = gemm_rate_1024(be);
-            if (g > 0) fprintf(OUT, ", MFU %.1f%% of the %.3g GFLOP/s a 1024^3 product reached just now", 100 * flops / g, g / 1e9);
+            if (g > 0) fprintf(OUT, ", MFU %.1f%% of the %.4g GFLOP/s a 1024^3 product reached just now", 100 * flops / g, g / 1e9);
         }
         fprintf(OUT, "; %s memory %.1f MB now, %.1f MB peak\n", dev ? "device" : "backend", cur / 1e6, peak / 1e6);
     }

@@ -2,6 +2,7 @@
 // them: :save refuses to write there) or our own (a :save there is where -r resumes); and the
 // temp files a crash left in one. See session.h.
 #include <dirent.h>
+#include <sys/stat.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,7 +45,9 @@ int session_own_ckpt(const Engine *e, const char *path) {
 // rename, the slowest part of a big save) is put in place, as its save would have: it was removed
 // as "cut short", and a new session's only state with it (QA, session 35). The others are
 // removed (never renamed into place, never a checkpoint anyone resumes from). Either is said.
-void session_stale_tmps(const char *dir) {
+void session_stale_tmps(const char *dir, char *placed, size_t nplaced) {
+    placed[0] = 0;
+    struct timespec newest = {0, 0};
     char ck[1100];
     snprintf(ck, sizeof ck, "%s/ckpt", dir);
     DIR *d = opendir(ck);
@@ -62,10 +65,21 @@ void session_stale_tmps(const char *dir) {
         snprintf(p, sizeof p, "%s/%s", ck, de->d_name);
         snprintf(to, sizeof to, "%s/%.*s", ck, (int)(ck_at + 5 - de->d_name), de->d_name);  // NAME.ckpt
         dm_err why = {0};
-        if (!ckpt_place_tmp(p, to, &why))
+        struct stat st;
+        int pr = ckpt_place_tmp(p, to, &why);
+        if (pr == 2) {
+            fprintf(stderr, "dmsh: removed %s (a second name of %s, which its save had put in place)\n", p, to);
+        } else if (!pr) {
             fprintf(stderr, "dmsh: put %s in place as %s (its write was complete; a crash came before its rename)\n", p, to);
-        else if (!unlink(p))
+            // (the one written last, if several: the state the run had reached)
+            if (!stat(to, &st) && (!placed[0] || st.st_mtim.tv_sec > newest.tv_sec ||
+                                   (st.st_mtim.tv_sec == newest.tv_sec && st.st_mtim.tv_nsec > newest.tv_nsec))) {
+                newest = st.st_mtim;
+                snprintf(placed, nplaced, "%.*s", (int)(ck_at + 5 - de->d_name), de->d_name);
+            }
+        } else if (!unlink(p)) {
             fprintf(stderr, "dmsh: removed %s (a checkpoint write cut short by a crash)\n", p);
+        }
     }
     closedir(d);
 }

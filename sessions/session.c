@@ -238,24 +238,35 @@ int session_latest_broken(const char *dir, char *why, size_t n) {
 // (removed: -r takes the checkpoint written most recently, this one), or why says it is. (A full
 // disk left LATEST on the checkpoint before, unsaid: -r resumed that one, commented out the
 // commands since and cut metrics.tsv back, saying no checkpoint held those steps: QA, session 31.)
-static int put_latest(const Engine *e, const char *path, char *why, size_t nwhy) {
-    const char *name = strrchr(path, '/');
-    name = name ? name + 1 : path;
+static int timespec_le(const struct timespec *a, const struct timespec *b) {
+    return a->tv_sec < b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec <= b->tv_nsec);
+}
+
+// DIR/ckpt/LATEST := name, by a synced temp file renamed over it (after a power loss the name is
+// the old LATEST or the new one, never an empty file: QA, session 35). 0 ok, else errno set.
+static int latest_write(const char *dir, const char *name) {
     char p[1200], tmp[1300];
-    snprintf(p, sizeof p, "%s/ckpt/LATEST", e->session_dir);
+    snprintf(p, sizeof p, "%s/ckpt/LATEST", dir);
     snprintf(tmp, sizeof tmp, "%s.tmp", p);
     unlink(tmp);
     FILE *f = fopen(tmp, "w");
     int ok = f != NULL;
     if (f) {
         fprintf(f, "%s\n", name);
-        // (synced before the rename, as a checkpoint: after a power loss the name is the old
-        // LATEST or the new one, never an empty file: QA, session 35)
         int bad = fflush(f) != 0 || ferror(f) || fsync(fileno(f)) != 0;
         ok = (fclose(f) == 0) & !bad;
         ok = ok && rename(tmp, p) == 0;
     }
-    if (ok) return 0;
+    return !ok;
+}
+
+static int put_latest(const Engine *e, const char *path, char *why, size_t nwhy) {
+    const char *name = strrchr(path, '/');
+    name = name ? name + 1 : path;
+    char p[1200], tmp[1300];
+    snprintf(p, sizeof p, "%s/ckpt/LATEST", e->session_dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", p);
+    if (!latest_write(e->session_dir, name)) return 0;
     int er = errno ? errno : EIO;
     unlink(tmp);
     // the file named is made the newest (a save that found the state in an older file, or an
@@ -468,7 +479,19 @@ int session_resume(Engine *e, const char *dir_in, dm_err *err) {
     if (session_lock(dir, err)) return 1;
     clear_stale_config_tmps(dir);
     session_lock_commit(1);  // (dmsh -r: at start-up, no other session held)
-    session_stale_tmps(dir);
+    // a save a crash cut short after its write is finished (ckpt_dirs.c), LATEST too when that
+    // file was written after LATEST's: as the save would have (its file was put in place and -r
+    // then resumed the older one: review, session 35)
+    char placed[256], ln[512], lp[1300];
+    session_stale_tmps(dir, placed, sizeof placed);
+    struct stat pst, lst;
+    snprintf(lp, sizeof lp, "%s/ckpt/%s", dir, placed);
+    if (placed[0] && !stat(lp, &pst)) {
+        int lr = latest_pointer(dir, ln, sizeof ln);
+        snprintf(lp, sizeof lp, "%s/ckpt/%s", dir, ln);
+        if ((lr || stat(lp, &lst) || timespec_le(&lst.st_mtim, &pst.st_mtim)) && !latest_write(dir, placed))
+            fprintf(stderr, "dmsh: %s/ckpt/LATEST names %s now, as that save would have\n", dir, placed);
+    }
     char path[1200], broken[2048];
     long long step;
     // a LATEST naming a file that is gone: -r falls back to the checkpoint written most recently,
@@ -520,7 +543,8 @@ int session_resume(Engine *e, const char *dir_in, dm_err *err) {
     if (engine_session(e, dir, err)) return 1;
     char lfail[2600];
     if (lost && put_latest(e, e->synced_path, lfail, sizeof lfail)) fprintf(stderr, "dmsh: note: %s\n", lfail);  // (said above)
-    session_resume_transcript(e, dir, fell_back, count_ckpts(dir) == 1);
+    const char *rb = strrchr(e->synced_path, '/') ? strrchr(e->synced_path, '/') + 1 : e->synced_path;
+    session_resume_transcript(e, dir, fell_back, (count_ckpts(dir) == 1) | (placed[0] && !strcmp(placed, rb)) << 1);
     // the transcript says where the lines after this one start from (a run killed mid-command
     // left its last command out: the lines above need not rebuild this state)
     // (and from which directory: a -r run elsewhere types paths relative to there)

@@ -115,8 +115,9 @@ int session_foreign_ckpt_dir(const Engine *e, const char *path, char *owner, siz
 int session_own_ckpt(const Engine *e, const char *path);
 // At -r, with the lock held: each ckpt/NAME.ckpt.<pid>.tmp a crash left is put in place as
 // NAME.ckpt when it is whole (every CRC: the kill came in its fsync or before its rename), or
-// removed (a write cut short); either said on stderr (sessions/ckpt_dirs.c).
-void session_stale_tmps(const char *dir);
+// removed (a write cut short); either said on stderr (sessions/ckpt_dirs.c). placed: the name
+// (NAME.ckpt) of the one put in place that was written last, "" when none.
+void session_stale_tmps(const char *dir, char *placed, size_t nplaced);
 // When leaving a session with a state (or metric rows) in no file yet: session_save. path is
 // empty when nothing needed saving, or when the state proved to be an earlier file's (no new file;
 // the note on stderr names it).
@@ -142,8 +143,9 @@ char *transcript_cut_line(const char *name, const char *typed, long long k);
 // At -r, after the checkpoint loaded (fell_back: another than LATEST's): read the transcript and
 // say what it holds that the state does not (the command the process ended in, with the line that
 // takes its steps when it wrote that checkpoint; settings made after it; another device).
-// only_ckpt: the session's ckpt/ holds one checkpoint (a transcript that places none is then a
-// new session's killed between its first save and its line, not an older dmsh's)
-void session_resume_transcript(Engine *e, const char *dir, int fell_back, int only_ckpt);
+// unlined: 1 when the session's ckpt/ holds one checkpoint, 2 when -r resumes a save it finished
+// (no line for the file is then a kill between the save and its line, not an older dmsh's
+// transcript that never placed its files)
+void session_resume_transcript(Engine *e, const char *dir, int fell_back, int unlined);
 // fopen for a session's own files: NULL unless a regular file (a fifo would block the open).
 FILE *session_fopen_regular(const char *path, const char *mode);

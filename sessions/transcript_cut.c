@@ -207,7 +207,7 @@ static long comment_out_after(const char *path, const ResumePos *rp, const char 
     return count;
 }
 
-void session_resume_transcript(Engine *e, const char *dir, int fell_back, int only_ckpt) {
+void session_resume_transcript(Engine *e, const char *dir, int fell_back, int unlined) {
     // A checkpoint holds no device (it loads anywhere): -r starts on the CPU. When the session's
     // transcript last moved to another device, say so rather than continue there silently.
     char last_dev[64] = "", cut[512] = "", cut_name[32] = "";
@@ -299,17 +299,18 @@ void session_resume_transcript(Engine *e, const char *dir, int fell_back, int on
                         "or after it the transcript cannot say, so a replay of it may not end in this state", base, rp.name);
         }
         cut[0] = 0;  // (said)
+    } else if (((unlined & 1 && !places) || (unlined & 2 && places)) && cut_name[0] && !fell_back && (long long)e->step > cut_step) {
+        // no line for this file, holding steps of the command the process ended in (its mark,
+        // with its name and first step, is the transcript's last command), and it is the only
+        // file of a transcript with no checkpoint line, or a save this -r finished (its temp file
+        // was whole) in one that has them (placed lines: this dmsh's): a kill between the save and
+        // its line (an older dmsh's transcript has no line and, as a rule, several files). The rule below takes its steps with a line, so the lines rebuild it: said there,
+        // nothing unplaced (it said "written before dmsh placed them", or "no line places it",
+        // and every later line was "unplaced": QA, session 35)
     } else if (places) {  // (a LATEST set by hand, a file copied in, a kill between its save and its line)
         engine_note(e, "no line of the transcript places %s among its commands: a replay of the transcript may not end in this state", base);
         session_transcript_unplaced(1);
         cut_name[0] = 0;  // (and no line is added on the older rule's word below: only its note)
-    } else if (only_ckpt && cut_name[0] && !fell_back && (long long)e->step > cut_step) {
-        // no checkpoint line, the session's only file, holding steps of the command the process
-        // ended in (its mark, with its name and first step, is the transcript's last command): a
-        // kill between the session's first save and its line (an older dmsh's session that never
-        // placed its files has more than one, as a rule). The rule below takes its steps with a
-        // line, so the lines rebuild it: said there, nothing unplaced (it said "written before
-        // dmsh placed them", and every later line was "unplaced": QA, session 35)
     } else {
         // a transcript from before checkpoint lines (or of a name no line can hold): the older
         // rule below does what it can, but no later line can vouch for what the lines rebuild

@@ -475,6 +475,31 @@ static void test_whole_tmp_put_in_place(void **s) {
     assert_null(strstr(t, "unplaced"));
     free(t);
     replay_matches_resume("wt");
+    // a session with checkpoints before: LATEST named the older one, and -r resumed that, the
+    // finished save's file beside it unused and its rows dropped (review, session 35). LATEST names
+    // it now, and the mark's steps place it as above.
+    snprintf(cmd, sizeof cmd, "%%s --norc -e ':session lt' -e '%s' -e ':data %s' -e ':init seed=1' -e ':train 6 ckpt_every=2 eval_every=0' > k.out 2>&1 && "
+             "cd runs/lt && mv ckpt/step-6.ckpt ckpt/step-6.ckpt.4242.tmp && echo step-4.ckpt > ckpt/LATEST && "
+             "sed -i -e '/step-6/d' -e '/^:train/d' -e 's/^# (finished).*/# started, never finished (:train from step 0; the process ended during it; "
+             "a -r resumes from its last checkpoint): :train 6 ckpt_every=2 eval_every=0/' transcript.dm", TINY, corpus);
+    assert_int_equal(sh_in_dir(cmd, dmsh), 0);
+    assert_int_equal(sh_in_dir("%s --norc -r runs/lt -e ':quit' > out.txt 2> err.txt", dmsh), 0);
+    slurp_to("out.txt", out, sizeof out);
+    slurp_to("err.txt", err_, sizeof err_);
+    if (!strstr(err_, "dmsh: runs/lt/ckpt/LATEST names step-6.ckpt now, as that save would have\n")) print_error("%s\n%s\n", err_, out);
+    assert_non_null(strstr(err_, "dmsh: runs/lt/ckpt/LATEST names step-6.ckpt now, as that save would have\n"));
+    assert_non_null(strstr(out, "resumed runs/lt at step 6 from ckpt/step-6.ckpt (6 metric rows)"));
+    assert_non_null(strstr(out, "with `:train 6 ckpt_every=2 eval_every=0 stop_after=6`"));
+    t = transcript("lt");
+    assert_null(strstr(t, "unplaced"));
+    free(t);
+    replay_matches_resume("lt");
+    // a temp name left as a second link of the file (a save's link() made, its unlink() not):
+    // removed, once (a rename onto the same file does nothing: it was "put in place" every -r)
+    assert_int_equal(sh_in_dir("ln runs/lt/ckpt/step-6.ckpt runs/lt/ckpt/step-6.ckpt.4243.tmp && %s --norc -r runs/lt -e ':quit' > out.txt 2> err.txt && "
+                               "test ! -e runs/lt/ckpt/step-6.ckpt.4243.tmp && test -s runs/lt/ckpt/step-6.ckpt", dmsh), 0);
+    slurp_to("err.txt", err_, sizeof err_);
+    assert_non_null(strstr(err_, "dmsh: removed runs/lt/ckpt/step-6.ckpt.4243.tmp (a second name of runs/lt/ckpt/step-6.ckpt, which its save had put in place)\n"));
     // no checkpoint: -r's advice is what works (":save writes one" did not: -r opens no session)
     assert_int_not_equal(sh_in_dir("%s --norc -r runs/nc > out.txt 2> err.txt", dmsh), 0);
     slurp_to("err.txt", err_, sizeof err_);

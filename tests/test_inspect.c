@@ -381,6 +381,13 @@ static void test_probe_text(void **s) {
     snprintf(script, sizeof script, ":probe h@1 text=\"%.66s\"\n", "0123456789012345678901234567890123456789012345678901234567890123456789");
     expect_error(script, "text= is 66 bytes: at most seq+1 = 65");
     expect_error(":probe h@1 text=\"\\x0g\"\n", ":probe: bad escape '\\x0g' in text= (");
+    // a name text= cannot probe is refused before the forward (it ran, counted, then the name
+    // was refused: review, session 35); z@i's two values a byte get column numbers
+    expect_error(":probe nosuch@1 text=\"ab\"\n", "nosuch");
+    expect_error(":probe head text=\"ab\"\n", "'head' is a parameter: text= runs a forward");
+    expect_ok(":probe z@1 text=\"abc\"\n:show arms\n");
+    assert_non_null(strstr(out, "   pos  byte   next            [0]          [1]\n     0  'a'    'b'    "));
+    assert_non_null(strstr(out, "kda      on  forward 2 "));  // (the text's forward counts, L=2 iterations of it)
 }
 
 int main(void) {
