@@ -554,6 +554,31 @@ static void test_load_rows_said(void **s) {
     assert_null(strstr(n + 1, "note: metrics.tsv now holds"));  // (the same rows again: nothing to say)
 }
 
+// A :check determinism cut in its second pass keeps the steps it took, and ends in an error
+// ("nothing checked"): the transcript kept it as a comment alone, and a replay ended those steps
+// short (QA, session 35). `:step K` after it takes them; SIGINT once the second pass's rows are
+// in metrics.tsv (the first pass writes none).
+static void test_cut_determinism_retaken(void **s) {
+    (void)s;
+    char cmd[2400];
+    snprintf(cmd, sizeof cmd, "(%%s --norc -e ':session cdt' -e '%s' -e ':data %s' -e ':init seed=1' -e ':step 3' -e ':check determinism steps=3000' "
+             "> k.out 2>&1 & p=$!; for i in $(seq 2400); do test $(cat runs/cdt/metrics.tsv 2>/dev/null | wc -l) -gt 40 && break; sleep 0.05; done; "
+             "kill -INT $p; wait $p; true)", TINY, corpus);
+    assert_int_equal(sh_in_dir(cmd, dmsh), 0);
+    slurp_to("k.out", out, sizeof out);
+    if (!strstr(out, "interrupted in the second pass: nothing checked; the model keeps the steps it took")) print_error("%s\n", out);
+    assert_non_null(strstr(out, "interrupted in the second pass: nothing checked; the model keeps the steps it took"));
+    char *t = transcript("cdt");
+    const char *cut = strstr(t, "# cut short at step ");
+    if (!cut) print_error("%s\n", t);
+    assert_non_null(cut);
+    assert_non_null(strstr(cut, "the next line takes the "));
+    assert_non_null(strstr(cut, ": :check determinism steps=3000\n:step "));
+    assert_null(strstr(t, "unplaced"));
+    free(t);
+    replay_matches_resume("cdt");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lines_after_the_checkpoint),
@@ -570,6 +595,7 @@ int main(void) {
         cmocka_unit_test(test_whole_tmp_put_in_place),
         cmocka_unit_test(test_arms_off_said),
         cmocka_unit_test(test_load_rows_said),
+        cmocka_unit_test(test_cut_determinism_retaken),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
