@@ -610,7 +610,8 @@ int ckpt_peek(const char *path, const char *name, void *buf, size_t cap, size_t 
             uint64_t sz = get_u64(s + 32);
             if (sz > fsz - off - CK_SHDR) why = "truncated inside a section";
             else if (!found && strncmp((const char *)s, name, CK_NAME) == 0) {
-                if (sz > cap) why = "section larger than expected";
+                if (!buf) found = 1, *size = (size_t)sz;  // (its size alone: the caller's buffer next)
+                else if (sz > cap) why = "section larger than expected";
                 else if (pread(fd, buf, (size_t)sz, (off_t)(off + CK_SHDR)) != (ssize_t)sz) why = "cannot read the section";
                 else if (get_u32(s + 40) != crc32_update(0, buf, (size_t)sz)) why = "section CRC mismatch (file corrupted)";
                 else found = 1, *size = (size_t)sz;

@@ -43,7 +43,7 @@ int ckpt_write_no_rename(const char *path, const CkptSection *sec, int nsec, dm_
 int ckpt_read(const char *path, CkptFile *f, dm_err *err);
 // One named section's bytes (at most cap) into buf, *size its length, reading every section
 // header, the trailer (which must close the file) and that section's bytes, each CRC-checked;
-// the other sections' bytes are not read: for listings.
+// the other sections' bytes are not read: for listings. buf NULL: *size only (nothing read).
 int ckpt_peek(const char *path, const char *name, void *buf, size_t cap, size_t *size, dm_err *err);
 const CkptSection *ckpt_find(const CkptFile *f, const char *name);
 void ckpt_close(CkptFile *f);

@@ -150,6 +150,18 @@ int engine_anchors(Engine *e, dm_err *err);
 // bytes and fit as the config now asks (anchor_fit_bytes: a :set after :anchors makes them
 // another fit). set 0 (rows from before set ids) matches any set of the window's size.
 const Anchors *engine_anchors_for(const Engine *e, int64_t window, uint32_t set);
+// What a checkpoint's run reached, for :sessions (its state, metric rows and config sections
+// alone are read): the last training loss, the last eval at its deepest depth (and the arms off
+// in it), the shape, the arms off now. have_loss / have_eval 0 when it holds none.
+typedef struct {
+    long long step, loss_step, eval_step;
+    int have_loss, have_eval, eval_depth;
+    double loss, bpb;
+    int64_t window;
+    uint16_t arms_off, eval_arms_off;
+    char shape[160];            // "d=128 L=2 E=2 k=1"
+} CkptSummary;
+int engine_ckpt_summary(const char *path, CkptSummary *s, dm_err *err);
 int engine_save(Engine *e, const char *path, dm_err *err);
 // mode: CK_REPLACE (engine_save) or CK_NEW (engine/ckpt.h: 2 when the file appeared meanwhile)
 int engine_save_mode(Engine *e, const char *path, int mode, dm_err *err);

@@ -443,3 +443,52 @@ int engine_ckpt_step(const char *path, long long *step, dm_err *err) {
     *step = (long long)st.step;
     return 0;
 }
+
+// one key's value in a config section's text (":set d=128" lines), or "?"
+static void config_value(const char *text, const char *key, char *v, size_t n) {
+    char pat[40];
+    snprintf(pat, sizeof pat, ":set %s=", key);
+    const char *p = strstr(text, pat);
+    snprintf(v, n, "%.*s", p ? (int)strcspn(p + strlen(pat), "\n") : 1, p ? p + strlen(pat) : "?");
+}
+
+int engine_ckpt_summary(const char *path, CkptSummary *s, dm_err *err) {
+    memset(s, 0, sizeof *s);
+    CkptState st;
+    size_t n = 0;
+    if (ckpt_peek(path, "state", &st, sizeof st, &n, err)) return 1;
+    if (n != sizeof st || st.step < 0) return dm_fail(err, "%s: section 'state' is not one this dmsh wrote (%zu bytes)", path, n);
+    s->step = (long long)st.step;
+    for (int a = 0; a < ARM_COUNT; a++)
+        if (!st.arms_on[a]) s->arms_off |= (uint16_t)(1u << a);
+    char *cfg = mallocCheck(16385);
+    if (!ckpt_peek(path, "config", cfg, 16384, &n, err)) {
+        cfg[n] = 0;
+        char d[32], L[32], E[32], k[32];
+        config_value(cfg, "d", d, sizeof d); config_value(cfg, "L", L, sizeof L);
+        config_value(cfg, "E", E, sizeof E); config_value(cfg, "k", k, sizeof k);
+        snprintf(s->shape, sizeof s->shape, "d=%s L=%s E=%s k=%s", d, L, E, k);
+    }
+    free(cfg);
+    size_t sz = 0;
+    if (ckpt_peek(path, "metrics", NULL, 0, &sz, err)) return 1;
+    if (sz % sizeof(MetricRow)) return dm_fail(err, "%s: section 'metrics' has a partial row", path);
+    MetricRow *r = mallocCheck(sz ? sz : 1);
+    if (sz && ckpt_peek(path, "metrics", r, sz, &sz, err)) { free(r); return 1; }
+    int nr = (int)(sz / sizeof(MetricRow)), last_eval = -1;
+    for (int i = 0; i < nr; i++) {
+        if (r[i].kind == 0) { s->have_loss = 1; s->loss = r[i].loss; s->loss_step = r[i].step; }
+        if (r[i].kind == 1) last_eval = i;
+    }
+    for (int i = 0; last_eval >= 0 && i < nr; i++) {  // that eval's deepest depth (its arms: eval_arms_off)
+        const MetricRow *q = &r[i], *l = &r[last_eval];
+        uint16_t m = l->arms_off & ARMS_FORWARD_MASK;
+        if (q->kind != 1 || q->step != l->step || q->window != l->window || q->eval_set != l->eval_set || (q->arms_off & ARMS_FORWARD_MASK) != m) continue;
+        if (!s->have_eval || q->depth >= s->eval_depth) {
+            s->have_eval = 1; s->eval_depth = q->depth; s->bpb = q->bpb; s->eval_step = q->step; s->window = q->window;
+            s->eval_arms_off = m;
+        }
+    }
+    free(r);
+    return 0;
+}

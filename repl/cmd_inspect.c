@@ -364,6 +364,19 @@ int cmd_sessions(Shell *sh, Words *w, dm_err *err) {
                 printable(why, why, sizeof why);  // (it quotes LATEST's text)
                 fprintf(sh->out, "    note: %s (dmsh -r resumes from %s)\n", why, base);
             }
+            // what the run reached, to set runs side by side (QA, session 35: an ablation
+            // study compared its runs by :load and :eval of each)
+            CkptSummary cs;
+            if (!engine_ckpt_summary(path, &cs, &pe)) {
+                char loss[64] = "no training step", ev[220] = "no eval", off[64] = "", eoff[64] = "";
+                if (cs.have_loss) snprintf(loss, sizeof loss, "loss %.4f (step %lld)", cs.loss, cs.loss_step);
+                arms_mask_names(cs.eval_arms_off, eoff, sizeof eoff);
+                if (cs.have_eval)
+                    snprintf(ev, sizeof ev, "held-out bpb %.4f%s%s%s (depth %d, step %lld, over %lld B)", cs.bpb, eoff[0] ? " [off: " : "",
+                             eoff, eoff[0] ? "]" : "", cs.eval_depth, cs.eval_step, (long long)cs.window);
+                arms_mask_names(cs.arms_off, off, sizeof off);
+                fprintf(sh->out, "    %s; %s; %s%s%s\n", loss, ev, cs.shape, off[0] ? "; arms off: " : "", off);
+            }
         } else {
             char why[2048];
             int lost = session_latest_broken(p, why, sizeof why);

@@ -758,7 +758,7 @@ const Command dm_commands[] = {
     {":gen", cmd_gen, NULL, ":gen \"prompt\" [n=256 temp=0.8 top_k=0 seed=N]", "Sample n bytes with the recurrent form of the model (KDA state carried: O(1) memory per byte): one forward per prompt byte and per sampled byte but the last (no byte follows it): a prompt of P bytes and n samples take P + n - 1 forwards. Without a prompt (or with \"\") it starts from a newline, as at the start of a line: that byte is fed and printed first (n forwards). seed= defaults to the config's seed: the same :gen on the same model gives the same sample (seed=N for another). In the prompt \\n, \\t, \\\\ and \\xHH are escapes; the output shows \\n and \\t as they are, other control bytes (0x00-0x1f, 0x7f) as \\xHH, and bytes >= 0x80 as they are (UTF-8 prints as text)."},
     {":device", cmd_device, NULL, ":device cpu|cuda[:N]", "Choose the backend; a live model moves with its optimizer state and step. Without a usable GPU it says why and nothing changes."},
     {":session", cmd_session, NULL, ":session NAME", "Use runs/NAME as the session directory (metrics.tsv, ckpt/, plots/)."},
-    {":sessions", cmd_sessions, NULL, ":sessions", "List the sessions under runs/ with their latest checkpoint."},
+    {":sessions", cmd_sessions, NULL, ":sessions", "List the sessions under runs/ with their latest checkpoint and, from it, what the run reached: its last training loss, its last eval (BPB at that eval's deepest depth, the arms it ran without, its step and window), its shape and the arms off, so runs can be set side by side."},
     {":run", cmd_run, NULL, ":run FILE.dm", "Run a script."},
     {":quit", cmd_quit, NULL, ":quit", "Leave."},
     {NULL, NULL, NULL, NULL, NULL},

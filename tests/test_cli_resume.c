@@ -527,6 +527,18 @@ static void test_arms_off_said(void **s) {
     if (!strstr(out, "\nnote: arms off in the resumed state: engram (steps go on without them; :arm NAME on switches one back)\n"))
         print_error("%s\n", out);
     assert_non_null(strstr(out, "\nnote: arms off in the resumed state: engram (steps go on without them; :arm NAME on switches one back)\n"));
+    // :sessions sets runs side by side: the last loss, the last eval (its arms), shape, arms off
+    assert_int_equal(sh_in_dir("%s --norc -e ':sessions' > out.txt 2> err.txt", dmsh), 0);
+    slurp_to("out.txt", out, sizeof out);
+    const char *ss = strstr(out, "  runs/ao  (latest checkpoint: ");
+    assert_non_null(ss);
+    ss = strchr(ss, '\n') + 1;
+    if (strncmp(ss, "    loss ", 9) || !strstr(ss, " (step 1); held-out bpb ") || !strstr(ss, " [off: engram] (depth 2, step 2, over ") ||
+        !strstr(ss, " B); d=32 L=2 E=2 k=1; arms off: engram\n"))
+        print_error("%s\n", out);
+    assert_int_equal(strncmp(ss, "    loss ", 9), 0);
+    assert_non_null(strstr(ss, " [off: engram] (depth 2, step 2, over "));
+    assert_non_null(strstr(ss, " B); d=32 L=2 E=2 k=1; arms off: engram\n"));
     assert_int_equal(sh_in_dir("%s --norc -e \":load runs/ao/ckpt/$(cat runs/ao/ckpt/LATEST)\" > out.txt 2> err.txt", dmsh), 0);
     slurp_to("out.txt", out, sizeof out);
     assert_non_null(strstr(out, "\nnote: arms off in the checkpoint (it keeps its own): engram (:arm NAME on switches one back)\n"));
