@@ -198,7 +198,7 @@ static void test_gen_counts_its_forwards(void **s) {
     assert_non_null(strstr(out, "Without a prompt (or with \"\") it starts from a newline, as at the start of a line: that byte is fed and printed first (n forwards)"));
     // and :help says what one count is (it said "the arms and their counters")
     assert_int_equal(run(":help arm\n:help show\n", out, sizeof out, err_, sizeof err_), 0);
-    assert_non_null(strstr(out, "count one per iteration of the block they run in, forward (a training step, each batch of an :eval, each prompt byte of :gen and each byte it samples but the last) and backward (a training step)"));
+    assert_non_null(strstr(out, "count one per iteration of the block they run in, forward (a training step, each batch of an :eval, a :probe text=, each prompt byte of :gen and each byte it samples but the last) and backward (a training step)"));
     assert_non_null(strstr(out, "retract counts retractions"));
     assert_non_null(strstr(out, "forward/backward counters (:help arm: what one count is)"));
 }
