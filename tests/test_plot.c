@@ -14,18 +14,7 @@
 #include "../viz/plot.h"
 #include "../viz/png.h"
 
-#ifdef DM_HAVE_PNG
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wsign-compare"
-#pragma GCC diagnostic ignored "-Wunused-function"
-#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
-#pragma GCC diagnostic ignored "-Wimplicit-fallthrough"
-#pragma GCC diagnostic ignored "-Wtype-limits"
-#define STB_IMAGE_IMPLEMENTATION
-#define STBI_ONLY_PNG
-#include <stb_image.h>
-#pragma GCC diagnostic pop
-#endif
+#include "stb_image_impl.h"
 
 int cmd_plot(Shell *sh, Words *w, dm_err *err);
 char **complete_plot(Shell *sh, int argi, const char *prefix);

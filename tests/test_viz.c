@@ -12,18 +12,7 @@
 #include "../viz/plot.h"
 #include "../viz/ticks.h"
 
-#ifdef DM_HAVE_PNG
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wsign-compare"
-#pragma GCC diagnostic ignored "-Wunused-function"
-#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
-#pragma GCC diagnostic ignored "-Wimplicit-fallthrough"
-#pragma GCC diagnostic ignored "-Wtype-limits"
-#define STB_IMAGE_IMPLEMENTATION
-#define STBI_ONLY_PNG
-#include <stb_image.h>
-#pragma GCC diagnostic pop
-#endif
+#include "stb_image_impl.h"
 
 // QA, session 23 (under UBSan): a finite value near 1e37 on a linear axis (a diverging run's
 // gnorm) wrote its SI suffix past the 24-byte label. Sessions 31: log-axis labels.
