@@ -26,6 +26,7 @@
 // Usage: bench_gpu [K [PRESET:B:T ...]] (K = 20 and the three cases above by default).
 #include <cuda_runtime_api.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -149,6 +150,11 @@ int main(int argc, char **argv) {
     cuda_kda_report(64, kda, sizeof kda);  // the head size of every preset
     printf("%s\n", kda);
     const char *data = corpus();
+    // which text the numbers are of (generated text loads the Engram rows and the routing
+    // otherwise: a table measured on it must not pass for tinyshakespeare's: QA, session 35)
+    struct stat cst;
+    printf("data: %s (%lld B)%s\n", data, stat(data, &cst) == 0 ? (long long)cst.st_size : -1LL,
+           gen_path[0] ? ": GENERATED text, shared-data/tinyshakespeare.txt was not carried (not tinyshakespeare's numbers)" : "");
     // the cases, or the ones named after K as PRESET:B:T (e.g. the emulator's smoke run,
     // `bench_gpu 2 nano:2:64`)
     Case cases[8] = {{"small", 8, 512}, {"small", 32, 512}, {"base", 16, 1024}};

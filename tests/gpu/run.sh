@@ -15,8 +15,10 @@
 # warm 30 s after a call; a later call starts a bare one, minutes of the lease, and builds again);
 # a passing `all` takes a fraction of its caps.
 # Env: CUDA_HOME (default /usr/local/cuda), CUDA_ARCH (default: this machine's GPU, else sm_90), JOBS (default nproc),
-# DM_GPU_LOGS (a folder to copy the programs' full logs into).
+# DM_GPU_LOGS (a folder to copy the programs' full logs into; default the device tool's $OUT when
+# that is set, so `check; bench` as two commands keeps both logs, else build/gpu/logs).
 set -euo pipefail
+DEVICE_OUT=${OUT:-}   # (the device tool's folder of files that come back; OUT is this script's below)
 cd "$(dirname "$0")/../.."
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 NVCC=${NVCC:-$CUDA_HOME/bin/nvcc}
@@ -33,9 +35,22 @@ if ! command -v "$NVCC" >/dev/null; then  # not where CUDA_HOME says: the one on
     [ -n "$NVCC" ] || { echo "run.sh: nvcc not found (CUDA_HOME=$CUDA_HOME, nor on PATH)" >&2; exit 2; }
     CUDA_HOME=$(dirname "$(dirname "$NVCC")")
 fi
+# What the build needs from the machine, all said at once in seconds (no lent machine has been
+# seen with make, or with cuBLAS's unversioned link: a missing one must not cost the first call
+# a minute of building): exit 2 with the list (QA, session 35)
+miss=""
+for t in make gcc ar timeout; do command -v "$t" >/dev/null || miss="$miss $t"; done
+[ -e "$CUDA_HOME/lib64/libcudart_static.a" ] || miss="$miss $CUDA_HOME/lib64/libcudart_static.a"
+# cuBLAS: the unversioned link, else the versioned library by its name (as OpenBLAS is linked)
+CUBLAS=-lcublas
+if [ ! -e "$CUDA_HOME/lib64/libcublas.so" ]; then
+    v=$(cd "$CUDA_HOME/lib64" 2>/dev/null && ls libcublas.so.[0-9]* 2>/dev/null | sort | head -n1 || true)
+    if [ -n "$v" ]; then CUBLAS="-l:$v"; echo "run.sh: no libcublas.so link: linking $v by name"; else miss="$miss $CUDA_HOME/lib64/libcublas.so*"; fi
+fi
+if [ -n "$miss" ]; then echo "run.sh: missing on this machine:$miss (nothing built)" >&2; exit 2; fi
 # cuBLAS has no static archive in every toolkit (this one ships only libcublas.so): link it
 # dynamically with an rpath; cudart stays static as the Makefile has it.
-CULIBS="-L$CUDA_HOME/lib64 -lcublas -lcudart_static -ldl -lrt -lpthread -lstdc++ -Wl,-rpath,$CUDA_HOME/lib64"
+CULIBS="-L$CUDA_HOME/lib64 $CUBLAS -lcudart_static -ldl -lrt -lpthread -lstdc++ -Wl,-rpath,$CUDA_HOME/lib64"
 
 # the card, its memory and the driver: benchmark numbers are this card's own (docs/testing.md)
 nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap,clocks.sm,clocks.max.sm --format=csv,noheader 2>/dev/null \
@@ -57,14 +72,19 @@ if { command -v ldconfig >/dev/null && ! ldconfig -p 2>/dev/null | grep 'libopen
         echo "run.sh: OpenBLAS from the carried packages ($(ls shared-data/debs | tr '\n' ' '))-> $obl"
     else
         echo "run.sh: no libopenblas.so* on this machine and no shared-data/debs/libopenblas0*.deb carried: the engine links"
-        echo "  OpenBLAS (the CPU reference side), so the build will fail; docs/testing.md says how to carry it"
+        echo "  OpenBLAS (the CPU reference side); docs/testing.md says how to carry it (nothing built)" >&2
+        exit 2
     fi
+else
+    echo "run.sh: OpenBLAS: this machine's ($( { ldconfig -p 2>/dev/null | grep 'libopenblas\.so' | head -n1 | sed 's/.*=> //'; } || true))"
 fi
+[ -f shared-data/tinyshakespeare.txt ] && echo "run.sh: corpus shared-data/tinyshakespeare.txt" \
+    || echo "run.sh: no shared-data/tinyshakespeare.txt carried: the bench and dmsh run on generated text (said on their lines)"
 mkdir -p "$OUT"
 
 # Full logs: build/gpu/logs, or straight into $DM_GPU_LOGS when set (the device tool's $OUT: the
 # files come back even if the command is killed at its time limit)
-LOGS=${DM_GPU_LOGS:-build/gpu/logs}
+LOGS=${DM_GPU_LOGS:-${DEVICE_OUT:-build/gpu/logs}}
 mkdir -p "$LOGS"
 BLAS=$(make -s --no-print-directory print-blaslib)   # -lopenblas, or -l:libopenblas.so.0 without the dev symlink
 echo "== make headless: the float engine library and dmsh with the CUDA backend (build/float-headless; log $LOGS/build.log)"
@@ -72,8 +92,9 @@ make -j"$JOBS" --no-print-directory headless DM_REAL=float CUDA_ARCH="$ARCH" NVC
     CUDALIBS="$CULIBS" > "$LOGS/build.log" 2>&1 || { tail -n 40 "$LOGS/build.log"; exit 1; }
 LIB=build/float-headless/libdm.a
 
-echo "== nvcc tests/gpu/parity*.cu ($ARCH); the backend objects are make's (same flags)"
 objs=(build/float-headless/cuda/*.o)
+if [ "$MODE" != bench ]; then  # (bench runs none of them: device seconds)
+echo "== nvcc tests/gpu/parity*.cu ($ARCH); the backend objects are make's (same flags)"
 pobjs=(); pids=()
 for f in tests/gpu/parity*.cu; do
     o="$OUT/$(basename "$f" .cu).o"
@@ -82,10 +103,11 @@ for f in tests/gpu/parity*.cu; do
 done
 for p in "${pids[@]}"; do wait "$p"; done   # each one's status (set -e stops on a failed compile)
 "$NVCC" -arch="$ARCH" -o "$OUT/parity" "${pobjs[@]}" "${objs[@]}" $LIB \
-    -lcublas $BLAS -lgomp -lm -Xlinker -rpath -Xlinker "$CUDA_HOME/lib64"
+    $CUBLAS $BLAS -lgomp -lm -Xlinker -rpath -Xlinker "$CUDA_HOME/lib64"
+fi
 
 # the engine-level programs: plain C against libdm.a and the CUDA objects
-HOSTLIBS="$LIB $BLAS -lm -fopenmp -L$CUDA_HOME/lib64 -lcublas -lcudart_static -ldl -lrt -lpthread -lstdc++ -Wl,-rpath,$CUDA_HOME/lib64"
+HOSTLIBS="$LIB $BLAS -lm -fopenmp -L$CUDA_HOME/lib64 $CUBLAS -lcudart_static -ldl -lrt -lpthread -lstdc++ -Wl,-rpath,$CUDA_HOME/lib64"
 # CUPTI (the benchmark's busy fraction) when the toolkit has it; without it that column says n/a
 CUPTI=""
 for d in "$CUDA_HOME/lib64" "$CUDA_HOME/lib" "$CUDA_HOME/extras/CUPTI/lib64"; do
@@ -95,8 +117,10 @@ for d in "$CUDA_HOME/lib64" "$CUDA_HOME/lib" "$CUDA_HOME/extras/CUPTI/lib64"; do
         fi
     done
 done
-echo "== gcc tests/gpu/{parity_model,bench_gpu,graph_step}.c (CUPTI: ${CUPTI:-not found})"
-for prog in parity_model bench_gpu graph_step; do
+progs="parity_model bench_gpu graph_step"
+[ "$MODE" = bench ] && progs=bench_gpu
+echo "== gcc tests/gpu/{${progs// /,}}.c (CUPTI: ${CUPTI:-not found})"
+for prog in $progs; do
     extra=""
     [ "$prog" = bench_gpu ] && extra=$CUPTI
     gcc -std=c11 -D_GNU_SOURCE -O2 -I"$CUDA_HOME/include" "tests/gpu/$prog.c" "${objs[@]}" $HOSTLIBS $extra -o "$OUT/$prog"
@@ -119,7 +143,8 @@ run_prog() {  # NAME CAP_SECONDS FULL(0|1) COMMAND...
     else grep -w FAIL "$LOGS/$name.log" | head -n 40 || true; tail -n 3 "$LOGS/$name.log"; fi
     local pass fail
     pass=$(grep -c -w PASS "$LOGS/$name.log" || true)
-    fail=$(grep -c -w FAIL "$LOGS/$name.log" || true)
+    # (an "error:" line is a failed row too: parity_model's, a bench case's, dmsh's)
+    fail=$(grep -c -w -e FAIL -e 'error:' "$LOGS/$name.log" || true)
     local what="rc=$rc"
     { [ "$rc" = 124 ] || [ "$rc" = 137 ]; } && what="TIMEOUT (${cap}s)"
     summary+=("$(printf '%-13s %-16s %5s PASS %4s FAIL %5ss' "$name" "$what" "$pass" "$fail" $((SECONDS - t0)))")
@@ -130,10 +155,10 @@ if [ "$MODE" = all ] || [ "$MODE" = check ]; then
     OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 run_prog parity 90 0 "./$OUT/parity"
     echo "== parity: one training step per preset x arms x precision (:check parity, tests/gpu/parity_model.c)"
     run_prog parity_model 150 1 "./$OUT/parity_model"
-    echo "== dmsh itself on the GPU: libdmcuda.so loaded by :device cuda, two nano steps (build/float-headless/dmsh)"
+    echo "== dmsh itself on the GPU: libdmcuda.so loaded by :device cuda, four nano steps (two eager, a capture, a replay)"
     corpus=shared-data/tinyshakespeare.txt
-    [ -f "$corpus" ] || corpus=docs/decisions.md   # (any text: two steps of nano)
-    run_prog dmsh_cuda 30 1 ./build/float-headless/dmsh --norc -e ":device cuda; :show device; :preset nano; :data $corpus; :init; :step 2"
+    [ -f "$corpus" ] || corpus=docs/decisions.md   # (any text: a few steps of nano)
+    run_prog dmsh_cuda 30 1 ./build/float-headless/dmsh --norc -e ":device cuda; :show device; :preset nano; :data $corpus; :init; :step 4; :show arms"
     echo "== the whole-step CUDA graph: replay = un-captured step bit for bit, two processes (tests/gpu/graph_step.c)"
     run_prog graph_step 90 1 "./$OUT/graph_step"
 fi
