@@ -119,7 +119,8 @@ for d in "$CUDA_HOME/lib64" "$CUDA_HOME/lib" "$CUDA_HOME/extras/CUPTI/lib64"; do
 done
 progs="parity_model bench_gpu graph_step"
 [ "$MODE" = bench ] && progs=bench_gpu
-echo "== gcc tests/gpu/{${progs// /,}}.c (CUPTI: ${CUPTI:-not found})"
+names=${progs// /,}; [ "$MODE" = bench ] || names="{$names}"
+echo "== gcc tests/gpu/$names.c (CUPTI: ${CUPTI:-not found})"
 for prog in $progs; do
     extra=""
     [ "$prog" = bench_gpu ] && extra=$CUPTI
