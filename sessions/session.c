@@ -234,10 +234,6 @@ int session_latest_broken(const char *dir, char *why, size_t n) {
     return 1;
 }
 
-// LATEST := path's file name. 0, or 1 with why: then no LATEST is left naming an older file
-// (removed: -r takes the checkpoint written most recently, this one), or why says it is. (A full
-// disk left LATEST on the checkpoint before, unsaid: -r resumed that one, commented out the
-// commands since and cut metrics.tsv back, saying no checkpoint held those steps: QA, session 31.)
 static int timespec_le(const struct timespec *a, const struct timespec *b) {
     return a->tv_sec < b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec <= b->tv_nsec);
 }
@@ -260,6 +256,10 @@ static int latest_write(const char *dir, const char *name) {
     return !ok;
 }
 
+// LATEST := path's file name. 0, or 1 with why: then no LATEST is left naming an older file
+// (removed: -r takes the checkpoint written most recently, this one), or why says it is. (A full
+// disk left LATEST on the checkpoint before, unsaid: -r resumed that one, commented out the
+// commands since and cut metrics.tsv back, saying no checkpoint held those steps: QA, session 31.)
 static int put_latest(const Engine *e, const char *path, char *why, size_t nwhy) {
     const char *name = strrchr(path, '/');
     name = name ? name + 1 : path;
