@@ -367,7 +367,12 @@ int cmd_sessions(Shell *sh, Words *w, dm_err *err) {
             // what the run reached, to set runs side by side (QA, session 35: an ablation
             // study compared its runs by :load and :eval of each)
             CkptSummary cs;
-            if (!engine_ckpt_summary(path, &cs, &pe)) {
+            dm_err se = {0};
+            if (engine_ckpt_summary(path, &cs, &se)) {  // (said: a line missing in silence read as no run)
+                char sw[sizeof se.msg];
+                printable(se.msg, sw, sizeof sw);
+                fprintf(sh->out, "    (what it reached cannot be read: %s)\n", sw);
+            } else {
                 char loss[64] = "no training step", ev[220] = "no eval", off[64] = "", eoff[64] = "";
                 if (cs.have_loss) snprintf(loss, sizeof loss, "loss %.4f (step %lld)", cs.loss, cs.loss_step);
                 arms_mask_names(cs.eval_arms_off, eoff, sizeof eoff);
@@ -375,7 +380,8 @@ int cmd_sessions(Shell *sh, Words *w, dm_err *err) {
                     snprintf(ev, sizeof ev, "held-out bpb %.4f%s%s%s (depth %d, step %lld, over %lld B)", cs.bpb, eoff[0] ? " [off: " : "",
                              eoff, eoff[0] ? "]" : "", cs.eval_depth, cs.eval_step, (long long)cs.window);
                 arms_mask_names(cs.arms_off, off, sizeof off);
-                fprintf(sh->out, "    %s; %s; %s%s%s\n", loss, ev, cs.shape, off[0] ? "; arms off: " : "", off);
+                fprintf(sh->out, "    %s; %s; %s%s%s\n", loss, ev, cs.shape[0] ? cs.shape : "shape unreadable (its config section)",
+                        off[0] ? "; arms off: " : "", off);
             }
         } else {
             char why[2048];

@@ -67,11 +67,11 @@ void session_stale_tmps(const char *dir, char *placed, size_t nplaced) {
         dm_err why = {0};
         struct stat st;
         int pr = ckpt_place_tmp(p, to, &why);
-        if (pr == 2) {
-            fprintf(stderr, "dmsh: removed %s (a second name of %s, which its save had put in place)\n", p, to);
-        } else if (!pr) {
-            fprintf(stderr, "dmsh: put %s in place as %s (its write was complete; a crash came before its rename)\n", p, to);
-            // (the one written last, if several: the state the run had reached)
+        if (pr == 2 || !pr) {
+            if (pr == 2) fprintf(stderr, "dmsh: removed %s (a second name of %s, which its save had put in place)\n", p, to);
+            else fprintf(stderr, "dmsh: put %s in place as %s (its write was complete; a crash came before its rename)\n", p, to);
+            // (the one written last, if several: the state the run had reached; a save cut
+            // between its link and its unlink is as far along: LATEST follows it as well)
             if (!stat(to, &st) && (!placed[0] || st.st_mtim.tv_sec > newest.tv_sec ||
                                    (st.st_mtim.tv_sec == newest.tv_sec && st.st_mtim.tv_nsec > newest.tv_nsec))) {
                 newest = st.st_mtim;

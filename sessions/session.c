@@ -484,12 +484,15 @@ int session_resume(Engine *e, const char *dir_in, dm_err *err) {
     // then resumed the older one: review, session 35)
     char placed[256], ln[512], lp[1300];
     session_stale_tmps(dir, placed, sizeof placed);
-    struct stat pst, lst;
+    // (LATEST's own time too: one set by hand after the crash names the user's choice)
+    struct stat pst, lst, lpst;
     snprintf(lp, sizeof lp, "%s/ckpt/%s", dir, placed);
     if (placed[0] && !stat(lp, &pst)) {
         int lr = latest_pointer(dir, ln, sizeof ln);
+        snprintf(lp, sizeof lp, "%s/ckpt/LATEST", dir);
+        int lnew = !lr && !stat(lp, &lpst) && !timespec_le(&lpst.st_mtim, &pst.st_mtim);
         snprintf(lp, sizeof lp, "%s/ckpt/%s", dir, ln);
-        if ((lr || stat(lp, &lst) || timespec_le(&lst.st_mtim, &pst.st_mtim)) && !latest_write(dir, placed))
+        if (!lnew && (lr || stat(lp, &lst) || timespec_le(&lst.st_mtim, &pst.st_mtim)) && !latest_write(dir, placed))
             fprintf(stderr, "dmsh: %s/ckpt/LATEST names %s now, as that save would have\n", dir, placed);
     }
     char path[1200], broken[2048];

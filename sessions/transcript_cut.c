@@ -299,9 +299,9 @@ void session_resume_transcript(Engine *e, const char *dir, int fell_back, int un
                         "or after it the transcript cannot say, so a replay of it may not end in this state", base, rp.name);
         }
         cut[0] = 0;  // (said)
-    } else if (((unlined & 1 && !places) || (unlined & 2 && places)) && cut_name[0] && !fell_back && (long long)e->step > cut_step) {
+    } else if (((unlined & 1 && !places) || (unlined & 2 && places)) && cut[0] && cut_name[0] && !fell_back && (long long)e->step > cut_step) {
         // no line for this file, holding steps of the command the process ended in (its mark,
-        // with its name and first step, is the transcript's last command), and it is the only
+        // with its name and first step, is the transcript's last command: cut[0]), and it is the only
         // file of a transcript with no checkpoint line, or a save this -r finished (its temp file
         // was whole) in one that has them (placed lines: this dmsh's): a kill between the save and
         // its line (an older dmsh's transcript has no line and, as a rule, several files). The rule below takes its steps with a line, so the lines rebuild it: said there,

@@ -479,7 +479,7 @@ static void test_whole_tmp_put_in_place(void **s) {
     // finished save's file beside it unused and its rows dropped (review, session 35). LATEST names
     // it now, and the mark's steps place it as above.
     snprintf(cmd, sizeof cmd, "%%s --norc -e ':session lt' -e '%s' -e ':data %s' -e ':init seed=1' -e ':train 6 ckpt_every=2 eval_every=0' > k.out 2>&1 && "
-             "cd runs/lt && mv ckpt/step-6.ckpt ckpt/step-6.ckpt.4242.tmp && echo step-4.ckpt > ckpt/LATEST && "
+             "cd runs/lt && mv ckpt/step-6.ckpt ckpt/step-6.ckpt.4242.tmp && echo step-4.ckpt > ckpt/LATEST && touch -r ckpt/step-4.ckpt ckpt/LATEST && "
              "sed -i -e '/step-6/d' -e '/^:train/d' -e 's/^# (finished).*/# started, never finished (:train from step 0; the process ended during it; "
              "a -r resumes from its last checkpoint): :train 6 ckpt_every=2 eval_every=0/' transcript.dm", TINY, corpus);
     assert_int_equal(sh_in_dir(cmd, dmsh), 0);
@@ -494,6 +494,14 @@ static void test_whole_tmp_put_in_place(void **s) {
     assert_null(strstr(t, "unplaced"));
     free(t);
     replay_matches_resume("lt");
+    // a LATEST set by hand after the crash (newer than the temp file) is the user's choice: kept
+    assert_int_equal(sh_in_dir("cd runs/lt && cp ckpt/step-6.ckpt ckpt/step-6.ckpt.4244.tmp && touch -d '-1 hour' ckpt/step-6.ckpt.4244.tmp && "
+                               "echo step-4.ckpt > ckpt/LATEST && cd ../.. && %s --norc -r runs/lt -e ':quit' > out.txt 2> err.txt", dmsh), 0);
+    slurp_to("out.txt", out, sizeof out);
+    slurp_to("err.txt", err_, sizeof err_);
+    assert_null(strstr(err_, "LATEST names step-6.ckpt now"));
+    assert_non_null(strstr(out, "resumed runs/lt at step 4 from ckpt/step-4.ckpt"));
+    assert_int_equal(sh_in_dir("echo step-6.ckpt > runs/lt/ckpt/LATEST%s", ""), 0);
     // a temp name left as a second link of the file (a save's link() made, its unlink() not):
     // removed, once (a rename onto the same file does nothing: it was "put in place" every -r)
     assert_int_equal(sh_in_dir("ln runs/lt/ckpt/step-6.ckpt runs/lt/ckpt/step-6.ckpt.4243.tmp && %s --norc -r runs/lt -e ':quit' > out.txt 2> err.txt && "

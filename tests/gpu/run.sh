@@ -18,7 +18,10 @@
 # DM_GPU_LOGS (a folder to copy the programs' full logs into; default the device tool's $OUT when
 # that is set, so `check; bench` as two commands keeps both logs, else build/gpu/logs).
 set -euo pipefail
-DEVICE_OUT=${OUT:-}   # (the device tool's folder of files that come back; OUT is this script's below)
+# (the device tool's folder of files that come back, which is empty when the command starts: an
+# OUT of a user's own, a file or a folder with things in it, is not taken; OUT is this script's below)
+DEVICE_OUT=""
+if [ -n "${OUT:-}" ] && [ -d "$OUT" ] && [ -z "$(ls -A "$OUT" 2>/dev/null)" ]; then DEVICE_OUT=$OUT; fi
 cd "$(dirname "$0")/../.."
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 NVCC=${NVCC:-$CUDA_HOME/bin/nvcc}
@@ -51,7 +54,7 @@ for t in make gcc ar timeout; do command -v "$t" >/dev/null || miss="$miss $t"; 
 # cuBLAS: the unversioned link, else the versioned library by its name (as OpenBLAS is linked)
 CUBLAS=-lcublas
 if [ ! -e "$CUDA_HOME/lib64/libcublas.so" ]; then
-    v=$(cd "$CUDA_HOME/lib64" 2>/dev/null && ls libcublas.so.[0-9]* 2>/dev/null | sort | head -n1 || true)
+    v=$(cd "$CUDA_HOME/lib64" 2>/dev/null && ls libcublas.so.[0-9]* 2>/dev/null | sort -V | tail -n1 || true)
     if [ -n "$v" ]; then CUBLAS="-l:$v"; echo "run.sh: no libcublas.so link: linking $v by name"; else miss="$miss $CUDA_HOME/lib64/libcublas.so*"; fi
 fi
 if [ -n "$miss" ]; then echo "run.sh: missing on this machine:$miss (nothing built)" >&2; exit 2; fi
@@ -68,7 +71,9 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap,clocks.sm,cl
 # packages carried in shared-data/debs (docs/testing.md), unpacked under /tmp, never into /
 # (DM_BLAS_FROM_DEBS=1 takes them even where the machine has its own: how the fallback is tried)
 # (grep without -q: under pipefail a grep that stops reading early fails ldconfig with SIGPIPE)
-if { command -v ldconfig >/dev/null && ! ldconfig -p 2>/dev/null | grep 'libopenblas\.so' >/dev/null; } || [ "${DM_BLAS_FROM_DEBS:-0}" = 1 ]; then
+# (a library on LIBRARY_PATH counts too: ldconfig's cache does not list it)
+blas_on_path() { local d; IFS=: read -ra ds <<< "${LIBRARY_PATH:-}"; for d in "${ds[@]}"; do ls "$d"/libopenblas.so* >/dev/null 2>&1 && return 0; done; return 1; }
+if { command -v ldconfig >/dev/null && ! ldconfig -p 2>/dev/null | grep 'libopenblas\.so' >/dev/null && ! blas_on_path; } || [ "${DM_BLAS_FROM_DEBS:-0}" = 1 ]; then
     if ls shared-data/debs/libopenblas0*.deb >/dev/null 2>&1 && command -v dpkg >/dev/null; then
         ob=/tmp/dm-openblas
         rm -rf "$ob" && mkdir -p "$ob"
@@ -83,10 +88,10 @@ if { command -v ldconfig >/dev/null && ! ldconfig -p 2>/dev/null | grep 'libopen
         exit 2
     fi
 else
-    echo "run.sh: OpenBLAS: this machine's ($( { ldconfig -p 2>/dev/null | grep 'libopenblas\.so' | head -n1 | sed 's/.*=> //'; } || true))"
+    echo "run.sh: OpenBLAS: this machine's ($( { ldconfig -p 2>/dev/null | grep 'libopenblas\.so' | head -n1 | sed 's/.*=> //'; } || true)${LIBRARY_PATH:+; LIBRARY_PATH=$LIBRARY_PATH})"
 fi
 [ -f shared-data/tinyshakespeare.txt ] && echo "run.sh: corpus shared-data/tinyshakespeare.txt" \
-    || echo "run.sh: no shared-data/tinyshakespeare.txt carried: the bench and dmsh run on generated text (said on their lines)"
+    || echo "run.sh: no shared-data/tinyshakespeare.txt carried: the bench runs on generated text (its data: line says so), dmsh on docs/decisions.md"
 mkdir -p "$OUT"
 
 # Full logs: build/gpu/logs, or straight into $DM_GPU_LOGS when set (the device tool's $OUT: the
