@@ -37,3 +37,9 @@ void arms_mask_names(uint16_t mask, char *buf, unsigned n) {
     for (int i = 0; i < ARM_COUNT && used < n; i++)
         if (mask & (1u << i)) used += (unsigned)snprintf(buf + used, n - used, "%s%s", used ? "," : "", dm_arm_names[i]);
 }
+
+void arms_mask_tag(uint16_t mask, char *buf, unsigned n) {
+    char names[64];
+    arms_mask_names(mask, names, sizeof names);
+    snprintf(buf, n, "%s%s%s", names[0] ? " [off: " : "", names, names[0] ? "]" : "");
+}

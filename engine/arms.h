@@ -23,5 +23,7 @@ void arms_format(const Arms *a, char *buf, unsigned n);
 uint16_t arms_off_mask(const Arms *a);
 // "kda,moe" for a mask ("" for 0)
 void arms_mask_names(uint16_t mask, char *buf, unsigned n);
+// " [off: kda,moe]" for a mask ("" for 0): the tag a line of an ablation carries
+void arms_mask_tag(uint16_t mask, char *buf, unsigned n);
 // the arms that change what a forward computes (an eval with one of them off is another model's)
 #define ARMS_FORWARD_MASK ((1u << ARM_KDA) | (1u << ARM_ENGRAM) | (1u << ARM_MOE) | (1u << ARM_REZERO))

@@ -373,12 +373,12 @@ int cmd_sessions(Shell *sh, Words *w, dm_err *err) {
                 printable(se.msg, sw, sizeof sw);
                 fprintf(sh->out, "    (what it reached cannot be read: %s)\n", sw);
             } else {
-                char loss[64] = "no training step", ev[220] = "no eval", off[64] = "", eoff[64] = "";
+                char loss[64] = "no training step", ev[220] = "no eval", off[64] = "", eoff[80];
                 if (cs.have_loss) snprintf(loss, sizeof loss, "loss %.4f (step %lld)", cs.loss, cs.loss_step);
-                arms_mask_names(cs.eval_arms_off, eoff, sizeof eoff);
+                arms_mask_tag(cs.eval_arms_off, eoff, sizeof eoff);
                 if (cs.have_eval)
-                    snprintf(ev, sizeof ev, "held-out bpb %.4f%s%s%s (depth %d, step %lld, over %lld B)", cs.bpb, eoff[0] ? " [off: " : "",
-                             eoff, eoff[0] ? "]" : "", cs.eval_depth, cs.eval_step, (long long)cs.window);
+                    snprintf(ev, sizeof ev, "held-out bpb %.4f%s (depth %d, step %lld, over %lld B)", cs.bpb, eoff, cs.eval_depth,
+                             cs.eval_step, (long long)cs.window);
                 arms_mask_names(cs.arms_off, off, sizeof off);
                 fprintf(sh->out, "    %s; %s; %s%s%s\n", loss, ev, cs.shape[0] ? cs.shape : "shape unreadable (its config section)",
                         off[0] ? "; arms off: " : "", off);

@@ -255,7 +255,8 @@ int cmd_check(Shell *sh, Words *w, dm_err *err) {
             return dm_fail(err, ":check grad runs on the double-precision engine, looked for as %s (../double/dmsh from this "
                                 "binary): build it with `make DM_REAL=double build/double/dmsh`, then run this again", dbl);
         // the live config's choices of computation, which the check takes (engine_check_grad)
-        char set[600], *chk = mallocCheck(strlen(offs ? offs : "") + 256);  // (off= as long as it was typed)
+        size_t nchk = strlen(offs ? offs : "") + 256;  // (off= as long as it was typed)
+        char set[600], *chk = mallocCheck(nchk);
         size_t used = (size_t)snprintf(set, sizeof set, ":set");
         static const char *const takes[] = {"E", "L", "k", "loss", "lam_max", "g_min", "moe_aux", "engram_orders"};
         for (int i = 0; i < 8; i++) {
@@ -263,7 +264,6 @@ int cmd_check(Shell *sh, Words *w, dm_err *err) {
             config_get(&E_->cfg, config_find_key(takes[i]), v, sizeof v);
             used += snprintf(set + used, sizeof set - used, " %s=%s", takes[i], v);
         }
-        size_t nchk = strlen(offs ? offs : "") + 256;
         used = (size_t)snprintf(chk, nchk, ":check grad off=");
         for (int a = 0; E_->live && a < ARM_COUNT; a++)  // the live model's off arms, and off= (checked above)
             if (!E_->model.arms.on[a]) used += snprintf(chk + used, nchk - used, "%s,", dm_arm_names[a]);
@@ -443,10 +443,10 @@ int cmd_bench(Shell *sh, Words *w, dm_err *err) {
         int dec = rate > 0 && isfinite(rate) ? 2 - (int)floor(log10(rate)) : 2;
         dec = dec < (dev ? 3 : 2) ? (dev ? 3 : 2) : dec > 9 ? 9 : dec;
         // the arms that were off (the step lines' tag): an ablation's speed is not the model's
-        char off[64] = "";
-        arms_mask_names(arms_off_mask(&e->model.arms), off, sizeof off);
-        fprintf(OUT, "bench %s%s%s%s%s (%s): %.2f ms/step (median of steps %lld..%lld, %d warm), %.0f tok/s, %.*f %s model",
-                e->device, emu, off[0] ? " [off: " : "", off, off[0] ? "]" : "", REAL_NAME, med, first, first + n - 1, warm, e->cfg.batch * e->cfg.seq / (med / 1e3),
+        char off[80];
+        arms_mask_tag(arms_off_mask(&e->model.arms), off, sizeof off);
+        fprintf(OUT, "bench %s%s%s (%s): %.2f ms/step (median of steps %lld..%lld, %d warm), %.0f tok/s, %.*f %s model",
+                e->device, emu, off, REAL_NAME, med, first, first + n - 1, warm, e->cfg.batch * e->cfg.seq / (med / 1e3),
                 dec, rate, dev ? "TFLOP/s" : "GFLOP/s");
         // MFU as a percentage on both backends, with its denominator named
         if (be->peak_tflops) {

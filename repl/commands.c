@@ -54,9 +54,7 @@ static const char *emulated_tag(const MetricRow *r) {
 // said nothing; only the ran: line showed it)
 static const char *eval_tag(uint16_t arms_off) {
     static char buf[80];
-    char arms[64] = "";
-    arms_mask_names(arms_off & ARMS_FORWARD_MASK, arms, sizeof arms);
-    snprintf(buf, sizeof buf, "%s%s%s", arms[0] ? " [off: " : "", arms, arms[0] ? "]" : "");
+    arms_mask_tag(arms_off & ARMS_FORWARD_MASK, buf, sizeof buf);
     return buf;
 }
 
