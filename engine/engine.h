@@ -91,6 +91,8 @@ typedef struct Engine {
     int fwd_moved;              // a :device move left the last forward's activations behind
     int fwd_cut;                // a refused step or eval (kernels/guard.h) left a partial forward's
     int fwd_pad;                // of those (an eval's last batch): sequences that are padding copies
+    uint32_t fwd_text_fp;       // fwd_kind 3: FNV-1a of the text (two texts probed at one step get two
+                                // histogram files, not one overwritten)
     int64_t fwd_step;           // ... of step fwd_step (train: the step's index; eval: e->step then)
     // session (runs/NAME); empty: none
     char session_dir[1024];

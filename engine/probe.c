@@ -100,10 +100,11 @@ static real *host_copy(const Backend *be, const real *p, size_t n) {
 
 // "unknown probe" with the names sharing its first letters. Before any forward the activations
 // are not listed by probe_names, so their names (NAME@i per iteration) are offered as well.
-static int unknown_probe(const Engine *e, const char *name, size_t base, dm_err *err) {
+// A text= forward is still to run (fresh): its names are offered the same way, not the last forward's.
+static int unknown_probe(const Engine *e, const char *name, size_t base, int fresh, dm_err *err) {
     char **names = probe_names(e), hint[300] = "", buf[64];
     size_t used = 0, pre = base > 3 ? 3 : base;
-    int shown = 0, nact = have_forward(e) ? 0 : NG + NI;
+    int shown = 0, nact = have_forward(e) && !fresh ? 0 : NG + NI;
     for (int i = 0; shown < 6 && used < sizeof hint; i++) {
         const char *cand;
         if (i < nact && i < NG) cand = global_acts[i];
@@ -127,8 +128,10 @@ static int arm_was_off(const Engine *e, const char *name, int a, dm_err *err) {
 
 // An activation's name: global (index into global_acts) or per iteration (which, with it its
 // 1-based iteration), checked before any forward is needed: an unknown name is unknown whether or
-// not a forward has run, and a bad iteration suffix is reported as such
-static int act_name(const Engine *e, const char *name, int *global_, int *which_, int *it_, dm_err *err) {
+// not a forward has run, and a bad iteration suffix is reported as such. fresh: the name is for a
+// forward about to run at the model's full depth (text=), so the hints quote 1..L, not the last
+// forward's depth
+static int act_name(const Engine *e, const char *name, int fresh, int *global_, int *which_, int *it_, dm_err *err) {
     const Model *m = &e->model;
     const Config *c = &m->cfg;
     int global = -1, which = -1;
@@ -139,9 +142,9 @@ static int act_name(const Engine *e, const char *name, int *global_, int *which_
     if (global < 0)
         for (int i = 0; i < NI; i++)
             if (strlen(iter_acts[i]) == base && !strncmp(name, iter_acts[i], base)) which = i;
-    if (global < 0 && which < 0) return unknown_probe(e, name, base, err);
+    if (global < 0 && which < 0) return unknown_probe(e, name, base, fresh, err);
     // the depth a suffix may name: the last forward's, else the one the next forward runs
-    int L = have_forward(e) ? m->last_depth : c->L;
+    int L = have_forward(e) && !fresh ? m->last_depth : c->L;
     if (which >= 0 && !at) return dm_fail(err, "'%s' is per iteration: name one, e.g. %s@1 (1..%d)", name, iter_acts[which], L);
     int it = 0;
     if (which >= 0) {
@@ -166,7 +169,7 @@ int probe_check_text_name(const Engine *e, const char *name, dm_err *err) {
     if (model_find_param(&e->model, name) >= 0)
         return dm_fail(err, "'%s' is a parameter: text= runs a forward, whose activations a probe reads (:probe %s alone for its values)", name, name);
     int g, w, it;
-    return act_name(e, name, &g, &w, &it, err);
+    return act_name(e, name, 1, &g, &w, &it, err);
 }
 
 int probe_get(Engine *e, const char *name, double **vals, ProbeInfo *info, dm_err *err) {
@@ -190,7 +193,7 @@ int probe_get(Engine *e, const char *name, double **vals, ProbeInfo *info, dm_er
     }
     info->activation = 1;
     int global, which, it;
-    if (act_name(e, name, &global, &which, &it, err)) return 1;
+    if (act_name(e, name, 0, &global, &which, &it, err)) return 1;
     if (!have_forward(e)) {
         if (e->fwd_moved)  // activations are not copied by a :device move (the weights are)
             return dm_fail(err, "the last forward's activations did not move with the model (:device): :step or :eval first for '%s'", name);
@@ -322,7 +325,7 @@ void probe_source(const Engine *e, const ProbeInfo *pi, char *desc, size_t ndesc
     else if (e->fwd_kind == 3) {
         snprintf(desc, ndesc, "forward of a text at step %lld: %d byte%s read, %s the next", s, e->model.acts.T,
                  e->model.acts.T == 1 ? "" : "s", e->model.acts.T == 1 ? "predicting" : "each predicting");
-        snprintf(tag, ntag, "text%lld", s);
+        snprintf(tag, ntag, "text%lld-%08x", s, (unsigned)e->fwd_text_fp);
     }
     else { snprintf(desc, ndesc, "last forward"); snprintf(tag, ntag, "fwd"); }
     // the arms that forward ran without: its activations are an ablation's (QA, session 35)
@@ -360,6 +363,8 @@ int probe_forward_text(Engine *e, const unsigned char *text, int n, dm_err *err)
     model_forward(m, x, y, 1, T, m->cfg.L, FWD_ALL_DEPTHS);
     dm_guard_close(&g);
     e->fwd_kind = 3;
+    e->fwd_text_fp = 2166136261u;
+    for (int i = 0; i < n; i++) e->fwd_text_fp = (e->fwd_text_fp ^ text[i]) * 16777619u;
     e->fwd_step = e->step;
     e->fwd_undone = e->fwd_moved = e->fwd_cut = 0;
     e->fwd_pad = 0;

@@ -385,6 +385,14 @@ static void test_probe_text(void **s) {
     // was refused: review, session 35); z@i's two values a byte get column numbers
     expect_error(":probe nosuch@1 text=\"ab\"\n", "nosuch");
     expect_error(":probe head text=\"ab\"\n", "'head' is a parameter: text= runs a forward");
+    // the hints for a text's name quote the depth its forward runs at (L), not the last forward's
+    expect_error(":eval depth=1\n:probe h text=\"ab\"\n", "'h' is per iteration: name one, e.g. h@1 (1..2)");
+
+    // two texts at one step: two histogram files (FNV-1a of the text in the name), not one overwritten
+    expect_ok(":probe h@1 text=\"ab\" hist\n:probe h@1 text=\"ba\" hist\n:probe h@1 text=\"ab\" hist\n");
+    if (!strstr(out, "wrote plots/hist-h_1-text0-4d2505ca.png\n")) print_error("%s\n", out);
+    assert_non_null(strstr(out, "wrote plots/hist-h_1-text0-4d2505ca.png\n"));
+    assert_non_null(strstr(out, "wrote plots/hist-h_1-text0-3c2ba6cc.png\n"));
     expect_ok(":probe z@1 text=\"abc\"\n:show arms\n");
     assert_non_null(strstr(out, "   pos  byte   next            [0]          [1]\n     0  'a'    'b'    "));
     assert_non_null(strstr(out, "kda      on  forward 2 "));  // (the text's forward counts, L=2 iterations of it)

@@ -181,14 +181,14 @@ int main(int argc, char **argv) {
         dm_err err = {0};
         engine_init(&e);
         if (config_preset(&e.cfg, cases[c].preset, &err) || engine_set_device(&e, cu, "cuda:0", &err) ||
-            engine_open_data(&e, data, NULL, &err)) { printf("%s: %s\n", cases[c].preset, err.msg); rc = 1; continue; }
+            engine_open_data(&e, data, NULL, &err)) { printf("error: %s: %s\n", cases[c].preset, err.msg); rc = 1; continue; }
         e.cfg.batch = cases[c].B;
         e.cfg.seq = cases[c].T;
         size_t free0 = 0, total = 0, free_min;
         cu->mem_peak_set(0);  // "held MiB": this case's peak, not the largest of the cases before it
         cudaMemGetInfo(&free0, &total);
         free_min = free0;
-        if (engine_build(&e, 1, &err)) { printf("%s: %s\n", cases[c].preset, err.msg); rc = 1; continue; }
+        if (engine_build(&e, 1, &err)) { printf("error: %s: %s\n", cases[c].preset, err.msg); rc = 1; continue; }
         MetricRow r;
         double *ms = malloc(sizeof(double) * K), *dev = malloc(sizeof(double) * K);
         int bad = 0;
@@ -231,7 +231,7 @@ int main(int argc, char **argv) {
             cudaMemGetInfo(&fr, &tt);
             if (fr < free_min) free_min = fr;
         }
-        if (bad) { printf("%s: %s\n", cases[c].preset, err.msg); rc = 1; free(ms); free(dev); engine_free(&e); continue; }
+        if (bad) { printf("error: %s: %s\n", cases[c].preset, err.msg); rc = 1; free(ms); free(dev); engine_free(&e); continue; }
         qsort(ms, K, sizeof(double), cmp_d);
         qsort(dev, K, sizeof(double), cmp_d);
         double med = ms[K / 2], dev_med = dev[K / 2];
