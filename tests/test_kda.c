@@ -267,7 +267,10 @@ static void chunk_vs_recurrent(int B, int T, int H, int D, int C, double gmax, d
     }
     printf("\n");
     for (size_t i = 0; i < N; i++) assert_true(isfinite(c.o[i]) && isfinite(c.d[IN_G][i]));
-    assert_true(worst <= 1e-5);
+    // ~3x the worst measured (6.1e-7, dg at C=16, gmax=8): fp32's few ulps, not a loose 1e-5 that
+    // let the exponent's rounding (exp_dbl without its correction: dg 3.6e-6) through (QA mutation,
+    // session 36)
+    assert_true(worst <= 2e-6);
     prob_free(&r); prob_free(&c);
 }
 

@@ -86,6 +86,22 @@ static void test_clip(void **state) {
     assert_int_equal(optim_step(&o, &m, 1, 1.0, &info, &err), 0);
     assert_memory_equal(m.grads, g1, sizeof(real) * m.n_params);
     free(g1);
+    // the norm, not its square, is compared with the clip: both sides of clip=1 agree on which is
+    // bigger, so clips away from 1 decide (QA mutation, session 36: ||g||^2 > clip went unseen)
+    double want[2][2] = {{3.0, 4.0}, {0.6, 0.5}};  // {gnorm, clip}: under (untouched), over (scaled)
+    for (int k = 0; k < 2; k++) {
+        m.cfg.clip = want[k][1];
+        fill_randn(m.grads, m.n_params, 1.0, &r);
+        double s = want[k][0] / grad_norm(&m);
+        for (size_t i = 0; i < m.n_params; i++) m.grads[i] = (real)(m.grads[i] * s);
+        double gk = grad_norm(&m);
+        real *gs = snapshot(m.grads, m.n_params);
+        assert_int_equal(optim_step(&o, &m, 2 + k, 1.0, &info, &err), 0);
+        if (k == 0) assert_memory_equal(m.grads, gs, sizeof(real) * m.n_params);
+        else assert_true(fabs(grad_norm(&m) - 0.5) < 1e-5);
+        assert_true(fabs(info.gnorm - gk) / gk < 1e-12);
+        free(gs);
+    }
     optim_free(&o);
     model_free(&m);
 }

@@ -162,6 +162,23 @@ static void test_spread_guarded(void **state) {
                   finite, e3, e12);
     assert_true(finite && isfinite(e3));
     assert_true(e12 < 1e-4);
+    // just past the guard's bound (QA mutation, session 36: a bound twice as loose went unseen by
+    // the 10x column, far above both): a 2.05x column has sigma_max ~1.87 after the Frobenius
+    // rescale, outside the basin, and a Gram row-sum bound ~3.5, over NS_G2 = 2.25: rescaled, it
+    // converges within the step's 3 iterations (unguarded it reached 2.6e22, finite, unflagged)
+    random_orthonormal(X, rows, r, &g);
+    for (int q = 0; q < rows; q++) X[(size_t)q * r] *= (real)2.05;
+    double nf = 0;  // (the retraction's own Frobenius pre-scale, then the Gram's bound)
+    for (size_t i = 0; i < (size_t)rows * r; i++) nf += (double)X[i] * X[i];
+    for (size_t i = 0; i < (size_t)rows * r; i++) X2[i] = (real)(X[i] / sqrt(nf / r));
+    gemm_ref_gram(X2, rows, r, scr);
+    assert_true(retract_gersh_scale(scr, r) < 1.0);
+    retract(X, rows, r, 3, scr);
+    finite = 1;
+    for (size_t i = 0; i < (size_t)rows * r; i++) finite &= isfinite((double)X[i]);
+    double e205 = orth_error(X, rows, r);
+    print_message("  one sigma 2.05x the rest: finite %d, orth_error %.2e after 3 iters\n", finite, e205);
+    assert_true(finite && e205 < 0.1);
     // a near-orthonormal frame is never rescaled by the guard: its Gram matrix bounds sigma_max^2 near 1
     random_orthonormal(X, rows, r, &g);
     for (size_t i = 0; i < (size_t)rows * r; i++) X[i] += (real)(1e-2 * rng_gauss(&g));

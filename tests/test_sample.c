@@ -84,6 +84,16 @@ static void test_sample_byte(void **s) {
         int b = sample_byte(lg, 1.0, 3, &r);                  // top-3: 65, 0, 1
         assert_true(b == 65 || b == 0 || b == 1);
     }
+    // ties go to the lower byte in greedy decoding too, as in the top-k order: a greedy sample and a
+    // top_k=1 one agree (a zero head ties every logit; QA mutation, session 36: greedy's tie-break
+    // was unpinned)
+    lg[65] = 0;
+    lg[200] = lg[7] = lg[30] = 3;
+    assert_int_equal(sample_byte(lg, 0, 0, &r), 7);
+    assert_int_equal(sample_byte(lg, 0.5, 1, &r), 7);
+    for (int i = 0; i < 256; i++) lg[i] = 0;
+    assert_int_equal(sample_byte(lg, 0, 0, &r), 0);
+    assert_int_equal(sample_byte(lg, 1.0, 1, &r), 0);
 }
 
 // The sampler's order (descending logit, ties to the lower byte) as it was first written, an

@@ -23,6 +23,7 @@
 #include "../sessions/session.h"
 
 #include "step_fixture.h"
+#include "../kernels/cpu/step_record.h"
 
 static void assert_same_bits(const void *a, const void *b, size_t n, const char *what) {
     if (memcmp(a, b, n) != 0) fail_msg("%s differs", what);
@@ -553,8 +554,58 @@ static void test_determinism_checks_optimizer_state(void **s) {
     engine_free(&e);
 }
 
+// :eval-depths (all depths in one forward) reports each depth's own loss: the same number as an
+// eval of that depth alone, and its metric rows carry that depth and that number (QA mutation,
+// session 36: every depth given the deepest one's loss, in the result or only in the rows, went
+// unseen: the per-depth curve is what a looped model is studied by)
+static void test_eval_depths_each_its_own(void **s) {
+    (void)s;
+    Config c = tiny_config();
+    Engine e;
+    make_engine(&e, backend_cpu(), c);
+    assert_int_equal(run(&e, 6, 1, -1, -1), -1);
+    dm_err err = {0};
+    EvalResult all, one;
+    assert_int_equal(engine_eval(&e, 0, &all, &err), 0);
+    assert_true(all.depth_lo == 1 && all.depth_hi == c.L);
+    int n0 = e.nrows;
+    for (int d = 1; d <= c.L; d++) {
+        const MetricRow *r = &e.rows[n0 - c.L + d - 1];
+        assert_int_equal(r->kind, 1);
+        assert_int_equal(r->depth, d);
+        assert_true(r->bpb == all.bpb[d - 1]);
+        assert_int_equal(engine_eval(&e, d, &one, &err), 0);
+        assert_true(one.depth_lo == d && one.depth_hi == d);
+        if (fabs(one.bpb[d - 1] - all.bpb[d - 1]) > 1e-9 * all.bpb[d - 1])
+            fail_msg("depth %d: %.12f alone, %.12f among all depths", d, one.bpb[d - 1], all.bpb[d - 1]);
+        assert_true(e.rows[e.nrows - 1].depth == d && e.rows[e.nrows - 1].bpb == one.bpb[d - 1]);
+    }
+    assert_true(all.bpb[0] != all.bpb[c.L - 1]);  // (the depths differ: the check above can fail)
+    engine_free(&e);
+}
+
+// The step's loss is the mean over the scored depths (loss=rec: all; loss=final: the last), each
+// depth's sum over N tokens: the function both backends run (QA mutation, session 36: dividing by
+// the depth, not the scored count, halved loss=final's reported loss at L=2, unseen)
+static void test_step_loss_scored_mean(void **s) {
+    (void)s;
+    const double sums[3] = {12.0, 18.0, 30.0};  // N = 6: 2, 3, 5 a token
+    const real aux[3] = {(real)0.25, (real)0.5, (real)0.75};
+    double out[2];
+    step_loss_combine(out, sums, NULL, 3, 0x7, 6, 0.0);
+    assert_true(fabs(out[0] - 10.0 / 3) < 1e-15 && out[1] == out[0]);
+    step_loss_combine(out, sums, NULL, 3, 0x4, 6, 0.0);  // loss=final
+    assert_true(out[0] == 5.0);
+    step_loss_combine(out, sums, aux, 3, 0x4, 6, 0.1);  // aux: its mean over every iteration run
+    assert_true(out[0] == 5.0 && fabs(out[1] - 5.05) < 1e-12);
+    step_loss_combine(out, sums, NULL, 3, 0x0, 6, 0.0);
+    assert_true(isnan(out[0]));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_eval_depths_each_its_own),
+        cmocka_unit_test(test_step_loss_scored_mean),
         cmocka_unit_test(test_arm_off_freezes),
         cmocka_unit_test(test_determinism_checks_optimizer_state),
         cmocka_unit_test(test_seq_against_split),
