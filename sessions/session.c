@@ -41,8 +41,7 @@ int session_rewrite_metrics(Engine *e, dm_err *err) {
     engine_tsv_header(f);
     for (int i = 0; i < e->nrows; i++) engine_tsv_row(f, &e->rows[i]);
     // a short write (full disk) must not replace a good metrics.tsv with a truncated one; synced
-    // before the rename, so a power loss leaves the old file or the new one, never an empty one
-    // (rare: a :load, an :init, a -r; the rows a step appends are not synced one by one)
+    // before the rename (a power loss: old file or new, never empty; appended rows are not synced)
     int bad = fflush(f) != 0 || ferror(f) || fsync(fileno(f)) != 0;
     if (fclose(f) || bad) {
         int why = errno;
