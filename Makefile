@@ -164,6 +164,11 @@ $(B)/tests/test_plot: tests/test_plot.c tests/testutil.h $(B)/repl/cmd_plot.o $(
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< $(B)/repl/cmd_plot.o -o $@ $(B)/libdm.a -lcmocka $(LDLIBS) -Wl,--wrap=viz_charts_png
 
+# test_plot_series records the series :plot hands viz (--wrap; nothing drawn): the numbers, not the pixels
+$(B)/tests/test_plot_series: tests/test_plot_series.c tests/testutil.h $(B)/repl/cmd_plot.o $(B)/libdm.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< $(B)/repl/cmd_plot.o -o $@ $(B)/libdm.a -lcmocka $(LDLIBS) -Wl,--wrap=viz_charts_png
+
 # test_data lists a directory it may not search: --wrap makes lstat fail as it does for a
 # non-root user under a directory of mode r-- (root searches any directory)
 $(B)/tests/test_data: tests/test_data.c $(wildcard tests/*.h) $(B)/libdm.a $(B)/cflags
