@@ -14,21 +14,66 @@ static void expect_err(Config *c, const char *k, const char *v, const char *need
     assert_null(strchr(e.msg, '\n'));                 // one line
 }
 
+// SPEC §1 Presets, the whole row of each (mutation testing, QA session 36: small's E=8 for
+// E=4 passed, only d was checked); and every preset keeps SPEC §4/§5's training defaults
 static void test_presets(void **s) {
     (void)s;
     const char *names[] = {"nano", "mini", "small", "base", "large"};
-    int d[] = {128, 256, 512, 768, 1024};
+    //                     d    H   L   E   k   r    f     rows     dim  seq   batch ram
+    const long row[5][12] = {{128, 2, 2, 2, 1, 32, 512, 4096, 16, 128, 8, 0},
+                             {256, 4, 4, 4, 2, 64, 1024, 25000, 32, 256, 8, 0},
+                             {512, 8, 4, 4, 2, 128, 2048, 25000, 32, 512, 8, 0},
+                             {768, 12, 4, 8, 2, 192, 3072, 250000, 64, 1024, 16, 0},
+                             {1024, 16, 4, 16, 2, 256, 4096, 4000000, 64, 1024, 32, 1}};
+    Config def;
+    config_defaults(&def);
     for (int i = 0; i < 5; i++) {
         Config c;
         dm_err e = {0};
         assert_int_equal(config_preset(&c, names[i], &e), 0);
-        assert_int_equal(c.d, d[i]);
+        const long got[12] = {c.d, c.H, c.L, c.E, c.k, c.r, c.f, (long)c.engram_rows, c.engram_dim, c.seq, c.batch, c.engram_ram};
+        for (int j = 0; j < 12; j++) {
+            if (got[j] != row[i][j]) print_error("preset %s: column %d is %ld, SPEC says %ld\n", names[i], j, got[j], row[i][j]);
+            assert_int_equal(got[j], row[i][j]);
+        }
+        assert_int_equal(c.n_orders, 3);  // orders 2,3,4 ("rows/order")
+        for (int j = 0; j < 3; j++) assert_int_equal(c.engram_orders[j], j + 2);
         assert_int_equal(config_validate(&c, &e), 0);
+        // a preset sets the shape only: the training keys stay the defaults
+        assert_true(c.lr == def.lr && c.warmup == def.warmup && c.wd == def.wd && c.clip == def.clip);
     }
     Config c;
     dm_err e = {0};
     assert_int_not_equal(config_preset(&c, "huge", &e), 0);
     assert_non_null(strstr(e.msg, "nano"));
+}
+
+// The defaults SPEC states (§1 loss, lam_max, moe_aux, retraction; §2 g_min; §3 orders; §4 the
+// optimizer, schedule, clip, nan_limit; §5 eval_frac, eval_bytes, anchor_fit_bytes "8 MB", read as
+// 8 MiB); kda_chunk 64 is decisions.md's. Mutation testing (QA, session 36): warmup 100 -> 10 passed.
+static void test_defaults(void **s) {
+    (void)s;
+    Config c;
+    config_defaults(&c);
+    assert_int_equal(c.d, 128);         // the shape is preset nano's (config.h; test_presets)
+    assert_int_equal(c.loss_final, 0);
+    assert_true(c.lam_max == 1.0 && c.moe_aux == 0.01 && c.g_min == -5.0);
+    assert_int_equal(c.retract_every, 1);
+    assert_int_equal(c.retract_iters, 3);
+    assert_int_equal(c.kda_chunk, 64);
+    assert_int_equal(c.opt_adamw, 0);   // opt = mix
+    assert_int_equal(c.muon_colrow, 0);
+    assert_true(c.lr == 3e-3 && c.lr_muon == 0.02 && c.beta1 == 0.9 && c.beta2 == 0.95);
+    assert_true(c.eps == 1e-8 && c.wd == 0.1 && c.muon_momentum == 0.95);
+    assert_int_equal(c.warmup, 100);
+    assert_int_equal(c.lr_cosine, 1);
+    assert_true(c.lr_min_frac == 0.1);
+    assert_int_equal(c.steps, 0);       // set by the first :train
+    assert_true(c.clip == 1.0);
+    assert_int_equal(c.nan_limit, 20);
+    assert_true(c.eval_frac == 0.1);
+    assert_int_equal(c.eval_bytes, 262144);
+    assert_int_equal(c.anchor_fit_bytes, 8 << 20);
 }
 
 static void test_set_errors(void **s) {
@@ -164,7 +209,7 @@ static void test_arch_diff(void **s) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_presets), cmocka_unit_test(test_set_errors),
+        cmocka_unit_test(test_presets), cmocka_unit_test(test_defaults), cmocka_unit_test(test_set_errors),
         cmocka_unit_test(test_integers_are_digits),
         cmocka_unit_test(test_validate), cmocka_unit_test(test_arch_diff),
     };
