@@ -524,6 +524,37 @@ static void test_foreign_files_kept(void **s) {
     assert_memory_equal(cf.sec[0].data, "abc", 3);
     ckpt_close(&cf);
     if (ckpt_write(path, &v, 1, &e)) fail_msg("%s", e.msg);  // a checkpoint is replaced as before
+    // PATH.<pid>.tmp of a dead pid that is no checkpoint is someone else's: kept (QA, session 36:
+    // only the own-pid name was tested). 99999999 is above Linux's pid_max: kill() says ESRCH.
+    path_in(other, sizeof other, "linked.ckpt.99999999.tmp");
+    spit(other, "hello", 5);
+    if (ckpt_write(path, &v, 1, &e)) fail_msg("%s", e.msg);
+    b = slurp(other, &n);
+    assert_non_null(b);
+    assert_int_equal(n, 5);
+    assert_memory_equal(b, "hello", 5);
+    free(b);
+}
+
+// Two sections of one name (a crafted file: both header CRCs right) are refused, never one of
+// them picked by ckpt_find (QA, session 36: the reader's check was untested)
+static void test_duplicate_section(void **s) {
+    (void)s;
+    char path[256];
+    dm_err e = {0};
+    CkptSection v[2] = {{.name = "a", .data = "xy", .size = 2}, {.name = "b", .data = "z", .size = 1}};
+    path_in(path, sizeof path, "dup.ckpt");
+    if (ckpt_write(path, v, 2, &e)) fail_msg("%s", e.msg);
+    size_t n = 0;
+    uint8_t *b = slurp(path, &n);
+    uint8_t *h = b + HDR + SHDR + up8(2);  // the second section's header
+    assert_int_equal(h[0], 'b');
+    h[0] = 'a';
+    uint32_t c = crc32_update(0, h, 44);
+    memcpy(h + 44, &c, 4);  // (little-endian, as the file)
+    spit(path, b, n);
+    free(b);
+    expect_fail(path, "duplicate section 'a' (file corrupted)", "duplicate");
 }
 
 // Found by a QA pass (session 22): two runs saving dmsh-step-N.ckpt in one directory shared
@@ -631,7 +662,7 @@ int main(void) {
         cmocka_unit_test(test_bad_arguments),  cmocka_unit_test(test_truncation),
         cmocka_unit_test(test_bit_flips),      cmocka_unit_test(test_newer_version_and_junk),
         cmocka_unit_test(test_crash_before_rename), cmocka_unit_test(test_write_failures),
-        cmocka_unit_test(test_foreign_files_kept),
+        cmocka_unit_test(test_foreign_files_kept), cmocka_unit_test(test_duplicate_section),
         cmocka_unit_test(test_concurrent_writers), cmocka_unit_test(test_peek),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
