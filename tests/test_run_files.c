@@ -16,6 +16,24 @@
 #include "../sessions/session.h"
 #include "../engine/ckpt.h"
 
+// The tests that name their files relative (test_step_tsv/...) run in a scratch directory of
+// their own, removed after the test whether it passed or not: run in the checkout, one failure
+// left test_step_tsv/metrics.tsv behind and every later run failed at the wrong place (QA,
+// session 36). (The corpus is an absolute path: step_fixture.h.)
+static char scratch[64], home_dir[1024];
+static int in_scratch(void **s) {
+    (void)s;
+    snprintf(scratch, sizeof scratch, "/tmp/dmsh_runfiles_XXXXXX");
+    if (!getcwd(home_dir, sizeof home_dir) || !mkdtemp(scratch) || chdir(scratch)) return 1;
+    return 0;
+}
+static int out_of_scratch(void **s) {
+    (void)s;
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", scratch);
+    return chdir(home_dir) || system(cmd);
+}
+
 // metrics.tsv that cannot be written: counted and said once (the rows stay in memory), never
 // silent; the step itself goes on
 static void test_tsv_failure_is_loud(void **s) {
@@ -387,6 +405,64 @@ static void test_lock_removed(void **s) {
     assert_int_equal(system(cmd), 0);
 }
 
+// An eval of every depth adds one row per depth, each with its own depth's bpb: the rows are
+// metrics.tsv's, :plot's and the checkpoints' (QA, session 36: every row carrying the deepest
+// depth's bpb passed every test)
+static void test_eval_rows_per_depth(void **s) {
+    (void)s;
+    Engine e;
+    make_engine(&e, backend_cpu(), tiny_config());
+    dm_err err = {0};
+    MetricRow row;
+    for (int i = 0; i < 2; i++) assert_int_equal(engine_step(&e, &row, &err), 0);
+    EvalResult r;
+    int n0 = e.nrows, L = e.cfg.L;
+    assert_int_equal(engine_eval(&e, 0, &r, &err), 0);
+    assert_int_equal(r.depth_lo, 1);
+    assert_int_equal(r.depth_hi, L);
+    assert_int_equal(e.nrows, n0 + L);
+    for (int d = 1; d <= L; d++) {
+        const MetricRow *ev = &e.rows[n0 + d - 1];
+        assert_int_equal(ev->kind, 1);
+        assert_int_equal(ev->depth, d);
+        assert_int_equal(ev->step, 2);
+        if (ev->bpb != r.bpb[d - 1]) print_error("depth %d: row bpb %.6f, eval said %.6f\n", d, ev->bpb, r.bpb[d - 1]);
+        assert_true(ev->bpb == r.bpb[d - 1]);
+        if (d > 1) assert_true(r.bpb[d - 1] != r.bpb[d - 2]);  // (depths that differ: a mix-up shows)
+    }
+    engine_free(&e);
+}
+
+// config.dm.<pid>.tmp files a killed process left are removed when the session opens; names
+// that are not a pid's temp file stay (QA, session 36: the removal was untested)
+static void test_stale_config_tmps(void **s) {
+    (void)s;
+    char dir[] = "/tmp/dmsh_cfgtmp_XXXXXX", sd[300], p[400];
+    assert_non_null(mkdtemp(dir));
+    snprintf(sd, sizeof sd, "%s/run", dir);
+    assert_int_equal(mkdir(sd, 0755), 0);
+    const char *names[] = {"config.dm.4242.tmp", "config.dm.tmp", "config.dm.abc.tmp", "config.dm.42x.tmp"};
+    for (int i = 0; i < 4; i++) {
+        snprintf(p, sizeof p, "%s/%s", sd, names[i]);
+        FILE *f = fopen(p, "w");
+        fputs(":set d=8\n", f);
+        fclose(f);
+    }
+    Engine e;
+    make_engine(&e, backend_cpu(), tiny_config());
+    dm_err err = {0};
+    assert_int_equal(session_open(&e, sd, &err), 0);
+    for (int i = 0; i < 4; i++) {
+        snprintf(p, sizeof p, "%s/%s", sd, names[i]);
+        if ((access(p, F_OK) == 0) != (i > 0)) print_error("%s: %s\n", names[i], i ? "removed" : "still there");
+        assert_int_equal(access(p, F_OK) == 0, i > 0);
+    }
+    engine_free(&e);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 // A checkpoint older than its section data.fingerprint.splits (removed here), trained with eval=,
 // whose eval file changed at the same size: the resume cannot tell which file changed, and says so
 // (it blamed the training corpus and said the batches differ: review, session 34)
@@ -457,14 +533,16 @@ static void test_steps_line(void **s) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_steps_line),
-        cmocka_unit_test(test_tsv_failure_is_loud),
-        cmocka_unit_test(test_transcript_mark),
-        cmocka_unit_test(test_emulated_rows_are_marked),
+        cmocka_unit_test_setup_teardown(test_tsv_failure_is_loud, in_scratch, out_of_scratch),
+        cmocka_unit_test_setup_teardown(test_transcript_mark, in_scratch, out_of_scratch),
+        cmocka_unit_test_setup_teardown(test_emulated_rows_are_marked, in_scratch, out_of_scratch),
         cmocka_unit_test(test_corpus_rewritten_in_place),
         cmocka_unit_test(test_renamed_between_ckpt_and_latest),
         cmocka_unit_test(test_no_flock),
         cmocka_unit_test(test_lock_removed),
         cmocka_unit_test(test_old_ckpt_eval_changed),
+        cmocka_unit_test(test_eval_rows_per_depth),
+        cmocka_unit_test(test_stale_config_tmps),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
