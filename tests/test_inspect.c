@@ -202,6 +202,7 @@ static void test_hist_labels(void **s) {
     expect_error(":step\n:probe h@1 hist log=maybe\n", ":probe: log=maybe: expected on or off");
     expect_error(":step\n:probe h@1 hist bins=0\n", ":probe: bins=0: expected a whole number 1..1000");
     expect_error(":step\n:probe h@1 hist bins=1e3\n", ":probe: bins=1e3: expected a whole number 1..1000");
+    expect_error(":step\n:probe h@1 hist bins=1001\n", ":probe: bins=1001: expected a whole number 1..1000");
     expect_error(":step\n:probe h@1 hist bins=\n", ":probe: bins=: expected a whole number 1..1000");
     expect_error(":step\n:probe h@1 hist colour=red\n", "unknown histogram option 'colour=red' (options: log=on|off bins=N)");
 }
@@ -309,6 +310,8 @@ static void test_ablation_said(void **s) {
     assert_null(strstr(out, "frozen"));
     assert_null(strstr(out, "[off:"));
     expect_error(":eval depth=3\n", "depth=3 out of range: 1..2 (L), or :eval-depths for all");
+    expect_ok(":eval depth=2\n:eval depth=1\n");  // the top of the range is in it (QA, session 36)
+    assert_non_null(strstr(out, "eval step 0 depth 2 bpb "));
     // an activation of a forward that ran without an arm, and samples of a model without one
     expect_ok(":step\n:arm moe off\n:step\n:probe ctrl.ffn@1\n:arm moe on\n:probe ctrl.ffn@1\n:arm engram off\n:gen \"ab\" n=3\n");
     const char *p1 = strstr(out, "; arms off in it: moe)\n");
