@@ -738,6 +738,19 @@ static void test_ablation_said(void **s) {
     assert_true(first && strncmp(strchr(first, ')'), ")\n", 2) == 0);
 }
 
+// A script's last line without a newline runs (QA, session 36: a mutant dropping it passed), and
+// a bare :step takes one step
+static void test_last_line_and_bare_step(void **s) {
+    (void)s;
+    char script[1000];
+    snprintf(script, sizeof script, "%s:data %s\n:init seed=1\n:step\n:show metrics", SMALL, corpus);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    assert_non_null(strstr(out, "\nstep 0 loss "));
+    assert_null(strstr(out, "step 1 loss "));
+    assert_non_null(strstr(out, "1 metric rows, step 1, 128 tokens, 0 skipped steps\n"));  // (the last line's)
+    expect_error(":set seed=2\n:bogus", "s.dm:2: error: unknown command ':bogus'");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_integers_are_digits),
@@ -762,6 +775,7 @@ int main(void) {
         cmocka_unit_test(test_resume_and_save_words),
         cmocka_unit_test(test_split_and_rows_said),
         cmocka_unit_test(test_ablation_said),
+        cmocka_unit_test(test_last_line_and_bare_step),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

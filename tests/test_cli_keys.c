@@ -146,6 +146,18 @@ static void test_show_model_chunk(void **s) {
     expect_out("H=2 heads of 64, chunk 16\n");
 }
 
+// Options of the commands that rely on the generic check (sh_check_keys): one given twice is
+// refused, never the first taken; an integer option's maximum is in its range (QA, session 36)
+static void test_option_twice_and_maximum(void **s) {
+    (void)s;
+    char script[1600];
+    snprintf(script, sizeof script, "%s:data %s\n:init seed=1\n:train 5 eval_every=1 eval_every=2\n", SMALL, corpus);
+    expect_error(script, "s.dm:5: error: :train: option 'eval_every' given twice");
+    snprintf(script, sizeof script, "%s:data %s\n:init seed=1\n:train 3 stop_after=3 log_every=1\n", SMALL, corpus);
+    expect_ok(script);
+    expect_out("\nstep 2 loss ");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_help_key),
@@ -155,6 +167,7 @@ int main(void) {
         cmocka_unit_test(test_preset_line),
         cmocka_unit_test(test_engram_ram_route),
         cmocka_unit_test(test_show_model_chunk),
+        cmocka_unit_test(test_option_twice_and_maximum),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
