@@ -173,6 +173,46 @@ static void test_transcript_mark(void **s) {
     rmdir("test_step_mark");
 }
 
+// A command's held lines that a full disk refused (a file-size limit here) are counted as the
+// lines they are, not as one: the transcript's next line says how many could not be written
+// (QA, session 36: a count of 1 for a held multi-line command passed test_cli_disk)
+static void test_lost_held_lines_counted(void **s) {
+    (void)s;
+    Engine e;
+    memset(&e, 0, sizeof e);
+    assert_int_equal(mkdir("test_step_lost", 0755), 0);
+    snprintf(e.session_dir, sizeof e.session_dir, "test_step_lost");
+    session_transcript(&e, ":set seed=2");
+    TranscriptMark m;
+    session_transcript_begin(&e, "# started: :x", ":x", 0, ":x", &m);
+    assert_true(m.len > 0);
+    session_transcript_finishing(&m);
+    session_transcript(&e, ":x with a line longer than its mark");
+    session_transcript(&e, "# a second line");
+    session_transcript(&e, "# and a third");
+    struct stat st;
+    assert_int_equal(stat("test_step_lost/transcript.dm", &st), 0);
+    struct rlimit old, lim;
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+    void (*oldsig)(int) = signal(SIGXFSZ, SIG_IGN);
+    lim = old;
+    lim.rlim_cur = (rlim_t)st.st_size;  // the held lines, longer than the mark, do not fit
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    session_transcript_end(&m);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+    signal(SIGXFSZ, oldsig);
+    session_transcript_ckpt_after(&e, &m);
+    session_transcript(&e, ":step 1");
+    char *t = read_whole_file("test_step_lost/transcript.dm", NULL);
+    assert_non_null(t);
+    if (!strstr(t, "\n:set seed=2\n# 3 lines could not be written here (")) print_error("%s\n", t);
+    assert_non_null(strstr(t, "\n:set seed=2\n# 3 lines could not be written here ("));
+    assert_non_null(strstr(t, "the lines below do not rebuild the session's state\n:step 1\n"));
+    assert_null(strstr(t, "second line"));
+    free(t);
+    e.session_dir[0] = 0;
+}
+
 // Steps timed on the emulated device (tests/cuemu: the CUDA code on the CPU) are marked, so no
 // log line or metrics.tsv row passes the CPU's times off as a GPU's (they carried no word of it):
 // the row engine_step returns, its metrics.tsv line (a last column, timing), and the row a
@@ -535,6 +575,7 @@ int main(void) {
         cmocka_unit_test(test_steps_line),
         cmocka_unit_test_setup_teardown(test_tsv_failure_is_loud, in_scratch, out_of_scratch),
         cmocka_unit_test_setup_teardown(test_transcript_mark, in_scratch, out_of_scratch),
+        cmocka_unit_test_setup_teardown(test_lost_held_lines_counted, in_scratch, out_of_scratch),
         cmocka_unit_test_setup_teardown(test_emulated_rows_are_marked, in_scratch, out_of_scratch),
         cmocka_unit_test(test_corpus_rewritten_in_place),
         cmocka_unit_test(test_renamed_between_ckpt_and_latest),
