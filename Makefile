@@ -182,6 +182,12 @@ $(B)/tests/test_run_files: tests/test_run_files.c $(wildcard tests/*.h) $(B)/lib
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< -o $@ $(B)/libdm.a -lcmocka $(LDLIBS) -Wl,--wrap=session_transcript_ckpt -Wl,--wrap=flock
 
+# test_ckpt records fsync and rename (--wrap): a checkpoint's data is synced before its rename,
+# its directory after
+$(B)/tests/test_ckpt: tests/test_ckpt.c $(wildcard tests/*.h) $(B)/libdm.a $(B)/cflags
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< -o $@ $(B)/libdm.a -lcmocka $(LDLIBS) -Wl,--wrap=fsync -Wl,--wrap=rename
+
 # test_complete reads completed paths back with the command language's own parser
 $(B)/tests/test_complete: tests/test_complete.c tests/testutil.h $(B)/repl/parse.o $(B)/libdm.a
 	@mkdir -p $(dir $@)
