@@ -177,10 +177,11 @@ $(B)/tests/test_data: tests/test_data.c $(wildcard tests/*.h) $(B)/libdm.a $(B)/
 
 # test_run_files renames a session's directory between a checkpoint and its LATEST: --wrap puts
 # the rename inside session_transcript_ckpt, which session_save calls between the two, and
-# flock fails as on a file system without it
+# flock fails as on a file system without it; fsync and rename are recorded (LATEST synced before its rename)
 $(B)/tests/test_run_files: tests/test_run_files.c $(wildcard tests/*.h) $(B)/libdm.a $(B)/cflags
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $< -o $@ $(B)/libdm.a -lcmocka $(LDLIBS) -Wl,--wrap=session_transcript_ckpt -Wl,--wrap=flock
+	$(CC) $(CFLAGS) $< -o $@ $(B)/libdm.a -lcmocka $(LDLIBS) -Wl,--wrap=session_transcript_ckpt -Wl,--wrap=flock \
+	  -Wl,--wrap=fsync -Wl,--wrap=rename
 
 # test_ckpt records fsync and rename (--wrap): a checkpoint's data is synced before its rename,
 # its directory after
