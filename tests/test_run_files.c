@@ -16,7 +16,7 @@
 #include "../sessions/session.h"
 #include "../engine/ckpt.h"
 
-// The tests that name their files relative (test_step_tsv/...) run in a scratch directory of
+// The tests that name their files relative (test_step_tsv/...), and some that need a directory, run in a scratch directory of
 // their own, removed after the test whether it passed or not: run in the checkout, one failure
 // left test_step_tsv/metrics.tsv behind and every later run failed at the wrong place (QA,
 // session 36). (The corpus is an absolute path: step_fixture.h.)
@@ -477,8 +477,7 @@ static void test_eval_rows_per_depth(void **s) {
 // that are not a pid's temp file stay (QA, session 36: the removal was untested)
 static void test_stale_config_tmps(void **s) {
     (void)s;
-    char dir[] = "/tmp/dmsh_cfgtmp_XXXXXX", sd[300], p[400];
-    assert_non_null(mkdtemp(dir));
+    char *dir = scratch, sd[300], p[400];
     snprintf(sd, sizeof sd, "%s/run", dir);
     assert_int_equal(mkdir(sd, 0755), 0);
     const char *names[] = {"config.dm.4242.tmp", "config.dm.tmp", "config.dm.abc.tmp", "config.dm.42x.tmp"};
@@ -498,9 +497,6 @@ static void test_stale_config_tmps(void **s) {
         assert_int_equal(access(p, F_OK) == 0, i > 0);
     }
     engine_free(&e);
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    assert_int_equal(system(cmd), 0);
 }
 
 // LATEST's temp file is synced before the rename that puts it in place (session.c: after a power
@@ -529,8 +525,7 @@ static void test_latest_synced_before_rename(void **s) {
     (void)s;
     Engine e;
     make_engine(&e, backend_cpu(), tiny_config());
-    char dir[] = "/tmp/dmsh_sync_XXXXXX", sd[300], want[700], path[1400], note[2000] = "";
-    assert_non_null(mkdtemp(dir));
+    char *dir = scratch, sd[300], want[700], path[1400], note[2000] = "";
     snprintf(sd, sizeof sd, "%s/run", dir);
     dm_err err = {0};
     assert_int_equal(session_open(&e, sd, &err), 0);
@@ -551,9 +546,6 @@ static void test_latest_synced_before_rename(void **s) {
     assert_true(f >= 0 && r >= 0);
     assert_true(f < r);
     engine_free(&e);
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    assert_int_equal(system(cmd), 0);
 }
 
 // A checkpoint older than its section data.fingerprint.splits (removed here), trained with eval=,
@@ -636,8 +628,8 @@ int main(void) {
         cmocka_unit_test(test_lock_removed),
         cmocka_unit_test(test_old_ckpt_eval_changed),
         cmocka_unit_test(test_eval_rows_per_depth),
-        cmocka_unit_test(test_stale_config_tmps),
-        cmocka_unit_test(test_latest_synced_before_rename),
+        cmocka_unit_test_setup_teardown(test_stale_config_tmps, in_scratch, out_of_scratch),
+        cmocka_unit_test_setup_teardown(test_latest_synced_before_rename, in_scratch, out_of_scratch),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
