@@ -499,8 +499,8 @@ static void test_stale_config_tmps(void **s) {
     engine_free(&e);
 }
 
-// LATEST's temp file is synced before the rename that puts it in place (session.c: after a power
-// loss LATEST is the old name or the new one, never empty). No functional test sees a missing
+// LATEST's temp file (and metrics.tsv's) is synced before the rename that puts it in place
+// (session.c: after a power loss LATEST is the old name or the new one, never empty). No functional test sees a missing
 // fsync (QA, session 36): this program links with --wrap=fsync,rename and records them.
 static int rec_on, nrec;
 static char rec[32][700];
@@ -545,6 +545,18 @@ static void test_latest_synced_before_rename(void **s) {
     if (f < 0 || r < 0 || f > r) for (int i = 0; i < nrec; i++) print_error("call %d: %s\n", i, rec[i]);
     assert_true(f >= 0 && r >= 0);
     assert_true(f < r);
+    // and metrics.tsv's rewrite (a :load, an :init, a -r) the same way
+    rec_on = 1;
+    nrec = 0;
+    assert_int_equal(session_rewrite_metrics(&e, &err), 0);
+    rec_on = 0;
+    f = r = -1;
+    snprintf(want, sizeof want, "fsync %s/metrics.tsv.tmp", sd);
+    for (int i = 0; i < nrec; i++) if (!strcmp(rec[i], want)) f = i;
+    snprintf(want, sizeof want, "rename %s/metrics.tsv.tmp %s/metrics.tsv", sd, sd);
+    for (int i = 0; i < nrec; i++) if (!strcmp(rec[i], want)) r = i;
+    if (f < 0 || r < 0 || f > r) for (int i = 0; i < nrec; i++) print_error("call %d: %s\n", i, rec[i]);
+    assert_true(f >= 0 && r >= 0 && f < r);
     engine_free(&e);
 }
 
