@@ -589,6 +589,10 @@ void ckpt_close(CkptFile *f) {
 // section's own bytes are read and checked by theirs. The other sections' bytes are not read: a
 // listing (:sessions) reads a step this way from checkpoints of any size.
 int ckpt_peek(const char *path, const char *name, void *buf, size_t cap, size_t *size, dm_err *err) {
+    return ckpt_peek_at(path, name, buf, cap, size, NULL, err);
+}
+
+int ckpt_peek_at(const char *path, const char *name, void *buf, size_t cap, size_t *size, CkptLoc *loc, dm_err *err) {
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return dm_fail(err, "%s: cannot open checkpoint: %s", path, strerror(errno));
     struct stat st;
@@ -615,6 +619,7 @@ int ckpt_peek(const char *path, const char *name, void *buf, size_t cap, size_t 
                 else if (pread(fd, buf, (size_t)sz, (off_t)(off + CK_SHDR)) != (ssize_t)sz) why = "cannot read the section";
                 else if (get_u32(s + 40) != crc32_update(0, buf, (size_t)sz)) why = "section CRC mismatch (file corrupted)";
                 else found = 1, *size = (size_t)sz;
+                if (found && loc) loc->data_off = off + CK_SHDR, loc->crc_off = off + 40;
             }
             off += CK_SHDR + sz + pad8(sz);
         }

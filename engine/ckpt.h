@@ -45,5 +45,10 @@ int ckpt_read(const char *path, CkptFile *f, dm_err *err);
 // header, the trailer (which must close the file) and that section's bytes, each CRC-checked;
 // the other sections' bytes are not read: for listings. buf NULL: *size only (nothing read).
 int ckpt_peek(const char *path, const char *name, void *buf, size_t cap, size_t *size, dm_err *err);
+// ckpt_peek, also saying where the section lies in the file: its data's offset and its header's
+// CRC fields' (8 bytes: the data's CRC, then the header's own over it; a comparison of two files
+// that skips one section: sessions/same_state.c)
+typedef struct { uint64_t data_off, crc_off; } CkptLoc;
+int ckpt_peek_at(const char *path, const char *name, void *buf, size_t cap, size_t *size, CkptLoc *loc, dm_err *err);
 const CkptSection *ckpt_find(const CkptFile *f, const char *name);
 void ckpt_close(CkptFile *f);

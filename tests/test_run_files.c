@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include "step_fixture.h"
 #include "../sessions/session.h"
+#include "../sessions/same_state.h"
 #include "../engine/ckpt.h"
 
 // The tests that name their files relative (test_step_tsv/...), and some that need a directory, run in a scratch directory of
@@ -627,6 +628,39 @@ static void test_steps_line(void **s) {
     assert_null(session_steps_line(":stress", 2, quoted, 789));
 }
 
+// Two saves of one state whose rows differ in their step times only are the same state, by the
+// sectioned comparison and by the block-wise one a checkpoint past 512 MiB takes (QA mutation,
+// session 36: the block path compared the times too, so a redone step at a large preset got a
+// branch file of the same state); a changed loss or weight is another state by both
+static void test_same_state_both_paths(void **s) {
+    (void)s;
+    Engine e;
+    make_engine(&e, backend_cpu(), tiny_config());
+    dm_err err = {0};
+    MetricRow row;
+    for (int i = 0; i < 3; i++) assert_int_equal(engine_step(&e, &row, &err), 0);
+    assert_int_equal(engine_save(&e, "a.ckpt", &err), 0);
+    e.rows[1].ms += 7;
+    e.rows[2].tok_s *= 2;
+    assert_int_equal(engine_save(&e, "b.ckpt", &err), 0);
+    assert_true(session_same_state("a.ckpt", "b.ckpt"));
+    assert_true(session_same_state_blocks("a.ckpt", "b.ckpt"));
+    e.rows[1].loss += 1e-3;
+    assert_int_equal(engine_save(&e, "c.ckpt", &err), 0);
+    assert_false(session_same_state("a.ckpt", "c.ckpt"));
+    assert_false(session_same_state_blocks("a.ckpt", "c.ckpt"));
+    e.rows[1].loss -= 1e-3;
+    real w;
+    e.model.be->download(&w, e.model.params + 3, sizeof w);
+    w += (real)0.5;
+    e.model.be->upload(e.model.params + 3, &w, sizeof w);
+    assert_int_equal(engine_save(&e, "d.ckpt", &err), 0);
+    assert_false(session_same_state("a.ckpt", "d.ckpt"));
+    assert_false(session_same_state_blocks("a.ckpt", "d.ckpt"));
+    assert_false(session_same_state_blocks("a.ckpt", "nosuch.ckpt"));
+    engine_free(&e);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_steps_line),
@@ -642,6 +676,7 @@ int main(void) {
         cmocka_unit_test(test_eval_rows_per_depth),
         cmocka_unit_test_setup_teardown(test_stale_config_tmps, in_scratch, out_of_scratch),
         cmocka_unit_test_setup_teardown(test_latest_synced_before_rename, in_scratch, out_of_scratch),
+        cmocka_unit_test_setup_teardown(test_same_state_both_paths, in_scratch, out_of_scratch),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
