@@ -4,6 +4,58 @@
 // ---- the optimizer ops (kernels/cpu/optim_ops.h): the same status, buffers and hyper-parameters
 // on both sides; the GPU's OptStatus is uploaded/downloaded whole.
 static OptStatus st_down(Dev *d) { OptStatus s; G_->download(&s, d->p, sizeof s); return s; }
+// the rows a batch read from O tables of R = 18 rows, N items each: item i reads (7 i mod 23) - 2,
+// i.e. -2..20: each table's 40 items name 23 values, so 17 rows come twice (a row updated once per
+// occurrence fails), and -2, -1, 18, 19, 20 are out of [0, R) (ignored)
+static std::vector<int32_t> rows_dup(int O, int N) {
+    std::vector<int32_t> rows((size_t)O * N);
+    for (size_t i = 0; i < rows.size(); i++) rows[i] = (int32_t)((i * 7u) % 23) - 2;
+    return rows;
+}
+// An LM's gradients are often ~1e-5 (v-hat ~1e-10, eps 1e-8 no longer invisible) and its weights
+// ~1e-2: AdamW (decay on and off) and the lazy table rows in that regime, compared by the UPDATE
+// p_after - p_before normwise (on p itself a 4x-wrong update of 1e-5 hides inside any bar). fp32:
+// the two sides differ by FMA contraction only (~1e-7 of the update); eps moved inside the sqrt
+// makes the update ~4x smaller here.
+static void t_optim_small(const StepHyper *hh, const StepHyper *ghp, const OptStatus *sc, OptStatus *gst) {
+    size_t n = 20000;
+    for (int decay = 1; decay >= 0; decay--) {
+        auto p = randv(n, 0.02f), g = randv(n, 1e-5f), m = randv(n, 3e-6f), v = randv(n, 1e-5f);
+        for (auto &x : v) x *= x;
+        std::vector<float> p0 = p;
+        Dev *dp = up(p), *dg = up(g), *dm = up(m), *dv = up(v);
+        C_->opt_adamw(p.data(), g.data(), m.data(), v.data(), n, decay, hh, sc);
+        G_->opt_adamw(dp->f(), dg->f(), dm->f(), dv->f(), n, decay, ghp, gst);
+        std::vector<float> gp = down<float>(dp, n), uc(n), ug(n);
+        for (size_t i = 0; i < n; i++) { uc[i] = p[i] - p0[i]; ug[i] = gp[i] - p0[i]; }
+        char nm[80];
+        snprintf(nm, sizeof nm, "opt_adamw g~1e-5 decay=%d update", decay);
+        report(nm, relerr(uc.data(), ug.data(), n), 1e-5);
+        snprintf(nm, sizeof nm, "opt_adamw g~1e-5 decay=%d m, v", decay);
+        report(nm, worst2(relerr(m.data(), down<float>(dm, n).data(), n), relerr(v.data(), down<float>(dv, n).data(), n)), 1e-5);
+        delete dp; delete dg; delete dm; delete dv;
+    }
+    int O = 3, N = 40, D = 16;
+    int64_t R = 18;
+    size_t tn = (size_t)O * R * D;
+    auto p = randv(tn, 0.02f), g = randv(tn, 1e-5f), m = randv(tn, 3e-6f), v = randv(tn, 1e-5f);
+    for (auto &x : v) x *= x;
+    std::vector<float> p0 = p;
+    std::vector<int32_t> rows = rows_dup(O, N);
+    std::vector<int64_t> rs((size_t)O * R, 2);
+    Dev *dp = up(p), *dg = up(g), *dm = up(m), *dv = up(v), *drows = up(rows), *drs = up(rs);
+    std::vector<unsigned char> wsc(C_->opt_adam_rows_ws_size(O, N, R));
+    Dev dws(G_->opt_adam_rows_ws_size(O, N, R));
+    C_->opt_adam_rows(p.data(), g.data(), m.data(), v.data(), rs.data(), rows.data(), O, N, R, D, wsc.data(), hh, sc);
+    G_->opt_adam_rows(dp->f(), dg->f(), dm->f(), dv->f(), (int64_t *)drs->p, (int32_t *)drows->p, O, N, R, D, dws.p, ghp, gst);
+    std::vector<float> gp = down<float>(dp, tn), uc(tn), ug(tn);
+    for (size_t i = 0; i < tn; i++) { uc[i] = p[i] - p0[i]; ug[i] = gp[i] - p0[i]; }
+    report("opt_adam_rows g~1e-5 update", relerr(uc.data(), ug.data(), tn), 1e-5);
+    report("opt_adam_rows g~1e-5 m, v", worst2(relerr(m.data(), down<float>(dm, tn).data(), tn),
+                                               relerr(v.data(), down<float>(dv, tn).data(), tn)), 1e-5);
+    report("opt_adam_rows g~1e-5 row_steps (exact)", down<int64_t>(drs, rs.size()) != rs ? 1 : 0, 0);
+    delete dp; delete dg; delete dm; delete dv; delete drows; delete drs;
+}
 void t_optim() {
     // segments: two chunks, a small one, an empty one, a table-sized one
     const int nseg = 4;
@@ -59,15 +111,24 @@ void t_optim() {
     auto p = randv(n), m = randv(n, 0.01f), v = randv(n, 0.01f);
     for (auto &x : v) x = fabsf(x);
     Dev *dp = up(p), *dm = up(m), *dv = up(v);
+    {  // decay = 0 (the engine's 1-D group and the controller's gates): the same inputs, no decay.
+        // A decay applied anyway moves p by lr wd |p| = 3e-4 |p|: 30x the bar.
+        std::vector<float> p1 = p, m1 = m, v1 = v;
+        Dev *a = up(p1), *b = up(m1), *c = up(v1);
+        C_->opt_adamw(p1.data(), g.data(), m1.data(), v1.data(), n, 0, &hh, &sc);
+        G_->opt_adamw(a->f(), dg->f(), b->f(), c->f(), n, 0, ghp, (OptStatus *)dst.p);
+        cmp("opt_adamw decay=0 p", p1, a, 1e-5);
+        delete a; delete b; delete c;
+    }
     C_->opt_adamw(p.data(), g.data(), m.data(), v.data(), n, 1, &hh, &sc);
     G_->opt_adamw(dp->f(), dg->f(), dm->f(), dv->f(), n, 1, ghp, (OptStatus *)dst.p);
     cmp("opt_adamw p", p, dp, 1e-5); cmp("opt_adamw m", m, dm, 1e-5); cmp("opt_adamw v", v, dv, 1e-5);
-    // lazy Adam rows: 3 tables of R = 50 rows of D = 16 at offset 70123 (the 4th segment is 4096
-    // reals = only 256 rows: use R*O*D = 2400), duplicates and out-of-range rows
+    t_optim_small(&hh, ghp, &sc, (OptStatus *)dst.p);
+    // lazy Adam rows: 3 tables of R = 18 rows of D = 16 at offset 70123 (inside the 4th segment,
+    // 4096 reals: R*O*D = 864), rows_dup's duplicates within each table and out-of-range rows
     int O = 3, N = 40, D = 16;
-    int64_t R = 50;
-    std::vector<int32_t> rows((size_t)O * N);
-    for (size_t i = 0; i < rows.size(); i++) rows[i] = (int32_t)((i * 7919u) % 60) - 5;  // some < 0, some >= R
+    int64_t R = 18;
+    std::vector<int32_t> rows = rows_dup(O, N);
     std::vector<int64_t> rs((size_t)O * R, 2);
     Dev *drows = up(rows), *drs = up(rs);
     std::vector<unsigned char> wsc(C_->opt_adam_rows_ws_size(O, N, R));
@@ -150,6 +211,18 @@ void t_optim() {
         cmp("opt_retract 3 factors (status: retract)", X, dX, 1e-4);
         sg = st_down(&dst);
         report("opt_retract orth_err", fabs(sg.orth_err - sc.orth_err) / fmax(sc.orth_err, 1e-30), 1e-3);
+        // a step that applies but does not retract (t off the cadence, retract_every > 1): the
+        // same call leaves the factors and orth_err as they are, on both sides
+        OptStatus off = sc;
+        off.retract = 0;
+        Dev doff(sizeof(OptStatus));
+        G_->upload(doff.p, &off, sizeof off);
+        std::vector<float> X0 = down<float>(dX, X.size()), Xc = X0;
+        C_->opt_retract(Xc.data(), nm, rr, r, 3, scr.data(), &off);
+        G_->opt_retract(dX->f(), nm, rr, r, 3, dscr.f(), (OptStatus *)doff.p);
+        OptStatus go = st_down(&doff);
+        report("opt_retract status off: X, orth_err kept", Xc == X0 && down<float>(dX, X.size()) == X0 &&
+                                                               go.orth_err == off.orth_err && off.orth_err == sc.orth_err ? 0 : 1, 0);
         delete dX;
     }
     // a skipped step (non-finite gradient): the decision names the segment and nothing moves
@@ -171,6 +244,22 @@ void t_optim() {
     int moved = down<float>(dp, n) != p0 || down<float>(dm, n) != m0 || down<float>(dv, n) != v0 ||
                 down<int64_t>(drs, rs.size()) != rs0;
     report("skipped step leaves p, m, v, row_steps", moved ? 1 : 0, 0);
+    {  // and Muon (p, momentum) and the gated retraction (the factors, orth_err) on that step
+        int rr = 48, cc = 80, r = 16;
+        auto mp = randv((size_t)rr * cc), mg = randv((size_t)rr * cc), mb = randv((size_t)rr * cc, 0.1f);
+        auto X = randv((size_t)rr * r, 0.3f);
+        Dev *dmp = up(mp), *dmg = up(mg), *dmb = up(mb), *dX = up(X);
+        Dev dscr(sizeof(float) * G_->opt_muon_scratch_size(1, rr, cc)), drscr(sizeof(float) * G_->opt_retract_scratch_size(1, rr, r));
+        double oe = st_down(&dst).orth_err;
+        G_->opt_muon(dmp->f(), dmg->f(), dmb->f(), 1, rr, cc, 0, dscr.f(), ghp, (OptStatus *)dst.p);
+        G_->opt_retract(dX->f(), 1, rr, r, 3, drscr.f(), (OptStatus *)dst.p);
+        int mu = down<float>(dmp, mp.size()) != mp || down<float>(dmb, mb.size()) != mb;
+        int re = down<float>(dX, X.size()) != X || st_down(&dst).orth_err != oe;
+        char note[64];
+        snprintf(note, sizeof note, "(muon %s, retract %s)", mu ? "moved" : "kept", re ? "moved" : "kept");
+        report("skipped step leaves muon p, momentum, factors", mu || re ? 1 : 0, 0, note);
+        delete dmp; delete dmg; delete dmb; delete dX;
+    }
     // nan_limit: a second skip in a row with nan_limit 2 halts the run; a halted decision changes
     // nothing (counters included) even when the loss and the gradients are finite again
     hh.nan_limit = 2;
