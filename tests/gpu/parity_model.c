@@ -18,6 +18,162 @@
 #include "../../engine/engine.h"
 #include "../../engine/parity.h"
 
+// ---- the optimizer as the engine drives it: parameters and optimizer state after a few steps ----
+// The whole model state: the logical parameter buffer (host-RAM tables included), both Adam
+// moments, the Muon momentum and the table rows' step counts, on the host.
+typedef struct { real *p, *m, *v, *mom; int64_t *rs; size_t P, R; } State;
+static void state_get(const Engine *e, State *s) {
+    const Model *md = &e->model;
+    const Optim *o = &e->opt;
+    s->P = md->n_params;
+    s->R = (size_t)md->cfg.n_orders * md->cfg.engram_rows;
+    size_t b = sizeof(real) * s->P, bd = sizeof(real) * md->n_dev, nt = s->P - md->n_dev;
+    s->p = malloc(b); s->m = calloc(s->P, sizeof(real)); s->v = calloc(s->P, sizeof(real)); s->mom = calloc(s->P, sizeof(real));
+    s->rs = malloc(sizeof(int64_t) * s->R);
+    model_params_get(md, s->p);
+    o->be->download(s->m, o->m, bd);
+    o->be->download(s->v, o->v, bd);
+    o->be->download(s->mom, o->mom, bd);
+    if (md->tab) {  // engram_ram: the tables' moments and row counts live on the host
+        memcpy(s->m + md->n_dev, o->tab_m, sizeof(real) * nt);
+        memcpy(s->v + md->n_dev, o->tab_v, sizeof(real) * nt);
+        memcpy(s->rs, o->tab_rs, sizeof(int64_t) * s->R);
+    } else o->be->download(s->rs, o->row_steps, sizeof(int64_t) * s->R);
+}
+static void state_free(State *s) { free(s->p); free(s->m); free(s->v); free(s->mom); free(s->rs); }
+static double relerr_r(const real *a, const real *b, size_t n) {  // normwise; a NaN or inf anywhere fails
+    double mx = 0, md = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(a[i]) || !isfinite(b[i])) return INFINITY;
+        mx = fmax(mx, fabs((double)a[i]));
+        md = fmax(md, fabs((double)a[i] - b[i]));
+    }
+    return mx > 0 ? md / mx : md;
+}
+static double relerr_f(const real *a, const real *b, size_t n) {  // Frobenius: ||a - b|| / ||a||; NaN or inf fails
+    double sa = 0, sd = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(a[i]) || !isfinite(b[i])) return INFINITY;
+        sa += (double)a[i] * a[i];
+        sd += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+    }
+    return sa > 0 ? sqrt(sd / sa) : sqrt(sd);
+}
+// Tensor by tensor, state a (reference) against b: the parameters' change since p0 (normwise on the
+// change: on p itself a wrong update hides inside any bar), m, v and the momentum. The worst
+// relative error of each kind goes to w[0..3] with the tensor's name; returns the row counts that
+// differ (exact: an integer per row).
+static size_t state_cmp(const Model *md, const State *a, const State *b, const real *p0, double w[4], char names[4][32]) {
+    real *da = malloc(sizeof(real) * a->P), *db = malloc(sizeof(real) * a->P);
+    for (size_t i = 0; i < a->P; i++) { da[i] = a->p[i] - p0[i]; db[i] = b->p[i] - p0[i]; }
+    const real *x[4][2] = {{da, db}, {a->m, b->m}, {a->v, b->v}, {a->mom, b->mom}};
+    for (int k = 0; k < 4; k++) { w[k] = 0; snprintf(names[k], 32, "-"); }
+    for (int i = 0; i < P_COUNT; i++) {
+        const ParamTensor *t = &md->t[i];
+        if (!t->numel) continue;
+        for (int k = 0; k < 4; k++) {
+            double r = (k ? relerr_r : relerr_f)(x[k][0] + t->offset, x[k][1] + t->offset, t->numel);
+            if (!(r <= w[k])) { w[k] = r; snprintf(names[k], 32, "%s", t->name); }
+        }
+    }
+    size_t nd = 0;
+    for (size_t i = 0; i < a->R; i++) nd += a->rs[i] != b->rs[i];
+    free(da); free(db);
+    return nd;
+}
+
+// A short training run from the same weights and batches on the CPU and on CUDA (fp32, nano, batch
+// 2 x seq 64, every arm on, ReZero alpha 0.5, no warm-up, retract_every 2, the head poisoned with a
+// NaN for step 2: a skipped step; the CPU follows CUDA's MoE routing of each step, as :check
+// parity does): the engine's whole optimizer sequence (clip, AdamW with and without decay, the
+// lazy table rows, Muon, the gated retraction, the firewall) compared through its result. Bars:
+// the change of each parameter tensor 2e-3 (the Muon tensors' updates: Newton-Schulz amplifies
+// the products' summation-order rounding, as parity's fp32 opt_muon rows; cuBLAS on a GPU sums
+// in its own order), m and v 1e-4 (they carry the gradients, :check parity's fp32 bar), the
+// momentum 2e-3 (it carries the Muon tensors' gradients, whose inputs moved by Muon's steps),
+// the table rows' step counts, the skip and the step counts exact.
+#define TP_STEPS 5
+#define TP_POISON 2
+static int train_parity(const Backend *cu, unsigned long long seed, const char *corpus) {
+    Engine e[2];  // 0: CPU, 1: CUDA
+    dm_err err = {0};
+    int ok = 1;
+    cu->set_precision(1);
+    for (int k = 0; k < 2; k++) {
+        engine_init(&e[k]);
+        config_preset(&e[k].cfg, "nano", &err);
+        e[k].cfg.batch = 2; e[k].cfg.seq = 64; e[k].cfg.warmup = 0; e[k].cfg.retract_every = 2;
+        e[k].cfg.precision_fp32 = 1;
+        if ((k && engine_set_device(&e[k], cu, "cuda:0", &err)) || engine_open_data(&e[k], corpus, NULL, &err) ||
+            engine_build(&e[k], seed, &err)) { printf("train parity: %s\n", err.msg); ok = 0; }
+    }
+    State s0 = {0};
+    real *p0 = NULL;
+    int *route = NULL;
+    if (ok) {  // identical weights: the CPU's, alpha 0.5 (every arm reaches the loss), on both
+        state_get(&e[0], &s0);
+        p0 = s0.p;
+        p0[e[0].model.t[P_ALPHA].offset] = (real)0.5;
+        model_params_put(&e[0].model, p0);
+        model_params_put(&e[1].model, p0);
+    }
+    const Config *c = &e[1].model.cfg;
+    int N = c->batch * c->seq;
+    MoEShape ms = {N, c->d, c->E, c->k, c->r, c->f};
+    route = malloc(sizeof(int) * (size_t)N * c->k * 64);  // depth <= 64 (Model.depth_loss)
+    double lw = 0;
+    int skips_ok = 1;
+    for (int i = 0; ok && i < TP_STEPS; i++) {
+        real nan_ = (real)NAN, saved = 0;
+        MetricRow r[2];
+        size_t at = e[1].model.t[P_HEAD].offset;
+        for (int k = 1; k >= 0 && ok; k--) {  // CUDA first: the CPU follows its routing
+            if (i == TP_POISON) { e[k].model.be->download(&saved, e[k].model.params + at, sizeof saved);
+                                  e[k].model.be->upload(e[k].model.params + at, &nan_, sizeof nan_); }
+            if (!k) {
+                int depth = e[1].model.last_depth;
+                for (int j = 0; j < depth; j++) cu->moe_route_read(route + (size_t)N * c->k * j, e[1].model.acts.it[j].moe_ws, ms);
+                if (moe_route_valid(route, N * depth, c->E, c->k)) e[0].model.route_force = route;
+            }
+            if (engine_step(&e[k], &r[k], &err)) { printf("train parity, step %d: %s\n", i, err.msg); ok = 0; }
+            e[0].model.route_force = NULL;
+            if (i == TP_POISON) e[k].model.be->upload(e[k].model.params + at, &saved, sizeof saved);
+        }
+        if (!ok) break;
+        skips_ok &= r[0].skipped == (i == TP_POISON) && r[1].skipped == r[0].skipped;
+        if (!r[0].skipped) {
+            double d = fabs(r[1].loss - r[0].loss) / fabs(r[0].loss);
+            lw = isnan(d) || d > lw ? (isnan(d) ? INFINITY : d) : lw;
+        }
+    }
+    int pass = 0;
+    if (ok) {
+        State a, b;
+        state_get(&e[0], &a);
+        state_get(&e[1], &b);
+        double w[4];
+        char names[4][32];
+        size_t nd = state_cmp(&e[0].model, &a, &b, p0, w, names);
+        int counters = e[0].opt.t == e[1].opt.t && e[0].opt.total_skips == 1 && e[1].opt.total_skips == 1 && skips_ok;
+        double oe = fabs(e[1].last_orth_err - e[0].last_orth_err);  // (~1e-7 each: fp32 rounding; absolute)
+        pass = lw <= 1e-4 && w[0] <= 2e-3 && w[1] <= 1e-4 && w[2] <= 1e-4 && w[3] <= 2e-3 && nd == 0 && counters && oe <= 1e-6;
+        printf("%-6s %-12s %-5s %10s %10.2e  %-16s %8s %5s %6s %8s  %s\n", "nano", "train cpu", "fp32", "5 steps", lw, "loss", "", "", "", "",
+               pass ? "PASS" : "FAIL");
+        printf("       change of p %.2e (%s, bar 2e-3); m %.2e (%s), v %.2e (%s) bar 1e-4; momentum %.2e (%s, bar 2e-3);\n"
+               "       row counts differing %zu; t %lld/%lld, skipped %lld/%lld (step %d)%s; orth_err %.2e/%.2e\n",
+               w[0], names[0], w[1], names[1], w[2], names[2], w[3], names[3], nd, (long long)e[0].opt.t, (long long)e[1].opt.t,
+               (long long)e[0].opt.total_skips, (long long)e[1].opt.total_skips, TP_POISON, skips_ok ? "" : " (not as poisoned)",
+               e[0].last_orth_err, e[1].last_orth_err);
+        state_free(&a);
+        state_free(&b);
+    } else printf("%-6s %-12s %-5s  error\n", "nano", "train cpu", "fp32");
+    if (p0) state_free(&s0);
+    free(route);
+    engine_free(&e[0]);
+    engine_free(&e[1]);
+    return pass;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);  // a log that ends in a hang or crash still names its last row
     const char *presets[] = {"nano", "mini", "small", "base", "large"};
@@ -133,6 +289,8 @@ int main(int argc, char **argv) {
         FILE *f = fopen(corpus, "w");
         for (int i = 0; f && i < 20000; i++) fprintf(f, "line %d of the corpus: %s\n", i, i % 5 ? "to be" : "or not");
         if (f) fclose(f);
+        fails += !train_parity(cu, seed, corpus);
+        rows++;
         double loss[2][8];
         int ok = 1;
         cu->set_precision(1);
