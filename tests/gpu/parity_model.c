@@ -1,5 +1,5 @@
 // parity_model.c — `:check parity` for every preset's shapes (tiny batch), every arm on and each
-// arm off, at precision fp32 (bar 1e-4) and bf16 (bar 3e-2): one training step from identical
+// arm off, at precision fp32 (bar 1e-4) and bf16 (bar 3e-2, and 10x the floor): one training step from identical
 // weights on the CPU and on CUDA, the loss and every parameter's gradient (engine/parity.c).
 // Then a short training run on the CPU and on CUDA from the same weights and batches (nano fp32,
 // 5 steps, one skipped: the optimizer as the engine drives it; train_parity below). Then host-RAM
@@ -240,15 +240,20 @@ int main(int argc, char **argv) {
                 } else {
                     // with every arm on, no tensor may have a zero gradient (a row of zeros checks nothing)
                     int vacuous = arms[a] < 0 && rep.nzero > 0;
+                    // bf16: also within 10x the worst tensor's floor (every known row is within
+                    // 2.4x, docs/perf.md session 16; bf16 packing by truncation: 36x and 16x). An
+                    // error under 1e-3 passes whatever its floor (a floor can be ~0).
+                    int over = rep.has_floor && rep.worst > 10 * rep.worst_floor && rep.worst > 1e-3;
                     char gap[16] = "-";  // measured only where the CPU followed CUDA's routing
                     if (rep.route_followed) snprintf(gap, sizeof gap, "%.1e", rep.route_gap);
                     char fl[16] = "-";  // bf16 rows: the worst tensor's floor (the CPU against itself 1 ulp away)
                     if (rep.has_floor) snprintf(fl, sizeof fl, "%.2e", rep.worst_floor);
                     printf("%-6s %-12s %-5s %10.2e %10.2e  %-16s %8s %5d %6ld %8s  %s%s\n", presets[p], an, prec ? "fp32" : "bf16",
                            rep.loss_rel, rep.worst, rep.worst_name, fl, rep.nzero, rep.route_moved, gap,
-                           rep.ok && !vacuous ? "PASS" : "FAIL", rep.route_bad ? " (routing not a routing)"
-                           : !rep.ok && rep.has_floor && rep.worst <= 2 * rep.worst_floor ? " (within 2x its floor: conditioning)" : "");
-                    fails += !rep.ok || vacuous;
+                           rep.ok && !vacuous && !over ? "PASS" : "FAIL", rep.route_bad ? " (routing not a routing)"
+                           : !rep.ok && rep.has_floor && rep.worst <= 2 * rep.worst_floor ? " (within 2x its floor: conditioning)"
+                           : over ? " (over 10x its floor)" : "");
+                    fails += !rep.ok || vacuous || over;
                 }
                 rows++;
                 fflush(stdout);
