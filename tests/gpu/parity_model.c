@@ -90,11 +90,14 @@ static size_t state_cmp(const ParamTensor *tt, const State *a, const State *b, c
 // NaN for step 2: a skipped step; the CPU follows CUDA's MoE routing of each step, as :check
 // parity does): the engine's whole optimizer sequence (clip, AdamW with and without decay, the
 // lazy table rows, Muon, the gated retraction, the firewall) compared through its result. Bars:
-// the change of each parameter tensor 2e-3 (the Muon tensors' updates: Newton-Schulz amplifies
-// the products' summation-order rounding, as parity's fp32 opt_muon rows; cuBLAS on a GPU sums
-// in its own order), m and v 1e-4 (they carry the gradients, :check parity's fp32 bar), the
-// momentum 2e-3 (it carries the Muon tensors' gradients, whose inputs moved by Muon's steps),
-// the table rows' step counts, the skip and the step counts exact.
+// the change of each parameter tensor since the start, Frobenius-normwise (max-normwise, one
+// Adam entry whose gradient is ~0 flips its update's sign on a rounding: 1.7e-4 on cuemu), 1e-3
+// (cuemu 7e-6; the Muon tensors' updates: Newton-Schulz amplifies the products' summation-order
+// rounding, and cuBLAS on a GPU sums in its own order: parity's fp32 opt_muon bar is 2e-3); m,
+// v and the momentum 1e-4 (cuemu <= 2e-6: they carry the gradients, :check parity's fp32 bar);
+// the table rows' step counts, the skip and the step counts exact. What they catch (QA session
+// 36): AdamW decaying the 1-D group (change 0.65), the retraction ignoring its cadence (4.4e-2),
+// a table row updated once per occurrence (2.2, counts), eps inside the square root.
 #define TP_STEPS 5
 #define TP_POISON 2
 static int train_parity(const Backend *cu, unsigned long long seed, const char *corpus) {
@@ -159,10 +162,10 @@ static int train_parity(const Backend *cu, unsigned long long seed, const char *
         size_t nd = state_cmp(e[0].model.t, &a, &b, p0, w, names);
         int counters = e[0].opt.t == e[1].opt.t && e[0].opt.total_skips == 1 && e[1].opt.total_skips == 1 && skips_ok;
         double oe = fabs(e[1].last_orth_err - e[0].last_orth_err);  // (~1e-7 each: fp32 rounding; absolute)
-        pass = lw <= 1e-4 && w[0] <= 2e-3 && w[1] <= 1e-4 && w[2] <= 1e-4 && w[3] <= 2e-3 && nd == 0 && counters && oe <= 1e-6;
+        pass = lw <= 1e-4 && w[0] <= 1e-3 && w[1] <= 1e-4 && w[2] <= 1e-4 && w[3] <= 1e-4 && nd == 0 && counters && oe <= 1e-6;
         printf("%-6s %-12s %-5s %10s %10.2e  %-16s %8s %5s %6s %8s  %s\n", "nano", "train cpu", "fp32", "5 steps", lw, "loss", "", "", "", "",
                pass ? "PASS" : "FAIL");
-        printf("       change of p %.2e (%s, bar 2e-3); m %.2e (%s), v %.2e (%s) bar 1e-4; momentum %.2e (%s, bar 2e-3);\n"
+        printf("       change of p %.2e (%s, bar 1e-3); m %.2e (%s), v %.2e (%s), momentum %.2e (%s), bar 1e-4;\n"
                "       row counts differing %zu; t %lld/%lld, skipped %lld/%lld (step %d)%s; orth_err %.2e/%.2e\n",
                w[0], names[0], w[1], names[1], w[2], names[2], w[3], names[3], nd, (long long)e[0].opt.t, (long long)e[1].opt.t,
                (long long)e[0].opt.total_skips, (long long)e[1].opt.total_skips, TP_POISON, skips_ok ? "" : " (not as poisoned)",
