@@ -6,6 +6,7 @@
 #include "testutil.h"
 #include "../engine/model.h"
 #include "../engine/engine.h"
+#include "../kernels/cpu/retract.h"
 
 static Config tiny_config(void) {
     Config c;
@@ -294,9 +295,44 @@ static void test_forward_deterministic(void **s) {
     model_free(&m1); model_free(&m2);
 }
 
+// The TSCT factors U1, V1, U2, V2 are exactly the orthonormal (retracted) tensors, each starts with
+// orthonormal columns, measured here directly rather than through the `orthonormal` flag the code
+// itself uses (QA mutation, session 36: V2 dropped from the set started at zero, was never
+// retracted and left model_orth_error, and every test passed)
+static void test_moe_factors_orthonormal(void **s) {
+    (void)s;
+    Config c = tiny_config();
+    Model m;
+    dm_err err = {0};
+    assert_int_equal(model_create(&m, &c, backend_cpu(), 5, &err), 0);
+    const char *fac[] = {"moe.U1", "moe.V1", "moe.U2", "moe.V2"};
+    int n_orth = 0;
+    for (int i = 0; i < P_COUNT; i++) n_orth += m.t[i].orthonormal != 0;
+    assert_int_equal(n_orth, 4);
+    double worst = 0;
+    for (int k = 0; k < 4; k++) {
+        int i = model_find_param(&m, fac[k]);
+        assert_true(i >= 0);
+        const ParamTensor *t = &m.t[i];
+        if (!t->orthonormal) fail_msg("%s is not marked orthonormal", fac[k]);
+        assert_int_equal(t->n_mats, c.E);
+        assert_int_equal(t->cols, c.r);
+        for (int e = 0; e < t->n_mats; e++) {
+            double oe = orth_error(m.params + t->offset + (size_t)e * t->rows * t->cols, t->rows, t->cols);
+            if (!(oe < 1e-5)) fail_msg("%s expert %d: orth error %g at init", fac[k], e, oe);
+            if (oe > worst) worst = oe;
+        }
+    }
+    assert_false(m.t[model_find_param(&m, "moe.s1")].orthonormal);
+    assert_false(m.t[model_find_param(&m, "moe.s2")].orthonormal);
+    assert_true(model_orth_error(&m) == worst);
+    model_free(&m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_param_counts_nano),
+        cmocka_unit_test(test_moe_factors_orthonormal),
         cmocka_unit_test(test_check_grad_command),
         cmocka_unit_test(test_arms_counters_and_effect),
         cmocka_unit_test(test_forward_deterministic),
