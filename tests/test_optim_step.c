@@ -3,6 +3,7 @@
 // gradient, and a finite gradient whose squares real cannot hold: skipped, counted, named, the
 // run halted at nan_limit), the retraction cadence. Against hand computations, on the CPU.
 #include "optim_fixture.h"
+#include "../kernels/cpu/retract.h"
 
 // ---- schedule -------------------------------------------------------------------------------
 
@@ -271,6 +272,45 @@ static void test_retract_cadence(void **state) {
     model_free(&m);
 }
 
+// The step's orth_err is the worst factor's, not the last one retracted: one early matrix (moe.U1's
+// first expert) pushed far off the manifold, one Newton–Schulz iteration, and the reported error is
+// the largest over every factor, measured here directly (QA mutation, session 36: reporting the
+// last matrix's error passed test_retract_cadence, where all the factors come out alike)
+static void test_orth_err_is_the_worst(void **state) {
+    (void)state;
+    Config c = tiny_config();
+    c.retract_every = 1; c.retract_iters = 1;
+    Model m;
+    make_model(&m, &c);
+    Optim o;
+    dm_err err = {0};
+    assert_int_equal(optim_create(&o, &m, &err), 0);
+    Rng r = {22};
+    const ParamTensor *u1 = &m.t[P_U1];
+    real *x = m.params + u1->offset;
+    for (int i = 0; i < u1->rows * u1->cols; i++) x[i] += (real)(0.6 * rng_normal(&r));
+    fill_randn(m.grads, m.n_params, 1.0, &r);
+    StepInfo info;
+    assert_int_equal(optim_step(&o, &m, 0, 1.0, &info, &err), 0);
+    assert_int_equal(info.retracted, 1);
+    double worst = -1, first = -1, last = -1;
+    for (int i = 0; i < P_COUNT; i++) {
+        const ParamTensor *t = &m.t[i];
+        if (!t->orthonormal) continue;
+        for (int e = 0; e < t->n_mats; e++) {
+            double oe = orth_error(m.params + t->offset + (size_t)e * t->rows * t->cols, t->rows, t->cols);
+            if (first < 0) first = oe;
+            last = oe;
+            if (oe > worst) worst = oe;
+        }
+    }
+    print_message("orth error: first factor %.3e, last %.3e, worst %.3e, reported %.3e\n", first, last, worst, info.orth_err);
+    assert_true(first == worst && first > 10 * last);  // (the test can tell the two apart)
+    assert_true(fabs(info.orth_err - worst) <= 1e-12 * worst);
+    optim_free(&o);
+    model_free(&m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_schedule),
@@ -278,6 +318,7 @@ int main(void) {
         cmocka_unit_test(test_nan_firewall),
         cmocka_unit_test(test_firewall_squares),
         cmocka_unit_test(test_retract_cadence),
+        cmocka_unit_test(test_orth_err_is_the_worst),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
