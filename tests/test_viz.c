@@ -187,9 +187,34 @@ static void test_hollow_dots(void **state) {
 #endif
 }
 
+// Linear tick values: the 1-2-5 step's every rung (10 too: (5, 10] x 10^k rounds up to 10, not
+// past it), and an integer axis (steps, depths) never steps by less than 1 (QA mutation, session
+// 36: ticks at 0.5 on a step axis, and half the ticks for spans of 6..10 x 10^k, went unseen)
+static void test_linear_tick_values(void **state) {
+    (void)state;
+    static const double nice[][2] = {{0.7, 1}, {1, 1}, {1.5, 2}, {2, 2}, {3, 5}, {5, 5}, {6, 10}, {7, 10}, {10, 10}, {0.07, 0.1}, {700, 1000}};
+    for (size_t i = 0; i < sizeof nice / sizeof *nice; i++)
+        if (fabs(viz_nice_step(nice[i][0]) - nice[i][1]) > 1e-12 * nice[i][1])
+            fail_msg("viz_nice_step(%g) = %g, want %g", nice[i][0], viz_nice_step(nice[i][0]), nice[i][1]);
+    VizTicks t;
+    viz_ticks(0, 30, 5, 0, 0, &t);  // raw step 6: 0, 10, 20, 30
+    assert_int_equal(t.n, 4);
+    for (int i = 0; i < 4; i++) assert_true(fabs(t.v[i] - 10 * i) < 1e-9);
+    viz_ticks(0, 2, 5, 0, 0, &t);  // raw 0.4: steps of 0.5 on a real axis
+    assert_int_equal(t.n, 5);
+    assert_true(fabs(t.v[1] - 0.5) < 1e-12);
+    viz_ticks(0, 2, 5, 1, 0, &t);  // on an integer one: 0, 1, 2
+    assert_int_equal(t.n, 3);
+    for (int i = 0; i < t.n; i++) {
+        assert_true(t.v[i] == i);
+        assert_null(strchr(t.lab[i], '.'));
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tick_labels),
+        cmocka_unit_test(test_linear_tick_values),
         cmocka_unit_test(test_chart_ranges),
         cmocka_unit_test(test_dead_png_tmps),
         cmocka_unit_test(test_hollow_dots),
