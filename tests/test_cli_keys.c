@@ -80,6 +80,17 @@ static void test_set_notes_arms_and_schedule(void **s) {
     expect_out("note: step 40's lr goes from 3.000e-04 to 1.791e-03 (0.1x to 0.597x of lr): the schedule is a function of the step and steps=80, "
                "recomputed over it, not continued from where it was (a warm restart of the decay)\n");
     assert_null(strstr(strstr(out, "note: step 40's lr") + 1, "note: step 40's lr"));  // once: the second :set changes nothing
+    // a shorter horizon lowers the lr: said, but not as a warm restart (QA mutation, session 36:
+    // the words on any change went unseen)
+    snprintf(script, sizeof script, "%s:set warmup=5 steps=80\n:data %s\n:init seed=1\n:train 40 log_every=40 eval_every=0\n:set steps=45\n",
+             SMALL, corpus);
+    expect_ok(script);
+    const char *n = strstr(out, "note: step 40's lr goes from 1.791e-03 to ");
+    if (!n) print_error("%s\n", out);
+    assert_non_null(n);
+    const char *e = n + strcspn(n, "\n");  // (the line ends with no reason after it)
+    assert_true(e - n > 31 && !strncmp(e - 31, "not continued from where it was", 31));
+    assert_null(strstr(out, "warm restart"));
 }
 
 // the decoupled decay multiplies the weights by 1 - lr x wd each step: above 2 that factor's size
