@@ -378,6 +378,14 @@ static void test_reports_of_their_own(void **s) {
         assert_int_equal(sscanf(b, "; backend memory %lf MB now, %lf MB peak", &now, &peak), 2);
         if (peak != now) print_error("%s\n", out);
         assert_true(peak == now && now < 10);
+        // its steps (2 warm from step 0, then steps=2 timed) and tok/s = batch·seq / the median
+        // (QA mutation, session 36: tok/s without seq, and a range one step too long, unseen)
+        const char *l = b;
+        while (l > out && l[-1] != '\n') l--;
+        double ms, tok;
+        if (sscanf(strstr(l, "): ") + 3, "%lf ms/step (median of steps 2..3, 2 warm), %lf tok/s", &ms, &tok) != 2)
+            fail_msg("%.*s", (int)strcspn(l, "\n"), l);
+        if (!(tok >= 4 * 32 * 1e3 / (ms + 0.005) - 1 && tok <= 4 * 32 * 1e3 / (ms - 0.005) + 1)) fail_msg("%.2f ms/step, %.0f tok/s", ms, tok);
         b++;
     }
     double held, peak;  // and the process's peak is still the larger model's
