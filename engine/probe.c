@@ -109,7 +109,7 @@ static int unknown_probe(const Engine *e, const char *name, size_t base, int fre
         const char *cand;
         if (i < nact && i < NG) cand = global_acts[i];
         else if (i < nact) { snprintf(buf, sizeof buf, "%s@i", iter_acts[i - NG]); cand = buf; }
-        else if (!(cand = names[i - nact])) break;
+        else if (fresh || !(cand = names[i - nact])) break;  // (a text's forward: its names alone, no parameter)
         if (!strncmp(cand, name, pre)) used += snprintf(hint + used, sizeof hint - used, "%s%s", shown++ ? ", " : "", cand);
     }
     probe_names_free(names);

@@ -390,6 +390,7 @@ static void test_probe_text(void **s) {
     expect_error(":probe head text=\"ab\"\n", "'head' is a parameter: text= runs a forward");
     // the hints for a text's name quote the depth its forward runs at (L), not the last forward's
     expect_error(":eval depth=1\n:probe h text=\"ab\"\n", "'h' is per iteration: name one, e.g. h@1 (1..2)");
+    expect_error(":step\n:probe mo text=\"ab\"\n", "unknown probe 'mo'; near: moe.out@i, moe.load@i (:probe lists");
 
     // two texts at one step: two histogram files (FNV-1a of the text in the name), not one overwritten
     expect_ok(":probe h@1 text=\"ab\" hist\n:probe h@1 text=\"ba\" hist\n:probe h@1 text=\"ab\" hist\n");

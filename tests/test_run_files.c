@@ -639,9 +639,16 @@ static void test_same_state_both_paths(void **s) {
     dm_err err = {0};
     MetricRow row;
     for (int i = 0; i < 3; i++) assert_int_equal(engine_step(&e, &row, &err), 0);
+    for (int i = 0; i < 1200; i++) {  // rows over several 64 KiB blocks: the skipped range crosses block edges
+        MetricRow x = row;
+        x.step = 3 + i;
+        x.loss = 5 + 1e-3 * i;
+        engine_add_row(&e, &x);
+    }
     assert_int_equal(engine_save(&e, "a.ckpt", &err), 0);
     e.rows[1].ms += 7;
     e.rows[2].tok_s *= 2;
+    for (int i = 400; i < e.nrows; i += 431) e.rows[i].ms += i;  // (431 rows: one block's worth)
     assert_int_equal(engine_save(&e, "b.ckpt", &err), 0);
     assert_true(session_same_state("a.ckpt", "b.ckpt"));
     assert_true(session_same_state_blocks("a.ckpt", "b.ckpt"));
@@ -650,6 +657,10 @@ static void test_same_state_both_paths(void **s) {
     assert_false(session_same_state("a.ckpt", "c.ckpt"));
     assert_false(session_same_state_blocks("a.ckpt", "c.ckpt"));
     e.rows[1].loss -= 1e-3;
+    e.rows[e.nrows - 1].loss += 1e-3;  // the last row, blocks after the first
+    assert_int_equal(engine_save(&e, "c.ckpt", &err), 0);
+    assert_false(session_same_state_blocks("a.ckpt", "c.ckpt"));
+    e.rows[e.nrows - 1].loss -= 1e-3;
     real w;
     e.model.be->download(&w, e.model.params + 3, sizeof w);
     w += (real)0.5;
