@@ -540,29 +540,7 @@ static void test_foreign_files_kept(void **s) {
 // that puts it in place, and the directory synced after it, or a power loss can leave a torn
 // checkpoint under the final name or lose the rename. No functional test can see a missing fsync
 // (QA, session 36); this program links with --wrap=fsync,rename (Makefile) and records the calls.
-static int rec_on, nrec;
-static char rec[16][700];
-int __real_fsync(int fd);
-int __real_rename(const char *a, const char *b);
-int __wrap_fsync(int fd) {
-    if (rec_on && nrec < 16) {
-        char l[64], p[600];
-        snprintf(l, sizeof l, "/proc/self/fd/%d", fd);
-        ssize_t n = readlink(l, p, sizeof p - 1);
-        p[n > 0 ? n : 0] = 0;
-        snprintf(rec[nrec++], sizeof rec[0], "fsync %s", p);
-    }
-    return __real_fsync(fd);
-}
-int __wrap_rename(const char *a, const char *b) {
-    if (rec_on && nrec < 16) snprintf(rec[nrec++], sizeof rec[0], "rename %s %s", a, b);
-    return __real_rename(a, b);
-}
-static int rec_find(const char *line) {
-    for (int i = 0; i < nrec; i++)
-        if (!strcmp(rec[i], line)) return i;
-    return -1;
-}
+#include "sync_recorder.h"
 
 static void test_sync_order(void **s) {
     (void)s;

@@ -503,24 +503,7 @@ static void test_stale_config_tmps(void **s) {
 // LATEST's temp file (and metrics.tsv's) is synced before the rename that puts it in place
 // (session.c: after a power loss LATEST is the old name or the new one, never empty). No functional test sees a missing
 // fsync (QA, session 36): this program links with --wrap=fsync,rename and records them.
-static int rec_on, nrec;
-static char rec[32][700];
-int __real_fsync(int fd);
-int __real_rename(const char *a, const char *b);
-int __wrap_fsync(int fd) {
-    if (rec_on && nrec < 32) {
-        char l[64], p[600];
-        snprintf(l, sizeof l, "/proc/self/fd/%d", fd);
-        ssize_t n = readlink(l, p, sizeof p - 1);
-        p[n > 0 ? n : 0] = 0;
-        snprintf(rec[nrec++], sizeof rec[0], "fsync %s", p);
-    }
-    return __real_fsync(fd);
-}
-int __wrap_rename(const char *a, const char *b) {
-    if (rec_on && nrec < 32) snprintf(rec[nrec++], sizeof rec[0], "rename %s %s", a, b);
-    return __real_rename(a, b);
-}
+#include "sync_recorder.h"
 
 static void test_latest_synced_before_rename(void **s) {
     (void)s;
@@ -540,9 +523,9 @@ static void test_latest_synced_before_rename(void **s) {
     assert_int_equal(rc, 0);
     int f = -1, r = -1;
     snprintf(want, sizeof want, "fsync %s/ckpt/LATEST.tmp", sd);
-    for (int i = 0; i < nrec; i++) if (!strcmp(rec[i], want)) f = i;
+    f = rec_find(want);
     snprintf(want, sizeof want, "rename %s/ckpt/LATEST.tmp %s/ckpt/LATEST", sd, sd);
-    for (int i = 0; i < nrec; i++) if (!strcmp(rec[i], want)) r = i;
+    r = rec_find(want);
     if (f < 0 || r < 0 || f > r) for (int i = 0; i < nrec; i++) print_error("call %d: %s\n", i, rec[i]);
     assert_true(f >= 0 && r >= 0);
     assert_true(f < r);
@@ -553,9 +536,9 @@ static void test_latest_synced_before_rename(void **s) {
     rec_on = 0;
     f = r = -1;
     snprintf(want, sizeof want, "fsync %s/metrics.tsv.tmp", sd);
-    for (int i = 0; i < nrec; i++) if (!strcmp(rec[i], want)) f = i;
+    f = rec_find(want);
     snprintf(want, sizeof want, "rename %s/metrics.tsv.tmp %s/metrics.tsv", sd, sd);
-    for (int i = 0; i < nrec; i++) if (!strcmp(rec[i], want)) r = i;
+    r = rec_find(want);
     if (f < 0 || r < 0 || f > r) for (int i = 0; i < nrec; i++) print_error("call %d: %s\n", i, rec[i]);
     assert_true(f >= 0 && r >= 0 && f < r);
     engine_free(&e);
