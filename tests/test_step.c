@@ -535,6 +535,16 @@ static void drifting_adamw_p(real *p, const real *g, real *m, real *v, size_t n,
     if (n) p[0] += (real)(1e-3 * (double)++adamw_calls);
 }
 
+// ... and one whose step loss drifts in its last bits (a reduction in another order), the weights
+// untouched (the reported loss feeds no update)
+static void (*real_step_loss)(double *, const double *, const real *, int, uint64_t, int, double);
+static long loss_calls;
+static void drifting_step_loss(double *out, const double *loss_sum, const real *aux, int depth, uint64_t scored, int N,
+                               double aux_w) {
+    real_step_loss(out, loss_sum, aux, depth, scored, N, aux_w);
+    out[0] *= 1 + 1e-12 * (double)++loss_calls;
+}
+
 static void test_determinism_checks_optimizer_state(void **s) {
     (void)s;
     Engine e;
@@ -566,6 +576,17 @@ static void test_determinism_checks_optimizer_state(void **s) {
     make_engine(&e, &drift, tiny_config());
     assert_int_equal(engine_check_determinism(&e, 1, &ok, msg, sizeof msg, &err), 0);
     assert_non_null(strstr(msg, "losses identical, parameters DIFFER"));
+    assert_non_null(strstr(msg, "optimizer state bit-identical"));
+    assert_false(ok);
+    engine_free(&e);
+    // and the losses alone (review, session 36: no test had only them differ)
+    drift.opt_adamw = real_adamw;
+    real_step_loss = drift.step_loss;
+    drift.step_loss = drifting_step_loss;
+    make_engine(&e, &drift, tiny_config());
+    assert_int_equal(engine_check_determinism(&e, 1, &ok, msg, sizeof msg, &err), 0);
+    if (!strstr(msg, "losses DIFFER from step 0, parameters bit-identical")) print_error("%s\n", msg);
+    assert_non_null(strstr(msg, "losses DIFFER from step 0, parameters bit-identical"));
     assert_non_null(strstr(msg, "optimizer state bit-identical"));
     assert_false(ok);
     engine_free(&e);
