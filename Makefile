@@ -253,7 +253,8 @@ spec-forward: $(B)/libdm.a
 	$(CC) $(CFLAGS) -I. tests/spec_forward/driver.c -o $(B)/tests/spec_forward_driver $(B)/libdm.a $(LDLIBS)
 	$(TESTENV) python3 tests/spec_forward/compare.py --driver $(B)/tests/spec_forward_driver --out $(B)/spec_forward
 	@set -e; for mu in $(SPEC_MUTATIONS); do \
-	  $(TESTENV) python3 tests/spec_forward/compare.py --driver $(B)/tests/spec_forward_driver --out $(B)/spec_forward --mutate $$mu | tail -1; done
+	  out=$$($(TESTENV) python3 tests/spec_forward/compare.py --driver $(B)/tests/spec_forward_driver --out $(B)/spec_forward --mutate $$mu) \
+	    || { echo "$$out"; exit 1; }; echo "$$out" | tail -1; done
 
 # One optimizer step against an independent pure-Python step written from SPEC.md §4 (and
 # decisions.md where it is open; tests/spec_optim): 20 variants (schedule phases, opt=adamw,

@@ -67,6 +67,8 @@ def read_acts(path):
     with open(path) as f:
         for ln in f:
             w = ln.split()
+            if int(w[1]) != len(w) - 2:  # (the driver writes each activation's count: a short line fails)
+                raise SystemExit("%s: %s holds %d values, its count says %s" % (path, w[0], len(w) - 2, w[1]))
             r[w[0]] = [float(v) for v in w[2:]]
     return r
 
@@ -79,8 +81,20 @@ def flat(v):
 
 
 def reldiff(a, b):
-    scale = max(max((abs(v) for v in a), default=0.0), max((abs(v) for v in b), default=0.0), 1e-300)
-    return max((abs(x - y) for x, y in zip(a, b)), default=0.0) / scale
+    """max |a - b| / max |a|,|b|; 1.0 when the lengths differ, inf when one side alone is NaN (a NaN
+    on both sides is the same value). A NaN never slips through max() (every comparison with it is
+    false: a C forward that went NaN passed this check: QA, session 36)."""
+    if len(a) != len(b):
+        return 1.0
+    worst, scale = 0.0, 0.0
+    for x, y in zip(a, b):
+        if math.isnan(x) or math.isnan(y):
+            if not (math.isnan(x) and math.isnan(y)):
+                return math.inf
+            continue
+        worst = max(worst, abs(x - y))
+        scale = max(scale, abs(x), abs(y))
+    return 0.0 if worst == 0.0 else worst / max(scale, 1e-300)
 
 
 def main():
@@ -99,20 +113,30 @@ def main():
             c = parse_kv(f.read())
         p = parse_kv(subprocess.run([sys.executable, os.path.join(HERE, "dormouse.py"), pre, "--acts"],
                                     check=True, capture_output=True, text=True, env=env).stdout)
-        keys = [k for k in c if not math.isnan(c[k])]
-        lrel = max(abs(c[k] - p[k]) / max(abs(c[k]), 1e-300) for k in keys if k not in ("objective",))
-        orel = abs(c["objective"] - p["objective"]) / abs(c["objective"])
+        # every loss the C side wrote: one the reference lacks counts only when it is NaN (not computed)
+        lrel = 0.0
+        for k in c:
+            if k == "objective":
+                continue
+            if k not in p:
+                lrel = lrel if math.isnan(c[k]) else math.inf
+                continue
+            lrel = max(lrel, reldiff([c[k]], [p[k]]))
+        orel = reldiff([c["objective"]], [p["objective"]])
         ca = read_acts(pre + ".acts")
         with open(pre + ".pyacts.json") as f:
             pa = json.load(f)
-        arel, aworst = 0.0, ""
+        arel, aworst, ncmp = 0.0, "", 0
         for k in ca:
             if k.split(".")[0] in ACT_NAMES and k in pa:
                 if k == "m" and "off=engram" in args:
                     continue  # an arm that is off costs nothing: the C never gathers m
                 rd = reldiff(ca[k], flat(pa[k]))
-                if rd > arel:
+                ncmp += 1
+                if not rd <= arel:  # (NaN: inf from reldiff, never lost)
                     arel, aworst = rd, k
+        if ncmp == 0:
+            arel, aworst = math.inf, "(no activation compared)"
         # how much each arm moved h (so a match is not a match of zeros)
         contrib = []
         for arm in ("a", "e", "gout"):
@@ -127,6 +151,8 @@ def main():
                     vals += [w * v for v in row]
                 contrib.append(math.sqrt(sum(v * v for v in vals) / len(vals)))
         worst = max(worst, lrel, orel, arel)
+        if any(math.isnan(v) for v in (lrel, orel, arel)):
+            worst = math.inf
         print("%-24s %10.2e %10.2e %10.2e  %s  (worst act %s)" % (name, lrel, orel, arel,
               "/".join("%.3f" % v for v in contrib), aworst))
     print("WORST relative difference over all variants: %.3e" % worst)
