@@ -26,9 +26,9 @@ static void test_errors_with_line_numbers(void **s) {
     expect_error(":se d=3\n", "s.dm:1: error: ambiguous command ':se': :set, :session");
     snprintf(script, sizeof script, "%s:data %s\n:init\n:set d=64\n", SMALL, corpus);
     expect_error(script, "s.dm:5: error: 'd' is an architecture key and the model is live");
-    expect_error(":data /nonexistent/corpus.txt\n", "s.dm:1: error:");
+    expect_error(":data /nonexistent/corpus.txt\n", "s.dm:1: error: data: cannot open '/nonexistent/corpus.txt': No such file or directory");
     write_file("empty.txt", "");
-    expect_error(":data empty.txt\n", "empty");
+    expect_error(":data empty.txt\n", "is empty (0 bytes); point :data at a file or directory with text");
     char p[400];
     snprintf(p, sizeof p, "%s/emptydir", dir);
     mkdir(p, 0755);
@@ -36,9 +36,10 @@ static void test_errors_with_line_numbers(void **s) {
     mkdir(p, 0755);
     expect_error(":data emptydir\n", "no regular files");
     write_file("short.txt", "too short for one sequence");
-    expect_error(":preset nano\n:data short.txt\n", "s.dm:2: error:");
+    expect_error(":preset nano\n:data short.txt\n", "s.dm:2: error: data: training split of 'short.txt' is ");
+    assert_non_null(strstr(err_, "shorter than one sequence (seq+1 = 129 B)"));
     expect_error(":step 3\n", "s.dm:1: error: no model");
-    expect_error(":load nothere.ckpt\n", "s.dm:1: error: nothere.ckpt");
+    expect_error(":load nothere.ckpt\n", "s.dm:1: error: nothere.ckpt: cannot open checkpoint: No such file or directory");
     expect_error(":help\n:set d=\"unterminated\n", "s.dm:2: error: unterminated double quote");
     // architecture mismatch on load names the keys
     snprintf(script, sizeof script, ":preset nano\n:init\n:load keep.ckpt\n");

@@ -346,7 +346,7 @@ static void test_init_rebuilds_another_shape(void **s) {
     expect_error(script, "s.dm:4: error: :init: eval_frac splits the open corpus: `:set eval_frac=0.5` first");
     expect_error(":init bogus=1\n", "s.dm:1: error: unknown key 'bogus'");
     expect_error(":init preset=huge\n", "s.dm:1: error: unknown preset 'huge'");
-    expect_error(":init d=30 H=4\n", "s.dm:1: error:");
+    expect_error(":init d=30 H=4\n", "s.dm:1: error: d=30 is not divisible by H=4: choose H dividing d");
 }
 
 // A tiny :train 1000000 with log_every=1000000 in session NAME (more :set words in SET, :train

@@ -102,7 +102,7 @@ static void test_decay_that_flips(void **s) {
     (void)s;
     char script[2000];
     expect_error(":set lr=0.5 wd=5\n", "s.dm:1: error: lr x wd = 0.5 x 5 = 2.5 > 2: the decoupled decay would multiply the weights by -1.5");
-    expect_error(":set lr_muon=0.2 wd=11\n", "error: bad value");   // (wd's own range first)
+    expect_error(":set lr_muon=0.2 wd=11\n", "error: bad value '11' for wd: expected a number in [0, 10]");   // (wd's own range first)
     expect_error(":set lr_muon=0.3 wd=9\n", "error: lr_muon x wd = 0.3 x 9 = 2.7 > 2");
     expect_ok(":set lr=10 lr_muon=10\n");  // x the default wd 0.1: 1, no note
     assert_null(strstr(out, "note:"));

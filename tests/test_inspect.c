@@ -72,7 +72,7 @@ static void test_gen_empty_values(void **s) {
     assert_null(strstr(out, "QZ"));  // nothing was sampled
     expect_error(":gen \"ab\" n=5 top_k=\n", "s.dm:4: error: :gen: top_k= needs a value");
     expect_error(":gen \"ab\" n=\n", "s.dm:4: error: :gen: n= needs a value");
-    expect_error(":gen \"ab\" seed=\n", "for seed");
+    expect_error(":gen \"ab\" seed=\n", "bad value '' for seed: expected an integer");
     // blanks and signs strtod/strtoll would skip are not numbers either
     expect_error(":gen \"ab\" temp=\" 0.5\"\n", "bad temp ' 0.5'");
     expect_error(":gen \"ab\" top_k=+3\n", "bad top_k '+3'");
@@ -386,7 +386,7 @@ static void test_probe_text(void **s) {
     expect_error(":probe h@1 text=\"\\x0g\"\n", ":probe: bad escape '\\x0g' in text= (");
     // a name text= cannot probe is refused before the forward (it ran, counted, then the name
     // was refused: review, session 35); z@i's two values a byte get column numbers
-    expect_error(":probe nosuch@1 text=\"ab\"\n", "nosuch");
+    expect_error(":probe nosuch@1 text=\"ab\"\n", "unknown probe 'nosuch@1' (:probe lists every name)");
     expect_error(":probe head text=\"ab\"\n", "'head' is a parameter: text= runs a forward");
     // the hints for a text's name quote the depth its forward runs at (L), not the last forward's
     expect_error(":eval depth=1\n:probe h text=\"ab\"\n", "'h' is per iteration: name one, e.g. h@1 (1..2)");
