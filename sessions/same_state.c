@@ -22,10 +22,11 @@ static int same_rows(const void *x, const void *y, size_t size) {
 }
 
 int session_same_state_blocks(const char *a, const char *b) {
-    // the metric rows through ckpt_peek (CRC-checked), every other byte in blocks: the rows'
-    // bytes and their header's two CRCs (the data's, and the header's own over it) are skipped (a redone step's rows differ in their times
-    // only, as in the sectioned comparison: QA mutation, session 36 — the block path compared
-    // them too, and a redone step at a large preset got a branch file of the same state)
+    // the metric rows through ckpt_peek (CRC-checked), every other byte in blocks: the rows' bytes
+    // and their header's two CRCs (the data's, and the header's own over it) are skipped. A redone
+    // step's rows differ in their times only, as in the sectioned comparison (QA mutation, session
+    // 36: the block path compared them too, and a redone step at a large preset got a branch file
+    // of the same state)
     CkptLoc la, lb;
     size_t na = 0, nb = 0;
     dm_err err = {0};
