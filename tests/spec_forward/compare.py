@@ -13,6 +13,9 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.dont_write_bytecode = True   # no __pycache__ in the source tree
+sys.path.insert(0, os.path.join(HERE, ".."))
+from spec_common import reldiff  # noqa: E402
 
 
 def arg(name, default):
@@ -78,23 +81,6 @@ def flat(v):
     for row in v:
         out.extend(row if isinstance(row, list) else [row])
     return out
-
-
-def reldiff(a, b):
-    """max |a - b| / max |a|,|b|; 1.0 when the lengths differ, inf when one side alone is NaN (a NaN
-    on both sides is the same value). A NaN never slips through max() (every comparison with it is
-    false: a C forward that went NaN passed this check: QA, session 36)."""
-    if len(a) != len(b):
-        return 1.0
-    worst, scale = 0.0, 0.0
-    for x, y in zip(a, b):
-        if math.isnan(x) or math.isnan(y):
-            if not (math.isnan(x) and math.isnan(y)):
-                return math.inf
-            continue
-        worst = max(worst, abs(x - y))
-        scale = max(scale, abs(x), abs(y))
-    return 0.0 if worst == 0.0 else worst / max(scale, 1e-300)
 
 
 def main():

@@ -26,6 +26,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.dont_write_bytecode = True   # no __pycache__ in the source tree
 sys.path.insert(0, HERE)
 import optim_ref  # noqa: E402
+sys.path.insert(0, os.path.join(HERE, ".."))
+from spec_common import reldiff  # noqa: E402
 
 
 def arg(name, default):
@@ -65,22 +67,6 @@ VARIANTS = [
     ("retract_1iter", ["retract=1", "retract_iters=1", "pre=6"], {}),  # one NS iteration: the pre-scale shows
     ("d12_seed2", ["d=12", "H=3", "f=5", "r=3", "noise_seed=2", "pre=5"], {}),
 ]
-
-
-def reldiff(a, b):
-    if len(a) != len(b):
-        return 1.0
-    worst, scale = 0.0, 0.0
-    for x, y in zip(a, b):
-        if math.isnan(x) or math.isnan(y):
-            if not (math.isnan(x) and math.isnan(y)):
-                return math.inf
-            continue
-        worst = max(worst, abs(x - y))
-        scale = max(scale, abs(x), abs(y))
-    if worst == 0.0:
-        return 0.0
-    return worst / max(scale, 1e-300)
 
 
 def compare(d, r):
