@@ -141,7 +141,7 @@ size_t cuda_opt_retract_scratch_size(int n_mats, int rows, int r);
 void cuda_opt_retract(real *X, int n_mats, int rows, int r, int iters, real *scratch, OptStatus *st);
 
 static inline int ceil_div(long long a, long long b) { return (int)((a + b - 1) / b); }
-// Row slices of a two-stage column reduction (colsum, the decay gate's backward): >= 2048 rows
+// Row slices of a two-stage column reduction (colsum, the decay gate's backward): <= 2048 rows
 // each, 1..64 of them, a function of N only (the summation order may not depend on anything else)
 static inline int row_slices(int N) {
     int S = ceil_div(N, 2048);

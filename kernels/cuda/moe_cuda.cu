@@ -218,6 +218,14 @@ void cuda_moe_forward(real *out, real *aux, int *load, real *ws, const real *n, 
     moe_run(st, ns, &v);
 }
 
+// Tests only (tests/gpu/parity.cu): 1 runs every row reduction of the backward in one piece, as
+// test_moe_core does with MoeView.nosplit. The shapes a parity row can afford are all split
+// (moe_wg_split), so the unsplit weight GEMMs (base's and large's [f, r] weights) would otherwise
+// be compared only by a full-size model run.
+extern "C" {
+int cuda_moe_nosplit = 0;
+}
+
 // accumulates into dn [N, d], dz [N, E] and g; dout [N, d]; ws as the forward left it
 void cuda_moe_backward(real *dn, real *dz, MoEGrads g, const real *dout, real daux, real *ws,
                        const real *n, const real *z, MoEParams p, MoEShape s) {
@@ -225,6 +233,7 @@ void cuda_moe_backward(real *dn, real *dz, MoEGrads g, const real *dout, real da
     moe_check(s);
     if (s.N <= 0) return;
     MoeView v = moe_core_view(ws, s);
+    v.nosplit = cuda_moe_nosplit;
     MoeStep st[MOE_MAX_STEPS];
     int ns = moe_core_backward_steps(st, &v, dn, dz, g, dout, daux, n, p);
     moe_run(st, ns, &v);

@@ -122,6 +122,27 @@ static void t_norms() {
         delete dgx;
     }
     delete dx; delete dgain; delete ddy;
+    {  // column sums over several row slices (two stages from 2048 rows on, cuda_common.cuh's
+        // row_slices), N not a multiple of the slice count: 4501 rows = 3 slices of 1501, the last
+        // one short (a slice that ran past N would add rows beyond the tensor)
+        const int N3 = 4501, C3 = 40, K3 = 16;
+        auto x3 = randv((size_t)N3 * C3), g3 = randv(C3), dy3 = randv((size_t)N3 * C3);
+        std::vector<float> rs3(N3), o3((size_t)N3 * C3), gx3 = randv((size_t)N3 * C3), gg3 = randv(C3);
+        C_->rmsnorm_forward(o3.data(), rs3.data(), x3.data(), g3.data(), N3, C3);
+        Dev *dx3 = up(x3), *dg3 = up(g3), *ddy3 = up(dy3), *drs3 = up(rs3), *dgx3 = up(gx3), *dgg3 = up(gg3);
+        C_->rmsnorm_backward(gx3.data(), gg3.data(), dy3.data(), x3.data(), g3.data(), rs3.data(), N3, C3);
+        G_->rmsnorm_backward(dgx3->f(), dgg3->f(), ddy3->f(), dx3->f(), dg3->f(), drs3->f(), N3, C3);
+        cmp("rmsnorm_backward 4501 rows dgain (+=)", gg3, dgg3, 1e-5);
+        // matmul_backward's dbias: [4501, 16] x [40, 16]^T, fp32
+        auto in4 = randv((size_t)N3 * K3), W4 = randv((size_t)C3 * K3, 0.1f), gi4 = randv((size_t)N3 * K3),
+             gW4 = randv((size_t)C3 * K3), gb4 = randv(C3);
+        Dev *din4 = up(in4), *dW4 = up(W4), *dgi4 = up(gi4), *dgW4 = up(gW4), *dgb4 = up(gb4);
+        C_->matmul_backward(gi4.data(), gW4.data(), gb4.data(), dy3.data(), in4.data(), W4.data(), N3, K3, C3);
+        G_->matmul_backward(dgi4->f(), dgW4->f(), dgb4->f(), ddy3->f(), din4->f(), dW4->f(), N3, K3, C3);
+        cmp("matmul_backward 4501 rows dbias (+=)", gb4, dgb4, 1e-4);
+        delete dx3; delete dg3; delete ddy3; delete drs3; delete dgx3; delete dgg3;
+        delete din4; delete dW4; delete dgi4; delete dgW4; delete dgb4;
+    }
 }
 
 static void t_elementwise() {
@@ -330,14 +351,16 @@ static void t_kda_step(int H, int D) {
     delete dq; delete dk; delete dv; delete db; delete dg;
 }
 
+extern "C" int cuda_moe_nosplit;  // kernels/cuda/moe_cuda.cu (tests only)
+
 // N tokens; one >= 0: every token routed to expert `one` (the others get no rows)
 // lowp = 1: the bf16 mode (the expert GEMMs on the tensor cores): tolerance 3e-2, and the rerun
 // must still be bit-identical
 static void t_moe(int k, int ties, int N = 100, int one = -1, int lowp = 0) {
     MoEShape s = {N, 64, 4, k, 16, 96};
     char nm[80], tag[56];
-    snprintf(tag, sizeof tag, "k=%d N=%d%s%s%s", k, N, ties ? " ties" : "", one >= 0 ? " one-expert" : "",
-             lowp ? " bf16" : "");
+    snprintf(tag, sizeof tag, "k=%d N=%d%s%s%s%s", k, N, ties ? " ties" : "", one >= 0 ? " one-expert" : "",
+             lowp ? " bf16" : "", cuda_moe_nosplit ? " nosplit" : "");
     const double tol = lowp ? BF16_TOL : 1e-4;
     cuda_set_precision(!lowp);
     int d = s.d, E = s.E, r = s.r, f = s.f;
@@ -419,12 +442,36 @@ static void t_moe(int k, int ties, int N = 100, int one = -1, int lowp = 0) {
         snprintf(nm, sizeof nm, "moe fwd+bwd rerun %s", tag);
         report(nm, bad, 0, "(bit-identical)");
     }
+    if (!lowp && !ties && one < 0 && N == 100) {  // the router's load-balance gradient alone: dy = 0,
+        // daux = 1, so dz is the aux term only (next to the weight term it is ~1e-5 of dz: a
+        // dropped or wrong aux gradient passes the rows above)
+        std::vector<float> zy((size_t)N * d, 0.0f), gza((size_t)N * E, 0.0f), gna((size_t)N * d, 0.0f);
+        Dev *dzy = up(zy), *dgza = up(gza), *dgna = up(gna);
+        C_->moe_forward(out.data(), &auxc, loadc.data(), ws.data(), n.data(), z.data(), pc, s);
+        G_->moe_forward(dout_.f(), daux.f(), dload.i(), dws.f(), dn->f(), dz->f(), pg, s);
+        C_->moe_backward(gna.data(), gza.data(), gc, zy.data(), 1.0f, ws.data(), n.data(), z.data(), pc, s);
+        G_->moe_backward(dgna->f(), dgza->f(), gg, dzy->f(), 1.0f, dws.f(), dn->f(), dz->f(), pg, s);
+        double mx = 0;
+        for (float v : gza) mx = fmax(mx, fabs(v));
+        char note[64];
+        snprintf(note, sizeof note, "(max |dz| %.1e)", mx);
+        snprintf(nm, sizeof nm, "moe_backward dz, aux gradient alone %s", tag);
+        cmp(nm, gza, dgza, 1e-5);
+        snprintf(nm, sizeof nm, "  the aux gradient is not zero %s", tag);
+        report(nm, mx > 1e-6 ? 0 : 1, 0, note);
+        delete dzy; delete dgza; delete dgna;
+    }
     for (int i = 0; i < 8; i++) delete gsd[i];
     delete dn; delete dz; delete dU1; delete ds1; delete dV1; delete dU2; delete ds2; delete dV2; delete ddy;
     cuda_set_precision(1);
 }
 
-static void t_retract() {
+// The retraction asks the backend for fp32 products (lowp 0) whatever the precision: run in fp32
+// mode and in the default bf16 mode (a bf16 Newton-Schulz is ~1e-3 off and leaves orth_err ~2e-3).
+static void t_retract(int lowp) {
+    cuda_set_precision(!lowp);
+    const char *md = lowp ? " bf16 mode" : "";
+    char nmr[96];
     int rows = 96, r = 16;
     // near-orthonormal: Gram–Schmidt of a Gaussian, then a 5% perturbation
     std::vector<float> X = randv((size_t)rows * r);
@@ -441,16 +488,19 @@ static void t_retract() {
     for (auto &x : X) x += 0.05f * nrand() / sqrtf((float)rows);
     Dev *dX = up(X);
     double ec = C_->orth_error(X.data(), rows, r), eg = G_->orth_error(dX->f(), rows, r);
-    report("orth_error (perturbed frame)", fabs(ec - eg) / ec, 1e-6);
+    snprintf(nmr, sizeof nmr, "orth_error (perturbed frame)%s", md);
+    report(nmr, fabs(ec - eg) / ec, 1e-6);
     std::vector<float> scr(C_->retract_scratch_size(rows, r));
     Dev dscr(sizeof(float) * G_->retract_scratch_size(rows, r));
     C_->retract(X.data(), rows, r, 3, scr.data());
     G_->retract(dX->f(), rows, r, 3, dscr.f());
-    cmp("retract (3 Newton-Schulz iters)", X, dX, 1e-4);
+    snprintf(nmr, sizeof nmr, "retract (3 Newton-Schulz iters)%s", md);
+    cmp(nmr, X, dX, 1e-4);
     double ec2 = C_->orth_error(X.data(), rows, r), eg2 = G_->orth_error(dX->f(), rows, r);
     char note[80];
     snprintf(note, sizeof note, "(cpu %.2e gpu %.2e)", ec2, eg2);
-    report("orth_error after retract < 1e-4", eg2, 1e-4, note);
+    snprintf(nmr, sizeof nmr, "orth_error after retract < 1e-4%s", md);
+    report(nmr, eg2, 1e-4, note);
     delete dX;
     // one singular value 10x the rest: outside the iteration's basin until the Gershgorin guard
     // scales it (kernels/cpu/retract.c); the same scaling on both sides, finite on both
@@ -458,8 +508,10 @@ static void t_retract() {
     dX = up(X);
     C_->retract(X.data(), rows, r, 3, scr.data());
     G_->retract(dX->f(), rows, r, 3, dscr.f());
-    cmp("retract, one sigma 10x (the guard scales)", X, dX, 1e-4);
+    snprintf(nmr, sizeof nmr, "retract, one sigma 10x (the guard scales)%s", md);
+    cmp(nmr, X, dX, 1e-4);
     delete dX;
+    cuda_set_precision(1);
 }
 
 // An allocation the device cannot hold is an error the caller handles (engine: "lower batch or
@@ -513,7 +565,12 @@ int main(void) {
     t_moe(1, 0, 333, 2);  // every token on expert 2: experts 0, 1, 3 empty
     t_moe(2, 0, 700, -1, 1);  // the bf16 tensor-core tiles (the default precision)
     t_moe(1, 0, 333, 2, 1);
-    t_retract();
+    cuda_moe_nosplit = 1;  // the backward's row reductions unsplit (base's and large's weight GEMMs)
+    t_moe(2, 0, 700);
+    t_moe(2, 0, 700, -1, 1);
+    cuda_moe_nosplit = 0;
+    t_retract(0);
+    t_retract(1);
     t_fused();
     t_optim();
     t_oom();
