@@ -90,13 +90,35 @@ static int run20(Engine *e, int every) {
 // decode (their own activations and device workspaces), a batch change, reports at odd moments.
 // Each must reach the graph (a re-capture, or nothing it baked in changed): a replay of a stale
 // graph would run the old lr, the arm that is off, the old batch, without a word. 28 steps at
-// batch 2 (then 3) x seq 64.
+// batch 2 (then 3) x seq 64. Step 23 follows a replay (22 captured) and an op that grew one of the
+// backend's scratch slots (a column sum over 16 384 rows): the graph names the old slot, freed, so
+// step 23 must not replay it (the key counts the backend's allocations).
 #define CHANGE_STEPS 28
+static long grow_allocs, grow_replays = -1, grow_graph;  // step 23: allocations the op made; a graph
+                                                         // held before it; replays the step ran
 static int run_changes(Engine *e) {
     dm_err err = {0};
     if (engine_set(e, "eval_bytes", "512", &err)) { printf("set: %s\n", err.msg); return 1; }
+    const Backend *be = e->model.be;
+    const int GC = 1024, GN = 16384;  // 8 row slices x 1024 columns of doubles: 64 KiB of scratch
+    real *gsrc = be->alloc(sizeof(real) * GC), *gdst = be->alloc(sizeof(real) * GC);
+    if (!gsrc || !gdst) { printf("alloc failed\n"); return 1; }
+    {
+        real h[1024];
+        for (int c = 0; c < GC; c++) h[c] = (real)(c % 7) - 3;
+        be->upload(gsrc, h, sizeof h);
+        be->upload(gdst, h, sizeof h);
+    }
     for (int i = 0; i < CHANGE_STEPS; i++) {
         int rc = 0;
+        long a0 = 0, r0 = 0;
+        if (i == 23) {  // the same row 16 384 times (ld 0): only the scratch slot is new
+            a0 = be->allocs ? be->allocs() : 0;
+            r0 = e->run.replays;
+            grow_graph = e->run.graph != NULL;
+            be->bias_backward(gdst, gsrc, 0, GN, GC);
+            grow_allocs = (be->allocs ? be->allocs() : 0) - a0;
+        }
         if (i == 4) rc = engine_set(e, "lr", "0.001", &err);
         if (i == 8) e->model.arms.on[ARM_KDA] = 0;
         if (i == 12) { e->model.arms.on[ARM_KDA] = 1; rc = engine_set(e, "clip", "0.5", &err); }
@@ -112,9 +134,12 @@ static int run_changes(Engine *e) {
         if (i == 20) e->model.arms.on[ARM_MOE] = 0;
         if (i == 24) e->model.arms.on[ARM_MOE] = 1;
         if (rc || engine_step_enqueue(e, &err)) { printf("step %d: %s\n", i, err.msg); return 1; }
+        if (i == 23) grow_replays = e->run.replays - r0;
         if (i % 3 == 2 && engine_report(e, NULL, &err)) { printf("report: %s\n", err.msg); return 1; }
     }
     if (engine_report(e, NULL, &err)) { printf("report: %s\n", err.msg); return 1; }
+    be->free(gsrc);
+    be->free(gdst);
     return 0;
 }
 
@@ -162,7 +187,9 @@ static int dump(const char *path, const char *data) {
 static int changes_row(const char *data) {
     Engine cg, ce;
     if (make_bt(&cg, 1, data, 2, 64) || make_bt(&ce, 0, data, 2, 64)) return 1;
-    if (run_changes(&cg) || run_changes(&ce)) return 1;
+    if (run_changes(&cg)) return 1;
+    long galloc = grow_allocs, grepl = grow_replays, gheld = grow_graph;
+    if (run_changes(&ce)) return 1;
     size_t rdiff = 0;
     for (int i = 0; i < cg.nrows && i < ce.nrows; i++) {
         MetricRow a = cg.rows[i], b = ce.rows[i];
@@ -181,6 +208,8 @@ static int changes_row(const char *data) {
     row("lr, clip, arms, eval, decode, batch between steps", cg.nrows == rows && ce.nrows == rows && rdiff == 0 && d == 0 &&
         cg.run.captures >= 5 && cg.run.replays >= 5 && memcmp(cg.model.arms.fwd, ce.model.arms.fwd, sizeof cg.model.arms.fwd) == 0,
         buf);
+    snprintf(buf, sizeof buf, "graph held %ld; the op allocated %ld time(s); step 23 replays %ld", gheld, galloc, grepl);
+    row("a scratch slot grown between replays: not replayed", gheld && galloc >= 1 && grepl == 0, buf);
     state_free(&a);
     state_free(&b);
     engine_free(&cg);
