@@ -66,6 +66,40 @@ static const char *corpus(void) {
 
 typedef struct { const char *preset; int B, T; } Case;
 
+void cuda_set_precision(int fp32);                                // kernels/cuda/backend_cuda.cu
+
+// The MFU column divides by the bf16 peak measured at start-up: a peak counted wrong (half the
+// FLOPs of its product) would double every MFU and pass unseen. A bf16 product through the
+// backend's own gemm (the packing to bf16 included) cannot run faster than that peak: time one,
+// 4096^3, and fail (`error:`) if it beats the peak by more than the noise (15 %).
+static int peak_bounds_a_product(const Backend *cu, double peak) {
+    const int n = 4096, reps = 20;
+    size_t nn = (size_t)n * n;
+    float *h = malloc(sizeof(float) * nn);
+    real *A = cu->alloc(sizeof(real) * nn), *B = cu->alloc(sizeof(real) * nn), *C = cu->alloc(sizeof(real) * nn);
+    if (!h || !A || !B || !C) {
+        printf("peak check: n/a (no room for three %d^2 matrices)\n", n);
+        free(h); if (A) cu->free(A); if (B) cu->free(B); if (C) cu->free(C);
+        return 0;
+    }
+    unsigned s = 12345;
+    for (size_t i = 0; i < nn; i++) { s = s * 1103515245u + 12345u; h[i] = (float)((s >> 9) & 0xffff) / 32768.0f - 1; }
+    cu->upload(A, h, sizeof(float) * nn);
+    cu->upload(B, h, sizeof(float) * nn);
+    cuda_set_precision(0);
+    for (int i = 0; i < 3; i++) cu->gemm(0, 0, n, n, n, 1, A, n, B, n, 0, C, n);
+    cudaDeviceSynchronize();
+    double t0 = now_s();
+    for (int i = 0; i < reps; i++) cu->gemm(0, 0, n, n, n, 1, A, n, B, n, 0, C, n);
+    cudaDeviceSynchronize();
+    double tf = 2.0 * n * n * (double)n * reps / (now_s() - t0) / 1e12;
+    free(h); cu->free(A); cu->free(B); cu->free(C);
+    int bad = !(peak > 0) || tf > 1.15 * peak;
+    printf("%speak check: a %d^3 bf16 product through the backend's gemm ran at %.1f TFLOP/s = %.2f of the "
+           "measured peak %.1f (at most 1.15)\n", bad ? "error: " : "", n, tf, peak > 0 ? tf / peak : 0.0, peak);
+    return bad;
+}
+
 // The block's fused projection (engine/model.h ProjLayout) is one product [N, d] x [d, P] with
 // P = 3d + H + 2 dh + 3 + E: 1679 at small, 2455 at base. Not a multiple of 8: the forward's fp32
 // output and the backward's bf16 dproj operand have rows that are not 16-byte aligned, and cuBLAS
@@ -149,6 +183,9 @@ int main(int argc, char **argv) {
     char kda[400];
     cuda_kda_report(64, kda, sizeof kda);  // the head size of every preset
     printf("%s\n", kda);
+    int rc = 0;
+    if (strstr(desc, "cuemu")) printf("peak check: n/a (the emulator's times)\n");
+    else rc |= peak_bounds_a_product(cu, peak);
     const char *data = corpus();
     // which text the numbers are of (generated text loads the Engram rows and the routing
     // otherwise: a table measured on it must not pass for tinyshakespeare's: QA, session 35)
@@ -175,7 +212,6 @@ int main(int argc, char **argv) {
     }
     printf("\n%-6s %3s %5s  %-9s %9s %8s %8s %10s %8s %6s %6s %10s %10s\n", "preset", "B", "T", "steps", "ms/step",
            "sync ms", "dev ms", "tok/s", "TFLOP/s", "MFU", "busy", "held MiB", "used MiB");
-    int rc = 0;
     for (unsigned c = 0; c < ncases; c++) {
         Engine e;
         dm_err err = {0};
