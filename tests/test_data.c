@@ -429,6 +429,36 @@ static void test_shrunk_in_last_page(void **s) {
     free(b);
 }
 
+// A file that grows while open (a log or a crawl appended to during a run) is not a cut: the
+// mapping still holds every byte it was opened with, so the checked reads read on, the same bytes
+// (only a shrink reads zeros; an append refused as "it shrank" would stop every step).
+static void test_grown_file_reads_on(void **s) {
+    (void)s;
+    enum { N = 100000, T = 32, B = 4 };
+    uint8_t *b = malloc(N);
+    fill_bytes(b, N, 21);
+    write_file("grow.txt", b, N);
+    char p[512];
+    path_in(p, sizeof p, "grow.txt");
+    Data d;
+    dm_err err = {0};
+    if (data_open(&d, p, NULL, 0.1, T, &err)) fail_msg("%s", err.msg);
+    FILE *f = fopen(p, "ab");
+    assert_non_null(f);
+    assert_int_equal(fwrite(b, 1, 20, f), 20);  // 20 bytes appended while it is open
+    fclose(f);
+    int x[B * T], y[B * T];
+    for (int step = 0; step < 4; step++) {
+        if (data_batch_checked(&d, 3, step, B, T, x, y, &err)) fail_msg("after an append: %s", err.msg);
+        int64_t off = data_window_offset(3, step, 0, d.n_train, T);
+        for (int t = 0; t < T; t++) assert_int_equal(x[t], b[off + t]);
+    }
+    if (data_eval_seq_checked(&d, 0, T, x, y, &err)) fail_msg("after an append: %s", err.msg);
+    for (int t = 0; t < T; t++) assert_int_equal(x[t], b[d.n_train + t]);
+    data_close(&d);
+    free(b);
+}
+
 // A directory that can be listed but not searched (mode r--, after `chmod -R 644`): the names it
 // lists cannot be lstat'ed (EACCES for a non-root user), and they were dropped without a word —
 // a corpus of part of the tree, or "holds no regular files" (QA, session 34). An error now. This
@@ -479,6 +509,7 @@ int main(void) {
         cmocka_unit_test(test_shrunk_file),
         cmocka_unit_test(test_shrunk_in_last_page),
         cmocka_unit_test(test_unsearchable_dir),
+        cmocka_unit_test(test_grown_file_reads_on),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
