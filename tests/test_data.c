@@ -459,6 +459,46 @@ static void test_grown_file_reads_on(void **s) {
     free(b);
 }
 
+// eval= a directory of two files: held-out sequence i lies at bytes [iT, iT+T], in b.txt for
+// the last ones. b.txt cut inside its last page (zeros, no SIGBUS) is an error naming b.txt for a
+// sequence there, while a sequence in a.txt (whole) still reads. A single-file corpus cannot tell
+// which span was stat'ed: every span is that file.
+static void test_eval_dir_cut_in_later_file(void **s) {
+    (void)s;
+    enum { T = 32, NA = 4096, NB = 4096 };
+    uint8_t tr[1 << 14], ea[NA], eb[NB];
+    fill_bytes(tr, sizeof tr, 31);
+    fill_bytes(ea, NA, 32);
+    fill_bytes(eb, NB, 33);
+    make_dir("evcut");
+    make_dir("evcut/ev");
+    write_file("evcut/train.txt", tr, sizeof tr);
+    write_file("evcut/ev/a.txt", ea, NA);
+    write_file("evcut/ev/b.txt", eb, NB);
+    char p[512], q[512], bp[512];
+    path_in(p, sizeof p, "evcut/train.txt");
+    path_in(q, sizeof q, "evcut/ev");
+    path_in(bp, sizeof bp, "evcut/ev/b.txt");
+    Data d;
+    dm_err err = {0};
+    if (data_open(&d, p, q, 0.1, T, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(d.eval.nfiles, 2);
+    const int64_t last = (NA + NB - T - 1) / T;  // 254: bytes 8128..8160, in b.txt
+    assert_true(last * T >= NA);
+    int x[T], y[T];
+    assert_int_equal(data_eval_seq_checked(&d, last, T, x, y, &err), 0);
+    for (int t = 0; t < T; t++) assert_int_equal(x[t], eb[last * T - NA + t]);
+    assert_int_equal(truncate(bp, NB - 10), 0);  // within its last page
+    memset(&err, 0, sizeof err);
+    assert_int_equal(data_eval_seq_checked(&d, 0, T, x, y, &err), 0);  // (a.txt is whole)
+    int rc = data_eval_seq_checked(&d, last, T, x, y, &err);
+    if (!rc || !strstr(err.msg, "b.txt changed on disk while open: it shrank from 4096 B to 4086 B"))
+        print_error("eval sequence %lld after b.txt was cut: rc %d, '%s'\n", (long long)last, rc, err.msg);
+    assert_int_equal(rc, 1);
+    assert_non_null(strstr(err.msg, "b.txt changed on disk while open: it shrank from 4096 B to 4086 B"));
+    data_close(&d);
+}
+
 // A directory that can be listed but not searched (mode r--, after `chmod -R 644`): the names it
 // lists cannot be lstat'ed (EACCES for a non-root user), and they were dropped without a word —
 // a corpus of part of the tree, or "holds no regular files" (QA, session 34). An error now. This
@@ -510,6 +550,7 @@ int main(void) {
         cmocka_unit_test(test_shrunk_in_last_page),
         cmocka_unit_test(test_unsearchable_dir),
         cmocka_unit_test(test_grown_file_reads_on),
+        cmocka_unit_test(test_eval_dir_cut_in_later_file),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
