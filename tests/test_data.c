@@ -499,6 +499,50 @@ static void test_eval_dir_cut_in_later_file(void **s) {
     data_close(&d);
 }
 
+// The fingerprint a checkpoint keeps reads 64 blocks of 1 KiB spread over each split: a byte
+// changed in place in the middle of one (the same size: a corpus edited, not regrown) changes
+// it, and the split fingerprint of that split alone. A fingerprint of the first KiB only would
+// call an edited corpus the same bytes on a resume.
+static void test_fingerprint_sees_the_middle(void **s) {
+    (void)s;
+    enum { N = 200000, T = 32 };
+    uint8_t *b = malloc(N);
+    fill_bytes(b, N, 41);
+    write_file("fp.txt", b, N);
+    char p[512];
+    path_in(p, sizeof p, "fp.txt");
+    Data d;
+    dm_err err = {0};
+    if (data_open(&d, p, NULL, 0.1, T, &err)) fail_msg("%s", err.msg);
+    const int64_t nt = d.n_train, ne = d.n_eval;
+    const uint64_t all0 = data_fingerprint(&d, &err), tr0 = data_split_fingerprint(&d, 0, &err),
+                   ev0 = data_split_fingerprint(&d, 1, &err), st0 = data_stream_fingerprint(&d, &err);
+    data_close(&d);
+    assert_true(all0 && tr0 && ev0 && st0);
+    // inside block 32 of the training split (offset (n - 1024) * 32 / 63), of the held-out one, and
+    // of the whole stream (its blocks spread over all N bytes: not where the split's lie)
+    const int64_t at[3] = {(nt - 1024) * 32 / 63 + 10, nt + (ne - 1024) * 32 / 63 + 10, (N - 1024) * 32 / 63 + 10};
+    for (int k = 0; k < 3; k++) {
+        assert_true(at[k] >= (k == 1 ? nt : 0) + 1024);  // past the first KiB
+        b[at[k]] ^= 0x5a;
+        write_file("fp.txt", b, N);
+        if (data_open(&d, p, NULL, 0.1, T, &err)) fail_msg("%s", err.msg);
+        uint64_t all = data_fingerprint(&d, &err), tr = data_split_fingerprint(&d, 0, &err), ev = data_split_fingerprint(&d, 1, &err),
+                 st = data_stream_fingerprint(&d, &err);
+        data_close(&d);
+        if (k < 2 && all == all0) print_error("byte %lld of %d changed: the fingerprint is the same\n", (long long)at[k], N);
+        if (k < 2) {
+            assert_true(all != all0);
+            assert_true(k ? ev != ev0 : tr != tr0);  // the split that changed
+            assert_true(k ? tr == tr0 : ev == ev0);  // and not the other
+        } else {
+            assert_true(st != st0);
+        }
+        b[at[k]] ^= 0x5a;
+    }
+    free(b);
+}
+
 // A directory that can be listed but not searched (mode r--, after `chmod -R 644`): the names it
 // lists cannot be lstat'ed (EACCES for a non-root user), and they were dropped without a word —
 // a corpus of part of the tree, or "holds no regular files" (QA, session 34). An error now. This
@@ -551,6 +595,7 @@ int main(void) {
         cmocka_unit_test(test_unsearchable_dir),
         cmocka_unit_test(test_grown_file_reads_on),
         cmocka_unit_test(test_eval_dir_cut_in_later_file),
+        cmocka_unit_test(test_fingerprint_sees_the_middle),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
