@@ -543,6 +543,26 @@ static void test_fingerprint_sees_the_middle(void **s) {
     free(b);
 }
 
+// seq must leave a target byte in each split: data_fits refuses seq = n_eval (a window of n_eval
+// inputs needs n_eval + 1 bytes) and takes n_eval - 1; accepted, every eval would be refused.
+static void test_fits_needs_the_target_byte(void **s) {
+    (void)s;
+    enum { N = 10000 };
+    uint8_t b[N];
+    fill_bytes(b, N, 51);
+    write_file("fits.txt", b, N);
+    char p[512];
+    path_in(p, sizeof p, "fits.txt");
+    Data d;
+    dm_err err = {0};
+    if (data_open(&d, p, NULL, 0.1, 16, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(d.n_eval, 1000);
+    assert_int_equal(data_fits(&d, (int)d.n_eval, &err), 1);
+    assert_non_null(strstr(err.msg, "the held-out split is 1000 B, shorter than one sequence (seq+1 = 1001 B)"));
+    assert_int_equal(data_fits(&d, (int)d.n_eval - 1, &err), 0);
+    data_close(&d);
+}
+
 // A directory that can be listed but not searched (mode r--, after `chmod -R 644`): the names it
 // lists cannot be lstat'ed (EACCES for a non-root user), and they were dropped without a word —
 // a corpus of part of the tree, or "holds no regular files" (QA, session 34). An error now. This
@@ -596,6 +616,7 @@ int main(void) {
         cmocka_unit_test(test_grown_file_reads_on),
         cmocka_unit_test(test_eval_dir_cut_in_later_file),
         cmocka_unit_test(test_fingerprint_sees_the_middle),
+        cmocka_unit_test(test_fits_needs_the_target_byte),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
