@@ -253,6 +253,37 @@ static void test_backend_alloc_past_available(void **s) {
     assert_null(p);
 }
 
+// OpenMP workers made before the backend's first use (a caller's own parallel region: the
+// program's, a library's) flush subnormals too: cpu_once sets FTZ/DAZ on every thread of a
+// parallel region, not only its own. Threads made after it are clones of one that has the flags,
+// so a program whose first parallel region comes after backend_cpu() cannot see the difference;
+// this test therefore runs first in this program (it checks that nothing set them before it).
+#if defined(__SSE2__) && defined(_OPENMP)
+#include <omp.h>
+int cpu_flushes_subnormals(void);
+static void test_workers_before_backend_flush(void **s) {
+    (void)s;
+    if (cpu_flushes_subnormals()) fail_msg("FTZ/DAZ already set before backend_cpu(): this test must run first in its program");
+    int nt = omp_get_max_threads(), pre = 0;
+    omp_set_num_threads(2);
+#pragma omp parallel reduction(+ : pre)
+    pre++;  // the worker exists now, without the flags
+    const Backend *be = backend_cpu();
+    (void)be;
+    int bad = 0, n = 0;
+#pragma omp parallel reduction(+ : bad, n)
+    {
+        n++;
+        bad += !cpu_flushes_subnormals();
+    }
+    omp_set_num_threads(nt);
+    if (bad) print_error("%d of %d OpenMP threads without FTZ/DAZ after backend_cpu()\n", bad, n);
+    assert_int_equal(pre, 2);
+    assert_int_equal(n, 2);
+    assert_int_equal(bad, 0);
+}
+#endif
+
 // Subnormals flush to zero on every thread that runs CPU ops (kernels/cpu/backend_cpu.c: they
 // slowed the KDA arm's products up to 10x), on the OpenMP threads the backend's first use found
 // and on ones made after it: a subnormal operand reads as 0 (DAZ), a product is 0, not subnormal.
@@ -284,6 +315,9 @@ static void test_subnormals_flush(void **s) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
+#if defined(__SSE2__) && defined(_OPENMP)
+        cmocka_unit_test(test_workers_before_backend_flush),  // (first: before any backend_cpu())
+#endif
         cmocka_unit_test(test_backend_alloc),
         cmocka_unit_test(test_backend_alloc_past_available),
         cmocka_unit_test(test_engram_hash),
