@@ -182,6 +182,17 @@ static void test_bf16_operands(void **s) {
     float nan = NAN, c = 0;
     dm_sgemm_bf16ops(0, 0, 1, 1, 1, 1, &nan, 1, &one, 1, 0, &c, 1);
     assert_true(isnan(c));
+    // a NaN whose payload lies only in the 16 bits the rounding drops: cut as it is it would be
+    // an infinity (0x7f800001 -> 0x7f800000), so it is quieted first
+    const uint32_t low_nan[2] = {0x7f800001u, 0xff80ffffu};
+    for (int i = 0; i < 2; i++) {
+        float x;
+        memcpy(&x, &low_nan[i], 4);
+        c = 0;
+        dm_sgemm_bf16ops(0, 0, 1, 1, 1, 1, &x, 1, &one, 1, 0, &c, 1);
+        if (!isnan(c)) print_error("bf16(NaN 0x%08x) = %a, want a NaN\n", low_nan[i], c);
+        assert_true(isnan(c));
+    }
     Rng r = {77};
     const int M = 37, N = 29, K = 70;
     float *A = malloc(sizeof(float) * M * K), *B = malloc(sizeof(float) * K * N), *Ar = malloc(sizeof(float) * M * K),
