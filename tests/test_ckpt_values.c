@@ -12,6 +12,7 @@
 #include "../engine/engine.h"
 #include "../engine/ckpt.h"
 #include "../engine/ckpt_state.h"
+#include "../sessions/session.h"
 #include <stddef.h>
 #include <stdint.h>
 
@@ -290,6 +291,43 @@ static void test_relative_corpus_not_opened(void **s) {
     assert_int_equal(last_has_data, 1);
 }
 
+// The :data line of config.dm (session_put_config_lines) for a corpus that did not open: either
+// path relative (an older dmsh's, as typed) is a comment, since a replay elsewhere would open
+// whatever file has that name there; the eval= path counts as much as PATH (QA37: only an
+// absolute PATH with a relative eval= was written as a command). Both absolute: a command.
+static void config_data_line(const char *data, const char *eval, char *out, size_t n) {
+    Engine e;
+    engine_init(&e);
+    snprintf(e.data_path, sizeof e.data_path, "%s", data);
+    snprintf(e.eval_path, sizeof e.eval_path, "%s", eval);
+    e.has_data = 0;
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    assert_non_null(f);
+    session_put_config_lines(f, &e);
+    fclose(f);
+    const char *nl = strchr(buf, '\n');  // (line 1 is the :set)
+    assert_non_null(nl);
+    snprintf(out, n, "%s", nl + 1);
+    free(buf);
+    engine_free(&e);
+}
+static void test_config_relative_eval_not_a_command(void **s) {
+    (void)s;
+    char line[2400];
+    config_data_line("/abs/corpus.txt", "held/out.txt", line, sizeof line);
+    if (strncmp(line, "# not open (an older dmsh", 25)) print_error("config.dm's data line: %s", line);
+    assert_int_equal(strncmp(line, "# not open (an older dmsh", 25), 0);
+    assert_non_null(strstr(line, ":data /abs/corpus.txt eval=held/out.txt\n"));
+    config_data_line("corpus.txt", "/abs/out.txt", line, sizeof line);
+    assert_int_equal(strncmp(line, "# not open (an older dmsh", 25), 0);
+    config_data_line("/abs/corpus.txt", "/abs/out.txt", line, sizeof line);   // both absolute: a command
+    assert_string_equal(line, ":data /abs/corpus.txt eval=/abs/out.txt\n");
+    config_data_line("/abs/corpus.txt", "", line, sizeof line);
+    assert_string_equal(line, ":data /abs/corpus.txt\n");
+}
+
 // A refused load must leave the backend in the live session's precision. The trial build of a
 // precision=fp32 file switched the (device-wide) mode, and a refusal after it left a bf16 session's
 // products in fp32 while :show config said bf16 (QA, session 32). A CPU backend that records the
@@ -330,6 +368,7 @@ int main(void) {
         cmocka_unit_test(test_corpus_path_with_nul),
         cmocka_unit_test(test_refused_load_keeps_precision),
         cmocka_unit_test(test_relative_corpus_not_opened),
+        cmocka_unit_test(test_config_relative_eval_not_a_command),
         cmocka_unit_test(test_old_decay_config),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
