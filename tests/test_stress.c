@@ -178,6 +178,36 @@ static void test_spike_median(void **st) {
     loss[299] = 1.05;
     assert_int_equal(stress_judge(loss, 299, &spike), 1);
     assert_int_equal(spike, 0);
+    // the window's edge: 200 losses in two shuffled clusters (low in [1, 1.2), high in [2, 2.2)),
+    // an outlier 201 back from step i, and older losses at 50 before it. The outlier is in the
+    // window and decides which cluster holds the median (an odd 201: the 101st smallest); a
+    // window of 200 would take the mean of the clusters' edges (~1.6), one of 202 a loss of 50 too
+    Rng r = {314};
+    double cl[200], lmax = 0, hmin = 9;
+    for (int a = 0; a < 200; a++) {
+        cl[a] = (a < 100 ? 1.0 : 2.0) + 0.2 * rng_uniform(&r);
+        if (a < 100 && cl[a] > lmax) lmax = cl[a];
+        if (a >= 100 && cl[a] < hmin) hmin = cl[a];
+    }
+    for (int a = 199; a > 0; a--) {
+        int b = (int)(rng_next(&r) % (uint64_t)(a + 1));
+        double t = cl[a]; cl[a] = cl[b]; cl[b] = t;
+    }
+    const struct { double outlier, probe; int want; } cs[] = {
+        {5.0, hmin - 0.05, 0},   // median hmin: the probe is under it + 0.1 (a window of 200: a spike)
+        {0.5, lmax + 0.15, 1},   // median lmax: the probe is over it + 0.1 (200 or 202: none)
+    };
+    for (unsigned c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        const int i = 250;
+        for (int a = 0; a < i - 201; a++) loss[a] = 50.0;
+        loss[i - 201] = cs[c].outlier;
+        for (int a = i - 200; a < i; a++) loss[a] = cl[a - (i - 200)];
+        loss[i] = cs[c].probe;
+        spike = -1;
+        assert_int_equal(stress_judge(loss, i, &spike), 1);
+        if (spike != cs[c].want) print_error("outlier %g 201 back: loss %g judged %s\n", cs[c].outlier, cs[c].probe, spike ? "a spike" : "none");
+        assert_int_equal(spike, cs[c].want);
+    }
 }
 
 static void test_needs_a_model(void **st) {
