@@ -24,3 +24,6 @@ int engine_stress(Engine *e, double mult, long long n, StressReport *rep, dm_err
 // Whether loss[i] is judged (1: at least 10 finite losses among loss[i-201 .. i-1]) and, if so,
 // whether it is a spike: above their median + 0.1 (an even count: the mean of the middle two).
 int stress_judge(const double *loss, long long i, int *spike);
+// The nearest-rank q-quantile of x[0 .. n) (0 < q <= 1): the ceil(q n)-th smallest, at least the
+// first; sorts x ascending in place. NaN when n is 0. :stress reports q = 0.999 of the norms.
+double stress_nearest_rank(double *x, long long n, double q);

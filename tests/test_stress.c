@@ -210,6 +210,34 @@ static void test_spike_median(void **st) {
     }
 }
 
+// The p99.9 :stress reports, nearest rank (the ceil(0.999 n)-th smallest): the largest for
+// n < 1000, the second largest at 1000, the third at 2000 (QA37: every test ran 12 steps, where
+// it is the maximum). Shuffled distinct values, so the rank is read off their order.
+static void test_p999_nearest_rank(void **st) {
+    (void)st;
+    Rng r = {2718};
+    const long long ns[] = {1, 2, 999, 1000, 1001, 2000, 5000};
+    const long long want_rank[] = {1, 2, 999, 999, 1000, 1998, 4995};
+    for (unsigned c = 0; c < sizeof ns / sizeof ns[0]; c++) {
+        long long n = ns[c];
+        double *x = malloc(sizeof(double) * (size_t)n);
+        for (long long a = 0; a < n; a++) x[a] = 0.25 * (double)a - 7;  // the k-th smallest is 0.25 (k - 1) - 7
+        for (long long a = n - 1; a > 0; a--) {
+            long long b = (long long)(rng_next(&r) % (uint64_t)(a + 1));
+            double t = x[a]; x[a] = x[b]; x[b] = t;
+        }
+        double got = stress_nearest_rank(x, n, 0.999), want = 0.25 * (double)(want_rank[c] - 1) - 7;
+        if (got != want) print_error("n %lld: p99.9 %g, want the %lld-th smallest %g\n", n, got, want_rank[c], want);
+        assert_true(got == want);
+        for (long long a = 1; a < n; a++) assert_true(x[a - 1] < x[a]);  // sorted in place, as said
+        free(x);
+    }
+    double none[1] = {1};
+    assert_true(isnan(stress_nearest_rank(none, 0, 0.999)));
+    double two[2] = {3, -1};
+    assert_true(stress_nearest_rank(two, 2, 0.5) == -1);  // ceil(1) = the 1st
+}
+
 static void test_needs_a_model(void **st) {
     (void)st;
     Engine e;
@@ -231,6 +259,7 @@ int main(void) {
         cmocka_unit_test(test_arm_off_has_no_maximum),
         cmocka_unit_test(test_needs_a_model),
         cmocka_unit_test(test_spike_median),
+        cmocka_unit_test(test_p999_nearest_rank),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     remove(corpus);
