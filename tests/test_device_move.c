@@ -105,6 +105,27 @@ static void nan_gain_rmsnorm_backward(real *dinp, real *dgain, const real *dout,
     if (dgain) dgain[0] = (real)NAN;
 }
 
+// ... one that writes a gradient where the reference has none: a weight gradient that comes out
+// all zero (an arm's at :init, ReZero's alpha being 0) gets 1e-3 in its first entry; a kernel
+// that writes garbage exactly where the CPU's is zero must fail (QA, session 37: a tensor whose
+// reference was all zero compared as rel 0 whatever the device gave)
+static void mm_bwd_where_ref_zero(real *dinp, real *dW, real *dbias, const real *dout, const real *inp,
+                                  const real *W, int N, int C, int OC) {
+    backend_cpu()->matmul_backward(dinp, dW, dbias, dout, inp, W, N, C, OC);
+    if (!dW) return;
+    for (size_t i = 0; i < (size_t)C * OC; i++)
+        if (dW[i] != 0) return;
+    dW[0] = (real)1e-3;
+}
+
+// ... and one whose losses are 5 % high, its gradients right (the losses and the backward's
+// probabilities are separate outputs, on CUDA separate reductions): the loss is part of the
+// verdict (QA, session 37: it was printed and never judged)
+static void ce_loss_high(real *losses, real *probs, const real *logits, const int *targets, int N, int V) {
+    backend_cpu()->softmax_ce_forward(losses, probs, logits, targets, N, V);
+    for (int i = 0; i < N; i++) losses[i] *= (real)1.05;
+}
+
 // a device with 64 MB: a larger allocation fails (returns NULL), as cudaMalloc's out of memory
 static void *small_alloc(size_t bytes) { return bytes > ((size_t)64 << 20) ? NULL : backend_cpu()->alloc(bytes); }
 
@@ -125,6 +146,21 @@ static void test_parity(void **s) {
     assert_true(rep.nzero > 10);
     for (int i = 0; i < rep.nrows; i++)
         if (!strcmp(rep.rows[i].name, "alpha")) assert_false(rep.rows[i].zero);
+    int nzero_init = rep.nzero;
+    // a device gradient where the reference's is zero: an infinite error, not "zero on both"
+    broken = *backend_cpu();
+    broken.matmul_backward = mm_bwd_where_ref_zero;
+    assert_int_equal(engine_check_parity(&e, backend_cpu(), &broken, 0, 0, 1e-4, 0, 0, &rep, &err), 0);
+    print_message("parity cpu vs a gradient where the reference has none: worst %.2e (%s), %d zero\n", rep.worst,
+                  rep.worst_name, rep.nzero);
+    assert_false(rep.ok);
+    assert_true(isinf(rep.worst));
+    // those rows are not "zero on both sides": the report neither tags nor counts them so
+    int nwrong = 0;
+    for (int i = 0; i < rep.nrows; i++)
+        if (isinf(rep.rows[i].rel)) { assert_false(rep.rows[i].zero); nwrong++; }
+    assert_true(nwrong > 0);
+    assert_int_equal(rep.nzero + nwrong, nzero_init);
     for (int i = 0; i < 3; i++) assert_int_equal(engine_step(&e, &r, &err), 0);  // trained weights
     assert_int_equal(engine_check_parity(&e, backend_cpu(), fenced_backend(), 0, 0, 1e-4, 0, 0, &rep, &err), 0);
     print_message("parity cpu vs fenced: worst %.2e (%s), %d tensors\n", rep.worst, rep.worst_name, rep.nrows);
@@ -147,6 +183,16 @@ static void test_parity(void **s) {
     assert_true(rep.loss_rel > 0 && rep.loss_rel < 1e-2);
     assert_int_equal(dm_emulate_bf16, 0);  // off again after the reference ran
 #endif
+    // a loss 5 % off with every gradient right: the loss decides the verdict, and is named
+    broken = *backend_cpu();
+    broken.softmax_ce_forward = ce_loss_high;
+    assert_int_equal(engine_check_parity(&e, backend_cpu(), &broken, 0, 0, 1e-4, 0, 0, &rep, &err), 0);
+    print_message("parity cpu vs a loss 5%% high: loss rel %.2e, worst %.2e (%s)\n", rep.loss_rel, rep.worst, rep.worst_name);
+    for (int i = 0; i < rep.nrows; i++) assert_true(rep.rows[i].rel == 0);  // (the gradients agree)
+    assert_true(rep.loss_rel > 4e-2 && rep.loss_rel < 6e-2);
+    assert_true(rep.worst == rep.loss_rel);
+    assert_string_equal(rep.worst_name, "loss");
+    assert_false(rep.ok);
     // the floor (the reference against itself from weights 1 ulp away): set for every row, never
     // part of the verdict (two exact backends still compare at 0)
     assert_int_equal(engine_check_parity(&e, backend_cpu(), fenced_backend(), 0, 0, 1e-4, 0, PARITY_FLOOR, &rep, &err), 0);
