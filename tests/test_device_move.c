@@ -284,6 +284,17 @@ static void test_parity_routing(void **s) {
     assert_int_equal(engine_build(&e, 5, &err), 0);
     MetricRow r;
     for (int i = 0; i < 2; i++) assert_int_equal(engine_step(&e, &r, &err), 0);
+    ParityReport rep;
+    // a routing that is not one, reported by a device that otherwise computes exactly the CPU's
+    // step (no tie here, so both sides route alike and every gradient agrees): it fails on its
+    // own (QA, session 37: only the case below, where the gradients part too, was tested)
+    broken = *backend_cpu();
+    broken.moe_route_read = bad_route_read;
+    assert_int_equal(engine_check_parity(&e, backend_cpu(), &broken, 0, 0, 1e-4, 0, 0, &rep, &err), 0);
+    print_message("a bad routing, the gradients equal: route_bad %d, worst %.2e\n", rep.route_bad, rep.worst);
+    assert_true(rep.route_bad);
+    assert_true(rep.worst == 0);
+    assert_false(rep.ok);
     // experts 1 and 2 get the same router row: their logits tie exactly for every token
     ProjLayout pl = proj_layout(&e.model.cfg);
     real *W = e.model.params + e.model.t[P_WQ].offset;  // [P, d] (host memory: the CPU backend)
@@ -291,7 +302,6 @@ static void test_parity_routing(void **s) {
     memcpy(W + (size_t)(pl.z + 2) * d, W + (size_t)(pl.z + 1) * d, sizeof(real) * d);
     broken = *backend_cpu();
     broken.moe_forward = routed_moe_forward;
-    ParityReport rep;
 
     // ties to the higher index: the reference follows, computes exactly what the device did
     route_mode = 0;
