@@ -214,9 +214,43 @@ static void test_check_grad_command(void **s) {
     f = fmemopen(buf, sizeof buf, "w");
     assert_int_equal(engine_check_grad(&e, on, f, &ok, &err), 0);
     fclose(f);
-    if (!ok) print_error("%s\n", buf);
+    if (!ok || strstr(buf, "not compared")) print_error("%s\n", buf);
     assert_int_equal(ok, 1);
+    // every tensor compared: a row the check could not make smooth is skipped, not failed, so
+    // ok alone would pass a step search that never finds a smooth stencil (QA, session 37)
+    assert_null(strstr(buf, "not compared"));
+    assert_null(strstr(buf, "not smooth here"));
     e.cfg = keep;
+#endif
+    // an arm off (off=kda, or the live model's `:arm kda off`) is checked off: the mix without it
+    // and its backward, its own rows with no gradient either way, said so (QA, session 37: the
+    // arms were all on whatever was asked, and the header still said "arms off: kda"); with the
+    // live config's moe_aux and Engram orders, named on the model line
+    Config keep2 = e.cfg;
+    e.cfg.moe_aux = 0.05;
+    e.cfg.n_orders = 2;
+    e.cfg.engram_orders[0] = 2;
+    e.cfg.engram_orders[1] = 5;
+    on[ARM_KDA] = 0;
+    f = fmemopen(buf, sizeof buf, "w");
+    assert_int_equal(engine_check_grad(&e, on, f, &ok, &err), 0);
+    fclose(f);
+    on[ARM_KDA] = 1;
+    e.cfg = keep2;
+    assert_non_null(strstr(buf, " moe_aux=0.05 engram_orders=2,5\n"));
+    assert_non_null(strstr(buf, "arms off: kda\n"));
+    int nkda = 0;
+    for (const char *row = buf; (row = strstr(row, "\n  kda.")); row++) {
+        const char *eol = strchr(row + 1, '\n');
+        const char *na = strstr(row, "n/a: its arm (kda) is off");
+        if (!na || na > eol) print_error("a kda row with the arm off: %.*s\n", (int)(eol - row - 1), row + 1);
+        assert_true(na && na < eol);
+        nkda++;
+    }
+    assert_true(nkda >= 3);
+#ifdef DM_DOUBLE
+    if (!ok) print_error("%s\n", buf);
+    assert_int_equal(ok, 1);  // the rest, without KDA, with moe_aux's gradient in it
 #endif
     gradcheck_test_corrupt = P_HEAD;
     f = fmemopen(buf, sizeof buf, "w");
