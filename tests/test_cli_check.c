@@ -1,7 +1,8 @@
 // test_cli_check.c — dmsh as a process, on how the float binary's :check grad runs the double
 // engine beside it (../double/dmsh): its error once, its other lines passed on, a child that dies
-// named; no shell between (descriptors past 9 in the parent); a Ctrl-C stops the child and the
-// check says so. The double engine here is a stand-in script.
+// named; no shell between (descriptors past 9 in the parent); the live config's choices and the
+// live model's off arms handed to it; a Ctrl-C stops the child and the check says so. The double
+// engine here is a stand-in script.
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,6 +67,27 @@ static void test_check_grad_no_shell(void **s) {
     restore_dmsh();
 }
 
+// What the double engine is handed from a live session: the whole :set of the config's choices
+// the check takes (E L k loss lam_max g_min moe_aux engram_orders, each not its default here),
+// and the live model's arms that are off ahead of off= (QA, session 37: a float binary that
+// dropped engram_orders from the :set, or the live `:arm kda off` from off=, passed every test;
+// the one above runs without a live model and reads the :set's first word only)
+static void test_check_grad_hands_on_the_live_model(void **s) {
+    (void)s;
+    if (strcmp(REAL_NAME, "float")) return;
+    fake_double("#!/bin/sh\nfor a in \"$@\"; do echo \"arg [$a]\"; done\n");
+    char script[2400];
+    snprintf(script, sizeof script, "%s:set E=3 k=2 loss=final lam_max=0.5 g_min=-4 moe_aux=0.05 engram_orders=2,5\n"
+             ":data %s\n:init\n:arm kda off\n:check grad off=moe\n", SMALL, corpus);
+    int rc = run(script, out, sizeof out, err_, sizeof err_);
+    const char *set = "arg [-e]\narg [:set E=3 L=2 k=2 loss=final lam_max=0.5 g_min=-4 moe_aux=0.05 engram_orders=2,5]\n";
+    if (rc || !strstr(out, set) || !strstr(out, "arg [-e]\narg [:check grad off=kda,moe]\n")) print_error("%s\n%s\n", out, err_);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, set));
+    assert_non_null(strstr(out, "arg [-e]\narg [:check grad off=kda,moe]\n"));
+    restore_dmsh();
+}
+
 // A Ctrl-C while the double engine runs reached it too (one process group): the child's own
 // "interrupted at step 0 ... the script stops here" came out as this command's error, or a check
 // it had finished turned into one. The child is stopped, and the check says so.
@@ -90,6 +112,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_check_grad_child_error_once),
         cmocka_unit_test(test_check_grad_no_shell),
+        cmocka_unit_test(test_check_grad_hands_on_the_live_model),
         cmocka_unit_test(test_check_grad_interrupted),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
