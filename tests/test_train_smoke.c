@@ -100,7 +100,9 @@ static void test_flops(void **state) {
     //   = 440064 MACs/token; x 2 FLOPs x 3 (fwd+bwd) x B*T = 8*128.
     double hand = 440064.0 * 6 * 8 * 128;
     double f = model_flops_per_step(&c, 8, 128, NULL);
-    assert_true(fabs(f - hand) / hand < 0.01);
+    // exact (a sum of integers far below 2^53): a dropped router E d (0.12 %) or controller 3 d
+    // (0.17 %) would hide under a loose tolerance
+    assert_true(fabs(f - hand) / hand < 1e-12);
     // linear in B and in T
     assert_true(fabs(model_flops_per_step(&c, 16, 128, NULL) - 2 * f) <= 1e-9 * f);
     assert_true(fabs(model_flops_per_step(&c, 8, 256, NULL) - 2 * f) <= 1e-9 * f);
@@ -118,6 +120,10 @@ static void test_flops(void **state) {
     arms.on[ARM_KDA] = 0;
     // KDA off removes exactly its 123136 MACs x L
     assert_true(fabs(f - model_flops_per_step(&c, 8, 128, &arms) - 123136.0 * 2 * 6 * 1024) <= 1e-9 * f);
+    // MoE off removes exactly its 41216 MACs x L (router and experts)
+    arms_init(&arms);
+    arms.on[ARM_MOE] = 0;
+    assert_true(fabs(f - model_flops_per_step(&c, 8, 128, &arms) - 41216.0 * 2 * 6 * 1024) <= 1e-9 * f);
     int free_arms[] = {ARM_REZERO, ARM_RETRACT, ARM_AUX};
     for (int i = 0; i < 3; i++) {
         arms_init(&arms);
@@ -127,10 +133,25 @@ static void test_flops(void **state) {
     // loss=final scores one head instead of L
     c.loss_final = 1;
     assert_true(fabs(f - model_flops_per_step(&c, 8, 128, NULL) - 256.0 * 128 * 6 * 1024) <= 1e-9 * f);
-    // a bigger preset costs more per token
+    // mini by hand too: nano has k=1 and H=2, so a term that drops k or writes 2 for H (or d/2
+    // for dh) is exact there; mini has k=2, H=4 (configs/mini.dm: d=256 H=4 dh=64 L=4 E=4 k=2
+    // r=64 f=1024, 3 orders x 32), multiply-adds/token:
+    //   per iteration: ctrl 3*256 + outproj 256^2 = 66304
+    //     KDA: 4*256^2 + W_b 4*256 + low rank 4*256*64 + core 3*4*64^2 = 377856
+    //     MoE: router 4*256 + 2 * 2*64*(256+1024) = 328704           -> 772864 x L=4 = 3091456
+    //   head (loss=rec: all 4 iterations) 4*256*256 = 262144; Engram key/val 2*96*256 = 49152
+    //   = 3402752 MACs/token
     Config mini;
     assert_int_equal(config_preset(&mini, "mini", &err), 0);
-    assert_true(model_flops_per_step(&mini, 8, 128, NULL) > 3 * f);
+    double fm = model_flops_per_step(&mini, 8, 128, NULL), hm = 3402752.0 * 6 * 8 * 128;
+    assert_true(fabs(fm - hm) / hm < 1e-12);
+    // and its MoE (328704 x 4) and KDA (377856 x 4) terms come off exactly
+    arms_init(&arms);
+    arms.on[ARM_MOE] = 0;
+    assert_true(fabs(fm - model_flops_per_step(&mini, 8, 128, &arms) - 328704.0 * 4 * 6 * 1024) <= 1e-9 * fm);
+    arms_init(&arms);
+    arms.on[ARM_KDA] = 0;
+    assert_true(fabs(fm - model_flops_per_step(&mini, 8, 128, &arms) - 377856.0 * 4 * 6 * 1024) <= 1e-9 * fm);
 }
 
 int main(void) {
