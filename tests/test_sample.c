@@ -136,6 +136,109 @@ static void test_sample_order_unchanged(void **s) {
     assert_int_equal(draws, 3200);
 }
 
+// probe_get(name) equals want[j * stride + col] for every j < n, element by element
+static void expect_probe(Engine *e, const char *name, const real *want, size_t n, int stride, int col) {
+    double *v;
+    ProbeInfo pi;
+    dm_err err = {0};
+    assert_int_equal(probe_get(e, name, &v, &pi, &err), 0);
+    assert_int_equal((int)pi.n, (int)n);
+    size_t differ = 0;
+    for (size_t j = 0; j < n; j++) differ += v[j] != (double)want[j * stride + col];
+    if (differ) print_message("%s: %zu of %zu values are not the forward's\n", name, differ, n);
+    assert_int_equal((int)differ, 0);
+    free(v);
+}
+
+// Each probe reads its own tensor of the forward, not a neighbour of the same shape (QA
+// mutation, session 37: key <-> val, ctrl.mem <-> ctrl.ffn and moe.load@2 reading iteration 1's
+// loads all passed the tests, which checked shapes and statistics but not which values)
+static void check_probe_values(Engine *e) {
+    const Model *m = &e->model;
+    const Acts *a = &m->acts;
+    int N = a->B * a->T, d = m->cfg.d, E = m->cfg.E;
+    expect_probe(e, "key", a->key, (size_t)N * d, 1, 0);
+    expect_probe(e, "val", a->val, (size_t)N * d, 1, 0);
+    char nm[32];
+    static const char *gates[3] = {"ctrl.attn", "ctrl.mem", "ctrl.ffn"};
+    for (int it = 1; it <= m->last_depth; it++)
+        for (int g = 0; g < 3; g++) {
+            snprintf(nm, sizeof nm, "%s@%d", gates[g], it);
+            expect_probe(e, nm, a->it[it - 1].ctrl, (size_t)N, 3, g);  // ctrl [N, 3]: column g
+        }
+    // the test means something only if the neighbours differ: the three gates, iteration 1's and
+    // 2's loads, key and val
+    const real *c1 = a->it[0].ctrl;
+    assert_true(c1[0] != c1[1] && c1[1] != c1[2] && c1[0] != c1[2]);
+    assert_true(a->key[0] != a->val[0]);
+    int loads_differ = 0;
+    for (int it = 1; it <= m->last_depth; it++) {
+        double *v;
+        ProbeInfo pi;
+        dm_err err = {0};
+        snprintf(nm, sizeof nm, "moe.load@%d", it);
+        assert_int_equal(probe_get(e, nm, &v, &pi, &err), 0);
+        assert_int_equal((int)pi.n, E);
+        for (int x = 0; x < E; x++) {
+            assert_true(v[x] == (double)m->expert_load[(it - 1) * E + x]);
+            loads_differ += it > 1 && m->expert_load[(it - 1) * E + x] != m->expert_load[x];
+        }
+        free(v);
+    }
+    assert_true(loads_differ > 0);
+}
+
+// kda.state@i recomputed here, in double, straight from SPEC §2's recurrence over the probed
+// k, v, beta, g (q does not enter the state): S_0 = 0 for every sequence; per byte
+// S = Diag(exp(g)) S, then S += beta k (v - S^T k)^T; the probe is ||S||_F after the last byte
+// of each (sequence, head). (QA mutation, session 37: the state carried from one sequence to the
+// next, or the last byte skipped, and the test only asked for finite positive norms.)
+static void check_kda_state(Engine *e) {
+    const Model *m = &e->model;
+    int B = m->acts.B, T = m->acts.T, d = m->cfg.d, H = m->cfg.H, D = d / H;
+    for (int it = 1; it <= m->last_depth; it++) {
+        double *k, *v, *beta, *g, *st;
+        ProbeInfo pi;
+        dm_err err = {0};
+        char nm[32];
+        snprintf(nm, sizeof nm, "kda.k@%d", it); assert_int_equal(probe_get(e, nm, &k, &pi, &err), 0);
+        snprintf(nm, sizeof nm, "kda.v@%d", it); assert_int_equal(probe_get(e, nm, &v, &pi, &err), 0);
+        snprintf(nm, sizeof nm, "kda.beta@%d", it); assert_int_equal(probe_get(e, nm, &beta, &pi, &err), 0);
+        snprintf(nm, sizeof nm, "kda.g@%d", it); assert_int_equal(probe_get(e, nm, &g, &pi, &err), 0);
+        snprintf(nm, sizeof nm, "kda.state@%d", it); assert_int_equal(probe_get(e, nm, &st, &pi, &err), 0);
+        assert_int_equal((int)pi.n, B * H);
+        double worst = 0, S[16 * 16];
+        assert_true(D <= 16);
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < H; h++) {
+                memset(S, 0, sizeof S);
+                for (int t = 0; t < T; t++) {
+                    size_t row = ((size_t)b * T + t) * d + (size_t)h * D;  // [B, T, H, D]
+                    const double *kt = k + row, *vt = v + row, *gt = g + row;
+                    double bt = beta[((size_t)b * T + t) * H + h];
+                    for (int i = 0; i < D; i++)
+                        for (int j = 0; j < D; j++) S[i * D + j] *= exp(gt[i]);  // row i: key channel i
+                    for (int j = 0; j < D; j++) {
+                        double sk = 0;  // (S^T k)_j
+                        for (int i = 0; i < D; i++) sk += S[i * D + j] * kt[i];
+                        double u = vt[j] - sk;
+                        for (int i = 0; i < D; i++) S[i * D + j] += bt * kt[i] * u;
+                    }
+                }
+                double ss = 0;
+                for (int i = 0; i < D * D; i++) ss += S[i] * S[i];
+                worst = fmax(worst, fabs(st[b * H + h] - sqrt(ss)) / sqrt(ss));
+            }
+        print_message("kda.state@%d vs the recurrence recomputed: max rel err %.2e\n", it, worst);
+#ifdef DM_DOUBLE
+        assert_true(worst < 1e-10);
+#else
+        assert_true(worst < 1e-6);
+#endif
+        free(k); free(v); free(beta); free(g); free(st);
+    }
+}
+
 static void test_probe(void **s) {
     (void)s;
     Engine e;
@@ -155,6 +258,9 @@ static void test_probe(void **s) {
     int x[2 * 37], y[2 * 37];
     Rng r = {9};
     for (int i = 0; i < 74; i++) { x[i] = (int)(rng_next(&r) % 256); y[i] = (int)(rng_next(&r) % 256); }
+    // random weights, not the init's (its zero router sends every iteration's tokens to the same
+    // experts, so the iterations' loads could not tell apart)
+    for (size_t j = 0; j < e.model.n_params; j++) e.model.params[j] += (real)(0.3 * rng_normal(&r));
     model_forward(&e.model, x, y, 2, 37, e.cfg.L, FWD_TRAIN);
     assert_int_equal(probe_get(&e, "n@2", &v, &pi, &err), 0);
     assert_int_equal(pi.ndim, 3);
@@ -175,16 +281,18 @@ static void test_probe(void **s) {
     assert_true(st.min == mn && st.max == mx && st.absmax == fmax(fabs(mn), fabs(mx)));
     assert_int_equal((int)st.nonfinite, 0);
     free(v);
-    // a non-finite value is counted, not averaged
+    // a non-finite value is counted, not averaged: every statistic is over the finite {1, 3}
+    // alone (QA mutation, session 37: NaN/inf let into the variance printed std nan; rms divided
+    // by n, not by the finite count)
     double bad[4] = {1, NAN, 3, INFINITY};
     probe_stats(bad, 4, &st);
     assert_int_equal((int)st.nonfinite, 2);
     assert_true(st.mean == 2);
-    // kda.state: one norm per (sequence, head), finite and positive
-    assert_int_equal(probe_get(&e, "kda.state@1", &v, &pi, &err), 0);
-    assert_int_equal((int)pi.n, 2 * 2);
-    for (int i = 0; i < 4; i++) assert_true(v[i] > 0 && isfinite(v[i]));
-    free(v);
+    assert_true(fabs(st.std - 1) < 1e-15);
+    assert_true(fabs(st.rms - sqrt(5)) < 1e-15);
+    assert_true(st.min == 1 && st.max == 3 && st.absmax == 3);
+    check_probe_values(&e);
+    check_kda_state(&e);
     assert_int_not_equal(probe_get(&e, "bogus@1", &v, &pi, &err), 0);
     assert_int_not_equal(probe_get(&e, "n@9", &v, &pi, &err), 0);
     assert_non_null(strstr(err.msg, "out of range"));
