@@ -169,6 +169,12 @@ $(B)/tests/test_plot_series: tests/test_plot_series.c tests/testutil.h $(B)/repl
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< $(B)/repl/cmd_plot.o -o $@ $(B)/libdm.a -lcmocka $(LDLIBS) -Wl,--wrap=viz_charts_png
 
+# test_probe_cmd drives :probe through a Shell (cmd_inspect.o linked in); --wrap lets it see what a
+# histogram is drawn with (bins, log counts, the values), and nothing is drawn
+$(B)/tests/test_probe_cmd: tests/test_probe_cmd.c tests/testutil.h $(B)/repl/cmd_inspect.o $(B)/libdm.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< $(B)/repl/cmd_inspect.o -o $@ $(B)/libdm.a -lcmocka $(LDLIBS) -Wl,--wrap=viz_hist_png
+
 # test_data lists a directory it may not search: --wrap makes lstat fail as it does for a
 # non-root user under a directory of mode r-- (root searches any directory)
 $(B)/tests/test_data: tests/test_data.c $(wildcard tests/*.h) $(B)/libdm.a $(B)/cflags
