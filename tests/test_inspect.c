@@ -160,6 +160,10 @@ static void test_hist_labels(void **s) {
     assert_int_equal((int)viz_hist_subtitle(sub, sizeof sub, mixed, 4, 10), 3);
     assert_non_null(strstr(sub, "min -2   max 3"));
     assert_non_null(strstr(sub, "(1 non-finite skipped)"));
+    // mean and std over the 3 finite values, not the 4 (QA mutation, session 37: std / n printed
+    // 1.768)
+    if (!strstr(sub, "n = 3   mean 0.5   std 2.041   min -2   max 3   10 bins")) print_error("%s\n", sub);
+    assert_non_null(strstr(sub, "n = 3   mean 0.5   std 2.041   min -2   max 3   10 bins"));
     // the description the stats line, the PNG title and the file name share
     static Engine e;
     engine_init(&e);
@@ -177,6 +181,18 @@ static void test_hist_labels(void **s) {
     assert_string_equal(desc, "eval forward at step 1: its last batch, with 3 padding copies at its end");
     assert_string_equal(tag, "eval1");
     e.fwd_pad = 0;
+    // the arms off in the forward that made the values are said, the forward's arms only: retract
+    // and aux change no forward (QA mutation, session 37: without the ARMS_FORWARD_MASK filter
+    // it said "arms off in it: retract,aux")
+    e.fwd_step = 0; e.fwd_kind = 1;
+    e.model.last_on[ARM_RETRACT] = e.model.last_on[ARM_AUX] = 0;
+    probe_source(&e, &pi, desc, sizeof desc, tag, sizeof tag);
+    assert_string_equal(desc, "forward of step 0");
+    e.model.last_on[ARM_MOE] = 0;
+    probe_source(&e, &pi, desc, sizeof desc, tag, sizeof tag);
+    assert_string_equal(desc, "forward of step 0; arms off in it: moe");
+    for (int a = 0; a < ARM_COUNT; a++) e.model.last_on[a] = 1;
+    e.fwd_kind = 2; e.fwd_step = 1;
     pi.activation = 0;
     probe_source(&e, &pi, desc, sizeof desc, tag, sizeof tag);
     assert_string_equal(desc, "step 1"); assert_string_equal(tag, "step1");
@@ -205,6 +221,18 @@ static void test_hist_labels(void **s) {
     expect_error(":step\n:probe h@1 hist bins=1001\n", ":probe: bins=1001: expected a whole number 1..1000");
     expect_error(":step\n:probe h@1 hist bins=\n", ":probe: bins=: expected a whole number 1..1000");
     expect_error(":step\n:probe h@1 hist colour=red\n", "unknown histogram option 'colour=red' (options: log=on|off bins=N)");
+}
+
+// With loss=final only the last depth is scored: loss@1 and probs@1 of a training forward are
+// refused, not shown as the zeros in their buffers (QA mutation, session 37: without the check
+// :probe loss@1 printed mean 0 std 0 as the forward of step 0)
+static void test_probe_unscored_depth(void **s) {
+    (void)s;
+    expect_error(":set loss=final\n:step\n:probe loss@1\n", "'loss@1': depth 1 was not scored in the last forward");
+    expect_error(":set loss=final\n:step\n:probe probs@1\n", "'probs@1': depth 1 was not scored in the last forward");
+    expect_ok(":set loss=final\n:step\n:probe loss@2\n:probe probs@2\n");
+    assert_non_null(strstr(out, "loss@2 [4, 64] n=256 mean "));
+    assert_non_null(strstr(out, "probs@2 [4, 64, 256] n=65536 mean 0.00390625 "));  // (each row sums to 1)
 }
 
 // ctrl's three gates apart (QA, session 32: a gate that had shut could only be guessed from
@@ -411,6 +439,7 @@ int main(void) {
         cmocka_unit_test(test_hist_labels),
         cmocka_unit_test(test_anchors_same_data),
         cmocka_unit_test(test_probe_gates),
+        cmocka_unit_test(test_probe_unscored_depth),
         cmocka_unit_test(test_gen_byte_display),
         cmocka_unit_test(test_ablation_said),
         cmocka_unit_test(test_plot_open_set),
