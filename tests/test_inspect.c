@@ -350,6 +350,20 @@ static void test_ablation_said(void **s) {
     assert_null(strstr(out, "arms off"));
 }
 
+// The eval line's counters (arms_format via engine_counters): each arm on/off with its forward and
+// backward counts, the model's totals. Here 2 steps of L=2 (4 forward and 4 backward iterations;
+// 2 retractions, 2 steps whose loss held aux), then an eval with moe off: 31 held-out sequences in
+// 8 batches of 4, 16 forward iterations of kda, engram and rezero, none of moe. (QA, session 37:
+// the mutation pass took arms_format for dead code; nothing checked the line it makes.)
+static void test_eval_counters(void **s) {
+    (void)s;
+    expect_ok(":step 2\n:arm moe off\n:eval\n");
+    const char *want = "| kda=on(20/4) engram=on(20/4) moe=off(4/4) rezero=on(20/4) retract=on(2/0) aux=on(2/2) skipped=0 orth_err=";
+    if (!strstr(out, "(31 x 64) [off: moe]\n") || !strstr(out, want)) print_error("want '%s' in:\n%s\n", want, out);
+    assert_non_null(strstr(out, "(31 x 64) [off: moe]\n"));
+    assert_non_null(strstr(out, want));
+}
+
 // :plot bpb drew the latest eval set: one :eval of a probe text (eval=) and a :data back made the
 // plot that one dot until the next eval of the corpus (QA, session 35). The open corpus's set is
 // drawn when the rows hold evals of it.
@@ -442,6 +456,7 @@ int main(void) {
         cmocka_unit_test(test_probe_unscored_depth),
         cmocka_unit_test(test_gen_byte_display),
         cmocka_unit_test(test_ablation_said),
+        cmocka_unit_test(test_eval_counters),
         cmocka_unit_test(test_plot_open_set),
         cmocka_unit_test(test_probe_text),
     };
