@@ -11,6 +11,8 @@
 #include "testutil.h"
 #include "../viz/plot.h"
 #include "../viz/ticks.h"
+#include "../viz/axes.h"
+#include "../viz/font.h"
 
 #include "stb_image_impl.h"
 
@@ -209,12 +211,98 @@ static void test_linear_tick_values(void **state) {
         assert_true(t.v[i] == i);
         assert_null(strchr(t.lab[i], '.'));
     }
+    // the labels show the step's decimals, the same on every tick (QA mutation, session 37: one
+    // decimal fewer labelled 0..2 "0 0 1 2 2" and 3.0..3.5 "3 3 3 3 3 4")
+    static const char *const half[] = {"0.0", "0.5", "1.0", "1.5", "2.0"};
+    viz_ticks(0, 2, 5, 0, 0, &t);
+    for (int i = 0; i < 5; i++) assert_string_equal(t.lab[i], half[i]);
+    static const double close_[][2] = {{3.0, 3.5}, {0.001, 0.002}, {120, 121}, {-0.3, 0.2}};
+    for (size_t i = 0; i < sizeof close_ / sizeof *close_; i++) {
+        viz_ticks(close_[i][0], close_[i][1], 5, 0, 0, &t);
+        assert_true(t.n >= 3);
+        for (int j = 0; j + 1 < t.n; j++) {
+            if (!strcmp(t.lab[j], t.lab[j + 1])) print_error("%g..%g: ticks %g and %g both '%s'\n", close_[i][0], close_[i][1], t.v[j], t.v[j + 1], t.lab[j]);
+            assert_string_not_equal(t.lab[j], t.lab[j + 1]);
+        }
+    }
+}
+
+// Log-axis tick values: every decade over 3 or more decades, 1-2-5 within fewer, and never a
+// tick at or below 0 (QA mutation, session 37: a loss falling over 4 decades drew a bare y axis,
+// and 1-2-5 became 1, 2, 3, 4, 5)
+static void expect_ticks(double lo, double hi, int target, int integer, const char *want) {
+    VizTicks t;
+    viz_ticks(lo, hi, target, integer, 1, &t);
+    char got[400] = "";
+    for (int i = 0; i < t.n; i++) snprintf(got + strlen(got), sizeof got - strlen(got), "%s%s", i ? " " : "", t.lab[i]);
+    if (strcmp(got, want)) print_error("log ticks of %g..%g: '%s', want '%s'\n", lo, hi, got, want);
+    assert_string_equal(got, want);
+    for (int i = 0; i < t.n; i++) assert_true(t.v[i] > 0 && (i == 0 || t.v[i] > t.v[i - 1]));
+}
+static void test_log_tick_values(void **state) {
+    (void)state;
+    expect_ticks(1e-3, 10, 6, 0, "0.001 0.01 0.1 1 10");
+    expect_ticks(1, 5000, 6, 0, "1 10 100 1k");
+    expect_ticks(1, 50, 6, 0, "1 2 5 10 20 50");
+    expect_ticks(0.3, 40, 8, 0, "0.5 1 2 5 10 20");
+    expect_ticks(2, 30, 6, 0, "2 5 10 20");  // 1-2-5 itself (1..50 falls back to the walk's 1-2-5 too)
+    expect_ticks(0.9, 1.3, 5, 0, "0.9 1 1.1 1.2 1.3");
+    expect_ticks(1, 1.05, 5, 0, "1 1.01 1.02 1.04");
+    // an integer log axis under 1 (the count axis of a histogram on log=on is one): its
+    // linear fallback must not put a tick at 0, where log10 is -inf
+    expect_ticks(1.1e-10, 1.9e-10, 5, 1, "");
+    expect_ticks(0.7, 1.047, 4, 1, "1");
+}
+
+// x tick labels are thinned until neighbours keep a clear gap, about two characters' room
+// between them (QA mutation, session 37: never thinned, 13 wide labels 14 px apart went unseen)
+static void test_x_labels_apart(void **state) {
+    (void)state;
+    static const double span[][2] = {{1, 1.0000001}, {-1000.001, -1000}, {123456.7, 123457.9}, {1000, 1000.01}};
+    for (size_t k = 0; k < sizeof span / sizeof *span; k++) {
+        VizAxes a = {.title = "t", .xlabel = "step", .ylabel = "y", .xmin = span[k][0], .xmax = span[k][1], .ymin = 0, .ymax = 1, .s = 1};
+        viz_axes_layout(NULL, &a, 0, 0, 960, 540);   // (the canvas is not drawn on)
+        assert_true(a.xt.n >= 3);
+        for (int i = 0; i + 1 < a.xt.n; i++) {
+            double apart = viz_ax_x(&a, a.xt.v[i + 1]) - viz_ax_x(&a, a.xt.v[i]);
+            double half = (viz_text_width(a.xt.lab[i], 12.5, VIZ_REGULAR) + viz_text_width(a.xt.lab[i + 1], 12.5, VIZ_REGULAR)) / 2;
+            if (apart - half < 25) print_error("'%s' and '%s': %.1f px between them\n", a.xt.lab[i], a.xt.lab[i + 1], apart - half);
+            assert_true(apart - half >= 25);
+        }
+    }
+}
+
+// The legend goes in the corner whose box hides the fewest data points (QA mutation, session
+// 37: the most crowded corner went unseen)
+static void test_legend_corner(void **state) {
+    (void)state;
+    VizAxes a = {.x0 = 80, .x1 = 900, .y0 = 60, .y1 = 480, .s = 1};
+    VizLegendItem it[2] = {{.label = "per step", .rgb = 0x1f77b4}, {.label = "EMA over 5 steps", .rgb = 0xff7f0e}};
+    // a curve through the top right quarter and nowhere else, then the same in the top left
+    enum { N = 400 };
+    double px[N], py[N], box[4];
+    Rng r = {.s = 5};
+    for (int corner = 0; corner < 2; corner++) {
+        for (int i = 0; i < N; i++) {
+            double u = rng_uniform(&r), v = rng_uniform(&r);
+            px[i] = corner == 0 ? a.x0 + (a.x1 - a.x0) * (0.5 + 0.5 * u) : a.x0 + (a.x1 - a.x0) * 0.5 * u;
+            py[i] = a.y0 + (a.y1 - a.y0) * 0.5 * v;
+        }
+        viz_axes_legend_place(&a, it, 2, px, py, N, NULL, 0, box);
+        if (corner == 0 && !(box[2] <= (a.x0 + a.x1) / 2)) print_error("legend at x %g..%g, over the points\n", box[0], box[2]);
+        if (corner == 0) assert_true(box[2] <= (a.x0 + a.x1) / 2 && box[1] < (a.y0 + a.y1) / 2);  // top left
+        else assert_true(box[0] >= (a.x0 + a.x1) / 2 && box[1] < (a.y0 + a.y1) / 2);   // top right
+        assert_true(box[0] >= a.x0 && box[2] <= a.x1 && box[1] >= a.y0 && box[3] <= a.y1);
+    }
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tick_labels),
         cmocka_unit_test(test_linear_tick_values),
+        cmocka_unit_test(test_log_tick_values),
+        cmocka_unit_test(test_legend_corner),
+        cmocka_unit_test(test_x_labels_apart),
         cmocka_unit_test(test_chart_ranges),
         cmocka_unit_test(test_dead_png_tmps),
         cmocka_unit_test(test_hollow_dots),
