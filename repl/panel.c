@@ -256,44 +256,22 @@ static double rss_mib(void) {
     return ok ? res * (double)sysconf(_SC_PAGESIZE) / (1 << 20) : NAN;
 }
 
-static void fmt_eta(char *buf, size_t n, double s) {
-    if (!(s >= 0) || !isfinite(s)) { snprintf(buf, n, "--"); return; }
-    long t = (long)(s + 0.5);
-    if (t >= 3600) snprintf(buf, n, "%ldh%02ldm%02lds", t / 3600, t / 60 % 60, t % 60);
-    else if (t >= 60) snprintf(buf, n, "%ldm%02lds", t / 60, t % 60);
-    else snprintf(buf, n, "%lds", t);
-}
-
 // Loss over the whole run, squeezed into w columns (mean per column) and h rows of eighths.
 static void draw_chart(Panel *p, const PanelInfo *in, int y0, int h, int w) {
     if (w < 4 || h < 1 || in->nloss < 1 || !in->loss) return;
     int n = in->nloss, cols = n < w ? n : w;
     double *v = malloc(cols * sizeof *v);
-    double lo = INFINITY, hi = -INFINITY;
-    for (int c = 0; c < cols; c++) {
-        int a = (int)((long long)c * n / cols), b = (int)((long long)(c + 1) * n / cols);
-        double s = 0;
-        int m = 0;
-        for (int i = a; i < b; i++)
-            if (isfinite(in->loss[i])) { s += in->loss[i]; m++; }
-        v[c] = m ? s / m : NAN;
-        if (m) { lo = fmin(lo, v[c]); hi = fmax(hi, v[c]); }
-    }
+    double lo, hi;
+    panel_chart_columns(in->loss, n, w, v, &lo, &hi);  // (the numbers: panel_text.h)
     if (!(hi >= lo)) { free(v); return; }
-    double span = hi > lo ? hi - lo : 1;
     static const char *blocks[] = {" ", "\u2581", "\u2582", "\u2583", "\u2584", "\u2585", "\u2586", "\u2587", "\u2588"};
     static const char ascii[] = " ..::||##";
     for (int r = 0; r < h; r++) {
-        if (r == 0) mvprintw(y0, 0, "%8.4f ", hi);  // the scale: top and bottom values
-        else if (r == h - 1) mvprintw(y0 + r, 0, "%8.4f ", lo);
-        else mvprintw(y0 + r, 0, "%9s", "");
+        char scale[32];
+        panel_chart_scale(scale, sizeof scale, r, h, lo, hi);  // the scale: top and bottom values
+        mvprintw(y0 + r, 0, "%s", scale);
         for (int c = 0; c < cols; c++) {
-            int fill = 0;
-            if (isfinite(v[c])) {
-                int level = 1 + (int)((v[c] - lo) / span * (h * 8 - 1));  // at least a sliver
-                fill = level - (h - 1 - r) * 8;
-                fill = fill < 0 ? 0 : fill > 8 ? 8 : fill;
-            }
+            int fill = isfinite(v[c]) ? panel_chart_fill(panel_chart_level(v[c], lo, hi, h), r, h) : 0;
             if (p->utf8) addstr(blocks[fill]);
             else addch(ascii[fill]);
         }
@@ -314,25 +292,8 @@ static void draw(Panel *p, const PanelInfo *in) {
     // more rows (a line wider than the terminal wrapped and the next one overwrote it, cutting
     // "step 2712" to "step 27": QA, session 29); a field wider than the terminal alone is cut
     // with a '>' at its end
-    char f[12][96], bpb[32], eta[32];
-    if (isnan(in->bpb)) snprintf(bpb, sizeof bpb, "--");
-    else sh_num(bpb, in->bpb, 4);
-    fmt_eta(eta, sizeof eta, in->eta_s);
-    snprintf(f[0], sizeof f[0], "dmsh :train");
-    snprintf(f[1], sizeof f[1], "step %lld / %lld", in->step, in->end_step);
-    char nb[32];
-    snprintf(f[2], sizeof f[2], "loss %s", sh_num(nb, in->loss_last, 4));
-    snprintf(f[3], sizeof f[3], "bpb %s", bpb);
-    snprintf(f[4], sizeof f[4], "lr %.3e", in->lr);
-    snprintf(f[5], sizeof f[5], "gnorm %s", sh_num(nb, in->gnorm, 3));
-    snprintf(f[6], sizeof f[6], "tok/s %.0f%s", in->tok_s, in->emulated ? " (cuemu: emulated on the CPU)" : "");
-    snprintf(f[7], sizeof f[7], "ETA %s%s", eta, in->eta_more ? in->eta_more : "");
-    snprintf(f[8], sizeof f[8], "RSS %.1f MiB", rss_mib());
-    snprintf(f[9], sizeof f[9], "skipped %d", in->skipped);
-    // an ablation says so on the screen watched (QA, session 31: only the step lines of
-    // --no-tui and the eval lines named the arms that were off)
-    snprintf(f[10], sizeof f[10], "%s%s", in->off && in->off[0] ? "OFF: " : "", in->off ? in->off : "");
-    snprintf(f[11], sizeof f[11], "%s", in->busy ? in->busy : "");
+    char f[12][96];
+    panel_fields(f, in, rss_mib());
     // drawn in this order (the arms off and what runs now next to the title), on these lines
     static const int order[12] = {0, 10, 11, 1, 2, 3, 4, 5, 6, 7, 8, 9};
     static const int line_of[12] = {0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2};
@@ -358,7 +319,9 @@ static void draw(Panel *p, const PanelInfo *in) {
             addch('[');
             int fillw = (int)(frac * barw);
             for (int b = 0; b < barw; b++) addch(b < fillw ? '#' : '.');
-            printw("] %5.1f%%", 100 * frac);
+            char pct[16];
+            panel_fmt_pct(pct, sizeof pct, frac);
+            printw("] %s", pct);
             x = cols;
         }
     }
