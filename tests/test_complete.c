@@ -8,6 +8,7 @@
 #include "testutil.h"
 #include "../repl/complete.h"
 #include "../repl/shell.h"
+#include "../sessions/session.h"
 
 // parse.c (linked in for the quoting round trip) refers to the command table: the tests' own
 // table stands in for commands.c, which is not linked.
@@ -143,6 +144,7 @@ static void test_arguments(void **s) {
     assert_null(comp(":check grad s"));
     expect(":check determinism s", (const char *[]){"steps=", NULL});
     expect(":check parity p", (const char *[]){"precision=", NULL});
+    expect(":check parity f", (const char *[]){"floor=", NULL});
     expect(":check parity route=", (const char *[]){"route=device", "route=own", NULL});
     expect(":help ev", (const char *[]){"eval", "eval-depths", NULL});
     expect(":help :ev", (const char *[]){":eval", ":eval-depths", NULL});
@@ -232,6 +234,17 @@ static void test_paths(void **s) {
         assert_string_equal(v[0], want);
         dm_complete_free(v);
     }
+    // :session's names are the directories under ./runs, offered as NAME (":session abc/"
+    // names another session than the one it completes to)
+    char cwd[512];
+    assert_non_null(getcwd(cwd, sizeof cwd));
+    snprintf(p, sizeof p, "%s/runs", dir);
+    assert_int_equal(mkdir(p, 0700), 0);
+    snprintf(p, sizeof p, "%s/runs/abc", dir);
+    assert_int_equal(mkdir(p, 0700), 0);
+    assert_int_equal(chdir(dir), 0);
+    expect(":session a", (const char *[]){"abc", NULL});
+    assert_int_equal(chdir(cwd), 0);
     char cmd[120];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     assert_int_equal(system(cmd), 0);
@@ -274,12 +287,36 @@ static void test_quoting_round_trip(void **s) {
     free(u);
 }
 
+// A word config.dm writes (sessions/session_config.c: the corpus path of :data) reads back as
+// itself: a name with a quote, ';', '#', a blank or a backslash (a bare "it's.txt" made the
+// replay fail: "unterminated single quote")
+static void test_config_word_round_trip(void **s) {
+    (void)s;
+    const char *names[] = {"a'b", "a\"b", "a\\b", "a;b", "a#b", "a b", "/x/shakespeare's.txt", "plain"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        char line[256] = {0}, buf[512];
+        FILE *f = fmemopen(line, sizeof line, "w");
+        assert_non_null(f);
+        fputs(":data ", f);
+        session_put_word(f, names[i]);
+        assert_int_equal(fclose(f), 0);
+        Words w[2];
+        dm_err err = {0};
+        int n = sh_split(line, buf, sizeof buf, w, 2, &err);
+        if (n != 1 || w[0].argc != 2 || strcmp(w[0].argv[1], names[i])) print_message("%s -> %s\n", line, err.msg);
+        assert_int_equal(n, 1);
+        assert_int_equal(w[0].argc, 2);
+        assert_string_equal(w[0].argv[1], names[i]);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_command_names),
         cmocka_unit_test(test_arguments),
         cmocka_unit_test(test_paths),
         cmocka_unit_test(test_quoting_round_trip),
+        cmocka_unit_test(test_config_word_round_trip),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
