@@ -17,6 +17,7 @@
 #include "../engine/parity.h"
 #include "../engine/snapshot.h"
 #include "../engine/stress.h"
+#include "bench.h"
 #include "shell.h"
 
 #define E_ (sh->eng)
@@ -222,6 +223,15 @@ int cmd_check(Shell *sh, Words *w, dm_err *err) {
         int ok;
         char msg[700];
         if (engine_check_determinism(E_, (int)n, &ok, msg, sizeof msg, err)) return 1;
+        // the test hook that proves a FAIL fails the command (as DMSH_REPLAY_PERTURB does for
+        // --replay; tests/test_cli_verify.c): the check runs as always, then its verdict is the
+        // one a nondeterministic backend would give, and says why
+        const char *hook = getenv("DMSH_DETERMINISM_PERTURB");
+        if (ok && hook && !strcmp(hook, "1")) {
+            ok = 0;
+            size_t l = strlen(msg);
+            snprintf(msg + l, sizeof msg - l, " [DMSH_DETERMINISM_PERTURB=1: turned to FAIL]");
+        }
         fprintf(OUT, "determinism: %s — %s\n", ok ? "PASS" : "FAIL", msg);
         return ok ? 0 : dm_fail(err, "determinism check failed: %s", msg);
     }
@@ -426,8 +436,7 @@ int cmd_bench(Shell *sh, Words *w, dm_err *err) {
                        (long long)e->step);
     }
     for (long long a = done; a < n; a++) ms[a] = 0;  // (a failed step ended the timing: the rest is never reported, only sorted)
-    for (long long a = 1; a < n; a++) { double v = ms[a]; long long b = a - 1; while (b >= 0 && ms[b] > v) { ms[b + 1] = ms[b]; b--; } ms[b + 1] = v; }
-    double med = n % 2 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);  // the median (even n: the mean of the middle two)
+    double med = bench_median(ms, n);
     double fl = model_flops_per_step(&e->cfg, e->cfg.batch, e->cfg.seq, &e->model.arms);
     if (be->mem_stats) be->mem_stats(&cur, &peak);
     double flops = fl / (med / 1e3);
