@@ -510,6 +510,12 @@ static void test_e_and_b_in_order(void **s) {
     assert_int_equal(sh_in_dir("%s --norc -e ':bogus' -b setup.dm > out.txt 2> err.txt", dmsh), 1);
     slurp_to("out.txt", out, sizeof out);
     assert_null(strstr(out, "init seed 2"));
+    // a multi-line -e: "a\\" inside quotes ends in an escaped backslash, not an escaped quote (the
+    // rest of the -e was one line, and its error said "-e: error:")
+    write_file("bs.txt", ":session \"a\\\\\"\n:help step\n:set batch=abc\n:help");
+    assert_int_equal(sh_in_dir("%s --norc -e \"$(cat bs.txt)\" > out.txt 2> err.txt", dmsh), 1);
+    slurp_to("err.txt", err_, sizeof err_);
+    assert_non_null(strstr(err_, "-e:3: error: bad value 'abc' for batch"));
 }
 
 // A :train step line's ms and tok/s are over the steps since the line before (they were the
