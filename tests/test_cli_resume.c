@@ -375,6 +375,15 @@ static void test_corpus_changes_said(void **s) {
     // (a tab is written quoted: such a name opens — review, session 34)
     assert_int_equal(sh_in_dir("d=$(printf 'tab\\tdir') && mkdir -p \"$d\" && cp cc.txt \"$d\"/a.txt && ln -sfn \"$d\" tlink && "
                                "%s --norc -e ':data tlink' > out.txt 2>&1", dmsh), 0);
+    // a name whose only odd character is a quote (written bare, "it's.txt" made config.dm fail
+    // on an unterminated single quote): config.dm replays from another directory
+    snprintf(args, sizeof args, ":session ap\n%s\n:data \"it's.txt\"\n:init seed=1\n", TINY);
+    write_file("ap.dm", args);
+    assert_int_equal(sh_in_dir("cat /usr/include/*.h | head -c 60000 > \"it's.txt\" && %s --norc -b ap.dm > out.txt 2>&1 && d=$PWD && "
+                               "cd / && %s --norc -b \"$d/runs/ap/config.dm\" > \"$d/out.txt\" 2>&1", dmsh), 0);
+    slurp_to("out.txt", out, sizeof out);
+    if (!strstr(out, "/it's.txt: 1 file")) print_error("%s\n", out);
+    assert_non_null(strstr(out, "/it's.txt: 1 file"));
 }
 
 // Found by a QA pass (session 29): an interrupted :stress kept its steps in the run, but the
