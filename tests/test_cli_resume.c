@@ -333,7 +333,9 @@ static void test_other_corpus_is_a_new_file(void **s) {
 static void test_corpus_changes_said(void **s) {
     (void)s;
     char args[2000];
-    assert_int_equal(sh_in_dir("head -c 120000 '%s' > cc.txt && head -c 30000 cc.txt > ev.txt", corpus), 0);
+    // (the system headers when the corpus is their directory: head of a directory failed here)
+    assert_int_equal(sh_in_dir("if test -d '%s'; then cat /usr/include/*.h; else cat '%s'; fi | head -c 120000 > cc.txt && "
+                               "head -c 30000 cc.txt > ev.txt", corpus), 0);
     snprintf(args, sizeof args, "%%s --norc -e '%s' -e ':data cc.txt eval=ev.txt' -e ':init seed=1' -e ':step 5' -e ':data cc.txt' "
              "-e ':data cc.txt eval=cc.txt' > out.txt 2> err.txt", TINY);
     assert_int_equal(sh_in_dir(args, dmsh), 0);
