@@ -141,8 +141,9 @@ size_t cuda_opt_retract_scratch_size(int n_mats, int rows, int r);
 void cuda_opt_retract(real *X, int n_mats, int rows, int r, int iters, real *scratch, OptStatus *st);
 
 static inline int ceil_div(long long a, long long b) { return (int)((a + b - 1) / b); }
-// Row slices of a two-stage column reduction (colsum, the decay gate's backward): <= 2048 rows
-// each, 1..64 of them, a function of N only (the summation order may not depend on anything else)
+// Row slices of a two-stage column reduction (colsum, the decay gate's backward): ceil(N / 2048)
+// of them, at most 64 (so <= 2048 rows each up to 131072 rows), a function of N only (the
+// summation order may not depend on anything else)
 static inline int row_slices(int N) {
     int S = ceil_div(N, 2048);
     return S < 1 ? 1 : S > 64 ? 64 : S;
