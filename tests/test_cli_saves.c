@@ -239,7 +239,7 @@ static void test_killed_after_load_init_or_settings(void **s) {
     snprintf(cmd, sizeof cmd, "%%s --norc %s > out.txt 2> err.txt", args);
     assert_int_equal(sh_in_dir(cmd, dmsh), 0);
     run_and_kill("-r runs/ld2 -e ':load runs/ld2/ckpt/step-2.ckpt' -e ':train 1000000 ckpt_every=0 eval_every=0 log_every=100000'",
-                 "grep -q '^loaded' k.out && sleep 0.2");
+                 "grep -q '^loaded' k.out && grep -q 'step-2[.]ckpt' runs/ld2/ckpt/LATEST");  // (:load says "loaded" before it writes LATEST)
     assert_int_equal(sh_in_dir("%s --norc -r runs/ld2 -e ':quit' > out.txt 2> err.txt", dmsh), 0);
     slurp_to("out.txt", out, sizeof out);
     if (!strstr(out, "resumed runs/ld2 at step 2 from ckpt/step-2.ckpt")) print_error("%s\n", out);
