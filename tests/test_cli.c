@@ -731,10 +731,11 @@ static void test_spec_audit(void **s) {
     // ("true;" ends the cd && ... list, so only dmsh goes to the background; the patterns say
     // long[.]dm so they do not match this shell's own command line. The child is this replay's
     // own, c: a pattern over the whole host failed when another test_cli ran beside this one.
-    // Gone is gone by its command line: a zombie's is empty, as is a pid no longer in use)
+    // Gone is gone by its command line: a zombie's is empty, as is a pid no longer in use; polled up
+    // to 10 s)
     assert_int_equal(sh_in_dir("true; %s --replay long.dm > out.txt 2> err.txt & p=$!; c=; "
                                "for i in $(seq 200); do c=$(pgrep -P $p -f -- '--norc -b long[.]dm') && break; sleep 0.05; done; "
-                               "sleep 1.5; kill -TERM $p; wait $p; sleep 1; test -n \"$c\" && "
+                               "sleep 1.5; kill -TERM $p; wait $p; for i in $(seq 100); do pgrep -f -- '--norc -b long[.]dm' | grep -qx \"$c\" || break; sleep 0.1; done; test -n \"$c\" && "
                                "! pgrep -f -- '--norc -b long[.]dm' | grep -qx \"$c\" && grep -q 'process 1 of 2 failed' err.txt",
                                dmsh),
                      0);
@@ -742,7 +743,7 @@ static void test_spec_audit(void **s) {
     // end, orphaned: QA, session 27); its temp files are the only trace (TMPDIR here)
     assert_int_equal(sh_in_dir("true; mkdir -p ktmp; TMPDIR=$PWD/ktmp %s --replay long.dm > out.txt 2> err.txt & p=$!; c=; "
                                "for i in $(seq 200); do c=$(pgrep -P $p -f -- '--norc -b long[.]dm') && break; sleep 0.05; done; "
-                               "sleep 0.5; kill -KILL $p; wait $p; sleep 1; test -n \"$c\" && ! pgrep -f -- '--norc -b long[.]dm' | grep -qx \"$c\"",
+                               "sleep 0.5; kill -KILL $p; wait $p; for i in $(seq 100); do pgrep -f -- '--norc -b long[.]dm' | grep -qx \"$c\" || break; sleep 0.1; done; test -n \"$c\" && ! pgrep -f -- '--norc -b long[.]dm' | grep -qx \"$c\"",
                                dmsh),
                      0);
 }
