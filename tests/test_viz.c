@@ -111,6 +111,35 @@ static void test_chart_ranges(void **state) {
     assert_non_null(strstr(msg, "no finite values"));
 }
 
+// The subtitle's counts (QA, session 37: a chart counting its deliberate gaps as "non-finite
+// skipped", or not saying that a log axis hid values <= 0, passed every test): what the title
+// line says was left out is exactly what was.
+static void test_subtitle_counts(void **state) {
+    (void)state;
+    double x[7] = {1, 2, 3, 4, 5, 6, 7}, y[7] = {0.5, NAN, 2, -1, INFINITY, 0, 3};
+    VizSeries s = {.label = "s", .x = x, .y = y, .n = 7, .rgb = 0x1f77b4};
+    VizChart c = {.title = "t", .series = &s, .nseries = 1, .subtitle = "seed 1"};
+    char sub[400], msg[256] = "";
+    // linear: the two non-finite points counted, the values <= 0 drawn
+    if (viz_chart_subtitle(&c, sub, sizeof sub, msg, sizeof msg)) fail_msg("%s", msg);
+    assert_string_equal(sub, "seed 1; 2 non-finite skipped");
+    // one of them a gap the caller explains: one left to count; both: none
+    c.gaps = 1;
+    assert_int_equal(viz_chart_subtitle(&c, sub, sizeof sub, msg, sizeof msg), 0);
+    assert_string_equal(sub, "seed 1; 1 non-finite skipped");
+    c.gaps = 2;
+    assert_int_equal(viz_chart_subtitle(&c, sub, sizeof sub, msg, sizeof msg), 0);
+    assert_string_equal(sub, "seed 1");
+    // log: -1 and 0 are not shown, and said so
+    c.gaps = 0; c.logy = 1;
+    assert_int_equal(viz_chart_subtitle(&c, sub, sizeof sub, msg, sizeof msg), 0);
+    assert_string_equal(sub, "seed 1; 2 non-finite skipped; 2 values <= 0 not shown on the log scale");
+    // no subtitle of its own: the counts alone, no leading separator
+    c.subtitle = NULL; c.gaps = 2;
+    assert_int_equal(viz_chart_subtitle(&c, sub, sizeof sub, msg, sizeof msg), 0);
+    assert_string_equal(sub, "2 values <= 0 not shown on the log scale");
+}
+
 // A PNG writer killed between its write and its rename left NAME.png.PID.tmp for good (QA,
 // session 33): the next write of NAME.png removes a dead writer's, if it is empty or a PNG, and
 // nothing else.
@@ -304,6 +333,7 @@ int main(void) {
         cmocka_unit_test(test_legend_corner),
         cmocka_unit_test(test_x_labels_apart),
         cmocka_unit_test(test_chart_ranges),
+        cmocka_unit_test(test_subtitle_counts),
         cmocka_unit_test(test_dead_png_tmps),
         cmocka_unit_test(test_hollow_dots),
     };

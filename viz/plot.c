@@ -103,17 +103,32 @@ static void pts_push(Pts *p, double x, double y) {
     p->x[p->n] = x; p->y[p->n] = y; p->n++;
 }
 
+// The subtitle: the chart's own, then what was not drawn (gaps left on purpose are the caller's
+// to explain, not counted)
+static void chart_subtitle(const VizChart *c, long nonfinite, long nonpos, char *sub, size_t nsub) {
+    sub[0] = 0;
+    if (c->subtitle && *c->subtitle) snprintf(sub, nsub, "%s", c->subtitle);
+    nonfinite -= c->gaps < nonfinite ? c->gaps : nonfinite;
+    if (nonfinite) snprintf(sub + strlen(sub), nsub - strlen(sub), "%s%ld non-finite skipped", sub[0] ? "; " : "", nonfinite);
+    if (nonpos) snprintf(sub + strlen(sub), nsub - strlen(sub), "%s%ld values <= 0 not shown on the log scale", sub[0] ? "; " : "", nonpos);
+}
+
+int viz_chart_subtitle(const VizChart *c, char *sub, size_t nsub, char *err, size_t n) {
+    VizAxes a;
+    memset(&a, 0, sizeof a);
+    long nonfinite, nonpos;
+    if (chart_ranges(c, &a, &nonfinite, &nonpos, NULL, err, n)) return 1;
+    chart_subtitle(c, nonfinite, nonpos, sub, nsub);
+    return 0;
+}
+
 // Ranges and layout of one panel (no drawing); sub receives the subtitle with the counts.
 static int chart_prepare(VizCanvas *cv, const VizChart *c, VizAxes *a, char *sub, size_t nsub, int bx, int by, int bw,
                          int bh, double s, const double *xr, char *err, size_t n) {
     memset(a, 0, sizeof *a);
     long nonfinite, nonpos;
     if (chart_ranges(c, a, &nonfinite, &nonpos, xr, err, n)) return 1;
-    sub[0] = 0;
-    if (c->subtitle && *c->subtitle) snprintf(sub, nsub, "%s", c->subtitle);
-    nonfinite -= c->gaps < nonfinite ? c->gaps : nonfinite;
-    if (nonfinite) snprintf(sub + strlen(sub), nsub - strlen(sub), "%s%ld non-finite skipped", sub[0] ? "; " : "", nonfinite);
-    if (nonpos) snprintf(sub + strlen(sub), nsub - strlen(sub), "%s%ld values <= 0 not shown on the log scale", sub[0] ? "; " : "", nonpos);
+    chart_subtitle(c, nonfinite, nonpos, sub, nsub);
     a->title = c->title; a->subtitle = sub; a->xlabel = c->xlabel; a->ylabel = c->ylabel;
     a->logy = c->logy; a->xint = c->xint; a->s = s;
     viz_axes_layout(cv, a, bx, by, bw, bh);

@@ -47,5 +47,9 @@ int viz_hist_png(const char *path, const double *v, size_t n, int bins, int logy
 // drawing: what a test checks of the ranging rules (an all-zero series spans 0..1, one x at or above
 // 0 does not reach below it). 1 with errmsg when there is nothing to draw.
 int viz_chart_range(const VizChart *c, double r[4], char *errmsg, size_t n);
+// The second title line one chart would get (its subtitle, then "K non-finite skipped" less its
+// gaps, and on a log axis "K values <= 0 not shown on the log scale"), with no drawing; 1 with
+// errmsg when there is nothing to draw.
+int viz_chart_subtitle(const VizChart *c, char *sub, size_t nsub, char *errmsg, size_t n);
 // 1 when this build can write PNGs
 int viz_png_available(void);
