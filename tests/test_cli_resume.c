@@ -464,7 +464,10 @@ static void test_cut_gen_counts_said(void **s) {
     snprintf(script, sizeof script, "%s:data %s\n:session gi\n:init seed=1\n:step 2\n:gen \"th\" n=1000000\n", SMALL, corpus);
     write_file("gi.dm", script);
     snprintf(cmd, sizeof cmd,
-             "(timeout 300 %%s -b gi.dm > gi.out 2> gi.err & p=$!; for i in $(seq 600); do grep -q '^step 1 ' gi.out 2>/dev/null && break; "
+             // (the kill waits for :gen's own mark in the transcript: a fixed second after a step
+             // line could land in :step 2 on a loaded host)
+             "(timeout 300 %%s -b gi.dm > gi.out 2> gi.err & p=$!; for i in $(seq 1200); do "
+             "grep -q '^# started, never finished.*: :gen' runs/gi/transcript.dm 2>/dev/null && break; "
              "sleep 0.1; done; sleep 1; kill -INT $p; wait $p; true)");
     assert_int_equal(sh_in_dir(cmd, dmsh), 0);
     char t[8000];
