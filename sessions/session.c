@@ -372,6 +372,19 @@ int session_latest_ckpt(const char *dir, char *path, size_t n, long long *step) 
     return 0;
 }
 
+const char *session_default_dir(const Engine *e, char *buf, size_t n) {
+    const char *rd = getenv("DMSH_REPLAY_DIR");
+    const char *d = e && e->session_dir[0] ? e->session_dir : rd && rd[0] ? rd : "";
+    size_t dl = strlen(d);
+    snprintf(buf, n, "%s%s", d, dl && d[dl - 1] != '/' ? "/" : "");
+    return buf;
+}
+
+int session_same_dir(const char *a, const char *b) {
+    if (!strcmp(a, b)) return 1;
+    struct stat sa, sb;
+    return a[0] && b[0] && stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
 int session_resume(Engine *e, const char *dir_in, dm_err *err) {
     // runs/X/ and runs/X name one directory: without the trailing '/' the paths printed below
     // (runs/X/ckpt/...) carry no "//"

@@ -12,21 +12,25 @@
 // ---- one dmsh per session: an advisory lock on DIR/.lock, held while the session is open ----
 static int lock_fd = -1, new_fd = -1;
 
-// the directory we hold, however it is spelled (runs/X, runs/X/, ./runs/X, a link to it):
-// compared as files, so our own lock is never taken for another dmsh's
-const char *session_default_dir(const Engine *e, char *buf, size_t n) {
-    const char *rd = getenv("DMSH_REPLAY_DIR");
-    const char *d = e && e->session_dir[0] ? e->session_dir : rd && rd[0] ? rd : "";
-    size_t dl = strlen(d);
-    snprintf(buf, n, "%s%s", d, dl && d[dl - 1] != '/' ? "/" : "");
-    return buf;
+// the pid the holder wrote into the lock file ("" when it wrote none)
+static void holder_pid(int fd, char *pid, size_t n) {
+    pid[0] = 0;
+    ssize_t got = pread(fd, pid, n - 1, 0);
+    if (got > 0) pid[got] = 0;
+    pid[strcspn(pid, "\n")] = 0;
 }
 
-int session_same_dir(const char *a, const char *b) {
-    if (!strcmp(a, b)) return 1;
-    struct stat sa, sb;
-    return a[0] && b[0] && stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+// DIR held by another dmsh: its error (with the pid it wrote); fd is closed
+static int in_use(int fd, const char *dir, dm_err *err) {
+    char pid[32];
+    holder_pid(fd, pid, sizeof pid);
+    close(fd);
+    return dm_fail(err, "%s is in use by another dmsh%s%s%s (two processes would interleave its checkpoints and metrics)", dir,
+                   pid[0] ? " (pid " : "", pid, pid[0] ? ")" : "");
 }
+
+// the directory we hold, however it is spelled (runs/X, runs/X/, ./runs/X, a link to it):
+// compared as files, so our own lock is never taken for another dmsh's
 // (by the lock file's identity, not lock_dir's name: a session directory renamed while held is
 // still ours under its new name, and the name it left may be another run's now)
 static int held_dir(const char *dir) {
@@ -52,15 +56,7 @@ int session_lock(const char *dir, dm_err *err) {
                 "writing this session while this one does\n", p, strerror(errno));
         locked = 1;
     }
-    if (!locked) {
-        char pid[32] = "";
-        ssize_t got = pread(fd, pid, sizeof pid - 1, 0);
-        if (got > 0) pid[got] = 0;
-        pid[strcspn(pid, "\n")] = 0;
-        close(fd);
-        return dm_fail(err, "%s is in use by another dmsh%s%s%s (two processes would interleave its checkpoints and metrics)", dir,
-                       pid[0] ? " (pid " : "", pid, pid[0] ? ")" : "");
-    }
+    if (!locked) return in_use(fd, dir, err);
     if (ftruncate(fd, 0) == 0) dprintf(fd, "%ld\n", (long)getpid());
     new_fd = fd;
     return 0;
@@ -74,13 +70,7 @@ int session_in_use(const char *dir, dm_err *err) {
     if (fd < 0) return 0;  // never opened by a dmsh that is still running
     int busy = flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;  // (no flock here: session_lock says so)
     if (!busy) { close(fd); return 0; }
-    char pid[32] = "";
-    ssize_t got = pread(fd, pid, sizeof pid - 1, 0);
-    if (got > 0) pid[got] = 0;
-    pid[strcspn(pid, "\n")] = 0;
-    close(fd);
-    return dm_fail(err, "%s is in use by another dmsh%s%s%s (two processes would interleave its checkpoints and metrics)", dir,
-                   pid[0] ? " (pid " : "", pid, pid[0] ? ")" : "");
+    return in_use(fd, dir, err);
 }
 
 // the session switch succeeded: the new lock is the one held (the previous session's goes);
@@ -114,9 +104,7 @@ void session_relock_if_lost(const char *dir, char *note, size_t nnote) {
         lock_fd = fd;
         snprintf(why, sizeof why, "%s was removed under this run: made again", p);
     } else {
-        ssize_t got = pread(fd, pid, sizeof pid - 1, 0);
-        if (got > 0) pid[got] = 0;
-        pid[strcspn(pid, "\n")] = 0;
+        holder_pid(fd, pid, sizeof pid);
         close(fd);
         snprintf(why, sizeof why, "%s was removed under this run, and another dmsh%s%s%s has opened this session since: both "
                  "write its checkpoints and metrics now; stop one of them", p, pid[0] ? " (pid " : "", pid, pid[0] ? ")" : "");
