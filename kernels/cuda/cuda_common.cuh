@@ -101,14 +101,8 @@ void dm_sort_pairs_ws(const uint64_t *keys_in, uint64_t *keys_out, const int *va
 void dm_scatter_sorted(float *dst, const float *src, const uint64_t *keys, const int *vals, int n,
                        int per, size_t ld, int D);
 
-// KDA: the chunked form the table uses (kda_chunk_cuda.cu) and the recurrent reference
-// (kda_cuda.cu), same contracts as kernels/cpu/kda.h; MoE (moe_cuda.cu)
-size_t cuda_kda_recurrent_ws_size(int B, int T, int H, int D, int C);
-void cuda_kda_recurrent_forward(real *o, real *ws, const real *q, const real *k, const real *v,
-                                const real *beta, const real *g, int B, int T, int H, int D, int C);
-void cuda_kda_recurrent_backward(real *dq, real *dk, real *dv, real *dbeta, real *dg, const real *dout,
-                                 const real *q, const real *k, const real *v, const real *beta,
-                                 const real *g, real *ws, int B, int T, int H, int D, int C);
+// KDA: the chunked form the table uses (kda_chunk_cuda.cu), same contracts as kernels/cpu/kda.h;
+// MoE (moe_cuda.cu)
 size_t cuda_kda_ws_size(int B, int T, int H, int D, int C);
 void cuda_kda_forward(real *o, real *ws, const real *q, const real *k, const real *v,
                       const real *beta, const real *g, int B, int T, int H, int D, int C);
