@@ -273,6 +273,9 @@ static void test_graph_fallback(void **s) {
     assert_same_engines(&ep, &eg, "capture failed");
     assert_int_equal(eg.run.captures, 0);
     assert_int_equal(eg.run.replays, 0);
+    // every step is counted somewhere (bench_gpu's "NOT all replays" line adds them up): the
+    // warm-up's, the one whose capture failed and ran eagerly, and the five after it
+    assert_int_equal(eg.run.eager, STEP_GRAPH_WARM + 6);
     const char *note = engine_notice(&eg);
     assert_non_null(note);
     assert_non_null(strstr(note, "forced by the test"));
