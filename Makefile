@@ -195,6 +195,12 @@ $(B)/tests/test_ckpt: tests/test_ckpt.c $(wildcard tests/*.h) $(B)/libdm.a $(B)/
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< -o $@ $(B)/libdm.a -lcmocka $(LDLIBS) -Wl,--wrap=fsync -Wl,--wrap=rename
 
+# test_cli_backend_dl compiles the CUDA backend's loader in (kernels/cuda/backend_dl.c: dlopen, no
+# CUDA), so its refusals are tested on a machine without nvcc too
+$(B)/tests/test_cli_backend_dl: tests/test_cli_backend_dl.c kernels/cuda/backend_dl.c $(wildcard tests/*.h) $(B)/libdm.a $(B)/cflags
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< -o $@ $(B)/libdm.a -lcmocka $(LDLIBS) -ldl
+
 # test_complete reads completed paths back with the command language's own parser
 $(B)/tests/test_complete: tests/test_complete.c tests/testutil.h $(B)/repl/parse.o $(B)/libdm.a
 	@mkdir -p $(dir $@)
