@@ -7,7 +7,8 @@
 //   2. the same 20 steps in TWO PROCESSES give bit-identical losses and weights (this program
 //      runs itself twice with `dump FILE` and compares the files);
 //   2b. the same with what a user changes between steps (run_changes): graph = eager, bit for bit;
-//   3. a capture with more uploads than staging events is refused, not recorded wrongly;
+//   3. a capture with more uploads than staging events is refused, not recorded wrongly, and the
+//      next capture is not (`capture`: those rows alone);
 //   4. the host really only enqueues: with reports every 10 steps, the enqueue of a replayed step
 //      returns before the device has run it (ms per enqueue, printed) — informational; `quick`
 //      (the CPU emulation's run, tests/cuemu) leaves it out: its times would say nothing.
@@ -223,6 +224,49 @@ static double now_ms(void) {
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
+// the capture guard: a step with more uploads before a wait than staging events (8) cannot be
+// captured (two record nodes for one event); graph_end says why and nothing of it ran, so the
+// engine runs that step eagerly. No step has that many today: this proves the refusal itself.
+// Then a clean capture (QA, session 38): a refused capture's reason must not outlive it — kept,
+// every later capture of the process failed with that stale reason and the step graph never came
+// back (one refused capture put the GPU at eager speed for good).
+static void capture_rows(void) {
+    float host_src[16];
+    for (int i = 0; i < 16; i++) host_src[i] = (float)i + 1;
+    float *hs = cu->host_alloc(sizeof host_src), *d = cu->alloc(sizeof host_src);
+    memcpy(hs, host_src, sizeof host_src);
+    char w1[300] = "", w2[300] = "";
+    int began = cu->graph_begin(w1, sizeof w1) == 0;
+    for (int i = 0; i < 9 && began; i++) cu->upload_async(d, hs, sizeof host_src);
+    void *g = began ? cu->graph_end(w2, sizeof w2) : NULL;
+    row("a capture of 9 uploads before a wait is refused (8 events)", began && !g && strstr(w2, "more than 8 uploads"),
+        began ? w2 : w1);
+    if (g) cu->graph_free(g);
+    cu->upload_async(d, hs, sizeof host_src);  // and eager uploads go on after it
+    cu->upload_wait();
+    cu->sync();
+    // the next capture, of one upload, gives a graph; its replay copies the staging as it is then
+    w1[0] = w2[0] = 0;
+    began = cu->graph_begin(w1, sizeof w1) == 0;
+    if (began) cu->upload_async(d, hs, sizeof host_src);
+    g = began ? cu->graph_end(w2, sizeof w2) : NULL;
+    float back[16] = {0};
+    if (g) {
+        for (int i = 0; i < 16; i++) hs[i] = 100.0f + (float)i;
+        cu->zero(d, sizeof back);
+        cu->graph_launch(g);
+        cu->upload_wait();
+        cu->sync();
+        cu->download(back, d, sizeof back);
+        cu->graph_free(g);
+    }
+    char buf[400];
+    snprintf(buf, sizeof buf, "%s%s; replayed: %g .. %g", began ? "" : w1, g ? "a graph" : w2, back[0], back[15]);
+    row("a clean capture after a refused one: a graph, replayed", g && back[0] == 100.0f && back[15] == 115.0f, buf);
+    cu->free(d);
+    cu->host_free(hs);
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);  // a log that ends in a hang or crash still names its last row
     char why[300];
@@ -232,6 +276,10 @@ int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "dump")) return dump(argv[2], data);
     if (argc == 2 && !strcmp(argv[1], "changes")) {  // that row alone
         if (changes_row(data)) return 1;
+        return fails ? 1 : 0;
+    }
+    if (argc == 2 && !strcmp(argv[1], "capture")) {  // those rows alone
+        capture_rows();
         return fails ? 1 : 0;
     }
 
@@ -288,26 +336,7 @@ int main(int argc, char **argv) {
     engine_free(&eg);
     engine_free(&ee);
 
-    // the capture guard: a step with more uploads before a wait than staging events (8) cannot be
-    // captured (two record nodes for one event); graph_end says why and nothing of it ran, so the
-    // engine runs that step eagerly. No step has that many today: this proves the refusal itself.
-    {
-        float host_src[16] = {0};
-        float *hs = cu->host_alloc(sizeof host_src), *d = cu->alloc(sizeof host_src);
-        memcpy(hs, host_src, sizeof host_src);
-        char w1[300] = "", w2[300] = "";
-        int began = cu->graph_begin(w1, sizeof w1) == 0;
-        for (int i = 0; i < 9 && began; i++) cu->upload_async(d, hs, sizeof host_src);
-        void *g = began ? cu->graph_end(w2, sizeof w2) : NULL;
-        row("a capture of 9 uploads before a wait is refused (8 events)", began && !g && strstr(w2, "more than 8 uploads"),
-            began ? w2 : w1);
-        if (g) cu->graph_free(g);
-        cu->upload_async(d, hs, sizeof host_src);  // and eager uploads go on after it
-        cu->upload_wait();
-        cu->sync();
-        cu->free(d);
-        cu->host_free(hs);
-    }
+    capture_rows();
 
     // two processes: the same 20 steps
     char f1[64], f2[64], cmd[600];
