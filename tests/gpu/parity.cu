@@ -265,9 +265,11 @@ static void t_engram() {
     delete dxx; delete dtab; delete dgm; delete dhr; delete dhg; delete dt1;
 }
 
-// q, k l2-normalised rows (q also scaled by D^-1/2), v ~ N(0,1), beta in (0,1), g in [-5, 0]
+// q, k l2-normalised rows (q also scaled by D^-1/2), v ~ N(0,1), beta in (0,1), g in [-5, 0];
+// g_floor: every g in [-8, -7.76], at the config's floor g_min = -8 (engine/config.c)
 static void kda_inputs(int B, int T, int H, int D, std::vector<float> &q, std::vector<float> &k,
-                       std::vector<float> &v, std::vector<float> &beta, std::vector<float> &g) {
+                       std::vector<float> &v, std::vector<float> &beta, std::vector<float> &g,
+                       bool g_floor = false) {
     size_t n = (size_t)B * T * H * D;
     q = randv(n); k = randv(n); v = randv(n); g.resize(n); beta.resize((size_t)B * T * H);
     for (size_t r = 0; r < n / D; r++) {
@@ -278,22 +280,23 @@ static void kda_inputs(int B, int T, int H, int D, std::vector<float> &q, std::v
             k[r * D + c] = (float)(k[r * D + c] / sqrt(sk));
         }
     }
-    for (auto &x : g) x = -5.0f / (1.0f + expf(-(nrand() * 2 - 2)));
+    for (auto &x : g) x = g_floor ? -8.0f * (0.97f + 0.03f * urand()) : -5.0f / (1.0f + expf(-(nrand() * 2 - 2)));
     for (auto &x : beta) x = 1.0f / (1.0f + expf(-nrand()));
 }
 
-static void t_kda(int T, int C, int D = 64) {  // D = 64: shared-memory chunk views; 300: global
+static void t_kda(int T, int C, int D = 64, bool g_floor = false) {  // D = 64: shared-memory chunk views; 300: global
     int B = 2, H = 2;
     char nm[80];
+    const char *fl = g_floor ? " g at -8" : "";
     std::vector<float> q, k, v, beta, g;
-    kda_inputs(B, T, H, D, q, k, v, beta, g);
+    kda_inputs(B, T, H, D, q, k, v, beta, g, g_floor);
     size_t n = (size_t)B * T * H * D;
     Dev *dq = up(q), *dk = up(k), *dv = up(v), *db = up(beta), *dg = up(g), dO(sizeof(float) * n);
     std::vector<float> o(n), ws(C_->kda_ws_size(B, T, H, D, C));
     Dev dws(sizeof(float) * G_->kda_ws_size(B, T, H, D, C));
     C_->kda_forward(o.data(), ws.data(), q.data(), k.data(), v.data(), beta.data(), g.data(), B, T, H, D, C);
     G_->kda_forward(dO.f(), dws.f(), dq->f(), dk->f(), dv->f(), db->f(), dg->f(), B, T, H, D, C);
-    snprintf(nm, sizeof nm, "kda_forward T=%d C=%d D=%d", T, C, D); cmp(nm, o, &dO, 1e-4);
+    snprintf(nm, sizeof nm, "kda_forward T=%d C=%d D=%d%s", T, C, D, fl); cmp(nm, o, &dO, 1e-4);
     auto dy = randv(n), gq = randv(n), gk = randv(n), gv = randv(n), gb = randv(beta.size()), gg = randv(n);
     Dev *ddy = up(dy), *dgq = up(gq), *dgk = up(gk), *dgv = up(gv), *dgb = up(gb), *dgg = up(gg);
     C_->kda_backward(gq.data(), gk.data(), gv.data(), gb.data(), gg.data(), dy.data(), q.data(), k.data(),
@@ -304,14 +307,14 @@ static void t_kda(int T, int C, int D = 64) {  // D = 64: shared-memory chunk vi
     std::vector<float> *cs[5] = {&gq, &gk, &gv, &gb, &gg};
     Dev *gs[5] = {dgq, dgk, dgv, dgb, dgg};
     for (int i = 0; i < 5; i++) {
-        snprintf(nm, sizeof nm, "kda_backward %s T=%d C=%d D=%d", names[i], T, C, D);
+        snprintf(nm, sizeof nm, "kda_backward %s T=%d C=%d D=%d%s", names[i], T, C, D, fl);
         cmp(nm, *cs[i], gs[i], 1e-4);
     }
     // and against the CPU's RECURRENT reference (token by token, no chunking: the definition),
     // from the same accumulate-into starting values the CUDA gradients had
     std::vector<float> ro(n), rws(kda_recurrent_ws_size(B, T, H, D));
     kda_recurrent_forward(ro.data(), rws.data(), q.data(), k.data(), v.data(), beta.data(), g.data(), B, T, H, D);
-    snprintf(nm, sizeof nm, "kda_forward vs recurrent T=%d D=%d", T, D); cmp(nm, ro, &dO, 1e-4);
+    snprintf(nm, sizeof nm, "kda_forward vs recurrent T=%d D=%d%s", T, D, fl); cmp(nm, ro, &dO, 1e-4);
     // fresh accumulate-into values, the same on both sides
     std::vector<float> r0[5] = {randv(n), randv(n), randv(n), randv(beta.size()), randv(n)};
     std::vector<float> r1[5] = {r0[0], r0[1], r0[2], r0[3], r0[4]};
@@ -323,7 +326,7 @@ static void t_kda(int T, int C, int D = 64) {  // D = 64: shared-memory chunk vi
     kda_recurrent_backward(r1[0].data(), r1[1].data(), r1[2].data(), r1[3].data(), r1[4].data(), dy.data(),
                            q.data(), k.data(), v.data(), beta.data(), g.data(), rws.data(), B, T, H, D);
     for (int i = 0; i < 5; i++) {
-        snprintf(nm, sizeof nm, "kda_backward %s vs recurrent T=%d D=%d", names[i], T, D);
+        snprintf(nm, sizeof nm, "kda_backward %s vs recurrent T=%d D=%d%s", names[i], T, D, fl);
         cmp(nm, r1[i], gs[i], 1e-4);
     }
     delete dq; delete dk; delete dv; delete db; delete dg; delete ddy;
@@ -556,6 +559,7 @@ int main(void) {
     t_kda(100, 64);
     t_kda(40, 16, 128);  // the forward's views in shared memory, the backward's too large: global
     t_kda(20, 16, 300);  // both too large for shared memory: the global-workspace kernels
+    t_kda(40, 16, 64, true);  // every decay at the floor g_min = -8: the middle-token reference holds
     t_kda_step(3, 64);
     t_kda_step(2, 1100);
     t_moe(2, 0);
