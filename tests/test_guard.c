@@ -3,7 +3,8 @@
 // line saying why, instead of jumping back, which would report a half-updated model's step as
 // refused with its state intact (QA, session 37: only the uncommitted and uncommitted-again
 // cases were tested, through the engine). Each case runs in a forked child, since the
-// process is meant to end; its stderr comes back through a pipe.
+// process is meant to end; its stderr comes back through a pipe. And a raise that returned to its
+// guard takes that guard off the chain.
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -80,9 +81,48 @@ static void test_raise_after_commit_ends(void **s) {
     dm_guard_close(&g);
 }
 
+// One raise caught by its guard, in a function that returns: the guard's frame is gone after it.
+static int handled_raises;  // a static: read correctly even in a frame a dangling jump lands in
+static void raise_handled(void) {
+    DmGuard g;
+    dm_guard_open(&g);
+    if (setjmp(g.jb)) {
+        // a second landing here is a raise that jumped to this dead frame (the chain still
+        // held the popped guard): say so and stop before the stale frame returns anywhere
+        if (++handled_raises > 1) _exit(JUMPED_BACK);
+        return;  // g is closed already (guard.h)
+    }
+    dm_guard_raise("first");
+}
+
+static void raise_after_handled(void) {
+    raise_handled();
+    dm_guard_raise("device workspace could not grow");  // no guard open: exit 1, said
+}
+
+// A raise that returned to its guard closes it: the chain is back to what it was before the guard
+// opened (QA mutation, session 38: the raise left its guard on the chain, so the next raise with
+// no guard open, a second device OOM after a handled one, jumped into the handled one's dead stack
+// frame instead of saying why and ending).
+static void test_handled_raise_pops(void **s) {
+    (void)s;
+    char e[1024];
+    handled_raises = 0;
+    int rc = in_child(raise_after_handled, e, sizeof e);
+    if (rc != 1) print_error("child exit %d (%d: it jumped into the handled guard's frame); stderr: %s\n", rc, JUMPED_BACK, e);
+    assert_int_equal(rc, 1);
+    assert_string_equal(e, "dmsh: device workspace could not grow\n");
+    // and here: no guard open before, none after
+    assert_false(dm_guard_can_raise());
+    raise_handled();
+    assert_int_equal(handled_raises, 1);
+    assert_false(dm_guard_can_raise());
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_raise_after_commit_ends),
+        cmocka_unit_test(test_handled_raise_pops),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
