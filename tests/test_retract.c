@@ -161,6 +161,9 @@ static void test_spread_guarded(void **state) {
     print_message("  one sigma 10x the rest [%d, %d]: finite %d, orth_error %.2e after 3 iters, %.2e after 12\n", rows, r,
                   finite, e3, e12);
     assert_true(finite && isfinite(e3));
+    // and guarded from the first iteration on: a guard one iteration late stays finite (the next
+    // iteration rescues it) but leaves 2.5e-1 after 3 (QA mutation, session 38; 9.3e-2 guarded)
+    if (!(e3 < 0.15)) fail_msg("one sigma 10x: orth_error %.3e after 3 iterations, guarded from the first: ~9.3e-2", e3);
     assert_true(e12 < 1e-4);
     // just past the guard's bound (QA mutation, session 36: a bound twice as loose went unseen by
     // the 10x column, far above both): a 2.05x column has sigma_max ~1.87 after the Frobenius
@@ -178,7 +181,10 @@ static void test_spread_guarded(void **state) {
     for (size_t i = 0; i < (size_t)rows * r; i++) finite &= isfinite((double)X[i]);
     double e205 = orth_error(X, rows, r);
     print_message("  one sigma 2.05x the rest: finite %d, orth_error %.2e after 3 iters\n", finite, e205);
-    assert_true(finite && e205 < 0.1);
+    assert_true(finite);
+    // guarded from the first iteration: 1.0e-2 (float and double); a guard one iteration late:
+    // 5.6e-2 (QA mutation, session 38), under the 0.1 this bar was
+    if (!(e205 < 0.025)) fail_msg("one sigma 2.05x: orth_error %.3e after 3 iterations, guarded from the first: ~1.0e-2", e205);
     // a near-orthonormal frame is never rescaled by the guard: its Gram matrix bounds sigma_max^2 near 1
     random_orthonormal(X, rows, r, &g);
     for (size_t i = 0; i < (size_t)rows * r; i++) X[i] += (real)(1e-2 * rng_gauss(&g));
