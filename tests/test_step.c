@@ -304,8 +304,21 @@ static void test_graph_fallback(void **s) {
 }
 
 
+// The arm each tensor belongs to, by its name (SPEC §1-§3), not by param_arm, the code under test:
+// kda.* the KDA arm, mem.* and the tables the Engram arm, moe.* and the router the experts, alpha
+// ReZero (QA mutation, session 38: mem.wk dropped from param_arm's engram case went unseen, the
+// test asking param_arm which tensors to expect frozen and never turning engram off).
+static int arm_of_name(const char *name) {
+    if (!strncmp(name, "kda.", 4)) return ARM_KDA;
+    if (!strncmp(name, "mem.", 4) || !strcmp(name, "engram.tables")) return ARM_ENGRAM;
+    if (!strncmp(name, "moe.", 4) || !strcmp(name, "ctrl.router")) return ARM_MOE;
+    if (!strcmp(name, "alpha")) return ARM_REZERO;
+    return -1;
+}
+
 // An arm that is off is frozen: its tensors and their optimizer moments do not move (no momentum
 // step, decay or retraction), while the shared tensors keep training; back on, it trains again.
+// kda, moe and rezero off together, then engram alone.
 static void test_arm_off_freezes(void **s) {
     (void)s;
     Config c = tiny_config();
@@ -340,7 +353,7 @@ static void test_arm_off_freezes(void **s) {
     for (int i = 0; i < P_COUNT; i++) {
         const ParamTensor *t = &m->t[i];
         size_t o = t->offset, k = t->numel;
-        int arm = param_arm(i), same = !memcmp(p0 + o, p1 + o, sizeof(real) * k);
+        int arm = arm_of_name(t->name), same = !memcmp(p0 + o, p1 + o, sizeof(real) * k);
         if (arm >= 0 && !m->arms.on[arm]) {
             if (!same) fail_msg("%s moved while its arm was off", t->name);
             assert_memory_equal(m0 + o, m1 + o, sizeof(real) * k);
@@ -377,6 +390,35 @@ static void test_arm_off_freezes(void **s) {
     download_all(&e, m->params, n, p0);
     assert_true(memcmp(p0 + m->t[P_WQ].offset, p1 + m->t[P_WQ].offset, sizeof(real) * m->t[P_WQ].numel) != 0);
     assert_true(memcmp(p0 + m->t[P_ALPHA].offset, p1 + m->t[P_ALPHA].offset, sizeof(real)) != 0);
+    // engram off (on above): its tensors frozen with their moments, kda.wq and emb train
+    m->arms.on[ARM_ENGRAM] = 0;
+    download_all(&e, m->params, n, p0);
+    optim_state_get(&e.opt, m, m0, v0, u0, rs);
+    for (int i = 0; i < 3; i++) assert_int_equal(engine_step(&e, &row, &err), 0);
+    assert_int_equal(engine_report(&e, NULL, &err), 0);
+    download_all(&e, m->params, n, p1);
+    optim_state_get(&e.opt, m, m1, v1, u1, rs);
+    frozen = moved = 0;
+    for (int i = 0; i < P_COUNT; i++) {
+        const ParamTensor *t = &m->t[i];
+        size_t o = t->offset, k = t->numel;
+        int same = !memcmp(p0 + o, p1 + o, sizeof(real) * k);
+        if (arm_of_name(t->name) == ARM_ENGRAM) {
+            if (!same) fail_msg("%s moved while engram was off", t->name);
+            assert_memory_equal(m0 + o, m1 + o, sizeof(real) * k);
+            assert_memory_equal(v0 + o, v1 + o, sizeof(real) * k);
+            assert_memory_equal(u0 + o, u1 + o, sizeof(real) * k);
+            frozen++;
+        } else if (i == P_WQ || i == P_EMB) {
+            if (same) fail_msg("%s did not train with engram off", t->name);
+            moved++;
+        }
+    }
+    assert_true(frozen == 5 && moved == 2);  // mem.wk, wv, norm_n, norm_k, the tables
+    // and the optimizer's table (param_arm) is this one
+    for (int i = 0; i < P_COUNT; i++)
+        if (param_arm(i) != arm_of_name(m->t[i].name))
+            fail_msg("param_arm(%s) = %d, its name says %d", m->t[i].name, param_arm(i), arm_of_name(m->t[i].name));
     free(p0); free(p1); free(m0); free(m1); free(v0); free(v1); free(u0); free(u1); free(rs);
     engine_free(&e);
 }
