@@ -9,11 +9,17 @@
 
 #define DM_BASE __attribute__((target("arch=x86-64")))
 
-// DM_CPU_LACKS=NAME (tests only): treat the feature NAME as missing, to show the message
-// (unused in a build without -march: nothing to check)
+// DM_CPU_LACKS=NAME[,NAME...] (tests only): treat the features named as missing, to show the
+// message, and which one it names when several are (unused in a build without -march: nothing
+// to check)
 DM_BASE __attribute__((unused)) static int has(const char *name, int supported) {
-    const char *lacks = getenv("DM_CPU_LACKS");
-    if (lacks && !strcmp(lacks, name)) return 0;
+    const char *p = getenv("DM_CPU_LACKS");
+    size_t n = strlen(name);
+    for (; p && *p; p += *p == ',') {
+        size_t k = strcspn(p, ",");
+        if (k == n && !strncmp(p, name, n)) return 0;
+        p += k;
+    }
     return supported;
 }
 
