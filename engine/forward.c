@@ -145,7 +145,6 @@ static int forward_body(Model *m, int has_tgt, int B, int T, int depth, FwdMode 
         }
     }
     m->last_depth = depth;
-    m->last_mode = mode;
     for (int k = 0; k < ARM_COUNT; k++) m->last_on[k] = (unsigned char)arms->on[k];
     return depth;
 }

@@ -135,7 +135,6 @@ typedef struct {
     double last_loss;       // mean CE (nats) over the scored iterations
     double last_aux;        // mean aux over iterations (unweighted)
     int last_depth;         // iterations run
-    int last_mode;          // FwdMode of the last forward
     unsigned char last_on[ARM_COUNT];  // the arm switches it ran with (probes name only what ran)
     double depth_loss[64];  // mean CE of logits_i, i = 1..last_depth (when computed)
     int *expert_load;       // [L, E] tokens per expert in the last forward (host mirror: model_read_moe)

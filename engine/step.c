@@ -173,7 +173,6 @@ static void run_step(Engine *e) {
         // (an eval since may have changed it)
         for (int a = 0; a < ARM_COUNT; a++) { m->arms.fwd[a] += r->delta[0][a]; m->arms.bwd[a] += r->delta[1][a]; }
         m->last_depth = r->fwd_depth;
-        m->last_mode = FWD_TRAIN;
         for (int a = 0; a < ARM_COUNT; a++) m->last_on[a] = (unsigned char)m->arms.on[a];  // the key holds the arms
         m->last_loss = NAN;
         memcpy(m->depth_loss, r->fwd_marks, sizeof r->fwd_marks);
