@@ -223,10 +223,10 @@ test: deps
 	@echo "make test: all test programs passed$(if $(NVCC),, (no nvcc on this machine: the .cu files were not compiled))"
 
 # The headless dmsh (the plain prompt the GPU machine builds; cuda-check's run.sh build made it
-# when nvcc exists): its start-up files, through a pty
+# when nvcc exists): its start-up files, errors, Ctrl-C and Ctrl-D at its prompt, through a pty
 headless-check:
 	@$(MAKE) --no-print-directory headless DM_REAL=float
-	@echo "== the headless prompt runs ~/.dmshrc and ./.dmshrc (test_repl_pty against build/float-headless/dmsh)"
+	@echo "== the headless prompt: ~/.dmshrc and ./.dmshrc, errors, Ctrl-C, Ctrl-D (test_repl_pty against build/float-headless/dmsh)"
 	@$(MAKE) --no-print-directory build/float/tests/test_repl_pty DM_REAL=float
 	@DMSH_PTY_BIN=build/float-headless/dmsh $(TESTENV) ./build/float/tests/test_repl_pty
 

@@ -6,7 +6,8 @@
 // :train panel leaves the terminal as it found it. Every read has a deadline, so a hang fails the test instead of
 // blocking CI; the child is killed on failure.
 // Needs the readline build of dmsh; a headless build skips. With DMSH_PTY_BIN=PATH it runs the
-// start-up-file test alone against that binary (the headless prompt: make cuda-check).
+// start-up-file test and the plain prompt's own against that binary (the headless prompt: make
+// headless-check, make cuda-check).
 #include "pty_harness.h"
 
 static void test_session(void **s) {
@@ -547,11 +548,41 @@ static void test_rc_files(void **s) {
     unlink(p);
 }
 
+// The plain line reader of headless builds (interactive_plain.c, the GPU machine's prompt), run
+// only with DMSH_PTY_BIN: an error prints and the session goes on; Ctrl-C at an empty prompt
+// gives a new prompt (the read is interrupted: dmsh must not take it for end-of-file and leave);
+// the flag that Ctrl-C set is cleared before the next command, so a :step after it takes its
+// steps; Ctrl-D leaves with status 0. (QA, session 38: no test reached these paths, so a
+// mutant that dropped the error line, left at a Ctrl-C or kept the flag went unnoticed.)
+static void test_plain_prompt(void **s) {
+    (void)s;
+    spawn(1, 0);
+    command(":frob");
+    expect_out("error: unknown command ':frob'", 20);
+    small_model(1);
+    expect_out("dmsh> ", 20);
+    size_t from = ntty;
+    type("\x03");
+    expect_out("dmsh> ", 20);  // a new prompt: dmsh is still there
+    type(":step 2\r");
+    expect_out("dmsh> ", 60);
+    // both steps ran: the Ctrl-C at the prompt did not stop them ("interrupted at step 0")
+    if (!strstr(tty + from, "step 1 loss") || strstr(tty + from, "interrupted")) show_tail();
+    assert_non_null(strstr(tty + from, "step 1 loss"));
+    assert_null(strstr(tty + from, "interrupted"));
+    type("\x04");
+    int st = wait_exit(20);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
 int main(void) {
-    // DMSH_PTY_BIN=build/float-headless/dmsh (make cuda-check, which builds it): the tests that
-    // hold for any prompt — the start-up files — against the plain line reader of headless builds
+    // DMSH_PTY_BIN=build/float-headless/dmsh (make headless-check and cuda-check build it): the
+    // tests that hold for any prompt — the start-up files — and the plain line reader's own,
+    // against the prompt of headless builds
     if (getenv("DMSH_PTY_BIN")) {
-        const struct CMUnitTest plain[] = {cmocka_unit_test_teardown(test_rc_files, teardown_one)};
+        const struct CMUnitTest plain[] = {cmocka_unit_test_teardown(test_rc_files, teardown_one),
+                                           cmocka_unit_test_teardown(test_plain_prompt, teardown_one)};
         return cmocka_run_group_tests(plain, setup, teardown);
     }
 #ifndef DM_HAVE_READLINE
