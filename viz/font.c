@@ -96,9 +96,23 @@ static int next_cp(const char **ps) {
 // stb_easy_font fallback: its glyphs are ~7 units cap height on a 12-unit line
 #define EASY_UNIT(px) ((px) / 11.0)
 
+// stb_easy_font indexes its glyph table by byte - 32, so a byte outside ' '..'~' (each byte of
+// UTF-8's "×" in an axis factor, "×1e-4") read before or past the table (QA, session 38). Each
+// code point outside becomes one '?' ("×" an 'x'); a newline stays.
+static char *easy_ascii(const char *s, char *buf, size_t n) {
+    size_t j = 0;
+    while (*s && j + 1 < n) {
+        int cp = next_cp(&s);
+        buf[j++] = (char)(cp == '\n' || (cp >= 32 && cp < 127) ? cp : cp == 0xD7 ? 'x' : '?');
+    }
+    buf[j] = 0;
+    return buf;
+}
+
 double viz_text_width(const char *s, double px, int face) {
     const Face *f = face_of(face);
-    if (!f) return stb_easy_font_width((char *)s) * EASY_UNIT(px);
+    char ab[1024];
+    if (!f) return stb_easy_font_width(easy_ascii(s, ab, sizeof ab)) * EASY_UNIT(px);
     float scale = stbtt_ScaleForPixelHeight(&f->info, (float)px);
     double w = 0;
     int prev = 0;
@@ -156,8 +170,11 @@ void viz_text(VizCanvas *c, double x, double y, const char *s, double px, int fa
     if (!f) {
         // stb_easy_font: quads of solid pixels at unit scale; draw each scaled as a rectangle
         static char vb[64 * 1024];
-        int nq = stb_easy_font_print(0, 0, (char *)s, NULL, vb, sizeof vb);
-        double k = EASY_UNIT(px), top = -9 * k;
+        char ab[1024];
+        int nq = stb_easy_font_print(0, 0, easy_ascii(s, ab, sizeof ab), NULL, vb, sizeof vb);
+        // its capitals span rows 0..7 and descenders reach 9: the baseline is row 7 (with -9 all
+        // text sat 2 units above its anchor, and middle-aligned labels off their grid lines)
+        double k = EASY_UNIT(px), top = -7 * k;
         for (int q = 0; q < nq; q++) {
             const float *p = (const float *)(vb + q * 64);   // 4 vertices of x, y, z, rgba
             double qx0 = u0 + p[0] * k, qy0 = top + p[1] * k, qx1 = u0 + p[8] * k, qy1 = top + p[9] * k;
