@@ -325,7 +325,139 @@ static void test_legend_corner(void **state) {
     }
 }
 
+#ifdef DM_HAVE_PNG
+// The ink of black text on a white canvas: the box of the pixels at least half dark, [x0, x1) x
+// [y0, y1), and the darkness-weighted centre (to a tenth of a pixel: anti-aliased edges count)
+typedef struct { int x0, y0, x1, y1; double cx, cy, sum; } Ink;
+static Ink ink_of(const VizCanvas *c) {
+    Ink k = {c->w, c->h, 0, 0, 0, 0, 0};
+    for (int y = 0; y < c->h; y++)
+        for (int x = 0; x < c->w; x++) {
+            int d = 255 - c->px[3 * ((size_t)y * c->w + x)];
+            k.sum += d, k.cx += d * (x + 0.5), k.cy += d * (y + 0.5);
+            if (d < 128) continue;
+            if (x < k.x0) k.x0 = x;
+            if (y < k.y0) k.y0 = y;
+            if (x + 1 > k.x1) k.x1 = x + 1;
+            if (y + 1 > k.y1) k.y1 = y + 1;
+        }
+    if (k.sum > 0) k.cx /= k.sum, k.cy /= k.sum;
+    return k;
+}
+
+// s drawn at (100, 100) on a white 200 x 200 canvas (freed by the caller)
+static VizCanvas text_at(const char *s, double px, int face, int halign, int valign, int rot) {
+    VizCanvas c;
+    assert_int_equal(viz_canvas_init(&c, 200, 200, 0xffffff), 0);
+    viz_text(&c, 100, 100, s, px, face, 0x000000, halign, valign, rot);
+    return c;
+}
+#endif
+
+// Text lands where its anchor says (QA mutation, session 38: centred labels drawn right-aligned,
+// middle-aligned ones half a cap height low, the descent's sign flipped, rotated text a row off,
+// "×" decoded as "w", kerning measured but not drawn, the bold face never used: every chart
+// still drew, and no test looked where its text went). Holds for DejaVu and for the stb_easy_font
+// fallback (DMSH_FONT=/nonexistent), whichever this machine has.
+static void test_text_anchors(void **state) {
+    (void)state;
+#ifdef DM_HAVE_PNG
+    const double px = 20;
+    const double w = viz_text_width("H", px, VIZ_REGULAR), desc = viz_text_descent(px, VIZ_REGULAR);
+    print_message("%s: 'H' %.2f px wide, ascent %.2f, descent %.2f\n", viz_font_is_ttf() ? "TTF" : "stb_easy_font",
+                  w, viz_text_ascent(px, VIZ_REGULAR), desc);
+    assert_true(desc > 0.1 * px && desc < 0.4 * px);  // below the baseline: positive
+    // across: the centre of a centred 'H' on x, the left- and right-aligned ones half its width off
+    Ink h[3];
+    for (int ha = -1; ha <= 1; ha++) {
+        VizCanvas c = text_at("H", px, VIZ_REGULAR, ha, 0, 0);
+        h[ha + 1] = ink_of(&c);
+        viz_canvas_free(&c);
+        print_message("halign %d: ink x %d..%d, centre (%.2f, %.2f)\n", ha, h[ha + 1].x0, h[ha + 1].x1, h[ha + 1].cx, h[ha + 1].cy);
+        assert_true(h[ha + 1].sum > 0);
+    }
+    // (the fallback's glyphs start at the pen and keep their gap after them, in its measured
+    // width too: its ink sits up to one of its units, px / 11, left of where DejaVu's would)
+    const double slack = viz_font_is_ttf() ? 1 : 1 + px / 11;
+    assert_true(fabs(h[1].cx - 100) < slack);
+    assert_true(fabs(h[0].cx - (100 + w / 2)) < slack);
+    assert_true(fabs(h[2].cx - (100 - w / 2)) < slack);
+    assert_true(fabs(h[0].cx - h[1].cx - w / 2) < 0.5 && fabs(h[1].cx - h[2].cx - w / 2) < 0.5);
+    // down: middle (valign 0) centres the capital on y; the baseline (2) is y: the last inked
+    // row is y - 1; top (-1) puts it an ascent below y, bottom (1) a descent above
+    assert_true(fabs(h[1].cy - 100) < 1);
+    int base[4];
+    for (int va = -1; va <= 2; va++) {
+        VizCanvas c = text_at("H", px, VIZ_REGULAR, 0, va, 0);
+        Ink k = ink_of(&c);
+        viz_canvas_free(&c);
+        base[va + 1] = k.y1;
+        print_message("valign %d: ink y %d..%d\n", va, k.y0, k.y1);
+    }
+    assert_int_equal(base[3], 100);
+    assert_true(abs(base[0] - (100 + (int)lround(viz_text_ascent(px, VIZ_REGULAR)))) <= 1);
+    assert_true(abs(base[2] - (100 - (int)lround(desc))) <= 1);
+    // rotated (reads bottom to top): the same pixels turned a quarter counter-clockwise about the
+    // canvas, for every anchor: pixel (x, y) of the rotated text is pixel (199 - y, x) of the flat one
+    for (int ha = -1; ha <= 1; ha++)
+        for (int va = -1; va <= 2; va++) {
+            VizCanvas f = text_at("Hg7", px, VIZ_REGULAR, ha, va, 0), r = text_at("Hg7", px, VIZ_REGULAR, ha, va, 1);
+            int off = 0;
+            for (int y = 0; y < 200; y++)
+                for (int x = 0; x < 200; x++)
+                    off += abs(r.px[3 * (y * 200 + x)] - f.px[3 * (x * 200 + 199 - y)]) > 1;
+            if (off) print_error("halign %d valign %d: %d pixels of the rotated text are not the flat one's turned\n", ha, va, off);
+            assert_int_equal(off, 0);
+            viz_canvas_free(&f);
+            viz_canvas_free(&r);
+        }
+    // UTF-8: the axis factor's "×" is not drawn as "w" (its code point, U+00D7, read 5 bits a byte)
+    VizCanvas x = text_at("\xc3\x97", px, VIZ_REGULAR, 0, 0, 0), wv = text_at("w", px, VIZ_REGULAR, 0, 0, 0);
+    int differ = 0;
+    for (int i = 0; i < 200 * 200; i++) differ += x.px[3 * i] != wv.px[3 * i];
+    assert_true(ink_of(&x).sum > 0);
+    assert_true(differ > 10);
+    viz_canvas_free(&x);
+    viz_canvas_free(&wv);
+    // kerning: the ink of "AVAWAY" (pairs kerned closer) is no wider than its measured width
+    VizCanvas k = text_at("AVAWAY", px, VIZ_REGULAR, 0, 0, 0);
+    Ink kk = ink_of(&k);
+    viz_canvas_free(&k);
+    double kw = viz_text_width("AVAWAY", px, VIZ_REGULAR);
+    print_message("AVAWAY: %.2f px wide, inked %d..%d\n", kw, kk.x0, kk.x1);
+    assert_true(kk.x1 - kk.x0 <= kw + 1);
+    // the bold face (titles) is bolder: more ink than the regular face (the fallback has no bold)
+    if (viz_font_is_ttf()) {
+        VizCanvas b = text_at("HHHH", px, VIZ_BOLD, 0, 0, 0), g = text_at("HHHH", px, VIZ_REGULAR, 0, 0, 0);
+        double inb = ink_of(&b).sum, ing = ink_of(&g).sum;
+        print_message("HHHH: ink bold %.0f, regular %.0f\n", inb, ing);
+        assert_true(inb > 1.3 * ing);
+        viz_canvas_free(&b);
+        viz_canvas_free(&g);
+    }
+#else
+    print_message("no PNG support in this build: skipped\n");
+#endif
+}
+
+// The same with the stb_easy_font fallback (a machine without DejaVu): the faces load once per
+// process, so this program runs itself again with DMSH_FONT naming no file, that test alone.
+// (Its capitals sat 2 units above their anchor, and a byte outside ASCII, each of "×"'s, read
+// outside its glyph table: QA, session 38.)
+static void test_text_anchors_fallback(void **state) {
+    (void)state;
+#ifdef DM_HAVE_PNG
+    if (getenv("DM_TEST_VIZ_FALLBACK")) return;  // (the run it starts)
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "DMSH_FONT=/nonexistent/none.ttf DM_TEST_VIZ_FALLBACK=1 /proc/%d/exe", (int)getpid());
+    int st = system(cmd);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+#endif
+}
+
 int main(void) {
+    if (getenv("DM_TEST_VIZ_FALLBACK")) cmocka_set_test_filter("test_text_anchors");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tick_labels),
         cmocka_unit_test(test_linear_tick_values),
@@ -336,6 +468,8 @@ int main(void) {
         cmocka_unit_test(test_subtitle_counts),
         cmocka_unit_test(test_dead_png_tmps),
         cmocka_unit_test(test_hollow_dots),
+        cmocka_unit_test(test_text_anchors),
+        cmocka_unit_test(test_text_anchors_fallback),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
