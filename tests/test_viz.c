@@ -440,6 +440,38 @@ static void test_text_anchors(void **state) {
 #endif
 }
 
+// A rectangle's fractional edges are covered by their fraction, in both directions (bars and
+// ticks stay exact), and a dashed line has its gaps (QA mutation, session 38: a fractional top
+// row filled whole, and the reference line drawn solid, went unseen)
+static void test_rect_edges_and_dashes(void **state) {
+    (void)state;
+    VizCanvas c;
+    assert_int_equal(viz_canvas_init(&c, 200, 200, 0xffffff), 0);
+    viz_fill_rect(&c, 10.5, 60.25, 30.75, 70.5, 0x00ff00, 1);
+    // (x, y, the red left of 255 by the coverage: 255 (1 - cx cy))
+    static const struct { int x, y, red; } px[] = {{15, 65, 0}, {15, 60, 64}, {15, 70, 128}, {10, 65, 128},
+                                                   {30, 65, 64}, {10, 60, 159}, {30, 70, 159}, {15, 71, 255}, {31, 65, 255}};
+    for (size_t i = 0; i < sizeof px / sizeof *px; i++) {
+        const uint8_t *q = c.px + 3 * (px[i].y * 200 + px[i].x);
+        if (abs(q[0] - px[i].red) > 1 || q[1] != 255) print_error("(%d, %d) is %02x%02x%02x, want red %d\n", px[i].x, px[i].y, q[0], q[1], q[2], px[i].red);
+        assert_true(abs(q[0] - px[i].red) <= 1 && q[1] == 255);
+    }
+    // a dashed line as the reference line is drawn (7 on, 4 off, 1.6 wide), on row 150: pixels
+    // left nearly white between the dashes, about one gap every 11 px over 180 px
+    viz_dashed_hline(&c, 10, 190, 150.5, 1.6, 7, 4, 0x000000, 1);
+    int gaps = 0, inked = 0;
+    for (int x = 10, in_gap = 0; x < 190; x++) {
+        int light = c.px[3 * (150 * 200 + x)] > 200;
+        gaps += light && !in_gap;
+        inked += !light;
+        in_gap = light;
+    }
+    print_message("dashed line: %d gaps, %d inked pixels\n", gaps, inked);
+    assert_true(gaps >= 14 && gaps <= 17);
+    assert_true(inked > 90);
+    viz_canvas_free(&c);
+}
+
 // The same with the stb_easy_font fallback (a machine without DejaVu): the faces load once per
 // process, so this program runs itself again with DMSH_FONT naming no file, that test alone.
 // (Its capitals sat 2 units above their anchor, and a byte outside ASCII, each of "×"'s, read
@@ -470,6 +502,7 @@ int main(void) {
         cmocka_unit_test(test_hollow_dots),
         cmocka_unit_test(test_text_anchors),
         cmocka_unit_test(test_text_anchors_fallback),
+        cmocka_unit_test(test_rect_edges_and_dashes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
