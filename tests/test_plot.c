@@ -101,9 +101,10 @@ static void check_chart(const char *path, int w, int h) {
     Img im = load(path);
     assert_int_equal(im.w, w);
     assert_int_equal(im.h, h);
-    if (im.distinct < 50 || im.dark_title < 20) print_error("%s: %d colours, %d dark title pixels\n", path, im.distinct, im.dark_title);
+    if (im.distinct < 50 || im.dark_title < 10) print_error("%s: %d colours, %d dark title pixels\n", path, im.distinct, im.dark_title);
     assert_true(im.distinct >= 50);     // anti-aliased text and lines, grid, fills
-    assert_true(im.dark_title >= 20);   // the title's glyphs
+    assert_true(im.dark_title >= 10);   // the title's glyphs (the built-in font's 1-px strokes,
+                                        // no DejaVu: 19 for "log y"'s title; none drawn: 0)
     stbi_image_free(im.px);
 }
 
