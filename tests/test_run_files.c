@@ -609,6 +609,18 @@ static void test_steps_line(void **s) {
     free(t);
     const char *quoted[] = {"lr_mult=\"2\"", "steps=3000"};
     assert_null(session_steps_line(":stress", 2, quoted, 789));
+    // a :train typed with stop_after= and cut short: the new count replaces the old word (a
+    // second stop_after= is refused as "given twice", so the transcript no longer replayed: QA
+    // mutation, session 38), wherever the word stood
+    const char *stop[] = {"20", "ckpt_every=2", "stop_after=16"}, *stop0[] = {"stop_after=13", "20", "eval_every=5"};
+    t = session_steps_line(":train", 3, stop, 6);
+    assert_non_null(t);
+    assert_string_equal(t, ":train 20 ckpt_every=2 stop_after=6");
+    free(t);
+    t = session_steps_line(":train", 3, stop0, 11);
+    assert_non_null(t);
+    assert_string_equal(t, ":train 20 eval_every=5 stop_after=11");
+    free(t);
 }
 
 // Two saves of one state whose rows differ in their step times only are the same state, by the
