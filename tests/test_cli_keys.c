@@ -169,6 +169,50 @@ static void test_option_twice_and_maximum(void **s) {
     expect_out("\nstep 2 loss ");
 }
 
+// A :set is all or nothing: one whose eval_frac re-split is refused (the held-out part shorter
+// than a sequence) keeps none of its keys, lr included, in the model the exit's save then writes
+// (QA mutation, session 38: with the rollback gone the refused lr=0.5 was live, saved, and -r
+// showed it). A 400-byte corpus of random words: 10% held out is 40 B, 5% is 20 B < seq+1 = 33.
+static void test_refused_set_keeps_nothing(void **s) {
+    (void)s;
+    static const char *words[] = {"dormouse", "tea", "hatter", "riddle", "march", "hare", "treacle", "well"};
+    char text[401], script[1600];
+    unsigned r = 38u;
+    size_t n = 0;
+    while (n < 400) {
+        r = r * 1103515245u + 12345u;
+        n += (size_t)snprintf(text + n, sizeof text - n, "%s%c", words[(r >> 16) % 8], (r >> 8) % 5 ? ' ' : '\n');
+    }
+    text[400] = 0;
+    write_file("small.txt", text);
+    assert_int_equal(file_size("small.txt"), 400);
+    snprintf(script, sizeof script, ":session cf\n%s:data small.txt\n:init seed=4\n:set lr=0.5 eval_frac=0.05\n", SMALL);
+    int rc = run(script, out, sizeof out, err_, sizeof err_);  // (the error, then the exit's save says its file)
+    if (rc != 1 || !strstr(err_, "s.dm:6: error: data: held-out split of ")) print_error("rc=%d\n%s\n", rc, err_);
+    assert_int_equal(rc, 1);
+    assert_non_null(strstr(err_, "s.dm:6: error: data: held-out split of "));
+    assert_non_null(strstr(err_, "\ndmsh: saved runs/cf/ckpt/step-0.ckpt\n"));
+    assert_non_null(strstr(err_, " is 20 B, shorter than one sequence (seq+1 = 33 B)"));
+    assert_int_equal(sh_in_dir("%s --norc -r runs/cf -e ':show config' > out.txt 2> err.txt", dmsh), 0);
+    slurp_to("out.txt", out, sizeof out);
+    expect_out("\n  lr               0.003 ");
+    expect_out("\n  eval_frac        0.1 ");
+    assert_null(strstr(out, "0.5 "));
+    assert_null(strstr(out, "0.05 "));
+}
+
+// :init's twice-given check compares whole keys: lr after lr_muon is another key (QA mutation,
+// session 38: compared without its '=', "lr_muon=" began with "lr" and the :init was refused)
+static void test_init_key_that_begins_another(void **s) {
+    (void)s;
+    char script[1600];
+    snprintf(script, sizeof script, "%s:data %s\n:init seed=2 lr_muon=0.03 lr=0.007 wd=0.05\n:show config\n", SMALL, corpus);
+    expect_ok(script);
+    expect_out("\n  lr_muon          0.03 ");
+    expect_out("\n  lr               0.007 ");
+    expect_out("\n  wd               0.05 ");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_help_key),
@@ -179,6 +223,8 @@ int main(void) {
         cmocka_unit_test(test_engram_ram_route),
         cmocka_unit_test(test_show_model_chunk),
         cmocka_unit_test(test_option_twice_and_maximum),
+        cmocka_unit_test(test_refused_set_keeps_nothing),
+        cmocka_unit_test(test_init_key_that_begins_another),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
