@@ -52,11 +52,32 @@ static void test_checkpoint_line_once(void **s) {
     assert_string_equal(err_, "");    // and no line twice in a row
 }
 
+// A :set before a :load is undone by the :load (the loaded file's settings are the state's): -r
+// after the exit's save says no setting was lost (QA mutation, session 38: a :load no longer
+// reset what was collected, and -r said "lr 0.003 -> 0.01 ... :set / :arm them again", advice
+// that trains at an lr the session never ran at after its :load)
+static void test_set_before_a_load_not_lost(void **s) {
+    (void)s;
+    char cmd[1600];
+    snprintf(cmd, sizeof cmd, "%%s --norc -e '%s' -e ':data %s' -e ':init seed=5' -e ':save ext.ckpt' > out.txt 2> err.txt", TINY, corpus);
+    assert_int_equal(sh_in_dir(cmd, dmsh), 0);
+    snprintf(cmd, sizeof cmd, "%%s --norc -e ':session ls' -e '%s' -e ':data %s' -e ':init seed=5' -e ':set lr=0.01' -e ':load ext.ckpt' "
+             "-e ':step 2' > out.txt 2> err.txt", TINY, corpus);
+    assert_int_equal(sh_in_dir(cmd, dmsh), 0);
+    assert_int_equal(sh_in_dir("%s --norc -r runs/ls -e ':show config' > out.txt 2> err.txt", dmsh), 0);
+    slurp_to("out.txt", out, sizeof out);
+    if (strstr(out, "settings the transcript made after")) print_error("%s\n", out);
+    assert_null(strstr(out, "settings the transcript made after"));
+    assert_non_null(strstr(out, "resumed runs/ls at step 2 from ckpt/step-2.ckpt"));
+    assert_non_null(strstr(out, "\n  lr               0.003 "));  // (the loaded file's, as it ran)
+}
+
 int main(void) {
     (void)SMALL;  // (cli_harness.h's; these tests pass -e lines)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_preset_and_arm_round_trip_after_the_checkpoint),
         cmocka_unit_test(test_checkpoint_line_once),
+        cmocka_unit_test(test_set_before_a_load_not_lost),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
