@@ -3,6 +3,7 @@
 // (sessions/transcript_marks.c) written once each. (test_cli_saves.c holds the first of these;
 // this file the cases a mutation pass found unchecked, QA session 36.)
 #include "cli_harness.h"
+#include "../sessions/lost_settings.h"
 
 static const char *TINY = ":preset nano; :set d=32 H=2 L=2 E=2 k=1 r=8 f=64 engram_rows=257 engram_dim=8 seq=32 batch=4 warmup=5";
 
@@ -72,12 +73,37 @@ static void test_set_before_a_load_not_lost(void **s) {
     assert_non_null(strstr(out, "\n  lr               0.003 "));  // (the loaded file's, as it ran)
 }
 
+// A transcript line typed as a unique prefix of its command (`:ar kda off`) or as a shortcut
+// reads as that command; an ambiguous prefix as none (QA mutation, session 38: with prefixes
+// unresolved only test_cli's command-table check noticed, by a segfault; this file did not)
+static void test_command_prefixes_resolved(void **s) {
+    (void)s;
+    static const struct { const char *typed, *cmd; } cases[] = {
+        {":ar", ":arm"}, {":pres", ":preset"}, {":lo", ":load"}, {":arm", ":arm"}, {":set", ":set"},
+        {":s", ":step"}, {":t", ":train"}, {":se", NULL}, {":a", NULL}, {":frob", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *got = lost_settings_resolve(cases[i].typed, strlen(cases[i].typed));
+        if ((got == NULL) != (cases[i].cmd == NULL) || (got && strcmp(got, cases[i].cmd)))
+            print_error("%s: got %s, want %s\n", cases[i].typed, got ? got : "(none)", cases[i].cmd ? cases[i].cmd : "(none)");
+        if (cases[i].cmd)
+            assert_string_equal(got ? got : "(none)", cases[i].cmd);
+        else
+            assert_null(got);
+    }
+    // (the word as the transcript holds it: its length, not its NUL, ends it)
+    const char *line = ":ar kda off";
+    const char *got = lost_settings_resolve(line, strcspn(line, " "));
+    assert_string_equal(got ? got : "(none)", ":arm");
+}
+
 int main(void) {
     (void)SMALL;  // (cli_harness.h's; these tests pass -e lines)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_preset_and_arm_round_trip_after_the_checkpoint),
         cmocka_unit_test(test_checkpoint_line_once),
         cmocka_unit_test(test_set_before_a_load_not_lost),
+        cmocka_unit_test(test_command_prefixes_resolved),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
