@@ -1,7 +1,8 @@
-// test_cli_keep.c — dmsh as a process, on :train's ckpt_keep=N (sessions/ckpt_keep.c): a file
-// the run's save found already holding the state is no file of the run's, and a run keeping more
-// than 16 files. (test_cli_input.c holds test_ckpt_keep, the first cases; its file is near the
-// size limit. These are the cases a mutation pass found unchecked, QA session 38.)
+// test_cli_runs.c — dmsh as a process, on what a run leaves and shows: :train's ckpt_keep=N
+// (sessions/ckpt_keep.c) with a file the run's save found already holding the state and with more
+// than 16 files kept, :save into another session's ckpt/ when only one of its files is there, and
+// :show metrics' last five steps. (The cases a mutation pass found unchecked, QA session 38;
+// test_cli_input.c, home of test_ckpt_keep, and test_cli_saves.c are near the size limit.)
 #include "cli_harness.h"
 
 // Back with :load to step 4, then a :train over the same steps: its step-8 save finds step-8.ckpt
@@ -59,10 +60,48 @@ static void test_keep_more_than_sixteen(void **s) {
     }
 }
 
+// :show metrics lists the last five steps' rows, evals between them left out (QA mutation, session
+// 38: six were shown, one more than said)
+static void test_show_metrics_last_five(void **s) {
+    (void)s;
+    char script[1600];
+    snprintf(script, sizeof script, "%s:set eval_bytes=256\n:data %s\n:init seed=9\n:step 6\n:eval\n:step 3\n:show metrics\n", SMALL, corpus);
+    int rc = run(script, out, sizeof out, err_, sizeof err_);
+    if (rc) print_error("rc=%d\n%s\n%s\n", rc, out, err_);
+    assert_int_equal(rc, 0);
+    const char *m = strstr(out, "metric rows, step 9, ");
+    if (!m) print_error("%s\n", out);
+    assert_non_null(m);
+    int n = 0;
+    for (const char *p = m; (p = strstr(p, "\n  step ")); p++) n++;
+    if (n != 5) print_error("%s\n", m);
+    assert_int_equal(n, 5);
+    assert_non_null(strstr(m, "\n  step 4 loss "));  // steps 4 to 8, the eval (after step 5) not among them
+    assert_non_null(strstr(m, "\n  step 8 loss "));
+    assert_null(strstr(m, "\n  step 3 loss "));
+    assert_non_null(strstr(m, "\n  last eval: step 6 "));
+}
+
+// A directory holding ckpt/ with only one of a session's files (transcript.dm removed by hand, or
+// an older layout with config.dm alone) is still another session: :save into its ckpt/ is refused
+// (QA mutation, session 38: with both files required, such a save went through)
+static void test_save_into_a_session_with_one_file(void **s) {
+    (void)s;
+    char script[1600];
+    snprintf(script, sizeof script, ":session one\n%s:data %s\n:init seed=3\n:step 2\n", SMALL, corpus);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    assert_int_equal(sh_in_dir("rm runs/one/transcript.dm && test -f runs/one/config.dm%s", ""), 0);
+    snprintf(script, sizeof script, "%s:data %s\n:init seed=41\n:save runs/one/ckpt/mine.ckpt\n", SMALL, corpus);
+    expect_error(script, "inside the checkpoints of session");
+    assert_int_equal(file_size("runs/one/ckpt/mine.ckpt"), -1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_file_already_holding_the_state_stays),
         cmocka_unit_test(test_keep_more_than_sixteen),
+        cmocka_unit_test(test_show_metrics_last_five),
+        cmocka_unit_test(test_save_into_a_session_with_one_file),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
