@@ -440,6 +440,33 @@ static void test_text_anchors(void **state) {
 #endif
 }
 
+// A polyline's coverage is the max over its segments (canvas.h): where two segments meet, a
+// pixel is as dark as the darker of the two drawn alone, and never painted twice (QA, session
+// 38: the mask overwritten by the later segment drew the joints lighter and passed).
+static void test_polyline_joint_is_max(void **state) {
+    (void)state;
+    double x[3] = {20.3, 100.6, 30.2}, y[3] = {40.4, 100.2, 160.7};   // a sharp V at (100.6, 100.2)
+    VizCanvas a, b, p;
+    assert_int_equal(viz_canvas_init(&a, 200, 200, 0xffffff), 0);
+    assert_int_equal(viz_canvas_init(&b, 200, 200, 0xffffff), 0);
+    assert_int_equal(viz_canvas_init(&p, 200, 200, 0xffffff), 0);
+    viz_polyline(&a, x, y, 2, 5, 0x000000, 1);
+    viz_polyline(&b, x + 1, y + 1, 2, 5, 0x000000, 1);
+    viz_polyline(&p, x, y, 3, 5, 0x000000, 1);
+    int lighter = 0, darker = 0, both = 0;
+    for (int i = 0; i < 200 * 200; i++) {
+        int va = a.px[3 * i], vb = b.px[3 * i], vp = p.px[3 * i], m = va < vb ? va : vb;
+        both += va < 255 && vb < 255;
+        lighter += vp > m + 1;   // (one level of rounding either way)
+        darker += vp < m - 1;    // (painted twice: a dark bead)
+    }
+    if (lighter || darker) print_error("%d joint pixels lighter, %d darker than the darker segment alone\n", lighter, darker);
+    assert_true(both > 10);   // the segments do overlap at the joint (else nothing is tested)
+    assert_int_equal(lighter, 0);
+    assert_int_equal(darker, 0);
+    viz_canvas_free(&a); viz_canvas_free(&b); viz_canvas_free(&p);
+}
+
 // A rectangle's fractional edges are covered by their fraction, in both directions (bars and
 // ticks stay exact), and a dashed line has its gaps (QA mutation, session 38: a fractional top
 // row filled whole, and the reference line drawn solid, went unseen)
@@ -503,6 +530,7 @@ int main(void) {
         cmocka_unit_test(test_text_anchors),
         cmocka_unit_test(test_text_anchors_fallback),
         cmocka_unit_test(test_rect_edges_and_dashes),
+        cmocka_unit_test(test_polyline_joint_is_max),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
