@@ -128,6 +128,35 @@ static void test_show_params_and_model(void **s) {
     expect_out("(weights shared), loss=rec\n");
 }
 
+// :session's refusals of a name: a dot first (".", "..", a hidden directory) or DEL, as a '/'
+// and the other control bytes are; the name of a session opened and left with nothing run is
+// taken again; one whose metrics.tsv has rows and no checkpoint is refused with that said; a
+// --replay child (DMSH_DIGEST) opens none (QA mutation, session 38: each could go unnoticed)
+static void test_session_names(void **s) {
+    (void)s;
+    expect_error(":session .hid\n", "s.dm:1: error: session name '.hid': use a plain name (it becomes runs/NAME)");
+    expect_error(":session ..\n", "s.dm:1: error: session name '..': use a plain name");
+    expect_error(":session a\x7f" "b\n", "s.dm:1: error: session name with a control byte (0x7f): use a plain name");
+    assert_int_equal(sh_in_dir("test ! -e runs/.hid && test ! -e 'runs/a\177b'%s", ""), 0);
+    // opened, nothing run, left: the name is free again
+    expect_ok(":session e1\n");
+    expect_ok(":session e1\n");
+    expect_out("session runs/e1\n");
+    // rows and no checkpoint: refused, and why
+    char script[1600];
+    snprintf(script, sizeof script, ":session e2\n%s:data %s\n:init seed=2\n:step 2\n", SMALL, corpus);
+    expect_ok(script);
+    assert_int_equal(sh_in_dir("rm -f runs/e2/ckpt/*.ckpt runs/e2/ckpt/LATEST && test -s runs/e2/metrics.tsv%s", ""), 0);
+    expect_error(":session e2\n", "runs/e2 already holds a run with no checkpoint (metrics.tsv; it stopped before its first save, so it "
+                 "cannot be resumed): remove runs/e2 or choose a new name");
+    // a --replay child leaves sessions alone
+    write_file("rs.dm", ":session rs\n");
+    assert_int_equal(sh_in_dir("DMSH_DIGEST=rs.dig %s --norc -b rs.dm > out.txt 2> err.txt", dmsh), 0);
+    slurp_to("out.txt", out, sizeof out);
+    expect_out("session runs/rs not opened: a --replay run leaves sessions alone\n");
+    assert_int_equal(file_size("runs/rs"), -1);
+}
+
 // The eta's words: a checkpoint already timed is in the estimate, not named; the ones before are
 // counted right (QA mutation, session 38: a timed checkpoint was still named "not yet timed").
 // The last line of a run with neither evals nor checkpoints has nothing left: "eta 0s" (its steps
@@ -204,6 +233,7 @@ int main(void) {
         cmocka_unit_test(test_help_list_first_sentences),
         cmocka_unit_test(test_help_each_arm),
         cmocka_unit_test(test_show_params_and_model),
+        cmocka_unit_test(test_session_names),
         cmocka_unit_test(test_eta_words),
         cmocka_unit_test(test_eval_beaten_words),
     };
