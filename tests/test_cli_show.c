@@ -228,6 +228,44 @@ static void test_eval_beaten_words(void **s) {
     assert_int_equal(between, 1);         // (step 150: between them, the case that tells the two words apart)
 }
 
+// A :train that an interrupt stopped inside its eval: the transcript's cut line says so (its
+// replay runs that eval); one stopped between steps does not (QA mutation, session 38: with the
+// mark never set, the transcript said nothing of the eval). The signal lands where it lands: the
+// run is retried until one stop was inside an eval (with eval_every=1 and an eval of hundreds of
+// batches, nearly every one is).
+static void test_cut_in_eval_in_transcript(void **s) {
+    (void)s;
+    int in_eval = 0;
+    char name[32] = "", cmd[2400];
+    for (int t = 0; t < 5 && !in_eval; t++) {
+        snprintf(name, sizeof name, "ce%d", t);
+        snprintf(cmd, sizeof cmd, "(%s --norc -e ':preset nano; :set d=32 H=2 L=2 E=2 k=1 r=8 f=64 engram_rows=257 engram_dim=8 seq=32 "
+                 "batch=4' -e ':data %s' -e ':session %s' -e ':init seed=1' -e ':train 1000000 eval_every=1 log_every=1000000' > k.out 2>&1 & "
+                 "p=$!; for i in $(seq 1200); do [ $(cat runs/%s/metrics.tsv 2>/dev/null | wc -l) -gt 4 ] && break; sleep 0.05; "
+                 "done; kill -INT $p; wait $p; true)", dmsh, corpus, name, name);
+        assert_int_equal(sh_in_dir("%s", cmd), 0);
+        slurp_to("k.out", out, sizeof out);
+        in_eval = strstr(out, ", in its eval (state intact;") != NULL;
+    }
+    if (!in_eval) print_error("no stop inside an eval in 5 tries:\n%s\n", out);
+    assert_true(in_eval);
+    char path[64], tr[1 << 14];
+    snprintf(path, sizeof path, "runs/%s/transcript.dm", name);
+    slurp_to(path, tr, sizeof tr);
+    if (!strstr(tr, " by an interrupt, inside its eval (the replay runs that eval")) print_error("%s\n", tr);
+    assert_non_null(strstr(tr, " by an interrupt, inside its eval (the replay runs that eval"));
+    // between steps: no eval named
+    snprintf(cmd, sizeof cmd, "(%s --norc -e ':preset nano; :set d=32 H=2 L=2 E=2 k=1 r=8 f=64 engram_rows=257 engram_dim=8 seq=32 "
+             "batch=4' -e ':data %s' -e ':session cb' -e ':init seed=1' -e ':train 1000000 eval_every=0 log_every=1000000' > k.out 2>&1 & "
+             "p=$!; for i in $(seq 1200); do [ $(cat runs/cb/metrics.tsv 2>/dev/null | wc -l) -gt 12 ] && break; sleep 0.05; "
+             "done; kill -INT $p; wait $p; true)", dmsh, corpus);
+    assert_int_equal(sh_in_dir("%s", cmd), 0);
+    slurp_to("runs/cb/transcript.dm", tr, sizeof tr);
+    if (!strstr(tr, " by an interrupt; the next line takes ")) print_error("%s\n", tr);
+    assert_non_null(strstr(tr, " by an interrupt; the next line takes "));
+    assert_null(strstr(tr, "inside its eval"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_help_list_first_sentences),
@@ -236,6 +274,7 @@ int main(void) {
         cmocka_unit_test(test_session_names),
         cmocka_unit_test(test_eta_words),
         cmocka_unit_test(test_eval_beaten_words),
+        cmocka_unit_test(test_cut_in_eval_in_transcript),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
