@@ -35,6 +35,18 @@ static inline int run(const char *script, char *out, size_t nout, char *errbuf, 
 
 static char out[1 << 20], err_[1 << 16];
 
+// a script that must succeed (its stderr shown when it does not), and text its stdout must hold
+static inline void expect_ok(const char *script) {
+    int rc = run(script, out, sizeof out, err_, sizeof err_);
+    if (rc) print_error("script:\n%s\nrc=%d stderr: %s\n", script, rc, err_);
+    assert_int_equal(rc, 0);
+}
+
+static inline void expect_out(const char *needle) {
+    if (!strstr(out, needle)) print_error("wanted: %s\nstdout:\n%s\n", needle, out);
+    assert_non_null(strstr(out, needle));
+}
+
 static inline int count_lines(const char *s) {
     int n = 0;
     for (; *s; s++) n += *s == '\n';

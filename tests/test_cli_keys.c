@@ -4,17 +4,6 @@
 // it set, and where a live model's engram_ram refusal points.
 #include "cli_harness.h"
 
-static void expect_ok(const char *script) {
-    int rc = run(script, out, sizeof out, err_, sizeof err_);
-    if (rc) print_error("script:\n%s\nrc=%d stderr: %s\n", script, rc, err_);
-    assert_int_equal(rc, 0);
-}
-
-static void expect_out(const char *needle) {
-    if (!strstr(out, needle)) print_error("wanted: %s\nstdout:\n%s\n", needle, out);
-    assert_non_null(strstr(out, needle));
-}
-
 // :help lr answered "unknown command ':lr' (did you mean :arm?)": no way from :help to a key
 static void test_help_key(void **s) {
     (void)s;

@@ -9,17 +9,6 @@
 // the time it took, read as the time left, would not print as 0s
 enum { ETA_STEPS = 150 };
 
-static void expect_ok(const char *script) {
-    int rc = run(script, out, sizeof out, err_, sizeof err_);
-    if (rc) print_error("script:\n%s\nrc=%d stderr: %s\n", script, rc, err_);
-    assert_int_equal(rc, 0);
-}
-
-static void expect_out(const char *needle) {
-    if (!strstr(out, needle)) print_error("wanted: %s\nstdout:\n%s\n", needle, out);
-    assert_non_null(strstr(out, needle));
-}
-
 // :help's list shows each command's first sentence: cut at the first ". ", not at a '.' inside
 // "1..L" (QA mutation, session 38: cut at any '.', :eval-depths read "Held-out BPB at every depth 1"),
 // and without the full stop of a help that is one sentence (":quit  Leave")
