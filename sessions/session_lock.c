@@ -9,7 +9,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-// ---- one dmsh per session: an advisory lock on DIR/.lock, held while the session is open ----
 static int lock_fd = -1, new_fd = -1;
 
 // the pid the holder wrote into the lock file ("" when it wrote none)
