@@ -1,7 +1,7 @@
 // test_cli_keys.c — dmsh as a process, on what the config commands say about keys (QA, session
 // 32): :help KEY, the notes of :set for keys that change nothing as the config stands, the
 // refusal of a weight decay that would flip the weights' sign, :preset's line naming every key
-// it set, and where a live model's engram_ram refusal points.
+// it set, where a live model's engram_ram refusal points, and an :init the build refuses.
 #include "cli_harness.h"
 
 // :help lr answered "unknown command ':lr' (did you mean :arm?)": no way from :help to a key
@@ -202,6 +202,31 @@ static void test_init_key_that_begins_another(void **s) {
     expect_out("\n  wd               0.05 ");
 }
 
+// an :init whose words pass validation but whose model is refused by the build (more memory than
+// the host has) keeps the live model and its config: the model it would have replaced goes on
+// training, and the session resumes it (QA mutation, session 38 ST9: with the config not restored,
+// the exit save wrote the huge engram_rows into the checkpoint of the small model: a 48 GB
+// allocation at exit, "out of memory")
+static void test_init_refused_by_build_keeps_config(void **s) {
+    (void)s;
+    char script[1600];
+    snprintf(script, sizeof script, ":session ib\n%s:data %s\n:init seed=1\n:step 2\n:init engram_rows=2000000000 engram_dim=64 seed=5\n",
+             SMALL, corpus);
+    int rc = run(script, out, sizeof out, err_, sizeof err_);
+    if (rc != 1 || !strstr(err_, "s.dm:7: error: this model needs about ") || strstr(err_, "out of memory"))
+        print_error("rc=%d\n%s\n", rc, err_);
+    assert_int_equal(rc, 1);
+    assert_non_null(strstr(err_, "s.dm:7: error: this model needs about "));
+    assert_null(strstr(err_, "out of memory"));  // (the exit save of the live model)
+    assert_int_equal(sh_in_dir("%s --norc -r runs/ib -e ':show config' -e ':step 1' > out.txt 2> err.txt", dmsh), 0);
+    slurp_to("out.txt", out, sizeof out);
+    expect_out("resumed runs/ib at step 2 ");
+    expect_out("\n  engram_rows      257 ");
+    expect_out("\n  engram_dim       8 ");
+    expect_out("\n  seed             1 ");
+    expect_out("\nstep 2 loss ");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_help_key),
@@ -214,6 +239,7 @@ int main(void) {
         cmocka_unit_test(test_option_twice_and_maximum),
         cmocka_unit_test(test_refused_set_keeps_nothing),
         cmocka_unit_test(test_init_key_that_begins_another),
+        cmocka_unit_test(test_init_refused_by_build_keeps_config),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
