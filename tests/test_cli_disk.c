@@ -211,9 +211,11 @@ static void test_signal_under_full_pipe(void **s) {
     (void)s;
     write_setup("pp.dm");
     // the reader waits until dmsh sleeps in a pipe write (its wchan), then sends SIGTERM, then reads
+    // (up to 90 s: a coverage build on a loaded 2-core host took over the first 20 s to fill the
+    // pipe, and the missing seen.txt failed the test as an unreadable file)
     int rc = sh_in_dir("rm -f pid.txt; { %s --norc -b pp.dm -e ':train 1000000 log_every=1 eval_every=0' 2> err.txt & echo $! > pid.txt; wait; } | "
                        "{ until [ -s pid.txt ]; do sleep 0.05; done; p=$(cat pid.txt); "
-                       "if [ -r /proc/$p/wchan ]; then for i in $(seq 400); do grep -q pipe /proc/$p/wchan && { echo blocked > seen.txt; break; }; "
+                       "if [ -r /proc/$p/wchan ]; then echo 'never blocked in 90 s' > seen.txt; for i in $(seq 1800); do grep -q pipe /proc/$p/wchan && { echo blocked > seen.txt; break; }; "
                        "sleep 0.05; done; else echo nowchan > seen.txt; fi; sleep 0.2; kill -TERM $p; sleep 0.3; cat > out.txt; }", dmsh);
     assert_int_equal(rc, 0);
     slurp_to("seen.txt", out, sizeof out);
