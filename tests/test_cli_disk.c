@@ -249,10 +249,11 @@ static void test_signal_under_full_pipe(void **s) {
 static void test_signal_under_stuck_reader(void **s) {
     (void)s;
     write_setup("ps.dm");
+    // (the pipe waited for up to 90 s, as in test_signal_under_full_pipe; the reader outlives it)
     int rc = sh_in_dir("rm -f pid.txt rc.txt stuck.txt; ( { %s --norc -b ps.dm -e ':train 1000000 log_every=1 eval_every=0' 2> err.txt & "
-                       "echo $! > pid.txt; wait $!; echo $? > rc.txt; } | sh -c 'echo $$ > rpid.txt; exec sleep 60' ) & "
+                       "echo $! > pid.txt; wait $!; echo $? > rc.txt; } | sh -c 'echo $$ > rpid.txt; exec sleep 200' ) & "
                        "until [ -s pid.txt ]; do sleep 0.05; done; p=$(cat pid.txt); "
-                       "for i in $(seq 400); do grep -q pipe /proc/$p/wchan 2> /dev/null && break; sleep 0.05; done; kill -TERM $p; "
+                       "for i in $(seq 1800); do grep -q pipe /proc/$p/wchan 2> /dev/null && break; sleep 0.05; done; kill -TERM $p; "
                        "for i in $(seq 150); do kill -0 $p 2> /dev/null || break; sleep 0.1; done; "
                        "kill -0 $p 2> /dev/null && { kill -9 $p; echo stuck > stuck.txt; }; kill $(cat rpid.txt); wait; test ! -e stuck.txt", dmsh);
     slurp_to("err.txt", err_, sizeof err_);
