@@ -96,7 +96,9 @@ static void test_sgemm_edges(void **s) {
     assert_true(worst <= 1e-5);
 }
 
-// The model's shapes (nano and mini), threads on: accuracy and 1-vs-2-thread bit identity.
+// The model's shapes (nano and mini; base's backward, whose N = d = 768 crosses the 512-column
+// block with op(B) = B, so a later column block that packed B's first columns again showed only
+// here: a mutation pass, session 39), threads on: accuracy and 1-vs-2-thread bit identity.
 static void test_sgemm_model_shapes(void **s) {
     (void)s;
     Rng r = {77};
@@ -106,6 +108,9 @@ static void test_sgemm_model_shapes(void **s) {
         {1, 0, 514, 128, 1024, 0, 1, 1},   // backward d-weight: dW += dout^T inp
         {0, 1, 1024, 600, 40, 3, 1, 0},    // more than one NC block of columns
         {1, 1, 70, 90, 530, 1, -0.5f, 0.25f},
+        {0, 0, 1024, 768, 768, 0, 1, 1},   // base (d = 768): dinp += dout W, two column blocks
+        {1, 0, 768, 768, 1024, 0, 1, 1},   // base: dW += dout^T inp
+        {1, 0, 100, 530, 70, 2, 0.5f, 0.3f},  // op(B) = B past 512 columns, padded, alpha, beta
     };
     double worst = 0;
     for (unsigned i = 0; i < sizeof cs / sizeof *cs; i++) worst = err_max(worst, run_case(&cs[i], &r, 1));
