@@ -269,7 +269,7 @@ spec-forward: $(B)/libdm.a
 	    || { echo "$$out"; exit 1; }; echo "$$out" | tail -1; done
 
 # One optimizer step against an independent pure-Python step written from SPEC.md §4 (and
-# decisions.md where it is open; tests/spec_optim): 20 variants (schedule phases, opt=adamw,
+# decisions.md where it is open; tests/spec_optim): 22 variants (schedule phases, opt=adamw,
 # muon_colrow, clip binding or not, arms off, the NaN firewall, the retraction), every update,
 # moment, table row count and the logged rates and norm within 1e-10 in double; then deliberate
 # misreadings of §4 in the Python side, each of which must be caught.

@@ -61,6 +61,10 @@ VARIANTS = [
                "lr_min_frac=0.3"], {}),
     ("engram_off", ["off=engram", "pre=4"], {}),              # no table row read, mem.* frozen
     ("kda_moe_off", ["off=kda", "off=moe", "pre=4"], {}),
+    # one of kda/moe off alone: the gate rows 0 (kda) and 2 (moe) are no longer symmetric, so a
+    # gate stepped on the other arm's row shows (both off or both on hid it: mutation pass, session 39)
+    ("moe_off", ["off=moe", "pre=4"], {}),
+    ("kda_off", ["off=kda", "pre=4"], {}),
     ("firewall_grad", ["nan=kda.wq", "pre=4"], {"skipped": True}),
     ("firewall_loss", ["nanloss=1", "pre=4"], {"skipped": True}),
     ("retract", ["retract=1", "pre=6"], {}),                  # the polar retraction after the step
