@@ -84,6 +84,13 @@ static void test_sample_byte(void **s) {
         int b = sample_byte(lg, 1.0, 3, &r);                  // top-3: 65, 0, 1
         assert_true(b == 65 || b == 0 || b == 1);
     }
+    // the softmax is shifted by the top logit: unshifted, exp(10 / 0.01) and exp(800) overflow, the
+    // draw becomes NaN and every sample the lowest logit of the top-k (byte 255 here) — a near-greedy
+    // :gen temp=0.01 printed the least likely byte (a mutation pass, session 39)
+    for (int i = 0; i < 100; i++) assert_int_equal(sample_byte(lg, 0.01, 0, &r), 65);   // p(other) < e^-900
+    lg[65] = 800;
+    for (int i = 0; i < 100; i++) assert_int_equal(sample_byte(lg, 1.0, 0, &r), 65);    // p(other) < e^-790
+    lg[65] = 10;
     // ties go to the lower byte in greedy decoding too, as in the top-k order: a greedy sample and a
     // top_k=1 one agree (a zero head ties every logit; QA mutation, session 36: greedy's tie-break
     // was unpinned)
