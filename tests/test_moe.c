@@ -99,8 +99,9 @@ static void fill_z_gapped(real *z, int N, int E, double gap, Rng *g) {
 #endif
 
 // ---- dense reference: explicit W1 = U1 diag(s1) V1^T [f, d], W2 = U2 diag(s2) V2^T [d, f],
-// per-token routing from scratch, everything in double ----
-static void dense_reference(double *out, double *aux, int *load, const Inst *m) {
+// per-token routing from scratch, everything in double; given (may be NULL): [N, k] the experts
+// each token uses instead of its own top-k, weighted by their own p (moe_forward_routed) ----
+static void dense_reference(double *out, double *aux, int *load, const Inst *m, const int *given) {
     const MoEShape s = m->s;
     const int N = s.N, d = s.d, E = s.E, k = s.k, r = s.r, f = s.f;
     double *W1 = malloc(sizeof(double) * E * f * d);  // [E, f, d]
@@ -137,6 +138,7 @@ static void dense_reference(double *out, double *aux, int *load, const Inst *m) 
             int best = -1;
             for (int e = 0; e < E; e++)
                 if (!chosen[e] && (best < 0 || m->z[t * E + e] > m->z[t * E + best])) best = e;
+            if (given) best = given[(size_t)t * k + j];
             chosen[best] = 1; pick[j] = best; S += p[best];
             load[best]++;
         }
@@ -177,7 +179,7 @@ static void check_forward(Inst *m, int expect_all_to_0) {
     real aux;
     double aux_ref;
     moe_forward(out, &aux, load, m->ws, m->n, m->z, inst_params(m), s);
-    dense_reference(ref, &aux_ref, load_ref, m);
+    dense_reference(ref, &aux_ref, load_ref, m, NULL);
     double maxd = 0, maxr = 0;
     for (size_t i = 0; i < (size_t)s.N * s.d; i++) {
         maxd = err_max(maxd, fabs(out[i] - ref[i]));
@@ -276,6 +278,36 @@ static void test_route_ties(void **state) {
     moe_route(idx, w, p, two, 2, 4, 2);
     assert_int_equal(idx[0], 3); assert_int_equal(idx[1], 0);
     assert_int_equal(idx[2], 0); assert_int_equal(idx[3], 1);
+}
+
+// Router logits spread far apart (a diverging run): the softmax is shifted by the token's max,
+// so p and w stay finite and the pick is the max. Shifted by the min instead, exp overflows past
+// a spread of ~88 (float) or ~709 (double) and the routing is NaN (a mutation pass, session 39).
+static void test_route_spread(void **state) {
+    (void)state;
+    const struct { int E, k, top; real z[4]; } cs[] = {
+        {4, 2, 0, {60, -40, 0, 1}}, {2, 1, 1, {-100, 100}}, {3, 2, 1, {-400, 400, 0}}, {3, 1, 2, {-500, 0, 300}},
+    };
+    for (unsigned c = 0; c < sizeof cs / sizeof *cs; c++) {
+        int E = cs[c].E, k = cs[c].k, idx[4];
+        real w[4], p[4];
+        moe_route(idx, w, p, cs[c].z, 1, E, k);
+        double sp = 0, sw = 0;
+        for (int e = 0; e < E; e++) {
+            if (!isfinite((double)p[e])) print_error("case %u: p[%d] = %g\n", c, e, (double)p[e]);
+            assert_true(isfinite((double)p[e]) && p[e] >= 0);
+            sp += p[e];
+        }
+        for (int j = 0; j < k; j++) {
+            assert_true(isfinite((double)w[j]));
+            sw += w[j];
+        }
+        assert_true(fabs(sp - 1) < 1e-6);
+        assert_int_equal(idx[0], cs[c].top);
+        assert_true(fabs((double)p[cs[c].top] - 1) < 1e-6);   // the others are below e^-40
+        if (k > 1) assert_true(fabs(sw - 1) < 1e-6);           // renormalised over the picks
+        else assert_true(fabs((double)w[0] - 1) < 1e-6);      // Switch: the bare p
+    }
 }
 
 // every token forced to expert 0: nothing dropped, out = the dense per-token reference
@@ -397,6 +429,42 @@ static void test_forward_routed(void **state) {
     assert_false(moe_route_valid(given, s.N, s.E, s.k));
     free(o1); free(o2); free(w); free(p); free(own); free(given); free(back);
     inst_free(&m);
+}
+
+// The values of a given routing's output, not only that it differs from the own routing's: the
+// weights are the given experts' own p (renormalised over them at k > 1), as the dense reference
+// computes them. Weights taken from the own top-k and applied to the given experts passed every
+// check above (a mutation pass, session 39): :check parity follows a device's routing with it.
+static void test_forward_routed_values(void **state) {
+    (void)state;
+    for (int k = 1; k <= 2; k++) {
+        MoEShape s = {.N = 37, .d = 12, .E = 5, .k = k, .r = 4, .f = 16};
+        Inst m = inst_new(s, 700 + k);
+        size_t Nd = (size_t)s.N * s.d, Nk = (size_t)s.N * s.k;
+        int *given = malloc(sizeof(int) * Nk), l[8], lref[8];
+        real *w = malloc(sizeof(real) * Nk), *p = malloc(sizeof(real) * s.N * s.E), *o = malloc(sizeof(real) * Nd);
+        double *ref = malloc(sizeof(double) * Nd), aref;
+        real a;
+        moe_route(given, w, p, m.z, s.N, s.E, s.k);
+        for (int t = 0; t < s.N; t += 3) {  // every third token's last pick: the next expert up it did not pick
+            int *gt = given + (size_t)t * k, e = gt[k - 1];
+            do e = (e + 1) % s.E; while (e == gt[0] || e == gt[k - 1]);
+            gt[k - 1] = e;
+        }
+        moe_forward_routed(o, &a, l, m.ws, m.n, m.z, inst_params(&m), s, given, NULL);
+        dense_reference(ref, &aref, lref, &m, given);
+        double md = 0, mr = 0;
+        for (size_t i = 0; i < Nd; i++) {
+            md = fmax(md, fabs((double)o[i] - ref[i]));
+            mr = fmax(mr, fabs(ref[i]));
+        }
+        print_message("k=%d: the given routing's output vs the dense reference of it: %.2e\n", k, md / mr);
+        assert_true(md / mr < FWD_TOL);
+        assert_true(fabs((double)a - aref) <= FWD_TOL * fabs(aref));
+        assert_memory_equal(l, lref, sizeof(int) * s.E);
+        free(given); free(w); free(p); free(o); free(ref);
+        inst_free(&m);
+    }
 }
 
 #ifdef DM_DOUBLE
@@ -530,10 +598,12 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_route_random),
         cmocka_unit_test(test_route_ties),
+        cmocka_unit_test(test_route_spread),
         cmocka_unit_test(test_forced_router),
         cmocka_unit_test(test_forward_dense),
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_forward_routed),
+        cmocka_unit_test(test_forward_routed_values),
 #ifdef DM_DOUBLE
         cmocka_unit_test(test_fd_k1),
         cmocka_unit_test(test_fd_k2),
