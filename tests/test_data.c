@@ -560,6 +560,18 @@ static void test_fits_needs_the_target_byte(void **s) {
     assert_int_equal(data_fits(&d, (int)d.n_eval, &err), 1);
     assert_non_null(strstr(err.msg, "the held-out split is 1000 B, shorter than one sequence (seq+1 = 1001 B)"));
     assert_int_equal(data_fits(&d, (int)d.n_eval - 1, &err), 0);
+    // the checked reads' own length check (:check parity's seq= is not data_fits-checked): the same
+    // bar, an error at seq = the split's length. One short, the batch's window offset took a modulo
+    // by n_train - seq = 0: SIGFPE instead of the error (a mutation pass, session 39)
+    int *x = malloc(sizeof(int) * (size_t)d.n_train), *y = malloc(sizeof(int) * (size_t)d.n_train);
+    assert_int_equal(data_batch_checked(&d, 1, 0, 1, (int)d.n_train, x, y, &err), 1);
+    assert_non_null(strstr(err.msg, "seq=9000 does not fit the training split (9000 B): at most seq=8999"));
+    assert_int_equal(data_batch_checked(&d, 1, 0, 1, (int)d.n_train - 1, x, y, &err), 0);
+    assert_int_equal(data_eval_seq_checked(&d, 0, (int)d.n_eval, x, y, &err), 1);
+    assert_non_null(strstr(err.msg, "seq=1000 does not fit the held-out split (1000 B): at most seq=999"));
+    assert_int_equal(data_eval_seq_checked(&d, 0, (int)d.n_eval - 1, x, y, &err), 0);
+    free(x);
+    free(y);
     data_close(&d);
 }
 
