@@ -4,7 +4,8 @@
 // is drawn with (bins=, log=, the values), seen by wrapping viz_hist_png (the Makefile links this
 // test with --wrap=viz_hist_png; nothing is drawn). QA mutation, session 37: each of these could
 // print a neighbour's value (transposed columns, min in the max slot, a fraction for a
-// percentage, bins= ignored) with every test passing.
+// percentage, bins= ignored) with every test passing. And :gen's check of every sampled byte's
+// logits, with weights that turn non-finite only past the prompt.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,7 @@
 #include "../viz/plot.h"
 
 int cmd_probe(Shell *sh, Words *w, dm_err *err);
+int cmd_gen(Shell *sh, Words *w, dm_err *err);
 
 // cmd_inspect.o's :device names the CUDA backend; dmsh links a loader or a stub for it, this test
 // neither (no :device here)
@@ -252,11 +254,47 @@ static void test_hist_options(void **s) {
     assert_int_equal(seen.logy, 0);
 }
 
+// A model whose logits turn non-finite only after the prompt: every byte's embedding row NaN but
+// the prompt's ('a'). The prompt's logits are finite, the first sample (greedy, not 'a') is
+// printed, and feeding it makes the logits NaN: :gen stops there with its error. Without the
+// per-byte check it printed 4 more made-up bytes (sample_byte on NaN logits gives byte 0 or
+// the top-k's last) and succeeded (a mutation pass, session 39).
+static void test_gen_nonfinite_midway(void **s) {
+    (void)s;
+    const ParamTensor *t = &eng.model.t[P_EMB];
+    size_t d = t->numel / 256;
+    real *emb = eng.model.params + t->offset, *keep = malloc(sizeof(real) * t->numel);
+    memcpy(keep, emb, sizeof(real) * t->numel);
+    for (int b = 0; b < 256; b++)
+        if (b != 'a')
+            for (size_t j = 0; j < d; j++) emb[(size_t)b * d + j] = (real)NAN;
+    const char *argv[] = {":gen", "a", "n=5", "temp=0"};
+    Words w = {0};
+    for (int i = 0; i < 4; i++) w.argv[w.argc++] = (char *)argv[i];
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    Shell sh = {.eng = &eng, .out = f, .src = "-e"};
+    dm_err err = {0};
+    int rc = cmd_gen(&sh, &w, &err);
+    rewind(f);
+    out[fread(out, 1, sizeof out - 1, f)] = 0;
+    fclose(f);
+    memcpy(emb, keep, sizeof(real) * t->numel);
+    free(keep);
+    if (rc != 1 || !strstr(err.msg, "became non-finite after 1 sampled bytes")) print_error("rc=%d out '%s' err '%s'\n", rc, out, err.msg);
+    assert_int_equal(rc, 1);
+    assert_non_null(strstr(err.msg, ":gen: the model's logits became non-finite after 1 sampled bytes"));
+    // the prompt and the one sample, a byte other than 'a' (else no NaN row was read), then the line's end
+    assert_int_equal((int)strlen(out), 3);
+    assert_true(out[0] == 'a' && out[1] != 'a' && out[2] == '\n');
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_per_byte_listing),
         cmocka_unit_test(test_stats_line),
         cmocka_unit_test(test_hist_options),
+        cmocka_unit_test(test_gen_nonfinite_midway),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
