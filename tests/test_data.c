@@ -360,6 +360,35 @@ static void test_mmap_large(void **s) {
     data_close(&d);
 }
 
+// A held-out file of its own (eval=PATH2) that shrinks: the fault's file is looked for in the
+// eval corpus too, and named (a mutation pass, session 39: looking only in the training corpus
+// gave the unnamed "a corpus file changed" line, and no test saw it). Called from
+// test_shrunk_file: data.c installs its SIGBUS handler once per process, at the first checked
+// read, and cmocka puts its own handlers back after each test, so a later test's fault would
+// reach cmocka's.
+static void shrunk_eval_file(void) {
+    enum { N = 1 << 16, T = 32 };
+    uint8_t *b = malloc(N);
+    fill_bytes(b, N, 77);
+    write_file("shrink_tr.txt", b, N);
+    fill_bytes(b, N, 78);
+    write_file("shrink_ev.txt", b, N);
+    char pt[512], pe[512];
+    path_in(pt, sizeof pt, "shrink_tr.txt");
+    path_in(pe, sizeof pe, "shrink_ev.txt");
+    Data d;
+    dm_err err = {0};
+    if (data_open(&d, pt, pe, 0.1, T, &err)) fail_msg("%s", err.msg);
+    int x[T], y[T];
+    assert_int_equal(data_eval_seq_checked(&d, 0, T, x, y, &err), 0);
+    assert_int_equal(truncate(pe, 0), 0);  // every page of it faults
+    assert_int_equal(data_eval_seq_checked(&d, 0, T, x, y, &err), 1);
+    if (!strstr(err.msg, "ev.txt changed on disk while open (reading it faulted")) print_error("%s\n", err.msg);
+    assert_non_null(strstr(err.msg, "ev.txt changed on disk while open (reading it faulted: it shrank from 65536 B)"));
+    data_close(&d);
+    free(b);
+}
+
 // A mapped corpus file that shrinks on disk: the checked reads return a one-line error (a plain
 // read would raise SIGBUS and end the process); after the :data reopen, reads work again.
 static void test_shrunk_file(void **s) {
@@ -397,6 +426,7 @@ static void test_shrunk_file(void **s) {
     for (int step = 0; step < 64; step++) assert_int_equal(data_batch_checked(&d, 1, step, B, T, x, y, &err), 0);
     data_close(&d);
     free(b);
+    shrunk_eval_file();
 }
 
 // A cut inside the file's last page does not fault: the bytes past it read as zeros (QA, session
