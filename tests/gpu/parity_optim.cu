@@ -56,6 +56,35 @@ static void t_optim_small(const StepHyper *hh, const StepHyper *ghp, const OptSt
     report("opt_adam_rows g~1e-5 row_steps (exact)", down<int64_t>(drs, rs.size()) != rs ? 1 : 0, 0);
     delete dp; delete dg; delete dm; delete dv; delete drows; delete drs;
 }
+// One Muon step on both sides (the reference emulating bf16 when lowp), compared by the update
+// (normwise, the Muon bars below) and the momentum; zero >= 0: matrix `zero` has g = momentum = 0,
+// and its update alone is compared too.
+static void muon_case(const char *tag, std::vector<float> mp, const std::vector<float> &mg, std::vector<float> mb,
+                      int nm, int rr, int cc, int cr, int lowp, int zero, const StepHyper *hh, const OptStatus *sc,
+                      const StepHyper *ghp, OptStatus *gst) {
+    size_t n1 = (size_t)rr * cc, mn = n1 * nm;
+    std::vector<float> p0 = mp;
+    Dev *dmp = up(mp), *dmg = up(mg), *dmb = up(mb);
+    std::vector<float> scr(C_->opt_muon_scratch_size(nm, rr, cc));
+    Dev dscr(sizeof(float) * G_->opt_muon_scratch_size(nm, rr, cc));
+    C_->emulate_bf16(lowp);
+    C_->opt_muon(mp.data(), mg.data(), mb.data(), nm, rr, cc, cr, scr.data(), hh, sc);
+    C_->emulate_bf16(0);
+    G_->opt_muon(dmp->f(), dmg->f(), dmb->f(), nm, rr, cc, cr, dscr.f(), ghp, gst);
+    std::vector<float> gp = down<float>(dmp, mn), uc(mn), ug(mn);
+    for (size_t i = 0; i < mn; i++) { uc[i] = mp[i] - p0[i]; ug[i] = gp[i] - p0[i]; }
+    char nmm[96];
+    const char *sfx = cr ? (lowp ? " colrow bf16" : " colrow") : (lowp ? " bf16" : "");
+    snprintf(nmm, sizeof nmm, "opt_muon %dx%dx%d %s%s update", nm, rr, cc, tag, sfx);
+    report(nmm, relerr(uc.data(), ug.data(), mn), lowp ? 1e-1 : 2e-3);
+    if (zero >= 0) {
+        snprintf(nmm, sizeof nmm, "opt_muon %s%s: its update", tag, sfx);
+        report(nmm, relerr(uc.data() + zero * n1, ug.data() + zero * n1, n1), 1e-6);
+    }
+    snprintf(nmm, sizeof nmm, "opt_muon %dx%dx%d %s%s momentum", nm, rr, cc, tag, sfx);
+    cmp(nmm, mb, dmb, 1e-6);
+    delete dmp; delete dmg; delete dmb;
+}
 void t_optim() {
     // segments: two chunks, a small one, an empty one, a table-sized one
     const int nseg = 4;
@@ -213,6 +242,30 @@ void t_optim() {
                      lowp ? " bf16" : "");
             cmp(nmm, mb, dmb, 1e-6);
             delete dmp; delete dmg; delete dmb;
+        }
+    }
+    // Muon's eps: a matrix whose momentum-corrected gradient U is exactly 0, as every arm's matrix is
+    // at step 0 of a fresh run (ReZero's alpha starts at 0, so the arms' gradients and momenta are
+    // 0). G / (||G||_F + eps) keeps it 0 through Newton-Schulz, and under colrow the column and row
+    // RMS's + eps keep it 0 again; without an eps, 1 / 0 = inf and 0 inf = NaN (the update, and the
+    // run from its first step). Matrix 1 of 3 is zero: its update is the decay alone, p (1 - lr wd)
+    // - p on both sides (one float product each: 1e-6, the momentum's bar, is rounding room only).
+    // And a batch of matrices 10x apart (g and momentum at 0.1, 1, 10): the GPU normalises the
+    // batch in one launch, each matrix by its own norm (one norm for all pushes the 10x matrix to
+    // norm ~100, where the quintic diverges).
+    for (int lowp = 0; lowp < 2; lowp++) {
+        cuda_set_precision(!lowp);
+        for (int v = 0; v < 4; v++) {  // v & 1: colrow; v & 2: the scales, else the zero matrix
+            int rr = 96, cc = 40, nm = 3, cr = v & 1, scales = v & 2;
+            size_t n1 = (size_t)rr * cc, mn = n1 * nm;
+            auto mp = randv(mn), mg = randv(mn), mb = randv(mn, 0.1f);
+            for (size_t i = 0; i < mn; i++) {
+                float s = scales ? (i < n1 ? 0.1f : i < 2 * n1 ? 1.0f : 10.0f) : (i / n1 == 1 ? 0.0f : 1.0f);
+                mg[i] *= s;
+                mb[i] *= s;
+            }
+            muon_case(scales ? "scales 0.1/1/10" : "zero matrix 1", mp, mg, mb, nm, rr, cc, cr, lowp,
+                      scales ? -1 : 1, &hh, &sc, ghp, (OptStatus *)dst.p);
         }
     }
     // the gated retraction (the status says retract) and its orthogonality error, in fp32 mode and
