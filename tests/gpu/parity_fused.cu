@@ -143,6 +143,15 @@ void t_fused() {
             report("rezero_backward dalpha twice", memcmp(&a1, &a2, sizeof a1) ? 1.0 : 0.0, 0, "(bit-identical)");
             delete dda; delete dda2;
         }
+        {  // rezero_backward with ReZero off, as the engine calls it: alpha and dalpha NULL, so
+            // dbody = 1 dh (exact on both sides). dbody starts random: it is written, not added to.
+            auto dbody = randv(Nd);
+            Dev *ddbody = up(dbody);
+            C_->rezero_backward(dbody.data(), NULL, x.data(), y.data(), NULL, Nd);
+            G_->rezero_backward(ddbody->f(), NULL, dx->f(), dy->f(), NULL, Nd);
+            cmp("rezero_backward alpha NULL (off) dbody", dbody, ddbody, 0);
+            delete ddbody;
+        }
         delete dw; delete dal;
     }
     {  // running mean forward (copy at i = 0, mean at i = 2) and backward
@@ -162,8 +171,12 @@ void t_fused() {
         cmp("running_mean_backward dbar", bar, dbar, 1e-6);
         delete dbar;
     }
-    {  // sum_forward (a double on the backend), twice: bit-identical
-        size_t n = 100003;
+    {  // sum_forward (a double on the backend), twice: bit-identical. n = 2000003 is past 256 threads
+        // x 8 elements x RED_MAX_BLOCKS (2048) = 524288, so the grid is clamped and each thread's
+        // stride loop runs several times (an unclamped grid writes past the partials' scratch:
+        // cuemu's heap check / AddressSanitizer stop it). The float terms summed in double partial
+        // sums of magnitude ~1e3 lose almost nothing in either order (1e-12 is 4 digits of room).
+        size_t n = 2000003;
         auto v = randv(n);
         Dev *dv = up(v), ds(sizeof(double) * 2);
         double sc_ = 0;
@@ -171,9 +184,18 @@ void t_fused() {
         G_->sum_forward((double *)ds.p, dv->f(), n);
         G_->sum_forward((double *)ds.p + 1, dv->f(), n);
         std::vector<double> sg = down<double>(&ds, 2);
-        report("sum_forward", fabs(sg[0] - sc_) / fmax(fabs(sc_), 1e-30), 1e-12);
+        report("sum_forward n=2000003", fabs(sg[0] - sc_) / fmax(fabs(sc_), 1e-30), 1e-12);
         report("sum_forward twice", memcmp(&sg[0], &sg[1], sizeof(double)) ? 1.0 : 0.0, 0, "(bit-identical)");
-        delete dv;
+        // and rezero_backward's dot over as many elements (the same clamped reduction): dalpha is
+        // a float, so 1e-5 as above; dbody = alpha dh, one float product on both sides
+        auto w = randv(n), dbody = randv(n);
+        std::vector<float> da = {0.25f}, al = {0.7f};
+        Dev *dw = up(w), *ddb = up(dbody), *dda = up(da), *dal = up(al);
+        C_->rezero_backward(dbody.data(), da.data(), v.data(), w.data(), al.data(), n);
+        G_->rezero_backward(ddb->f(), dda->f(), dv->f(), dw->f(), dal->f(), n);
+        cmp("rezero_backward n=2000003 dbody", dbody, ddb, 1e-6);
+        cmp("rezero_backward n=2000003 dalpha (+=)", da, dda, 1e-5);
+        delete dv; delete dw; delete ddb; delete dda; delete dal;
     }
     {  // ce_logits_backward
         int V = 256;
