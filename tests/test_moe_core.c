@@ -36,7 +36,10 @@ typedef struct {
 } Case;
 
 // Router: 0 random logits; 1 every token to expert `ex` (by a wide margin); 2 expert `ex` never
-// chosen (its logit far below); 3 exact ties (equal logits on every other token)
+// chosen (its logit far below); 3 exact ties (equal logits on every other token); 4 as 1 with
+// logits near 1000, past exp's overflow in float (88.7) and in double (709.8): the softmax must
+// subtract the max first (exp(1000) = inf, inf / inf = NaN everywhere, and the top-k of NaNs
+// is expert 0)
 static Case case_new(MoEShape s, int router, int ex, uint64_t seed) {
     Case c;
     memset(&c, 0, sizeof c);
@@ -61,6 +64,10 @@ static Case case_new(MoEShape s, int router, int ex, uint64_t seed) {
     for (int t = 0; t < s.N; t++) {
         real *zt = c.z + (size_t)t * s.E;
         if (router == 1) zt[ex] += 30;
+        if (router == 4) {
+            for (int e = 0; e < s.E; e++) zt[e] += 990;
+            zt[ex] += 10;
+        }
         if (router == 2) zt[ex] -= 30;
         if (router == 3 && t % 2 == 0)
             for (int e = 0; e < s.E; e++) zt[e] = t % 4 == 0 ? (real)0.5 : (e < 2 ? (real)1 : zt[e]);
@@ -208,7 +215,7 @@ static double check(MoEShape s, int router, int ex, uint64_t seed) {
     Result ref = run_cpu(&c, daux), c4 = run_core(&c, daux, 4, 0), c1 = run_core(&c, daux, 1, 0);
     Result cn = run_core(&c, daux, 1, 1);
     assert_true(same_result(&c, &c4, &c1));  // nt and block / item order change nothing
-    if (router == 1)  // every token on one expert: the others really are empty
+    if (router == 1 || router == 4)  // every token on one expert: the others really are empty
         for (int e = 0; e < s.E; e++) assert_int_equal(c1.load[e], e == ex ? s.N : 0);
     if (router == 2) assert_int_equal(c1.load[ex], 0);
     print_message("N=%d d=%d E=%d k=%d r=%d f=%d router=%d  slices: wg %d/%d sg %d  load", s.N, s.d, s.E, s.k, s.r,
@@ -238,6 +245,7 @@ static void test_core_vs_cpu(void **state) {
     w = fmax(w, check(e, 0, 0, 5));
     w = fmax(w, check(b, 1, 1, 6));         // k = 1, every token on expert 1 (150 rows: 3 tiles)
     w = fmax(w, check(d, 1, 0, 7));         // every token on expert 0, experts 1, 2 empty
+    w = fmax(w, check(b, 4, 1, 13));        // every token on expert 1, every logit near 1000
     w = fmax(w, check(a, 2, 2, 8));         // k = 2, expert 2 never chosen
     w = fmax(w, check(c, 2, 0, 9));         // k = 2, expert 0 never chosen
     w = fmax(w, check(a, 3, 0, 10));        // exact ties (lower index wins)
