@@ -9,7 +9,8 @@
 // groups; all accumulate onto random starting values) — float <= 1e-5, double <= 1e-10
 // normwise relative — for k = 1 and 2, N not a multiple of the 64-row tile, an expert with more
 // than one row tile, wide f (two column tiles, several K steps), every token routed to one
-// expert (the others empty), one expert never chosen, and more assignments than sort chunks.
+// expert (the others empty) also with every logit near 1000, one expert never chosen, and more
+// assignments than sort chunks.
 #include <stdlib.h>
 #include <string.h>
 #include "testutil.h"
