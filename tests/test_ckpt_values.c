@@ -187,6 +187,26 @@ static void test_counters_and_rows_checked(void **s) {
     assert_non_null(strstr(err.msg, "its parameter layout is not the one its config makes in this dmsh (a file of an older build, or an edited config)"));
     double nan_loss = NAN;  // a step the firewall skipped records its NaN loss: that loads
     assert_int_equal(load_bytes("metrics", row1 + offsetof(MetricRow, loss), &nan_loss, sizeof nan_loss, &err), 0);
+    // an eval row deeper than the model's L = 2 (QA mutation, session 39: the depth > L check
+    // dropped, every test still passed; :plot and :sessions index by the depth). Row 1 becomes a
+    // whole eval row (kind and depth are not adjacent: the row is written as one copy); the same
+    // row at depth 2 loads, so the refusal is the depth's doing
+    CkptFile f;
+    dm_err e0 = {0};
+    if (ckpt_read(good, &f, &e0)) fail_msg("%s", e0.msg);
+    const CkptSection *sm = ckpt_find(&f, "metrics");
+    assert_true(sm && sm->size >= 2 * sizeof(MetricRow));
+    MetricRow ev;
+    memcpy(&ev, (const char *)sm->data + row1, sizeof ev);
+    ckpt_close(&f);
+    ev.kind = 1;
+    ev.bpb = 7.25;
+    ev.window = 64;
+    ev.depth = 2;
+    if (load_bytes("metrics", row1, &ev, sizeof ev, &err)) print_error("%s\n", err.msg);
+    assert_int_equal(load_bytes("metrics", row1, &ev, sizeof ev, &err), 0);
+    ev.depth = 3;
+    EXPECT_BYTES_REFUSED("metrics", row1, ev, "section 'metrics' row 1 (step 1) has an impossible depth or window");
 }
 
 static void expect_refused(const char *name, size_t i, double val, const char *needle) {
