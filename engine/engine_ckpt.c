@@ -57,6 +57,10 @@ int engine_save_mode(Engine *e, const char *path, int mode, dm_err *err) {
     uint64_t fpv = e->data_fp;  // which bytes the run was trained on (data_fingerprint)
     uint64_t sfp[2] = {e->split_fp[0], e->split_fp[1]};  // and of each split alone: a -r says which one changed
     int64_t split[2] = {e->has_data ? e->data.n_train : 0, e->has_data ? e->data.n_eval : 0};  // and how they were split
+    // and how far into it the model's steps drew windows: the split at the save need not be the
+    // one they ran at (a -r, :set eval_frac=0.05, exit wrote 190000 of 200000 bytes for steps at
+    // 180000, and the next -r's held-out note quoted that: QA, session 39)
+    int64_t trained = e->trained_upto;
     for (int i = 0; i < e->nrows; i++) eset[i] = e->rows[i].eval_set;
     int32_t steps_auto = e->steps_auto;
     CkptSection sec[] = {
@@ -75,6 +79,7 @@ int engine_save_mode(Engine *e, const char *path, int mode, dm_err *err) {
         {"data.fingerprint", &fpv, e->has_data ? sizeof fpv : 0},
         {"data.split", split, e->has_data ? sizeof split : 0},  // train, held-out bytes
         {"data.fingerprint.splits", sfp, e->has_data ? sizeof sfp : 0},  // (absent in older files)
+        {"data.trained", &trained, e->has_data ? sizeof trained : 0},  // (absent in older files: data.split's training bytes)
         {"anchors", &e->anchors, e->has_anchors ? sizeof e->anchors : 0},  // (on these bytes: data.fingerprint)
         // 1: config's steps was chosen by the first :train, not by the user, so an :init after a
         // resume or a :load drops it as it would have in the process that saved (absent in older
@@ -360,7 +365,12 @@ int engine_load(Engine *e, const char *path, dm_err *err) {
         int resplit = ssp && ssp->size == sizeof was && was[0] + was[1] == e->data.n_train + e->data.n_eval &&
                       (was[0] != e->data.n_train || was[1] != e->data.n_eval);
         // its run drew windows from the first was[0] bytes of this corpus (as far as a file can say)
-        if (same_path && was[0] + was[1] == e->data.n_train + e->data.n_eval && e->step > 0) e->trained_upto = was[0];
+        // (data.trained when the file has it and it fits in this corpus; else the split's training bytes)
+        const CkptSection *str = ckpt_find(&f, "data.trained");
+        int64_t upto = was[0];
+        if (str && str->size == sizeof upto) memcpy(&upto, str->data, sizeof upto);
+        if (upto < 0 || upto > was[0] + was[1]) upto = was[0];
+        if (same_path && was[0] + was[1] == e->data.n_train + e->data.n_eval && e->step > 0) e->trained_upto = upto;
         int eval_was_same = se && se->size == strlen(e->eval_path) && !memcmp(se->data, e->eval_path, se->size);
         if (!se) eval_was_same = !e->eval_path[0];
         if (same_path && want != e->data_fp && !eval_was_same)
