@@ -82,8 +82,9 @@ static void test_ctrl_c_stuck_stdout(void **s) {
     command(line);
     command(":train 100000000 log_every=1 eval_every=0");
     // until step lines fill the pipe (64 KiB): a fixed 2 s was too short on a slow build (a QA
-    // pass under sanitizers, session 35)
-    for (int i = 0; i < 1200; i++) {
+    // pass under sanitizers, session 35), and 60 s too short for a coverage build on a loaded
+    // 2-core host (session 39)
+    for (int i = 0; i < 3600; i++) {
         int queued = 0;
         if (ioctl(rfd, FIONREAD, &queued) == 0 && queued >= 60000) break;
         settle(0.05);
