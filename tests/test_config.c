@@ -7,7 +7,9 @@
 static void expect_err(Config *c, const char *k, const char *v, const char *needle) {
     dm_err e = {0};
     Config before = *c;
-    assert_int_not_equal(config_set(c, k, v, &e), 0);
+    int rc = config_set(c, k, v, &e);
+    if (rc == 0) print_error("%s=%s was taken\n", k, v);  // (which call failed: the line is this helper's)
+    assert_int_not_equal(rc, 0);
     if (!strstr(e.msg, needle)) print_error("message '%s' lacks '%s'\n", e.msg, needle);
     assert_non_null(strstr(e.msg, needle));
     assert_memory_equal(&before, c, sizeof before);  // a refused value changes nothing
@@ -91,7 +93,18 @@ static void test_set_errors(void **s) {
     expect_err(&c, "loss", "mean", "rec|final");
     expect_err(&c, "engram_orders", "2,2", "repeated");
     expect_err(&c, "engram_orders", "", "engram_orders");
+    // at most DM_MAX_ORDERS = 8 orders, each in 1..16: a ninth would be written past the
+    // parser's 8-slot buffer and Config.engram_orders[8] (mutation testing, QA session 39: the
+    // count check dropped, :set took 9 orders; the range check dropped, an order of 17 trained)
+    expect_err(&c, "engram_orders", "1,2,3,4,5,6,7,8,9", "1..8 distinct orders");
+    expect_err(&c, "engram_orders", "2,17", "1..8 distinct orders in 1..16");
+    expect_err(&c, "engram_orders", "17", "engram_orders");
     dm_err e = {0};
+    Config wide = c;  // the limits themselves are taken: 8 orders, order 16
+    assert_int_equal(config_set(&wide, "engram_orders", "9,2,16,4,11,6,1,8", &e), 0);
+    assert_int_equal(wide.n_orders, 8);
+    assert_int_equal(wide.engram_orders[2], 16);
+    assert_int_equal(wide.engram_orders[7], 8);
     assert_int_equal(config_set(&c, "engram_orders", "1,5", &e), 0);
     assert_int_equal(c.n_orders, 2);
     assert_int_equal(config_set(&c, "loss", "final", &e), 0);
@@ -103,6 +116,13 @@ static void test_set_errors(void **s) {
     expect_err(&c, "muon_colrow", "0", "expected one of off|on");
     expect_err(&c, "cuda_graph", "false", "expected one of off|on");
     expect_err(&c, "engram_ram", "yes", "expected one of off|on");
+    // a value is a whole word, not a word's prefix or a word with more after it (mutation
+    // testing, QA session 39: matched on the choice's length alone, "offline" was taken as off
+    // and "cosine2" as cosine)
+    expect_err(&c, "cuda_graph", "offline", "expected one of off|on");
+    expect_err(&c, "lr_schedule", "cosine2", "expected one of constant|cosine");
+    expect_err(&c, "precision", "fp32x", "expected one of bf16|fp32");
+    expect_err(&c, "cuda_graph", "o", "expected one of off|on");
     assert_int_equal(config_set(&c, "engram_ram", "on", &e), 0);
     assert_int_equal(c.engram_ram, 1);
     assert_int_equal(config_set(&c, "engram_ram", "off", &e), 0);
@@ -175,6 +195,19 @@ static void test_validate(void **s) {
     c.k = 3;
     assert_int_not_equal(config_validate(&c, &e), 0);
     assert_non_null(strstr(e.msg, "k=3 > E=2"));
+    // the bounds themselves are legal shapes: k = E (every token to every expert) and
+    // r = min(d, f) (mutation testing, QA session 39: k >= E refused :set E=2 k=2, whose help
+    // says "(<= E)")
+    config_defaults(&c);
+    c.k = c.E = 2;
+    assert_int_equal(config_validate(&c, &e), 0);
+    c.E = 5; c.k = 5; c.d = 96; c.H = 3; c.f = 80; c.r = 80;  // r = f < d
+    assert_int_equal(config_validate(&c, &e), 0);
+    c.f = 200; c.r = 96;  // r = d < f
+    assert_int_equal(config_validate(&c, &e), 0);
+    c.r = 97;
+    assert_int_not_equal(config_validate(&c, &e), 0);
+    assert_non_null(strstr(e.msg, "r=97 > min(d, f)=96"));
     config_defaults(&c);
     c.r = 600;
     assert_int_not_equal(config_validate(&c, &e), 0);
@@ -207,11 +240,68 @@ static void test_arch_diff(void **s) {
     assert_non_null(strstr(buf, "d (128 vs 256)"));
 }
 
+// SPEC §4 / decisions.md ":set on a live model": these keys fix the model's shape and are
+// refused by :set on a live model; every other key is live. The list is written out here, not
+// read from dm_config_keys, so a key that loses (or gains) its flag is seen (mutation testing,
+// QA session 39: engram_dim's flag dropped let :set change it on a live model, and every later
+// save held a config of 16 with parameters of 8, a file no dmsh would load)
+static const char *const arch_keys[] = {"d", "H", "L", "E", "k", "r", "f", "engram_rows", "engram_dim",
+                                         "engram_orders", "seq", "g_min", "engram_ram"};
+static int is_arch_name(const char *name) {
+    for (size_t i = 0; i < sizeof arch_keys / sizeof arch_keys[0]; i++)
+        if (!strcmp(arch_keys[i], name)) return 1;
+    return 0;
+}
+
+static void test_arch_column(void **s) {
+    (void)s;
+    for (size_t i = 0; i < sizeof arch_keys / sizeof arch_keys[0]; i++) {
+        const ConfigKey *k = config_find_key(arch_keys[i]);
+        assert_non_null(k);
+        if (k->arch != 1) print_error("key '%s' is not flagged an architecture key\n", arch_keys[i]);
+        assert_int_equal(k->arch, 1);
+    }
+    for (int i = 0; i < dm_n_config_keys; i++) {  // and every other key is live
+        if (dm_config_keys[i].arch != is_arch_name(dm_config_keys[i].name))
+            print_error("key '%s' has arch=%d\n", dm_config_keys[i].name, dm_config_keys[i].arch);
+        assert_int_equal(dm_config_keys[i].arch, is_arch_name(dm_config_keys[i].name));
+    }
+    // each shape key changed alone is one architecture difference, named with both values
+    static const char *const change[][3] = {
+        {"d", "256", "d (128 vs 256)"}, {"H", "4", "H (2 vs 4)"}, {"L", "3", "L (2 vs 3)"}, {"E", "4", "E (2 vs 4)"},
+        {"k", "2", "k (1 vs 2)"}, {"r", "16", "r (32 vs 16)"}, {"f", "256", "f (512 vs 256)"},
+        {"engram_rows", "2048", "engram_rows (4096 vs 2048)"}, {"engram_dim", "8", "engram_dim (16 vs 8)"},
+        {"engram_orders", "2,5", "engram_orders (2,3,4 vs 2,5)"}, {"seq", "64", "seq (128 vs 64)"},
+        {"g_min", "-4.5", "g_min (-5 vs -4.5)"}, {"engram_ram", "on", "engram_ram (off vs on)"},
+    };
+    assert_int_equal(sizeof change / sizeof change[0], sizeof arch_keys / sizeof arch_keys[0]);
+    Config a, b;
+    dm_err e = {0};
+    char buf[256];
+    config_defaults(&a);
+    for (size_t i = 0; i < sizeof change / sizeof change[0]; i++) {
+        b = a;
+        assert_int_equal(config_set(&b, change[i][0], change[i][1], &e), 0);
+        int n = config_arch_diff(&a, &b, buf, sizeof buf);
+        if (n != 1 || !strstr(buf, change[i][2])) print_error("%s=%s: %d differences '%s'\n", change[i][0], change[i][1], n, buf);
+        assert_int_equal(n, 1);
+        assert_non_null(strstr(buf, change[i][2]));
+    }
+    // a live key changed is no architecture difference
+    static const char *const live[][2] = {{"lr", "0.01"}, {"batch", "3"}, {"eval_frac", "0.2"}, {"kda_chunk", "16"},
+                                          {"precision", "fp32"}, {"cuda_graph", "off"}, {"seed", "7"}};
+    for (size_t i = 0; i < sizeof live / sizeof live[0]; i++) {
+        b = a;
+        assert_int_equal(config_set(&b, live[i][0], live[i][1], &e), 0);
+        assert_int_equal(config_arch_diff(&a, &b, buf, sizeof buf), 0);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_presets), cmocka_unit_test(test_defaults), cmocka_unit_test(test_set_errors),
         cmocka_unit_test(test_integers_are_digits),
-        cmocka_unit_test(test_validate), cmocka_unit_test(test_arch_diff),
+        cmocka_unit_test(test_validate), cmocka_unit_test(test_arch_diff), cmocka_unit_test(test_arch_column),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
