@@ -2,7 +2,8 @@
 // be written (said once, the rows it missed written later in order, no half row), the
 // transcript's mark of a running command, the emulated device's rows marked in metrics.tsv and
 // checkpoints, a corpus rewritten in place under a run, and a session directory renamed between a
-// checkpoint and its LATEST, a file system without flock, and a lock file removed under a run.
+// checkpoint and its LATEST, a file system without flock, a lock file removed under a run, and
+// the locks a session switch lets go of.
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -446,6 +447,54 @@ static void test_lock_removed(void **s) {
     assert_int_equal(system(cmd), 0);
 }
 
+// whether another open file (a second dmsh) can take DIR/.lock now
+static int lock_free(const char *sd) {
+    char p[400];
+    snprintf(p, sizeof p, "%s/.lock", sd);
+    int fd = open(p, O_RDONLY);
+    assert_true(fd >= 0);
+    int ok = flock(fd, LOCK_EX | LOCK_NB) == 0;
+    close(fd);  // (and its lock with it)
+    return ok;
+}
+
+// A :session switch lets go of the session it leaves, and a switch that failed lets go of the
+// one it tried: a second dmsh can open either (mutation testing, QA session 39: either lock kept
+// held passed every test, and a second dmsh was told a session left long ago was in use)
+static void test_switch_drops_locks(void **s) {
+    (void)s;
+    Engine e;
+    make_engine(&e, backend_cpu(), tiny_config());
+    char dir[] = "/tmp/dmsh_switch_XXXXXX", a[300], b[300], bad[300], p[400];
+    assert_non_null(mkdtemp(dir));
+    snprintf(a, sizeof a, "%s/a", dir);
+    snprintf(b, sizeof b, "%s/b", dir);
+    snprintf(bad, sizeof bad, "%s/bad", dir);
+    dm_err err = {0};
+    assert_int_equal(session_open(&e, a, &err), 0);
+    assert_false(lock_free(a));
+    assert_int_equal(session_open(&e, b, &err), 0);
+    if (!lock_free(a)) print_error("%s is still locked after the switch to %s\n", a, b);
+    assert_true(lock_free(a));
+    assert_false(lock_free(b));
+    // a session the switch cannot use (its ckpt/ is a file): refused, its lock dropped, b's kept
+    assert_int_equal(mkdir(bad, 0755), 0);
+    snprintf(p, sizeof p, "%s/ckpt", bad);
+    FILE *f = fopen(p, "w");
+    assert_non_null(f);
+    fclose(f);
+    memset(&err, 0, sizeof err);
+    assert_int_not_equal(session_open(&e, bad, &err), 0);
+    if (!lock_free(bad)) print_error("%s is still locked after its switch failed (%s)\n", bad, err.msg);
+    assert_true(lock_free(bad));
+    assert_false(lock_free(b));
+    assert_true(lock_free(a));
+    engine_free(&e);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 // An eval of every depth adds one row per depth, each with its own depth's bpb: the rows are
 // metrics.tsv's, :plot's and the checkpoints' (QA, session 36: every row carrying the deepest
 // depth's bpb passed every test)
@@ -678,6 +727,7 @@ int main(void) {
         cmocka_unit_test(test_renamed_between_ckpt_and_latest),
         cmocka_unit_test(test_no_flock),
         cmocka_unit_test(test_lock_removed),
+        cmocka_unit_test(test_switch_drops_locks),
         cmocka_unit_test(test_old_ckpt_eval_changed),
         cmocka_unit_test(test_eval_rows_per_depth),
         cmocka_unit_test_setup_teardown(test_stale_config_tmps, in_scratch, out_of_scratch),
