@@ -1,7 +1,7 @@
 // test_ngram.c — the anchors (SPEC §5): add-one unigram by hand, the KN 5-gram well below the
 // unigram on structured text, KN distributions normalised, context restart per sequence,
 // anchors_compute = anchors_from_bytes on the same bytes, determinism; the KN 5-gram against a
-// reference written from the definition.
+// reference written from the definition; the eval's window id is the anchors'.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +9,7 @@
 #include "testutil.h"
 #include "../engine/ngram.h"
 #include "../engine/engine.h"
+#include "../kernels/backend.h"
 
 // Test hook defined in engine/ngram.c (not in ngram.h: it is not API): fit the KN 5-gram on
 // train and return sum over w of P(w | last 4 bytes of ctx).
@@ -318,6 +319,58 @@ static void test_kn_matches_definition(void **s) {
     free(ev);
 }
 
+// The eval's window id is the anchors' and engine_eval_set_now's: the same bytes, the last one
+// the window's last target. A last batch holding several sequences (4096 bytes at seq=32 is 128
+// sequences: 3 in the last batch of 5) or a full one (125: 5) must hash the last sequence's, not
+// the batch's first (mutation testing, QA session 39: hashing the first sequence's passed every
+// test, whose windows ended in a batch of one, and the eval lines lost their anchors)
+static void test_eval_set_is_the_anchors(void **s) {
+    (void)s;
+    int64_t n;
+    uint8_t *b = load_text(120000, &n);
+    char dir[] = "/tmp/dm_test_ngram_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char p[256];
+    snprintf(p, sizeof p, "%s/corpus.txt", dir);
+    FILE *f = fopen(p, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(b, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    static Engine e;
+    dm_err err = {0};
+    engine_init(&e);
+    config_defaults(&e.cfg);
+    Config *c = &e.cfg;
+    c->d = 8; c->H = 2; c->L = 2; c->E = 2; c->k = 1; c->r = 2; c->f = 6;
+    c->engram_rows = 13; c->engram_dim = 3; c->n_orders = 2; c->engram_orders[0] = 1; c->engram_orders[1] = 3;
+    c->seq = 32; c->batch = 5; c->kda_chunk = 4; c->anchor_fit_bytes = 30000;
+    e.be = backend_cpu();
+    if (engine_build(&e, 23, &err) || engine_open_data(&e, p, NULL, &err)) fail_msg("engine: %s", err.msg);
+    const int64_t windows[] = {4096, 4000};  // 128 sequences (3 in the last batch), 125 (5)
+    for (int i = 0; i < 2; i++) {
+        c->eval_bytes = windows[i];
+        int64_t nseq, w;
+        uint32_t set;
+        assert_int_equal(engine_eval_window(&e, &nseq, &err), 0);
+        assert_int_equal(nseq, windows[i] / 32);
+        assert_int_equal(engine_eval_set_now(&e, &w, &set, &err), 0);
+        assert_int_equal(engine_anchors(&e, &err), 0);
+        EvalResult r;
+        assert_int_equal(engine_eval(&e, 0, &r, &err), 0);
+        assert_int_equal(r.window, w);
+        if (r.eval_set != set || r.eval_set != e.anchors.eval_set)
+            print_error("eval_bytes=%lld: eval's set %08x, now %08x, anchors' %08x\n", (long long)windows[i], r.eval_set, set,
+                        e.anchors.eval_set);
+        assert_true(r.eval_set == set);
+        assert_true(r.eval_set == e.anchors.eval_set);
+        assert_non_null(engine_anchors_for(&e, r.window, r.eval_set));  // (what the eval line shows)
+    }
+    engine_free(&e);
+    free(b);
+    unlink(p);
+    rmdir(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_unigram_by_hand),
@@ -327,6 +380,7 @@ int main(void) {
         cmocka_unit_test(test_context_restart),
         cmocka_unit_test(test_compute_matches_bytes),
         cmocka_unit_test(test_kn_matches_definition),
+        cmocka_unit_test(test_eval_set_is_the_anchors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
