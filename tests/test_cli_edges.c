@@ -24,10 +24,12 @@ static void test_plot_out_refusals(void **s) {
     assert_int_equal(file_size("chart.jpg.png"), -1);
 }
 
-// two bare words to :gen: the second is not silently a second prompt (nor dropped)
+// two prompts to :gen, the second a bare word or one with an = that is no option's (X=1): the
+// second is not silently a second prompt (nor dropped)
 static void test_gen_two_prompts(void **s) {
     (void)s;
     expect_error(":gen \"a\" \"b\"\n", "s.dm:1: error: usage: :gen \"prompt\" [n=256 temp=0.8 top_k=0 seed=N]\n");
+    expect_error(":gen \"a\" X=1\n", "s.dm:1: error: usage: :gen \"prompt\" [n=256 temp=0.8 top_k=0 seed=N]\n");
 }
 
 // :device cpu on the CPU says nothing moved (with and without a model); an unknown name is
