@@ -206,6 +206,11 @@ $(B)/tests/test_complete: tests/test_complete.c tests/testutil.h $(B)/repl/parse
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< $(B)/repl/parse.o -o $@ $(B)/libdm.a -lcmocka $(LDLIBS)
 
+# test_replay_digest writes --replay's digest in process (repl/replay.o, outside libdm.a)
+$(B)/tests/test_replay_digest: tests/test_replay_digest.c $(wildcard tests/*.h) $(B)/repl/replay.o $(B)/libdm.a $(B)/cflags
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< $(B)/repl/replay.o -o $@ $(B)/libdm.a -lcmocka $(LDLIBS)
+
 $(B)/bench_cpu: tests/bench_cpu.c $(B)/libdm.a
 	$(CC) $(CFLAGS) $< -o $@ $(B)/libdm.a $(LDLIBS)
 
