@@ -265,6 +265,45 @@ static void test_signal_under_stuck_reader(void **s) {
     assert_non_null(strstr(err_, "(its reader stopped reading, and a write was abandoned 2 s after the stop request): some output was lost"));
 }
 
+// A stop request followed by a Ctrl-C (a scheduler's SIGTERM, then the user's Ctrl-C or a wrapper's
+// process-group SIGINT; a closed terminal, then a Ctrl-C) in a run without a session: the exit
+// status still names the first signal, and the state it stopped is saved as ./dmsh-step-N.ckpt
+// (QA mutation, session 39: with the Ctrl-C recorded over it the run exited 1 and wrote nothing,
+// thousands of steps lost). dmsh is held in a write to a reader that never reads (a stuck
+// `| less`), so both handlers run before any step boundary: the second signal is sent once the
+// first is no longer pending (/proc/PID/status ShdPnd), and the write is abandoned 2 s later.
+static void test_signal_then_ctrl_c(void **s) {
+    (void)s;
+    write_setup("sc.dm");
+    const struct { const char *sig; int mask, status; const char *name; } c[] = {{"TERM", 1 << 14, 143, "SIGTERM"}, {"HUP", 1, 129, "SIGHUP"}};
+    for (int k = 0; k < 2; k++) {
+        char cmd[2400];
+        int cl = snprintf(cmd, sizeof cmd,
+            "rm -f pid.txt rc.txt rpid.txt dmsh-step-*.ckpt; ( { %%s --norc -b sc.dm -e ':train 1000000 log_every=1 eval_every=0' 2> err.txt & "
+            "echo $! > pid.txt; wait $!; echo $? > rc.txt; } | sh -c 'echo $$ > rpid.txt; exec sleep 200' ) & "
+            "until [ -s pid.txt ] && [ -s rpid.txt ]; do sleep 0.05; done; p=$(cat pid.txt); "
+            "for i in $(seq 1800); do grep -q pipe /proc/$p/wchan 2> /dev/null && break; sleep 0.05; done; kill -%s $p; "
+            "for i in $(seq 2000); do s=$(awk '/^ShdPnd/ {print $2}' /proc/$p/status 2> /dev/null); [ $(( 0x${s:-0} & %d )) = 0 ] && break; done; "
+            "kill -INT $p; for i in $(seq 300); do kill -0 $p 2> /dev/null || break; sleep 0.1; done; "
+            "kill -9 $p 2> /dev/null; kill $(cat rpid.txt); wait; true", c[k].sig, c[k].mask);
+        assert_true(cl > 0 && cl < (int)sizeof cmd);
+        assert_int_equal(sh_in_dir(cmd, dmsh), 0);
+        slurp_to("err.txt", err_, sizeof err_);
+        slurp_to("rc.txt", out, sizeof out);
+        if (atoi(out) != c[k].status || !strstr(err_, "dmsh: saved dmsh-step-")) print_error("SIG%s then SIGINT: rc %s%s\n", c[k].sig, out, err_);
+        assert_int_equal(atoi(out), c[k].status);
+        const char *sv = strstr(err_, "dmsh: saved dmsh-step-");
+        assert_non_null(sv);
+        assert_non_null(strstr(sv, ".ckpt (no session: the state the signal stopped)"));
+        char name[64];
+        snprintf(name, sizeof name, "dmsh-step-%lld.ckpt", atoll(sv + strlen("dmsh: saved dmsh-step-")));
+        assert_true(file_size(name) > 0);
+        char left[64];
+        snprintf(left, sizeof left, "dmsh: left because it was sent %s", c[k].name);
+        assert_non_null(strstr(err_, left));
+    }
+}
+
 // A signal while a piped script's writer is between lines, or in the middle of one: the script
 // stops there, said, and the half line does not run (QA, session 34: a Ctrl-C ended the script
 // in silence with exit 0, and a SIGTERM ran the half ":set warmup=1" of ":set warmup=100")
@@ -297,6 +336,7 @@ int main(void) {
         cmocka_unit_test(test_replay_sweeps_dead),
         cmocka_unit_test(test_signal_under_full_pipe),
         cmocka_unit_test(test_signal_under_stuck_reader),
+        cmocka_unit_test(test_signal_then_ctrl_c),
         cmocka_unit_test(test_signal_between_lines),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
