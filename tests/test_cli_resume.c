@@ -701,6 +701,26 @@ static void test_cut_stop_after_replays(void **s) {
     replay_matches_resume("sa");
 }
 
+// A :train with a quoted count cut by SIGINT: no line retakes a quoted count, so its steps stay
+// in a comment, and the exit's checkpoint line says the lines above do not rebuild it (QA
+// mutation, session 39: without the mark the line claimed "the state the lines above rebuild")
+static void test_cut_quoted_count_unplaced(void **s) {
+    (void)s;
+    char cmd[2400];
+    snprintf(cmd, sizeof cmd, "(%%s --norc -e ':session cq' -e '%s' -e ':data %s' -e ':init seed=1' "
+             "-e ':train \"1000000\" eval_every=0 ckpt_every=0 log_every=1' > k.out 2>&1 & p=$!; "
+             "for i in $(seq 1200); do grep -q '^step 7 ' k.out && break; sleep 0.05; done; kill -INT $p; wait $p; true)", TINY, corpus);
+    assert_int_equal(sh_in_dir(cmd, dmsh), 0);
+    char *t = transcript("cq");
+    const char *cut = strstr(t, "\n# interrupted during the command below (at step ");
+    if (!cut || !strstr(cut, "\n# unplaced checkpoint ckpt/step-")) print_error("%s\n", t);
+    assert_non_null(cut);
+    assert_non_null(strstr(cut, "a stepping command stops at a step boundary):\n# :train \"1000000\" eval_every=0"));
+    assert_non_null(strstr(cut, "\n# unplaced checkpoint ckpt/step-"));
+    assert_null(strstr(cut, "the state the lines above rebuild"));
+    free(t);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lines_after_the_checkpoint),
@@ -720,6 +740,7 @@ int main(void) {
         cmocka_unit_test(test_cut_determinism_retaken),
         cmocka_unit_test(test_latest_crlf),
         cmocka_unit_test(test_cut_stop_after_replays),
+        cmocka_unit_test(test_cut_quoted_count_unplaced),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
