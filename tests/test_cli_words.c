@@ -3,7 +3,8 @@
 // mutant dropped unseen): an option key is matched whole, an extra positional word is refused,
 // the one-letter shortcuts name their commands, a CRLF script reads as an LF one, an open single
 // quote is refused, a positional word that begins with a key's name is not that key, a number
-// with trailing junk is refused, and dmsh refuses -b or -r given twice.
+// with trailing junk is refused, and dmsh refuses -b or -r given twice; a quoted key=value is a
+// word, a typo 3 edits away gets a suggestion, and --replay takes --no-tui.
 #include "cli_harness.h"
 
 // A corpus of words drawn from a fixed-seed LCG (hermetic: no ../shared/data needed), about 19 KB
@@ -125,6 +126,45 @@ static void test_b_or_r_twice(void **s) {
     assert_string_equal(out, "");
 }
 
+// a quoted word is literal: quoted whole, `key=value` is a word, not an option (`:set 'lr=0.5'` is
+// refused, with the way to quote; a corpus file named eval=a.txt stays the corpus, not an eval
+// file a.txt), for '...' as for "..."
+static void test_quoted_word_is_not_an_option(void **s) {
+    (void)s;
+    expect_error(":set 'lr=0.5'\n", "s.dm:1: error: expected key=value, got 'lr=0.5' (quote only the value: key=\"...\")");
+    write_words("eval=a.txt", 3u);
+    write_words("a.txt", 5u);
+    expect_ok(":data \"eval=a.txt\"\n");
+    expect_out("corpus eval=a.txt: 1 file, ");
+    expect_out(" (last 10%)");
+    assert_null(strstr(out, "; eval "));
+}
+
+// a typo is answered with the commands nearest to it, up to 3 edits away (":xyz" is 3 from :set)
+static void test_suggestion_three_edits(void **s) {
+    (void)s;
+    expect_error(":xyz\n", "s.dm:1: error: unknown command ':xyz' (did you mean :set or :arm or :gen or :run? see :help)");
+}
+
+// --replay's documented companion --no-tui is accepted (the replay's children run without a
+// panel anyway); anything else beside it is refused
+static void test_replay_with_no_tui(void **s) {
+    (void)s;
+    char script[1600];
+    write_words("words.txt", 1391u);
+    snprintf(script, sizeof script, "%s:data words.txt\n:init seed=9\n:step 2\n", SMALL);
+    write_file("rp.dm", script);
+    int rc = sh_in_dir("%s --replay rp.dm --no-tui > out.txt 2> err.txt", dmsh);
+    slurp_to("out.txt", out, sizeof out);
+    slurp_to("err.txt", err_, sizeof err_);
+    if (rc) print_error("rc=%d\n%s\n", rc, err_);
+    assert_int_equal(rc, 0);
+    expect_out("replay rp.dm: 2 processes bit-identical: 2 train steps");
+    assert_int_equal(sh_in_dir("%s --replay rp.dm --no-tui -e ':help' > out.txt 2> err.txt", dmsh), 2);
+    slurp_to("err.txt", err_, sizeof err_);
+    assert_non_null(strstr(err_, "dmsh: --replay takes one script (and at most --norc, --no-tui)"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_unknown_option_and_extra_word),
@@ -134,6 +174,9 @@ int main(void) {
         cmocka_unit_test(test_positional_that_begins_with_a_key),
         cmocka_unit_test(test_real_with_trailing_junk),
         cmocka_unit_test(test_b_or_r_twice),
+        cmocka_unit_test(test_quoted_word_is_not_an_option),
+        cmocka_unit_test(test_suggestion_three_edits),
+        cmocka_unit_test(test_replay_with_no_tui),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
