@@ -89,6 +89,10 @@ static void test_command_names(void **s) {
     // ... but not inside quotes, and nothing in a comment
     assert_null(comp(":gen \"a;:pre"));
     assert_null(comp(":help # :pre"));
+    // an escaped '"' inside "..." does not close it: the ';' after it is still the prompt's (QA
+    // mutation, session 39: with \" taken as the closing quote, :preset was offered in the prompt)
+    assert_null(comp(":gen \"a\\\";:pre"));
+    expect(":gen \"a\\\"\";:pre", (const char *[]){":preset", NULL});  // (closed: a new command)
 }
 
 static void test_arguments(void **s) {
@@ -145,6 +149,7 @@ static void test_arguments(void **s) {
     expect(":check determinism s", (const char *[]){"steps=", NULL});
     expect(":check parity p", (const char *[]){"precision=", NULL});
     expect(":check parity f", (const char *[]){"floor=", NULL});
+    expect(":check parity floor=", (const char *[]){"floor=off", "floor=on", NULL});  // (QA mutation, session 39)
     expect(":check parity route=", (const char *[]){"route=device", "route=own", NULL});
     expect(":help ev", (const char *[]){"eval", "eval-depths", NULL});
     expect(":help :ev", (const char *[]){":eval", ":eval-depths", NULL});
@@ -153,6 +158,9 @@ static void test_arguments(void **s) {
     expect(":init s", (const char *[]){"seed=", "seq=", "steps=", NULL});  // :init d=64 rebuilds a live model's shape
     expect(":init preset=m", (const char *[]){"preset=mini", NULL});
     expect(":device c", (const char *[]){"cpu", "cuda", "cuda:0", NULL});
+    // :gen's options after its prompt, seed among them (QA mutation, session 39: it was dropped unseen)
+    expect(":gen \"a\" s", (const char *[]){"seed=", NULL});
+    expect(":gen \"a\" ", (const char *[]){"n=", "seed=", "temp=", "top_k=", NULL});
     assert_null(comp(":quit "));
 }
 
@@ -214,6 +222,13 @@ static void test_paths(void **s) {
     snprintf(line, sizeof line, ":data %s/corpus", dir);
     v = comp(line);
     assert_int_equal(count(v), 2);
+    dm_complete_free(v);
+    snprintf(line, sizeof line, ":save %s/corpus", dir);  // :save FILE completes paths too (QA mutation, session 39)
+    v = comp(line);
+    dump(line, v);
+    assert_int_equal(count(v), 2);
+    snprintf(p, sizeof p, "%s/corpus2.txt", dir);
+    assert_true(has(v, p));
     dm_complete_free(v);
     // inside single quotes a blank, ';' or '#' is part of the word (QA, session 33: only '"' was
     // followed, and ':data '/dir w' completed nothing); readline hands over the part after the quote
@@ -310,6 +325,30 @@ static void test_config_word_round_trip(void **s) {
     }
 }
 
+// A '#' comment runs to the end of its line, not of the text: a bracketed paste hands the prompt
+// several lines as one string, and a comment in it swallowed every line after it (QA mutation,
+// session 39: pasting "# a note" and ":help quit" ran nothing). And a '\r' before the '\n' (a CRLF
+// paste or script) is a blank, not a word.
+static void test_comment_ends_at_its_line(void **s) {
+    (void)s;
+    const char *line = "# a note: :step 9\n:help quit # why ; :init\r\n  # another\n:show device ; :arm kda off\r\n";
+    char buf[512];
+    Words w[8];
+    dm_err err = {0};
+    int n = sh_split(line, buf, sizeof buf, w, 8, &err);
+    if (n != 3) print_message("%d commands: %s\n", n, err.msg);
+    assert_int_equal(n, 3);
+    assert_int_equal(w[0].argc, 2);
+    assert_string_equal(w[0].argv[0], ":help");
+    assert_string_equal(w[0].argv[1], "quit");
+    assert_int_equal(w[1].argc, 2);
+    assert_string_equal(w[1].argv[0], ":show");
+    assert_string_equal(w[1].argv[1], "device");
+    assert_int_equal(w[2].argc, 3);
+    assert_string_equal(w[2].argv[0], ":arm");
+    assert_string_equal(w[2].argv[2], "off");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_command_names),
@@ -317,6 +356,7 @@ int main(void) {
         cmocka_unit_test(test_paths),
         cmocka_unit_test(test_quoting_round_trip),
         cmocka_unit_test(test_config_word_round_trip),
+        cmocka_unit_test(test_comment_ends_at_its_line),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
