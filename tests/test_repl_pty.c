@@ -49,6 +49,11 @@ static void test_session(void **s) {
     expect_out("dmsh> ", 20);
     type("\033[200~:show arms\n:show device\033[201~\r");
     expect_out("device cpu", 20);
+    // the same line twice in a row is one history entry (QA mutation, session 39)
+    command(":help quit");
+    expect_out("Leave", 20);
+    command(":help quit");
+    expect_out("Leave", 20);
     // Ctrl-D at an empty prompt quits cleanly
     expect_out("dmsh> ", 20);
     type("\x04");
@@ -67,6 +72,9 @@ static void test_session(void **s) {
     assert_non_null(strstr(h, ":show metrics\n"));
     assert_null(strstr(h, ":hel\n"));
     assert_non_null(strstr(h, "\n:show arms\n:show device\n"));
+    const char *hq = strstr(h, "\n:help quit\n");
+    assert_non_null(hq);
+    assert_null(strstr(hq + 1, "\n:help quit\n"));
 }
 
 
@@ -260,6 +268,15 @@ static void test_interrupts_and_completion(void **s) {
     expect_out("/usr/include/stdio.h\"", 10);
     ctrl_c();
     assert_null(strstr(tty, "Display all"));
+    // a completed key= takes its value right after the '=' (QA mutation, session 39: with a blank
+    // after it, ":set warmup= 7" was the line and warmup stayed 5)
+    expect_out("dmsh> ", 20);
+    type(":set warm\t");
+    expect_out("warmup=", 10);
+    settle(0.3);
+    type("7\r");
+    command(":show config");
+    expect_out("\n  warmup           7 ", 20);
     command(":help quit");
     expect_out("Leave", 20);
     // Ctrl-C ends a history search (Ctrl-R): the Enter after it runs nothing (QA, session 33: the
@@ -548,6 +565,48 @@ static void test_rc_files(void **s) {
     unlink(p);
 }
 
+// Start-up files at their edges (QA mutation, session 39: none of these was seen): with the
+// working directory as HOME, ~/.dmshrc and ./.dmshrc are one file, run once; an error on its last
+// command line leaves no "lines N..M not run" (there are none); and a :quit in a start-up file
+// does not end the session: the lines typed after it run.
+static void test_rc_edges(void **s) {
+    (void)s;
+    char p[400], keep[sizeof home];
+    snprintf(keep, sizeof keep, "%s", home);
+    snprintf(home, sizeof home, "%s", dir);
+    snprintf(p, sizeof p, "%s/.dmshrc", dir);
+    FILE *f = fopen(p, "w");
+    fputs(":help quit\n:set lr=0.00321\n:bogus\n\n# the end\n", f);
+    fclose(f);
+    spawn(0, 0);
+    expect_out(".dmshrc:3: error: unknown command ':bogus'", 20);
+    command(":show config");
+    expect_out("\n  lr               0.00321 ", 20);
+    expect_out("dmsh> ", 20);
+    snprintf(home, sizeof home, "%s", keep);  // (spawn read it; a failed assert must not leave it)
+    const char *first = strstr(tty, "Leave.");
+    assert_non_null(first);
+    if (strstr(first + 1, "Leave.") || strstr(tty, "not run")) print_error("%s\n", tty);
+    assert_null(strstr(first + 1, "Leave."));  // once
+    assert_null(strstr(tty, "not run"));
+    type("\x04");
+    int st = wait_exit(20);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    f = fopen(p, "w");
+    fputs("# quit below\n:set wd=0.0789\n:quit\n", f);
+    fclose(f);
+    spawn(0, 0);
+    command(":help step");
+    expect_out("Take N optimizer steps", 20);
+    command(":show config");
+    expect_out("\n  wd               0.0789 ", 20);
+    expect_out("dmsh> ", 20);
+    type("\x04");
+    st = wait_exit(20);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    unlink(p);
+}
+
 // The plain line reader of headless builds (interactive_plain.c, the GPU machine's prompt), run
 // only with DMSH_PTY_BIN: an error prints and the session goes on; Ctrl-C at an empty prompt
 // gives a new prompt (the read is interrupted: dmsh must not take it for end-of-file and leave);
@@ -593,6 +652,7 @@ int main(void) {
     // against the prompt of headless builds
     if (getenv("DMSH_PTY_BIN")) {
         const struct CMUnitTest plain[] = {cmocka_unit_test_teardown(test_rc_files, teardown_one),
+                                           cmocka_unit_test_teardown(test_rc_edges, teardown_one),
                                            cmocka_unit_test_teardown(test_plain_prompt, teardown_one)};
         return cmocka_run_group_tests(plain, setup, teardown);
     }
@@ -610,6 +670,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_panel_keeps_stderr, teardown_one),
         cmocka_unit_test_teardown(test_interrupt_in_eval, teardown_one),
         cmocka_unit_test_teardown(test_rc_files, teardown_one),
+        cmocka_unit_test_teardown(test_rc_edges, teardown_one),
         cmocka_unit_test_teardown(test_interrupts_and_completion, teardown_one),
         cmocka_unit_test_teardown(test_hangup_eof_first, teardown_one),
         cmocka_unit_test_teardown(test_sigterm_saves, teardown_one),
