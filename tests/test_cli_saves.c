@@ -399,11 +399,17 @@ static void test_session_moved_or_deleted(void **s) {
     // (rm -rf takes the files first: a save in between finds ckpt/ gone, which says so too. Or
     // the rm takes a save's temp file before its rename: that save fails, saying so, which ends
     // the script, and the exit's save can land before the rm reaches ckpt/ — and is deleted with
-    // it. A timing of the rm, seen once in a CI run: either way nothing is said saved that was not.)
+    // it. A timing of the rm, seen once in a CI run: either way nothing is said saved that was not.
+    // Or the rm takes ckpt/ between a periodic checkpoint's file and its LATEST (session.c
+    // session_save): the file was written, LATEST's temp file cannot be made in a directory that
+    // is gone (ENOENT), and that error ends the script the same way (QA, session 39: seen under a
+    // load of 5 on 2 cores). Only ENOENT: another errno would be a real failure to write LATEST.)
     int exit_failed = strstr(err_, "dmsh: autosave failed: ") != NULL;
     int tmp_taken = strstr(err_, "cannot save checkpoint: rename runs/rm/ckpt/") && strstr(err_, ".tmp: No such file or directory");
-    if (!exit_failed && !tmp_taken) print_error("%s\n%s\n", out, err_);
-    assert_true(exit_failed || tmp_taken);
+    int latest_lost = strstr(err_, "-e #5: error: runs/rm/ckpt/step-") &&
+                      strstr(err_, ".ckpt was written, but runs/rm/ckpt/LATEST could not be written (No such file or directory): ");
+    if (!exit_failed && !tmp_taken && !latest_lost) print_error("%s\n%s\n", out, err_);
+    assert_true(exit_failed || tmp_taken || latest_lost);
     if (exit_failed) assert_true(strstr(err_, "was deleted while this run held it") || strstr(err_, "runs/rm/ckpt does not exist"));
     assert_int_equal(file_size("runs/rm"), -1);  // nothing made again under the name
 }
