@@ -4,7 +4,8 @@
 // the one-letter shortcuts name their commands, a CRLF script reads as an LF one, an open single
 // quote is refused, a positional word that begins with a key's name is not that key, a number
 // with trailing junk is refused, and dmsh refuses -b or -r given twice; a quoted key=value is a
-// word, a typo 3 edits away gets a suggestion, and --replay takes --no-tui.
+// word, a typo 3 edits away gets a suggestion, --replay takes --no-tui, and a -b replay of an
+// edited transcript says once where it stops rebuilding the session.
 #include "cli_harness.h"
 
 // A corpus of words drawn from a fixed-seed LCG (hermetic: no ../shared/data needed), about 19 KB
@@ -165,6 +166,26 @@ static void test_replay_with_no_tui(void **s) {
     assert_non_null(strstr(err_, "dmsh: --replay takes one script (and at most --norc, --no-tui)"));
 }
 
+// a -b replay of a transcript with a line taken out says once where it stops rebuilding the
+// session, at the first checkpoint line whose step differs, not at every later one (QA mutation,
+// session 39: with the once dropped, each of the 3 checkpoint lines below said it)
+static void test_replay_step_note_once(void **s) {
+    (void)s;
+    char script[1600];
+    write_words("words.txt", 39391u);
+    snprintf(script, sizeof script, ":session h3\n%s:data words.txt\n:init seed=11\n:train 2 eval_every=0\n:save\n:step 2\n:save\n:step 1\n", SMALL);
+    expect_ok(script);
+    assert_int_equal(sh_in_dir("grep -c '^# checkpoint ckpt/step-[245].ckpt at step [245]: the state the lines above rebuild$' "
+                               "runs/h3/transcript.dm | grep -qx 3%s", ""), 0);
+    assert_int_equal(sh_in_dir("grep -v '^:train 2 ' runs/h3/transcript.dm > cut.dm && %s --norc -b cut.dm > out.txt 2> err.txt", dmsh), 0);
+    slurp_to("err.txt", err_, sizeof err_);
+    const char *n = strstr(err_, "cut.dm:8: note: the session was at step 2 here, this replay is at step 0: it does not rebuild");
+    const char *eol = n ? strchr(n, '\n') : NULL;
+    if (!eol || strstr(eol, "the session was at step")) print_error("%s\n", err_);
+    assert_non_null(eol);
+    assert_null(strstr(eol, "the session was at step"));  // once
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_unknown_option_and_extra_word),
@@ -177,6 +198,7 @@ int main(void) {
         cmocka_unit_test(test_quoted_word_is_not_an_option),
         cmocka_unit_test(test_suggestion_three_edits),
         cmocka_unit_test(test_replay_with_no_tui),
+        cmocka_unit_test(test_replay_step_note_once),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
