@@ -305,6 +305,33 @@ void t_optim() {
         report(nmr, Xc == X0 && down<float>(dX, X.size()) == X0 && go.orth_err == off.orth_err && off.orth_err == sc.orth_err ? 0 : 1, 0);
         delete dX;
     }
+    // factors wider than one 64 x 64 tile of the orthogonality kernel (r = 130: three tiles a side,
+    // the last ragged, and tiles wholly below the diagonal, which only write zeros): the small,
+    // base and large presets' r (128, 192, 256). Every row above has r = 16, one tile, so on the
+    // emulator those tiles never ran (gcov, session 39)
+    for (int lowp = 0; lowp < 2; lowp++) {
+        cuda_set_precision(!lowp);
+        const char *md = lowp ? " bf16 mode" : "";
+        char nmr[96];
+        int rr = 200, r = 130, nm = 2;
+        auto X = randv((size_t)nm * rr * r, 1.0f / sqrtf((float)rr));
+        Dev *dX = up(X);
+        OptStatus sw = sc;  // (orth_err is a running max over the step's tensors: from 0 here)
+        sw.retract = 1;
+        sw.orth_err = 0;
+        Dev dsw(sizeof(OptStatus));
+        G_->upload(dsw.p, &sw, sizeof sw);
+        std::vector<float> scr(C_->opt_retract_scratch_size(nm, rr, r));
+        Dev dscr(sizeof(float) * G_->opt_retract_scratch_size(nm, rr, r));
+        C_->opt_retract(X.data(), nm, rr, r, 3, scr.data(), &sw);
+        G_->opt_retract(dX->f(), nm, rr, r, 3, dscr.f(), (OptStatus *)dsw.p);
+        snprintf(nmr, sizeof nmr, "opt_retract r=130 (3x3 tiles)%s", md);
+        cmp(nmr, X, dX, 1e-4);
+        OptStatus gw = st_down(&dsw);
+        snprintf(nmr, sizeof nmr, "opt_retract r=130 orth_err%s", md);
+        report(nmr, fabs(gw.orth_err - sw.orth_err) / fmax(sw.orth_err, 1e-30), 1e-3);
+        delete dX;
+    }
     cuda_set_precision(1);
     // a skipped step (non-finite gradient): the decision names the segment and nothing moves
     g[70000 + 5] = NAN;
