@@ -123,20 +123,26 @@ static void test_context_restart(void **s) {
     free(b);
 }
 
+// 120 000 bytes of text written to DIR/corpus.txt (dir: a mkdtemp template, filled in; p: the
+// file's path); the bytes are returned (the caller frees them)
+static uint8_t *corpus_in_scratch(char *dir, char *p, size_t np, int64_t *n) {
+    uint8_t *b = load_text(120000, n);
+    assert_non_null(mkdtemp(dir));
+    snprintf(p, np, "%s/corpus.txt", dir);
+    FILE *f = fopen(p, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(b, 1, (size_t)*n, f), (size_t)*n);
+    fclose(f);
+    return b;
+}
+
 // anchors_compute reads the training prefix and the eval window through Data and scores the
 // same bytes as anchors_from_bytes; fit_bytes caps the fit set.
 static void test_compute_matches_bytes(void **s) {
     (void)s;
     int64_t n;
-    uint8_t *b = load_text(120000, &n);
-    char dir[] = "/tmp/dm_test_ngram_XXXXXX";
-    assert_non_null(mkdtemp(dir));
-    char p[256];
-    snprintf(p, sizeof p, "%s/corpus.txt", dir);
-    FILE *f = fopen(p, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(b, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
+    char dir[] = "/tmp/dm_test_ngram_XXXXXX", p[256];
+    uint8_t *b = corpus_in_scratch(dir, p, sizeof p, &n);
     const int T = 32;
     Data d;
     dm_err e = {0};
@@ -327,15 +333,8 @@ static void test_kn_matches_definition(void **s) {
 static void test_eval_set_is_the_anchors(void **s) {
     (void)s;
     int64_t n;
-    uint8_t *b = load_text(120000, &n);
-    char dir[] = "/tmp/dm_test_ngram_XXXXXX";
-    assert_non_null(mkdtemp(dir));
-    char p[256];
-    snprintf(p, sizeof p, "%s/corpus.txt", dir);
-    FILE *f = fopen(p, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(b, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
+    char dir[] = "/tmp/dm_test_ngram_XXXXXX", p[256];
+    uint8_t *b = corpus_in_scratch(dir, p, sizeof p, &n);
     static Engine e;
     dm_err err = {0};
     engine_init(&e);
