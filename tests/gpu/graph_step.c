@@ -267,6 +267,110 @@ static void capture_rows(void) {
     cu->host_free(hs);
 }
 
+// Every other way a captured step can fail (QA, session 40: none of these ran off a GPU before;
+// the engine's captures never hit them, which is the point of refusing them loudly): inside a
+// capture an allocation, a free, pinned host memory taken or given back, a synchronous upload, a
+// download, a stream synchronisation and a scratch slot that would grow each fail the capture
+// with their own reason, and nothing of the capture runs — neither the op refused nor the zero
+// captured before it (d keeps 1..16); a refused free or host_free keeps its buffer, a refused
+// alloc or host_alloc hands back NULL and counts no allocation, a refused download leaves zeros
+// (not garbage) in the host's buffer, and of two failures the first is said.
+enum { RF_ALLOC, RF_FREE, RF_HOST_ALLOC, RF_HOST_FREE, RF_UPLOAD, RF_DOWNLOAD, RF_SYNC, RF_SCRATCH, RF_TWO, RF_N };
+static void refusal_rows(void) {
+    static const char *name[RF_N] = {"alloc", "free", "host_alloc", "host_free", "synchronous upload", "download",
+                                     "stream synchronise", "scratch growth", "alloc, then a download"};
+    static const char *want[RF_N] = {"alloc inside the captured step", "free inside the captured step",
+                                     "host_alloc (cudaHostAlloc) inside the captured step",
+                                     "host_free (cudaFreeHost) inside the captured step",
+                                     "a synchronous upload (host round trip) inside the captured step",
+                                     "a download (host round trip) inside the captured step", "cudaStreamSynchronize",
+                                     "would grow from", "alloc inside the captured step"};
+    enum { C_BIG = 4096, NB = 4 };
+    float one[16], big[16], back[16];
+    for (int i = 0; i < 16; i++) one[i] = (float)i + 1, big[i] = 1000.0f + (float)i;
+    float *dout_h = (float *)malloc(sizeof(float) * NB * C_BIG), *db_h = (float *)malloc(sizeof(float) * C_BIG);
+    for (int i = 0; i < NB * C_BIG; i++) dout_h[i] = (float)((i * 7) % 13) - 6.0f;
+    float *dout = cu->alloc(sizeof(float) * NB * C_BIG), *dbias = cu->alloc(sizeof(float) * C_BIG);
+    cu->upload(dout, dout_h, sizeof(float) * NB * C_BIG);
+    cu->bias_backward(dbias, dout, 4, NB, 4);  // the column-sum scratch sized for 4 columns
+    cu->zero(dbias, sizeof(float) * C_BIG);
+    for (int k = 0; k < RF_N; k++) {
+        float *d = cu->alloc(sizeof one), *d2 = cu->alloc(sizeof one), *hs2 = cu->host_alloc(sizeof one);
+        cu->upload(d, one, sizeof one);
+        cu->upload(d2, big, sizeof big);
+        memcpy(hs2, big, sizeof big);
+        cu->sync();
+        long allocs0 = cu->allocs();
+        char w1[300] = "", w2[300] = "";
+        float got[16];
+        for (int i = 0; i < 16; i++) got[i] = 7.0f;
+        void *p = NULL;
+        int began = cu->graph_begin(w1, sizeof w1) == 0;
+        if (began) {
+            cu->zero(d, sizeof one);  // captured first: must not run either
+            switch (k) {
+            case RF_ALLOC: p = cu->alloc(64); break;
+            case RF_FREE: cu->free(d2); break;
+            case RF_HOST_ALLOC: p = cu->host_alloc(64); break;
+            case RF_HOST_FREE: cu->host_free(hs2); break;
+            case RF_UPLOAD: cu->upload(d, big, sizeof big); break;
+            case RF_DOWNLOAD: cu->download(got, d, sizeof got); break;
+            case RF_SYNC: cu->sync(); break;
+            case RF_SCRATCH: cu->bias_backward(dbias, dout, C_BIG, NB, C_BIG); break;
+            case RF_TWO: p = cu->alloc(64); cu->download(got, d, sizeof got); break;
+            }
+        }
+        void *g = began ? cu->graph_end(w2, sizeof w2) : NULL;
+        long allocs1 = cu->allocs();
+        cu->sync();
+        cu->download(back, d, sizeof back);
+        int ok = began && !g && strstr(w2, want[k]) && !p && back[0] == 1.0f && back[15] == 16.0f;
+        if (k == RF_TWO) ok = ok && !strstr(w2, "download");
+        if (k == RF_ALLOC || k == RF_HOST_ALLOC || k == RF_SCRATCH) ok = ok && allocs1 == allocs0;
+        if (k == RF_DOWNLOAD || k == RF_TWO) ok = ok && got[0] == 0.0f && got[15] == 0.0f;
+        char extra[120] = "";
+        if (k == RF_FREE) {  // d2 still allocated and holding its bytes
+            float b2[16] = {0};
+            cu->download(b2, d2, sizeof b2);
+            ok = ok && b2[0] == 1000.0f && b2[15] == 1015.0f;
+            snprintf(extra, sizeof extra, "; the buffer kept: %g .. %g", b2[0], b2[15]);
+        }
+        if (k == RF_HOST_FREE) {
+            ok = ok && hs2[0] == 1000.0f && hs2[15] == 1015.0f;
+            snprintf(extra, sizeof extra, "; the pinned buffer kept: %g .. %g", hs2[0], hs2[15]);
+        }
+        if (k == RF_SCRATCH) {  // nothing summed; eagerly the slot grows and the sums are right
+            cu->download(db_h, dbias, sizeof(float) * C_BIG);
+            int untouched = db_h[0] == 0.0f && db_h[C_BIG - 1] == 0.0f;
+            cu->bias_backward(dbias, dout, C_BIG, NB, C_BIG);
+            cu->sync();
+            cu->download(db_h, dbias, sizeof(float) * C_BIG);
+            int right = 1;
+            for (int c = 0; c < C_BIG; c++) {
+                float s = 0;
+                for (int n = 0; n < NB; n++) s += dout_h[(size_t)n * C_BIG + c];
+                right &= db_h[c] == s;
+            }
+            ok = ok && untouched && right && cu->allocs() == allocs1 + 1;
+            snprintf(extra, sizeof extra, "; dbias untouched %s, eager sums %s", untouched ? "yes" : "NO",
+                     right ? "right" : "WRONG");
+        }
+        char buf[600], row_name[80];
+        snprintf(buf, sizeof buf, "%s; d %g .. %g; allocs %+ld%s", began ? w2 : w1, back[0], back[15], allocs1 - allocs0,
+                 extra);
+        snprintf(row_name, sizeof row_name, "capture refused: %s", name[k]);
+        row(row_name, ok, buf);
+        if (g) cu->graph_free(g);
+        cu->free(d);
+        if (k != RF_FREE || ok) cu->free(d2);  // (a free the capture let through is not done twice)
+        if (k != RF_HOST_FREE || ok) cu->host_free(hs2);
+    }
+    cu->free(dout);
+    cu->free(dbias);
+    free(dout_h);
+    free(db_h);
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);  // a log that ends in a hang or crash still names its last row
     char why[300];
@@ -280,6 +384,7 @@ int main(int argc, char **argv) {
     }
     if (argc == 2 && !strcmp(argv[1], "capture")) {  // those rows alone
         capture_rows();
+        refusal_rows();
         return fails ? 1 : 0;
     }
 
@@ -337,6 +442,7 @@ int main(int argc, char **argv) {
     engine_free(&ee);
 
     capture_rows();
+    refusal_rows();
 
     // two processes: the same 20 steps
     char f1[64], f2[64], cmd[600];
