@@ -43,7 +43,7 @@ const ConfigKey dm_config_keys[] = {
     {"warmup", KEY_INT, OFF(warmup), 0, 1 << 30, NULL, 0, "linear warmup steps"},
     {"lr_schedule", KEY_ENUM, OFF(lr_cosine), 0, 1, "constant|cosine", 0, "after warmup"},
     {"lr_min_frac", KEY_REAL, OFF(lr_min_frac), 0, 1, NULL, 0, "cosine floor as a fraction of lr"},
-    {"steps", KEY_I64, OFF(steps), 0, BIG, NULL, 0, "schedule horizon (0: set by the first :train); a new one on a trained model moves the next step's lr (the cosine is recomputed over it, not continued)"},
+    {"steps", KEY_I64, OFF(steps), 0, BIG, NULL, 0, "schedule horizon (0: set by the first :train; until then the steps after the warmup run at the full lr); a new one on a trained model moves the next step's lr (the cosine is recomputed over it, not continued)"},
     {"clip", KEY_REAL, OFF(clip), 0, 1e9, NULL, 0, "global gradient-norm clip (0 = off)"},
     {"nan_limit", KEY_INT, OFF(nan_limit), 1, 1 << 30, NULL, 0, "consecutive skipped steps that stop a run"},
     {"seed", KEY_U64, OFF(seed), 0, 1.8e19, NULL, 0, "RNG seed (init and data windows)"},

@@ -50,6 +50,9 @@ typedef struct Engine {
     Config cfg;
     const Backend *be;          // where :init builds the model (backend_cpu() until :device)
     char device[16];            // "cpu", "cuda:0", ...
+    int device_chosen;          // a :device ran (or -r went back to one): no "a GPU is visible" note
+    char resume_dev[16];        // -r: the device the session's transcript last chose, when not this
+                                // one ("" otherwise): repl/main.c moves the resumed model there
     int emulated;               // be is the CUDA code emulated on the CPU (tests/cuemu): its train
                                 // rows are marked (MetricRow.emulated)
     int live;                   // model + optimizer exist

@@ -185,6 +185,8 @@ const Backend *backend_cpu(void);
 // Bytes the host can still give (MemAvailable + SwapFree of /proc/meminfo; 0: unknown). The CPU
 // backend refuses one mapping larger than it; the engine checks a whole model against it.
 double host_memory_available(void);
+// GPUs the NVIDIA driver lists (/proc/driver/nvidia/gpus, or dir): 0 when none or no driver
+int host_nvidia_gpus(const char *dir);
 // The CUDA backend: NULL with a one-line reason in why[] when it is not available (not built,
 // no device visible, or a device it cannot use).
 const Backend *backend_cuda(int device, char *why, size_t n);

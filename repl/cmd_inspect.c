@@ -285,9 +285,11 @@ int cmd_device(Shell *sh, Words *w, dm_err *err) {
     if (!strcmp(a, "cpu")) {
         if (e->be == backend_cpu() || (!e->be && (!e->device[0] || !strcmp(e->device, "cpu")))) {
             fprintf(sh->out, "device cpu (already: nothing moved)\n");
+            e->device_chosen = 1;
             return 0;
         }
         if (engine_set_device(e, backend_cpu(), "cpu", err)) return 1;
+        e->device_chosen = 1;
         fprintf(sh->out, "device cpu%s\n", was_live ? " (the live model moved here; training continues from its step)" : "");
         return 0;
     }
@@ -306,6 +308,7 @@ int cmd_device(Shell *sh, Words *w, dm_err *err) {
         // already there: said, as for the CPU (it moved the model out and back for nothing)
         int here = e->be == be && !strcmp(e->device, name);
         if (!here && engine_set_device(e, be, name, err)) return 1;
+        e->device_chosen = 1;
         char desc[512] = "";
         if (be->describe) be->describe(desc, sizeof desc);
         fprintf(sh->out, "device %s%s\n  %s\n", name,

@@ -132,6 +132,13 @@ int cmd_init(Shell *sh, Words *w, dm_err *err) {
     model_param_counts(&E_->model, &comp, &tab);
     fprintf(OUT, "init seed %llu: %zu compute params + %zu memory-table (%.2fM + %.2fM), device %s (%s)\n",
             (unsigned long long)seed, comp, tab, comp / 1e6, tab / 1e6, E_->device[0] ? E_->device : "cpu", REAL_NAME);
+    // dmsh starts on the CPU wherever it runs (docs/decisions.md); on a machine whose driver lists
+    // a GPU, a model built on the CPU without a :device is said (SPEC §0: "on the GPU when there
+    // is one"; an audit, session 40). DMSH_NVIDIA_GPUS_DIR: the directory read instead (tests).
+    int ngpu = !strcmp(E_->device[0] ? E_->device : "cpu", "cpu") && !E_->device_chosen ? host_nvidia_gpus(getenv("DMSH_NVIDIA_GPUS_DIR")) : 0;
+    if (ngpu > 0)
+        fprintf(OUT, "note: %d NVIDIA GPU%s visible here, and this model is on the CPU: `:device cuda` moves it there (dmsh starts on "
+                "the CPU wherever it runs; `:device cpu` keeps it here without this note)\n", ngpu, ngpu > 1 ? "s" : "");
     say_arm_changes(sh, arms0, had, ":init (a new model starts with every arm on)");
     if (rows_before)  // (said: a researcher reading metrics.tsv lost the first model's record in silence: QA, session 29)
         fprintf(OUT, "note: %s/metrics.tsv now holds the new model's rows; the %d of the model it replaced are in %s (:load brings them back)\n",

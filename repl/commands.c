@@ -423,9 +423,20 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
             fprintf(OUT, "schedule: this run (steps %lld..%lld) is all warmup (warmup=%d, steps=%lld): the lr %s and does not decay; "
                     "steps from %lld on run at the floor %.2gx (lr_min_frac). With a warmup below %lld (:set warmup=N) the lr reaches its full value, then decays\n",
                     (long long)e->step, S - 1, e->cfg.warmup, S, ramp, S, lr_schedule_mult(&e->cfg, S), S);
-        } else if (e->cfg.lr_cosine)
-            fprintf(OUT, "schedule: cosine to %.2gx lr at step %lld (steps=%lld; :set steps=N to change)\n",
+        } else if (e->cfg.lr_cosine) {
+            fprintf(OUT, "schedule: cosine to %.2gx lr at step %lld (steps=%lld; :set steps=N to change)",
                     e->cfg.lr_min_frac, (long long)e->cfg.steps, (long long)e->cfg.steps);
+            // :steps past the warmup before any horizon ran at the full lr (no horizon, no decay);
+            // the cosine over the new horizon starts at the warmup's end, so the next lr is below
+            // the last one at once (0.47x after 5 such steps of a 14-step horizon, unsaid: QA,
+            // session 40)
+            double m1 = lr_schedule_mult(&e->cfg, e->step);
+            if (e->step > e->cfg.warmup && m1 < 0.999)
+                fprintf(OUT, "; the lr drops from 1x to %.2gx of lr at once: the %lld steps after the warmup (from step %d) ran at the "
+                        "full lr without a horizon, and the cosine runs from there",
+                        m1, (long long)e->step - e->cfg.warmup, e->cfg.warmup);
+            fputc('\n', OUT);
+        }
     } else if (e->cfg.lr_cosine && e->step + n > e->cfg.steps) {
         // what a longer horizon does, said before it is taken: the cosine is recomputed over it
         // from step 0, so the lr climbs back (QA, session 35: "to extend" hid a warm restart)

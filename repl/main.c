@@ -42,6 +42,29 @@ static void on_sigint(int sig) {
 }
 
 // to stdout when asked for (--help: `dmsh --help | less`), to stderr after a bad argument
+int cmd_device(Shell *sh, Words *w, dm_err *err);  // (repl/cmd_inspect.c)
+// -r goes back to the device the session's transcript last chose (sessions/transcript_cut.c sets
+// resume_dev): the resumed model moves there as `:device NAME` would move it, and trains on
+// where the run stopped. Where that device cannot be used (no GPU here, no room on it) the run
+// resumes on the CPU and says why, with the command that goes back.
+static void resume_on_device(Shell *sh) {
+    Engine *e = sh->eng;
+    char dev[sizeof e->resume_dev], was[sizeof e->device];
+    snprintf(dev, sizeof dev, "%s", e->resume_dev);
+    snprintf(was, sizeof was, "%s", e->device[0] ? e->device : "cpu");
+    e->resume_dev[0] = 0;
+    printf("this session last ran on %s (its transcript's last :device): the resumed model moves there\n", dev);
+    fflush(stdout);
+    Words w = {0};
+    w.argc = 2;
+    w.argv[0] = ":device";
+    w.argv[1] = dev;
+    dm_err err = {0};
+    if (cmd_device(sh, &w, &err))
+        printf("note: this session last ran on %s, which this dmsh cannot use (%s): resumed on %s; `:device %s` to go back\n",
+               dev, err.msg, was, dev);
+}
+
 static void usage_to(FILE *f) {
     fprintf(f,
             "usage: dmsh [--norc] [--no-tui] [-b FILE.dm] [-e 'cmds; cmds']... [-r runs/NAME]\n"
@@ -273,6 +296,7 @@ int main(int argc, char **argv) {
         char off[64] = "";
         arms_mask_names(arms_off_mask(&eng.model.arms), off, sizeof off);
         if (off[0]) printf("note: arms off in the resumed state: %s (steps go on without them; :arm NAME on switches one back)\n", off);
+        if (eng.resume_dev[0]) resume_on_device(&sh);
         sh_note_eval_window(&sh);
     }
     for (int k = 0; k <= nexpr && !rc && !sh.quit; k++) {

@@ -208,8 +208,10 @@ static long comment_out_after(const char *path, const ResumePos *rp, const char 
 }
 
 void session_resume_transcript(Engine *e, const char *dir, int fell_back, int unlined) {
-    // A checkpoint holds no device (it loads anywhere): -r starts on the CPU. When the session's
-    // transcript last moved to another device, say so rather than continue there silently.
+    // A checkpoint holds no device (it loads anywhere): -r loads on the CPU. When the session's
+    // transcript last moved to another device, e->resume_dev names it: the caller moves there
+    // (a GPU run resumed on the CPU trained on at the CPU's speed with fp32 products, said only
+    // by a note: QA, session 40), or says why it cannot.
     char last_dev[64] = "", cut[512] = "", cut_name[32] = "";
     long long cut_step = -1;
     char path[PATH_MAX + 64];
@@ -335,7 +337,10 @@ void session_resume_transcript(Engine *e, const char *dir, int fell_back, int un
                     cut, (long long)e->step);
     }
     lost_settings_note(e, &lost_set);
-    if (last_dev[0] && strcmp(last_dev, "cpu") && strcmp(last_dev, e->device))
-        engine_note(e, "this session last ran on %s (its transcript's last :device); resumed on %s: `:device %s` to go back",
-                    last_dev, e->device[0] ? e->device : "cpu", last_dev);
+    e->resume_dev[0] = 0;
+    if (last_dev[0] && strcmp(last_dev, "cpu") && strcmp(last_dev, e->device) && strlen(last_dev) < sizeof e->resume_dev)
+        snprintf(e->resume_dev, sizeof e->resume_dev, "%s", last_dev);
+    else if (last_dev[0] && strcmp(last_dev, "cpu") && strcmp(last_dev, e->device))  // (no device has such a name)
+        engine_note(e, "this session last ran on %s (its transcript's last :device); resumed on %s", last_dev,
+                    e->device[0] ? e->device : "cpu");
 }

@@ -82,6 +82,27 @@ static void test_set_notes_arms_and_schedule(void **s) {
     assert_null(strstr(out, "warm restart"));
 }
 
+// :step before any horizon runs the steps after the warmup at the full lr (no horizon, no
+// decay); the first :train's horizon puts the next step on its cosine from the warmup's end, 0.47x
+// of lr at once after 5 such steps: said on its schedule line (QA audit, session 40: unsaid). A
+// first :train whose steps before it stayed inside the warmup drops nothing and says nothing more.
+static void test_first_horizon_after_steps(void **s) {
+    (void)s;
+    char script[2000];
+    snprintf(script, sizeof script, "%s:set warmup=5\n:data %s\n:init seed=1\n:step 10\n:train 4 eval_every=0\n", SMALL, corpus);
+    expect_ok(script);
+    expect_out("step 9 loss ");
+    assert_non_null(strstr(strstr(out, "step 9 loss "), " lr 3.000e-03 "));  // (the full lr, no horizon)
+    expect_out("schedule: cosine to 0.1x lr at step 14 (steps=14; :set steps=N to change); the lr drops from 1x to 0.47x of lr at "
+               "once: the 5 steps after the warmup (from step 5) ran at the full lr without a horizon, and the cosine runs from there\n"
+               "step 10 loss ");
+    assert_non_null(strstr(strstr(out, "step 10 loss "), " lr 1.416e-03 "));  // 0.472 x 3e-3, as said
+    snprintf(script, sizeof script, "%s:set warmup=5\n:data %s\n:init seed=1\n:step 5\n:train 4 eval_every=0\n", SMALL, corpus);
+    expect_ok(script);  // (step 5 is the warmup's end: the cosine starts there at 1x)
+    expect_out("schedule: cosine to 0.1x lr at step 9 (steps=9; :set steps=N to change)\nstep 5 loss ");
+    assert_non_null(strstr(strstr(out, "step 5 loss "), " lr 3.000e-03 "));
+}
+
 // the decoupled decay multiplies the weights by 1 - lr x wd each step: above 2 that factor's size
 // passes 1 (lr=10 wd=10: -99, the loss 3.6e8 by step 4): refused with the product, on :set, on
 // :init and for :stress's multiplier, nothing changed; between 1 and 2 (a sign flip that shrinks,
@@ -232,6 +253,7 @@ int main(void) {
         cmocka_unit_test(test_help_key),
         cmocka_unit_test(test_set_notes),
         cmocka_unit_test(test_set_notes_arms_and_schedule),
+        cmocka_unit_test(test_first_horizon_after_steps),
         cmocka_unit_test(test_decay_that_flips),
         cmocka_unit_test(test_preset_line),
         cmocka_unit_test(test_engram_ram_route),

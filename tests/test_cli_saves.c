@@ -131,8 +131,10 @@ static void test_saves_keep_what_was_there(void **s) {
     assert_int_equal(sh_in_dir("grep -qx keep runs/badck/ckpt%s", ""), 0);
 }
 
-// A checkpoint holds no device, so `dmsh -r` starts on the CPU; a session whose transcript last
-// moved to a GPU says so at the resume (it once resumed there silently: only :show device told).
+// A checkpoint holds no device: `dmsh -r` loads on the CPU, then goes back to the device the
+// session's transcript last chose (session 40; tests/cuemu/dmsh_device.sh check 8 on the emulated
+// GPU). Where that device cannot be used, as in this build, the resume says why and stays on the
+// CPU (it once resumed there silently: only :show device told).
 static void test_resume_names_the_device(void **s) {
     (void)s;
     char script[2000], path[600];
@@ -150,6 +152,8 @@ static void test_resume_names_the_device(void **s) {
     if (!strstr(out, "this session last ran on cuda:0")) print_error("%s\n", out);
     assert_non_null(strstr(out, "this session last ran on cuda:0"));
     assert_non_null(strstr(out, "`:device cuda:0` to go back"));
+    assert_non_null(strstr(out, "this session last ran on cuda:0, which this dmsh cannot use ("));
+    assert_non_null(strstr(out, "): resumed on cpu; `:device cuda:0` to go back\ndevice cpu (")); // (and :show device says so)
 }
 
 // Found by a QA pass (session 21): a process killed during a :train (SIGKILL, the OOM killer)

@@ -295,7 +295,7 @@ static void test_chunk64_strong_decay(void **state) {
     (void)state;
     chunk_vs_recurrent(1, 150, 2, 32, 64, 5.0, 0.05, 12);
 }
-// slow decays (the init range, exp(g) in 0.64..0.995): long-range state through many chunks
+// slow decays (the init range, exp(g) in 0.62..0.995): long-range state through many chunks
 static void test_chunk64_slow_decay(void **state) {
     (void)state;
     chunk_vs_recurrent(1, 200, 2, 64, 64, 0.45, 1.0, 13);

@@ -1,5 +1,5 @@
 # The quality run of docs/perf.md (issue 3): nano on tinyshakespeare, 3 000 steps on the CPU,
-# seed 1337, the last 10 % held out as nanoGPT splits it, an eval every 500 steps from step 0,
+# seed 1337, the last floor(0.1 n) bytes held out (nanoGPT's split: one more), an eval every 500 steps from step 0,
 # then the depth sweep and the n-gram anchors on the same window. Run from the repository root
 # with the corpus at ../shared/data/ (edit the :data line for yours):
 #   OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 ./dmsh -b configs/runs/shakespeare_nano.dm

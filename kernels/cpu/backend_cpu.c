@@ -4,6 +4,7 @@
 #include <string.h>
 #include <stdint.h>
 #include <sys/mman.h>
+#include <dirent.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -37,6 +38,17 @@ double host_memory_available(void) {
     }
     fclose(f);
     return seen ? kb * 1024 : 0;
+}
+
+// GPUs the NVIDIA driver lists (a directory per GPU in /proc/driver/nvidia/gpus, or in dir):
+// 0 when none or no driver. Read without loading CUDA (a CPU session never loads cuBLAS).
+int host_nvidia_gpus(const char *dir) {
+    DIR *d = opendir(dir ? dir : "/proc/driver/nvidia/gpus");
+    if (!d) return 0;
+    int n = 0;
+    for (struct dirent *de; (de = readdir(d));) n += de->d_name[0] != '.';
+    closedir(d);
+    return n;
 }
 
 static void *cpu_alloc(size_t bytes) {

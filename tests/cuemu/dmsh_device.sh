@@ -138,4 +138,21 @@ rc=$?
 s=$?
 check ":init on the device with d/H past the KDA's 32-bit index: refused first" $s
 [ $s = 0 ] || { cat out7d.txt err7d.txt; }
+# 8. -r goes back to the device the session's transcript last chose (QA, session 40: it resumed on
+# the CPU, said by a note, and a GPU run went on at the CPU's speed with fp32 products): the
+# resumed step runs on the device (its line carries the emulation's mark) and is the uninterrupted
+# device run's step, loss, gnorm and eval alike
+"$DMSH" --norc -e ':preset nano' -e "$TINY" -e ':data corpus.txt' -e ':session back' -e ':init seed=1' -e ':device cuda' \
+    -e ':step 2' < /dev/null > out8.txt 2> err8.txt
+"$DMSH" --norc -r runs/back -e ':step 1' -e ':eval' -e ':show device' < /dev/null > out8r.txt 2> err8r.txt
+rc=$?
+"$DMSH" --norc -e ':preset nano' -e "$TINY" -e ':data corpus.txt' -e ':init seed=1' -e ':device cuda' -e ':step 3' -e ':eval' \
+    < /dev/null > out8u.txt 2> err8u.txt
+a=$(grep -E '^(step 2 |eval )' out8r.txt | sed 's/ ms .*//; s/ in [0-9.]* s.*//'); b=$(grep -E '^(step 2 |eval )' out8u.txt | sed 's/ ms .*//; s/ in [0-9.]* s.*//')
+[ "$rc" = 0 ] && grep -q '^this session last ran on cuda (its transcript' out8r.txt && \
+    grep -q '^device cuda:0 (the live model moved here' out8r.txt && grep -q '^device cuda:0 (float engine)' out8r.txt && \
+    grep '^step 2 ' out8r.txt | grep -q 'cuemu:' && [ "$(grep -c '' <<< "$a")" = 2 ] && [ "$a" = "$b" ]
+s=$?
+check "-r goes back to the session's device: the uninterrupted device run's numbers" $s
+[ $s = 0 ] || { cat out8r.txt err8r.txt; echo "uninterrupted:"; cat out8u.txt; }
 exit $fail
