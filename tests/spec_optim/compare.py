@@ -48,11 +48,14 @@ VARIANTS = [
     ("past_horizon", ["pre=3", "start=11"], {}),              # step 14 > steps 12: the floor
     ("constant", ["pre=4", "start=3", "lr_schedule=constant"], {}),
     ("horizon_in_warmup", ["pre=3", "warmup=6", "steps=2"], {}),
+    # no horizon (steps=0: :step before the first :train): the ramp, then the full lr (an audit,
+    # session 40: the reference gave the floor at every step, and no variant ran the state)
+    ("no_horizon_warm", ["pre=1", "steps=0"], {"warm": True}),
+    ("no_horizon", ["pre=4", "start=3", "steps=0"], {}),
     ("adamw", ["opt=adamw", "pre=4"], {}),
-    # FINDING (reported, left failing for the engine to settle): the engine's muon_colrow divides
-    # each column and row by RMS + 1e-7; SPEC §4 says "to unit RMS" and decisions.md records no
-    # epsilon. Measured: 3.6e-5 on kda.wf2 (near-zero gradient rows make the row RMS small);
-    # OPTIM_COLROW_EPS=1e-7 makes this variant agree to 4e-14.
+    # the engine's muon_colrow divides each column and row by RMS + 1e-7 (decisions.md: SPEC §4
+    # names no epsilon; this variant found it in session 23, 3.6e-5 on kda.wf2 without it), and so
+    # does the reference (COLROW_EPS)
     ("muon_colrow", ["muon_colrow=on", "pre=4"], {}),
     ("clip_binds", ["clip=0.05", "pre=4"], {"clipped": True}),
     ("clip_loose", ["clip=1e6", "pre=4"], {"clipped": False}),

@@ -125,14 +125,15 @@ def arm_of(name):
 def lr_mult(cfg, s):
     """SPEC §4: warmup lr*(s+1)/warmup, then cosine to lr_min_frac at the horizon `steps` (or
     constant); decisions.md: a horizon inside the warmup gives the ramp until `steps`, the floor
-    from it on."""
+    from it on; no horizon (`steps` = 0, before the first :train) gives the full lr after the
+    warmup (this reference took 0 for a horizon passed, the floor from step 0: an audit, session 40)."""
     W, S, fl = cfg["warmup"], cfg["steps"], cfg["lr_min_frac"]
     cos = cfg["lr_schedule"] == "cosine"
-    if cos and s >= S:
+    if cos and S > 0 and s >= S:
         return fl
     if s < W:
         return (s if MUT == "warmup_off_by_one" else s + 1) / W
-    if not cos:
+    if not cos or S <= 0:
         return 1.0
     p = (s - W) / (S - W)
     lo = 0.0 if MUT == "cosine_to_zero" else fl
