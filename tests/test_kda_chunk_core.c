@@ -5,7 +5,7 @@
 // Outputs and every gradient (q, k, v, beta, g); T a multiple of the 16-token chunk and not;
 // decays down to -5, and every decay at the config's floor g_min = -8 (the exp(+-Gamma) hazard
 // the middle-token reference exists for: from the first token, 15 x 8 = 120 overflows fp32).
-// Float build: <= 1e-4 relative (the CUDA parity bar); double build: <= 1e-9.
+// Float build: <= 1e-5 relative (SPEC §2's bar, the CUDA parity rows' too); double build: <= 1e-9.
 #include <stdlib.h>
 #include <string.h>
 #include "testutil.h"
@@ -147,7 +147,7 @@ static void test_core_vs_recurrent(void **s) {
 #ifdef DM_DOUBLE
     const double bar = 1e-9;
 #else
-    const double bar = 1e-4;
+    const double bar = 1e-5;  // SPEC §2's (it was 1e-4, issue 5's: an audit, session 40); measured 4.5e-7
 #endif
     double w = 0;
     w = err_max(w, check(2, 64, 2, 16, 1.0, 0, 1));   // T a multiple of the chunk

@@ -284,6 +284,10 @@ static void kda_inputs(int B, int T, int H, int D, std::vector<float> &q, std::v
     for (auto &x : beta) x = 1.0f / (1.0f + expf(-nrand()));
 }
 
+// SPEC §2's bar for the chunked form against the recurrent one, fp32, forward and every gradient
+// (issue 5 asks 1e-4; an audit, session 40, found the bar 10x looser than the SPEC's: measured
+// ~4e-7 on cuemu; test_kda_chunk_core holds the same core to it on the CPU)
+static const double KDA_BAR = 1e-5;
 static void t_kda(int T, int C, int D = 64, bool g_floor = false) {  // D = 64: shared-memory chunk views; 300: global
     int B = 2, H = 2;
     char nm[80];
@@ -296,7 +300,7 @@ static void t_kda(int T, int C, int D = 64, bool g_floor = false) {  // D = 64: 
     Dev dws(sizeof(float) * G_->kda_ws_size(B, T, H, D, C));
     C_->kda_forward(o.data(), ws.data(), q.data(), k.data(), v.data(), beta.data(), g.data(), B, T, H, D, C);
     G_->kda_forward(dO.f(), dws.f(), dq->f(), dk->f(), dv->f(), db->f(), dg->f(), B, T, H, D, C);
-    snprintf(nm, sizeof nm, "kda_forward T=%d C=%d D=%d%s", T, C, D, fl); cmp(nm, o, &dO, 1e-4);
+    snprintf(nm, sizeof nm, "kda_forward T=%d C=%d D=%d%s", T, C, D, fl); cmp(nm, o, &dO, KDA_BAR);
     auto dy = randv(n), gq = randv(n), gk = randv(n), gv = randv(n), gb = randv(beta.size()), gg = randv(n);
     Dev *ddy = up(dy), *dgq = up(gq), *dgk = up(gk), *dgv = up(gv), *dgb = up(gb), *dgg = up(gg);
     C_->kda_backward(gq.data(), gk.data(), gv.data(), gb.data(), gg.data(), dy.data(), q.data(), k.data(),
@@ -308,13 +312,13 @@ static void t_kda(int T, int C, int D = 64, bool g_floor = false) {  // D = 64: 
     Dev *gs[5] = {dgq, dgk, dgv, dgb, dgg};
     for (int i = 0; i < 5; i++) {
         snprintf(nm, sizeof nm, "kda_backward %s T=%d C=%d D=%d%s", names[i], T, C, D, fl);
-        cmp(nm, *cs[i], gs[i], 1e-4);
+        cmp(nm, *cs[i], gs[i], KDA_BAR);
     }
     // and against the CPU's RECURRENT reference (token by token, no chunking: the definition),
     // from the same accumulate-into starting values the CUDA gradients had
     std::vector<float> ro(n), rws(kda_recurrent_ws_size(B, T, H, D));
     kda_recurrent_forward(ro.data(), rws.data(), q.data(), k.data(), v.data(), beta.data(), g.data(), B, T, H, D);
-    snprintf(nm, sizeof nm, "kda_forward vs recurrent T=%d D=%d%s", T, D, fl); cmp(nm, ro, &dO, 1e-4);
+    snprintf(nm, sizeof nm, "kda_forward vs recurrent T=%d D=%d%s", T, D, fl); cmp(nm, ro, &dO, KDA_BAR);
     // fresh accumulate-into values, the same on both sides
     std::vector<float> r0[5] = {randv(n), randv(n), randv(n), randv(beta.size()), randv(n)};
     std::vector<float> r1[5] = {r0[0], r0[1], r0[2], r0[3], r0[4]};
@@ -327,7 +331,7 @@ static void t_kda(int T, int C, int D = 64, bool g_floor = false) {  // D = 64: 
                            q.data(), k.data(), v.data(), beta.data(), g.data(), rws.data(), B, T, H, D);
     for (int i = 0; i < 5; i++) {
         snprintf(nm, sizeof nm, "kda_backward %s vs recurrent T=%d D=%d%s", names[i], T, D, fl);
-        cmp(nm, r1[i], gs[i], 1e-4);
+        cmp(nm, r1[i], gs[i], KDA_BAR);
     }
     delete dq; delete dk; delete dv; delete db; delete dg; delete ddy;
     for (int i = 0; i < 5; i++) delete gs[i];
