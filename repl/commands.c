@@ -550,7 +550,9 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
             int will_ev = !stop && !stopped && ev > 0 && e->step % ev == 0, will_ck = !stop && !stopped && ck > 0 && e->step % ck == 0;
             const char *busy = will_ev && will_ck ? "evaluating, then saving a checkpoint..." : will_ev ? "evaluating..."
                                : will_ck ? "saving a checkpoint..." : NULL;
-            PanelInfo pi = {.step = last.step + 1, .start_step = start, .end_step = end, .loss = losses, .nloss = nloss,
+            size_t dcur = 0, dpeak = 0;  // (the device's memory: the RSS is the host's)
+            if (e->model.be && e->model.be->mem_stats && strcmp(e->device, "cpu")) e->model.be->mem_stats(&dcur, &dpeak);
+            PanelInfo pi = {.device = e->device, .dev_mib = dcur / 1048576.0, .step = last.step + 1, .start_step = start, .end_step = end, .loss = losses, .nloss = nloss,
                             .loss_last = last.loss, .bpb = bpb, .tok_s = chunk_tok_s, .eta_s = eta, .skipped = skipped,
                             .lr = last.lr, .gnorm = last.gnorm, .emulated = last.emulated, .force = held, .off = off, .busy = busy,
                             .eta_more = eta_txt[0] && strchr(eta_txt, '+') ? strchr(eta_txt, '+') - 1 : NULL};

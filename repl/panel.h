@@ -24,6 +24,8 @@ typedef struct {
     int force;                  // draw now, even within 0.1 s of the last draw (an eval comes next)
     const char *off;            // the arms off for these steps ("kda engram"); NULL or "" when none
     const char *busy;           // what runs next and holds the screen ("evaluating..."); NULL: nothing
+    const char *device;         // where the model is ("cuda:0"); NULL or "cpu": host memory alone
+    double dev_mib;             // the device memory the backend holds (MiB), shown beside the RSS
 } PanelInfo;
 
 extern int dm_no_tui;           // --no-tui (main.c sets it): never open the panel

@@ -103,7 +103,8 @@ static inline void panel_fmt_eta(char *buf, size_t n, double s) {
 // The progress bar's percentage (frac: done / total in [0, 1]): " 50.0%".
 static inline void panel_fmt_pct(char *buf, size_t n, double frac) { snprintf(buf, n, "%5.1f%%", 100 * frac); }
 
-// The status fields: f[0] the title, then step, loss, bpb, lr, gnorm, tok/s, ETA, RSS (rss MiB),
+// The status fields: f[0] the title, then step, loss, bpb, lr, gnorm, tok/s, ETA, RSS (rss MiB;
+// on a GPU the device memory held too: the memory that limits a GPU run — an audit, session 40),
 // skipped, the arms off, what runs now; "" for a field with nothing to say.
 static inline void panel_fields(char f[12][96], const PanelInfo *in, double rss) {
     char bpb[32], eta[32], nb[32];
@@ -118,7 +119,10 @@ static inline void panel_fields(char f[12][96], const PanelInfo *in, double rss)
     snprintf(f[5], 96, "gnorm %s", sh_num(nb, in->gnorm, 3));
     snprintf(f[6], 96, "tok/s %.0f%s", in->tok_s, in->emulated ? " (cuemu: emulated on the CPU)" : "");
     snprintf(f[7], 96, "ETA %s%s", eta, in->eta_more ? in->eta_more : "");
-    snprintf(f[8], 96, "RSS %.1f MiB", rss);
+    if (in->device && in->device[0] && strcmp(in->device, "cpu"))
+        snprintf(f[8], 96, "RSS %.1f MiB, %.15s %.1f MiB", rss, in->device, in->dev_mib);
+    else
+        snprintf(f[8], 96, "RSS %.1f MiB", rss);
     snprintf(f[9], 96, "skipped %d", in->skipped);
     // an ablation says so on the screen watched (QA, session 31: only the step lines of
     // --no-tui and the eval lines named the arms that were off)

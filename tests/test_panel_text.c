@@ -230,6 +230,13 @@ static void test_status_fields(void **s) {
     assert_string_equal(f[11], "");
     assert_string_equal(f[7], "ETA --");
     assert_string_equal(f[6], "tok/s 51234 (cuemu: emulated on the CPU)");
+    // on a GPU, the device memory the backend holds beside the host's RSS (session 40)
+    in.device = "cuda:0"; in.dev_mib = 2048.25;
+    panel_fields(f, &in, 99.96);
+    assert_string_equal(f[8], "RSS 100.0 MiB, cuda:0 2048.2 MiB");
+    in.device = "cpu";
+    panel_fields(f, &in, 99.96);
+    assert_string_equal(f[8], "RSS 100.0 MiB");
 }
 
 int main(void) {
