@@ -41,7 +41,6 @@ static void on_sigint(int sig) {
     alarm(DM_STOP_GRACE_S);  // (async-signal-safe)
 }
 
-// to stdout when asked for (--help: `dmsh --help | less`), to stderr after a bad argument
 int cmd_device(Shell *sh, Words *w, dm_err *err);  // (repl/cmd_inspect.c)
 // -r goes back to the device the session's transcript last chose (sessions/transcript_cut.c sets
 // resume_dev): the resumed model moves there as `:device NAME` would move it, and trains on
@@ -65,6 +64,7 @@ static void resume_on_device(Shell *sh) {
                dev, err.msg, was, dev);
 }
 
+// to stdout when asked for (--help: `dmsh --help | less`), to stderr after a bad argument
 static void usage_to(FILE *f) {
     fprintf(f,
             "usage: dmsh [--norc] [--no-tui] [-b FILE.dm] [-e 'cmds; cmds']... [-r runs/NAME]\n"
