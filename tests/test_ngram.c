@@ -161,9 +161,60 @@ static void test_compute_matches_bytes(void **s) {
     // a fit budget larger than the training split uses all of it
     assert_int_equal(anchors_compute(&d, (int64_t)1 << 40, eval_bytes, T, &a, &e), 0);
     assert_int_equal(a.fit_bytes, d.n_train);
+    // QA mutation, session 40: the fit set is copied in 64 KiB blocks; writing every block at
+    // tr[0] passed while the only values compared were of a 50000-byte fit set (every real run
+    // fits 8 MiB: anchors garbage, tinyshakespeare's KN5 2.30 -> 2.57 bpb). n_train is 108000 B,
+    // two blocks: the values must be those of the same bytes
+    assert_true(d.n_train > 65536);
+    anchors_from_bytes(b, d.n_train, b + d.n_train, nseq, T, &uni, &kn);
+    if (a.unigram_bpb != uni || a.kn5_bpb != kn)
+        print_error("fit %lld B: unigram %.12f kn5 %.12f, from the bytes %.12f %.12f\n", (long long)d.n_train, a.unigram_bpb,
+                    a.kn5_bpb, uni, kn);
+    assert_true(a.unigram_bpb == uni && a.kn5_bpb == kn);
     // an eval window too small for one sequence is an error, in one line
     assert_int_not_equal(anchors_compute(&d, fit, T - 1, T, &a, &e), 0);
     assert_null(strchr(e.msg, '\n'));
+    data_close(&d);
+    unlink(p);
+    rmdir(dir);
+    free(b);
+}
+
+// QA mutation, session 40: anchors_compute copies the eval window in 64 KiB blocks too; writing
+// every block at ev[0] passed while every test's window was 4000-4096 B (the default eval_bytes
+// is 262144: anchors garbage, tinyshakespeare's KN5 2.30 -> 6.05 bpb, and the window id hashed
+// from the same wrong bytes). Here 60% of 120000 B is held out and the window is 69984 B (2187
+// sequences of 32, 69985 bytes read): the values and the id must be those of the held-out bytes.
+static void test_compute_window_over_64k(void **s) {
+    (void)s;
+    int64_t n;
+    char dir[] = "/tmp/dm_test_ngram_XXXXXX", p[256];
+    uint8_t *b = corpus_in_scratch(dir, p, sizeof p, &n);
+    const int T = 32;
+    Data d;
+    dm_err e = {0};
+    assert_int_equal(data_open(&d, p, NULL, 0.6, T, &e), 0);
+    assert_int_equal(d.n_eval, 72000);
+    Anchors a;
+    const int64_t eval_bytes = 70000;
+    assert_int_equal(anchors_compute(&d, (int64_t)1 << 40, eval_bytes, T, &a, &e), 0);
+    assert_int_equal(a.nseq, 2187);
+    assert_int_equal(a.window_bytes, 69984);
+    assert_int_equal(a.fit_bytes, d.n_train);
+    const uint8_t *held = b + d.eval_off;
+    double uni, kn;
+    anchors_from_bytes(b, d.n_train, held, a.nseq, T, &uni, &kn);
+    if (a.unigram_bpb != uni || a.kn5_bpb != kn)
+        print_error("window %lld B: unigram %.12f kn5 %.12f, from the bytes %.12f %.12f\n", (long long)a.window_bytes,
+                    a.unigram_bpb, a.kn5_bpb, uni, kn);
+    assert_true(a.unigram_bpb == uni && a.kn5_bpb == kn);
+    // the window's id: FNV over its 69985 bytes (every input and the last target)
+    uint32_t h = eval_set_begin();
+    for (int64_t i = 0; i < a.window_bytes + 1; i++) {
+        int x = held[i];
+        h = eval_set_add(h, &x, 1);
+    }
+    assert_int_equal(a.eval_set, eval_set_end(h));
     data_close(&d);
     unlink(p);
     rmdir(dir);
@@ -378,6 +429,7 @@ int main(void) {
         cmocka_unit_test(test_kn_normalised),
         cmocka_unit_test(test_context_restart),
         cmocka_unit_test(test_compute_matches_bytes),
+        cmocka_unit_test(test_compute_window_over_64k),
         cmocka_unit_test(test_kn_matches_definition),
         cmocka_unit_test(test_eval_set_is_the_anchors),
     };
