@@ -3,6 +3,7 @@
 // anchors_compute = anchors_from_bytes on the same bytes, determinism; the KN 5-gram against a
 // reference written from the definition; the eval's window id is the anchors'.
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -221,6 +222,63 @@ static void test_compute_window_over_64k(void **s) {
     free(b);
 }
 
+// de Bruijn B(k, n) over alphabet[0..k) (Fredricksen-Kessler-Maiorana), linearised: the first
+// n-1 symbols appended again, so every n-gram occurs exactly once. Returns the length.
+static int de_bruijn(int k, int n, const char *alphabet, char *out) {
+    int a[16] = {0}, len = 0, t = 1;
+    // the iterative FKM: a[1..n] walks the Lyndon words in order; each of length dividing n is written
+    for (;;) {
+        if (n % t == 0)
+            for (int j = 1; j <= t; j++) out[len++] = alphabet[a[j]];
+        t = n;
+        while (t > 0 && a[t] == k - 1) t--;
+        if (t == 0) break;
+        a[t]++;
+        for (int j = t + 1; j <= n; j++) a[j] = a[j - t];
+    }
+    memcpy(out + len, out, (size_t)n - 1);
+    return len + n - 1;
+}
+
+static void on_alarm(int sig) {
+    (void)sig;
+    static const char m[] = "test_table_exactly_full: kn5_prob_sum_for_test did not return in 20 s (a hash table full: a probe loops)\n";
+    if (write(2, m, sizeof m - 1) < 0) _exit(2);
+    _exit(1);
+}
+
+// QA mutation, session 40: the n-gram hash tables keep their load <= 1/2, so a lookup of an
+// absent key meets an empty slot. A bound of `n + 1 > cap` (tables may fill) passed every test:
+// the fit texts' distinct-n-gram counts never landed on the table size. The de Bruijn sequence
+// B(4,5) over "abcd" holds exactly 1024 distinct 5-grams, the tables' first size: a full table,
+// and the first absent 5-gram looked up ("abcd" + any byte but a-d) probes forever. The call is
+// bounded by alarm(): a hang fails the program instead of blocking make test.
+static void test_table_exactly_full(void **s) {
+    (void)s;
+    char db[1100];
+    int n = de_bruijn(4, 5, "abcd", db);
+    assert_int_equal(n, 1028);
+    // every one of the 4^5 5-grams once
+    static unsigned char seen[1024];
+    memset(seen, 0, sizeof seen);
+    for (int i = 0; i + 5 <= n; i++) {
+        int code = 0;
+        for (int j = 0; j < 5; j++) code = code * 4 + (db[i + j] - 'a');
+        assert_int_equal(seen[code], 0);
+        seen[code] = 1;
+    }
+    void (*old)(int) = signal(SIGALRM, on_alarm);
+    alarm(20);
+    const char *ctxs[] = {"abcd", "dcba", "zzzz", "bb"};
+    for (int i = 0; i < 4; i++) {
+        double sum = kn5_prob_sum_for_test((const uint8_t *)db, n, (const uint8_t *)ctxs[i], (int)strlen(ctxs[i]));
+        if (fabs(sum - 1) > 1e-9) print_error("context '%s': sum %.15f\n", ctxs[i], sum);
+        assert_true(fabs(sum - 1) < 1e-9);
+    }
+    alarm(0);
+    signal(SIGALRM, old);
+}
+
 // ---- a reference KN 5-gram from the definition, by sorting instead of hashing ----------------
 // N1+(. g), for a k-gram g below order 5, counted from every distinct (k+1)-gram of the fit text
 // (Chen & Goodman), with the choices ngram.c records (one discount per order, n1/(n1+2 n2), 0.75
@@ -427,6 +485,7 @@ int main(void) {
         cmocka_unit_test(test_fit_cap),
         cmocka_unit_test(test_kn_beats_unigram),
         cmocka_unit_test(test_kn_normalised),
+        cmocka_unit_test(test_table_exactly_full),
         cmocka_unit_test(test_context_restart),
         cmocka_unit_test(test_compute_matches_bytes),
         cmocka_unit_test(test_compute_window_over_64k),
