@@ -479,6 +479,53 @@ static void test_eval_set_is_the_anchors(void **s) {
     rmdir(dir);
 }
 
+// QA mutation, session 40: the anchors stand while the corpus is reopened with the same split, and
+// are dropped when a :set eval_frac splits it elsewhere (their fit set and window were the old
+// split's: kept, the next checkpoint would carry them as this corpus's). No test re-split a corpus
+// with anchors. (The mutant `keep_anchors = same`, ignoring the split sizes, is equivalent:
+// `same` needs the corpus fingerprint equal, which hashes both split sizes; dropping the
+// has_anchors reset altogether fails here.)
+static void test_resplit_drops_anchors(void **s) {
+    (void)s;
+    int64_t n;
+    char dir[] = "/tmp/dm_test_ngram_XXXXXX", p[256];
+    uint8_t *b = corpus_in_scratch(dir, p, sizeof p, &n);
+    static Engine e;
+    dm_err err = {0};
+    engine_init(&e);
+    Config *c = &e.cfg;
+    c->d = 8; c->H = 2; c->L = 2; c->E = 2; c->k = 1; c->r = 2; c->f = 6;
+    c->engram_rows = 13; c->engram_dim = 3; c->n_orders = 2; c->engram_orders[0] = 1; c->engram_orders[1] = 3;
+    c->seq = 32; c->batch = 5; c->kda_chunk = 4; c->anchor_fit_bytes = 30000; c->eval_bytes = 4000;
+    if (engine_build(&e, 29, &err) || engine_open_data(&e, p, NULL, &err)) fail_msg("engine: %s", err.msg);
+    assert_int_equal(e.data.n_train, 108000);
+    assert_int_equal(engine_anchors(&e, &err), 0);
+    assert_int_equal(e.has_anchors, 1);
+    int64_t w;
+    uint32_t set;
+    assert_int_equal(engine_eval_set_now(&e, &w, &set, &err), 0);
+    assert_non_null(engine_anchors_for(&e, w, set));
+    // the same file with the same split, opened again: the anchors stand
+    assert_int_equal(engine_open_data(&e, p, NULL, &err), 0);
+    assert_int_equal(e.has_anchors, 1);
+    assert_non_null(engine_anchors_for(&e, w, set));
+    // split elsewhere: dropped
+    assert_int_equal(engine_set(&e, "eval_frac", "0.2", &err), 0);
+    assert_int_equal(engine_resplit(&e, 0.1, &err), 0);
+    assert_int_equal(e.data.n_train, 96000);
+    assert_int_equal(e.has_anchors, 0);
+    // and back to the first split: not brought back (they are gone, an :anchors fits them again)
+    assert_int_equal(engine_set(&e, "eval_frac", "0.1", &err), 0);
+    assert_int_equal(engine_resplit(&e, 0.2, &err), 0);
+    assert_int_equal(e.data.n_train, 108000);
+    assert_int_equal(e.has_anchors, 0);
+    assert_null(engine_anchors_for(&e, w, set));
+    engine_free(&e);
+    free(b);
+    unlink(p);
+    rmdir(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_unigram_by_hand),
@@ -491,6 +538,7 @@ int main(void) {
         cmocka_unit_test(test_compute_window_over_64k),
         cmocka_unit_test(test_kn_matches_definition),
         cmocka_unit_test(test_eval_set_is_the_anchors),
+        cmocka_unit_test(test_resplit_drops_anchors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
