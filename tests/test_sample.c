@@ -166,6 +166,20 @@ static void check_probe_values(Engine *e) {
     int N = a->B * a->T, d = m->cfg.d, E = m->cfg.E;
     expect_probe(e, "key", a->key, (size_t)N * d, 1, 0);
     expect_probe(e, "val", a->val, (size_t)N * d, 1, 0);
+    // the engram lookup m is [B, T, n_orders*engram_dim], not [B, T, d] (QA mutation, session 40:
+    // m probed as d wide showed d - OD values past the tensor; no test probed m or h0)
+    int OD = m->cfg.n_orders * m->cfg.engram_dim;
+    assert_int_not_equal(OD, d);  // (else the two shapes could not tell apart)
+    expect_probe(e, "m", a->m, (size_t)N * OD, 1, 0);
+    expect_probe(e, "h0", a->h0, (size_t)N * d, 1, 0);
+    double *mv;
+    ProbeInfo mi;
+    dm_err merr = {0};
+    assert_int_equal(probe_get(e, "m", &mv, &mi, &merr), 0);
+    assert_int_equal(mi.ndim, 3);
+    assert_int_equal(mi.shape[0], a->B); assert_int_equal(mi.shape[1], a->T); assert_int_equal(mi.shape[2], OD);
+    free(mv);
+    assert_true(a->m[0] != a->h0[0]);
     char nm[32];
     static const char *gates[3] = {"ctrl.attn", "ctrl.mem", "ctrl.ffn"};
     for (int it = 1; it <= m->last_depth; it++)
