@@ -11,6 +11,7 @@
 #include "engine_fixture.h"
 #include "fenced_backend.h"
 #include "../engine/engine.h"
+#include "../engine/engine_internal.h"
 #include "../engine/parity.h"
 #include "../engine/probe.h"
 #include "../engine/sample.h"
@@ -572,6 +573,136 @@ static void test_refused_gen_counts(void **s) {
     unlink(corpus);
 }
 
+// ---- a move that fails ----
+// A device that runs out of memory part-way through the move's build (cudaMalloc returning
+// NULL): the CPU backend whose alloc fails from its (fail_at + 1)-th call on.
+static int oom_calls, oom_fail_at;
+static void *oom_alloc(size_t bytes) {
+    return oom_calls++ >= oom_fail_at ? NULL : backend_cpu()->alloc(bytes);
+}
+
+// the trainable state in host buffers (the caller frees them): parameters, the three moments,
+// the row step counts
+typedef struct { real *p, *m, *v, *mom; int64_t *rs; size_t R; } HostState;
+static void state_of(Engine *e, HostState *h) {
+    size_t P = e->model.n_params;
+    h->R = (size_t)e->cfg.n_orders * e->cfg.engram_rows;
+    h->p = params_of(e);
+    h->m = malloc(sizeof(real) * P); h->v = malloc(sizeof(real) * P); h->mom = malloc(sizeof(real) * P);
+    h->rs = malloc(sizeof(int64_t) * h->R);
+    optim_state_get(&e->opt, &e->model, h->m, h->v, h->mom, h->rs);
+}
+static void state_free(HostState *h) { free(h->p); free(h->m); free(h->v); free(h->mom); free(h->rs); }
+
+// QA mutation, session 40 (E14): a move that fails must leave the model exactly as it was —
+// the step, every parameter, moment and row count bit for bit, the metric rows — and train on
+// as one never moved. engine_set_device rebuilds on the old backend and restores its snapshot;
+// without the restore the message still said "it stays on cpu" about a freshly initialised
+// model at step 0 (every trained weight lost). No test had a move that fails. Both failure
+// points: the first allocation (the parameters) and one inside the optimizer's state.
+static void test_failed_move_keeps_the_model(void **s) {
+    (void)s;
+    char corpus[128];
+    make_corpus(corpus, sizeof corpus);
+    static Backend oom;
+    oom = *backend_cpu();
+    oom.name = "oom";
+    oom.alloc = oom_alloc;
+    const int fail_ats[] = {0, 4};  // params (model_create), then optim_create's first moment
+    for (int fi = 0; fi < 2; fi++) {
+        dm_err err = {0};
+        Engine a, b;
+        built_on(&a, corpus, backend_cpu());
+        built_on(&b, corpus, backend_cpu());
+        MetricRow ra, rb;
+        double la[5], lb[5];
+        for (int i = 0; i < 5; i++) { assert_int_equal(engine_step(&a, &ra, &err), 0); la[i] = ra.loss; }
+        for (int i = 0; i < 3; i++) { assert_int_equal(engine_step(&b, &rb, &err), 0); lb[i] = rb.loss; }
+        HostState h0, h1;
+        state_of(&b, &h0);
+        int64_t t0 = b.opt.t;
+        int nrows0 = b.nrows;
+        oom_calls = 0;
+        oom_fail_at = fail_ats[fi];
+        assert_int_equal(engine_set_device(&b, &oom, "oom", &err), 1);
+        assert_true(oom_calls > oom_fail_at);  // (the failing allocation was reached)
+        assert_non_null(strstr(err.msg, "moving the model to oom failed (cannot allocate "));
+        assert_non_null(strstr(err.msg, "; it stays on cpu"));
+        assert_ptr_equal(b.model.be, backend_cpu());
+        assert_string_equal(b.device, "cpu");
+        assert_int_equal(b.step, 3);
+        assert_int_equal(b.opt.t, t0);
+        assert_int_equal(b.nrows, nrows0);
+        state_of(&b, &h1);
+        size_t P = b.model.n_params;
+        assert_memory_equal(h0.p, h1.p, sizeof(real) * P);
+        assert_memory_equal(h0.m, h1.m, sizeof(real) * P);
+        assert_memory_equal(h0.v, h1.v, sizeof(real) * P);
+        assert_memory_equal(h0.mom, h1.mom, sizeof(real) * P);
+        assert_memory_equal(h0.rs, h1.rs, sizeof(int64_t) * h0.R);
+        state_free(&h0); state_free(&h1);
+        // and it trains on as the undisturbed twin
+        for (int i = 3; i < 5; i++) { assert_int_equal(engine_step(&b, &rb, &err), 0); lb[i] = rb.loss; }
+        assert_memory_equal(la, lb, sizeof la);
+        real *pa = params_of(&a), *pb = params_of(&b);
+        assert_memory_equal(pa, pb, sizeof(real) * P);
+        free(pa); free(pb);
+        engine_free(&a);
+        engine_free(&b);
+    }
+    unlink(corpus);
+}
+
+// QA mutation, session 40 (E01): a saved state moved to another device is still the saved one
+// (the move copies it; engine_build's "a new model is in no file" must not stick): no exit or
+// session save of an unchanged state, the file it is in kept, there and back again.
+static void test_move_keeps_the_saved_mark(void **s) {
+    (void)s;
+    char corpus[128];
+    make_corpus(corpus, sizeof corpus);
+    dm_err err = {0};
+    Engine b;
+    built_on(&b, corpus, backend_cpu());
+    MetricRow r;
+    for (int i = 0; i < 2; i++) assert_int_equal(engine_step(&b, &r, &err), 0);
+    assert_int_equal(engine_unsaved(&b), 1);
+    engine_mark_synced(&b, "/tmp/dmsh_qa40_no_such_dir/saved.ckpt");  // (not resolved: kept as written)
+    assert_int_equal(engine_unsaved(&b), 0);
+    assert_int_equal(engine_set_device(&b, fenced_backend(), "fenced", &err), 0);
+    assert_int_equal(engine_unsaved(&b), 0);
+    assert_string_equal(b.synced_path, "/tmp/dmsh_qa40_no_such_dir/saved.ckpt");
+    assert_int_equal(engine_set_device(&b, backend_cpu(), "cpu", &err), 0);
+    assert_int_equal(engine_unsaved(&b), 0);
+    assert_string_equal(b.synced_path, "/tmp/dmsh_qa40_no_such_dir/saved.ckpt");
+    assert_int_equal(engine_step(&b, &r, &err), 0);
+    assert_int_equal(engine_unsaved(&b), 1);  // (and a step is unsaved again)
+    engine_free(&b);
+    unlink(corpus);
+}
+
+// QA mutation, session 40 (E02): two moves back to back, no step between: the second move has
+// no forward of its own, but the last forward's activations still did not come along, and
+// :probe must say so ("did not move with the model"), not "no forward yet" (the mark is carried
+// from the first move; test_move_live_model steps between its moves)
+static void test_two_moves_no_step(void **s) {
+    (void)s;
+    char corpus[128];
+    make_corpus(corpus, sizeof corpus);
+    dm_err err = {0};
+    Engine b;
+    built_on(&b, corpus, backend_cpu());
+    MetricRow r;
+    assert_int_equal(engine_step(&b, &r, &err), 0);
+    assert_int_equal(engine_set_device(&b, fenced_backend(), "fenced", &err), 0);
+    assert_int_equal(engine_set_device(&b, backend_cpu(), "cpu", &err), 0);
+    double *v = NULL;
+    ProbeInfo info;
+    assert_int_equal(probe_get(&b, "h@1", &v, &info, &err), 1);
+    if (!strstr(err.msg, "did not move with the model")) fail_msg("probe h@1 after two moves: %s", err.msg);
+    engine_free(&b);
+    unlink(corpus);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_move_live_model),
@@ -581,6 +712,9 @@ int main(void) {
         cmocka_unit_test(test_refused_step_and_eval),
         cmocka_unit_test(test_refused_step_after_failed_capture),
         cmocka_unit_test(test_refused_gen_counts),
+        cmocka_unit_test(test_failed_move_keeps_the_model),
+        cmocka_unit_test(test_move_keeps_the_saved_mark),
+        cmocka_unit_test(test_two_moves_no_step),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
