@@ -223,6 +223,64 @@ static void test_orth_error_large(void **state) {
     free(X);
 }
 
+// QA mutation, session 40 (R01): the guard's bound is a sum of ABSOLUTE values. A frame whose
+// Gram matrix has negative off-diagonals (column 0 at 2.05x, every other column pulled 0.1
+// against it) has signed row sums far below the true bound: without fabs the guard saw no need
+// to rescale, and 3 iterations ran to orth_error ~1e24 (entries ~1e12). test_spread_guarded's
+// frames have off-diagonals ~0, where signed and absolute sums agree.
+static void test_spread_negative_gram_guarded(void **state) {
+    (void)state;
+    Rng g = {7};
+    int rows = 128, r = 16;
+    real *Q = malloc(sizeof(real) * rows * r), *X = malloc(sizeof(real) * rows * r), *X2 = malloc(sizeof(real) * rows * r);
+    real *scr = malloc(sizeof(real) * retract_scratch_size(rows, r));
+    random_orthonormal(Q, rows, r, &g);
+    for (int q = 0; q < rows; q++)
+        for (int j = 0; j < r; j++) {
+            const real *qq = Q + (size_t)q * r;
+            X[(size_t)q * r + j] = j == 0 ? (real)(2.05 * qq[0]) : (real)(qq[j] - 0.1 * qq[0]);
+        }
+    double nf = 0;  // the retraction's Frobenius pre-scale, then the Gram matrix the guard bounds
+    for (size_t i = 0; i < (size_t)rows * r; i++) nf += (double)X[i] * X[i];
+    for (size_t i = 0; i < (size_t)rows * r; i++) X2[i] = (real)(X[i] / sqrt(nf / r));
+    gemm_ref_gram(X2, rows, r, scr);
+    int neg = 0;
+    for (int j = 1; j < r; j++) neg += scr[j] < 0;  // row 0's off-diagonals
+    assert_int_equal(neg, r - 1);
+    double sc = retract_gersh_scale(scr, r);
+    retract(X, rows, r, 3, scr);
+    int finite = 1;
+    double mx = 0;
+    for (size_t i = 0; i < (size_t)rows * r; i++) {
+        finite &= isfinite((double)X[i]);
+        mx = fmax(mx, fabs((double)X[i]));
+    }
+    double e3 = orth_error(X, rows, r);
+    print_message("  2.05x column, others pulled against it: guard scale %.3f, finite %d, max |x| %.3g, orth_error %.2e after 3 iters\n",
+                  sc, finite, mx, e3);
+    assert_true(sc < 1.0);
+    assert_true(finite);
+    assert_true(mx < 1.0);  // (an orthonormal frame's entries are at most 1)
+    // (guarded: 6.7e-07 float, 6.3e-07 double)
+    if (!(e3 < 1e-3)) fail_msg("negative Gram off-diagonals: orth_error %.3e after 3 iterations (guarded: ~6.7e-07)", e3);
+    free(Q); free(X); free(X2); free(scr);
+}
+
+// QA mutation, session 40 (R06): an all-zero frame has no direction to retract to and is left
+// as it is (the early return); without it the Frobenius scale is sqrt(r / 0) = inf and 0 * inf
+// made every entry NaN.
+static void test_zero_frame_left(void **state) {
+    (void)state;
+    int rows = 64, r = 8;
+    real *X = malloc(sizeof(real) * rows * r);
+    real *scr = malloc(sizeof(real) * retract_scratch_size(rows, r));
+    memset(X, 0, sizeof(real) * rows * r);
+    retract(X, rows, r, 3, scr);
+    for (size_t i = 0; i < (size_t)rows * r; i++)
+        if (X[i] != 0) fail_msg("zero frame: X[%zu] = %g after retract (must stay 0)", i, (double)X[i]);
+    free(X); free(scr);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_orthonormal_kept),
@@ -231,6 +289,8 @@ int main(void) {
         cmocka_unit_test(test_gaussian_converges),
         cmocka_unit_test(test_spread_guarded),
         cmocka_unit_test(test_orth_error_large),
+        cmocka_unit_test(test_spread_negative_gram_guarded),
+        cmocka_unit_test(test_zero_frame_left),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
