@@ -279,9 +279,89 @@ static void test_rows_ops_match_segment_ops(void **s) {
     free(g); free(g2); free(rows); free(ws); free(marks);
 }
 
+// QA mutation, session 40 (O04): a row that straddles a chunk border and is the ONLY reader of
+// the chunk past the border: opt_sumsq_rows must list that chunk too. One read row, 2730 of
+// one table at D = 24 (reals 65520..65543: chunks 0 and 1), the whole table random (it is those
+// two chunks): the rows' sum is the segment's bit for bit. Without the row's second chunk it was
+// chunk 0 alone. (test_rows_ops_match_segment_ops has a straddling row too, but other rows read
+// its second chunk, so the dedup hid the loss.)
+static void test_rows_sumsq_single_straddling_row(void **s) {
+    (void)s;
+    enum { O = 1, N = 1, D = 24 };
+    const int64_t R = 5000;  // 120 000 reals: chunk 0 whole, chunk 1 in part
+    size_t numel = (size_t)O * R * D;
+    real *g = malloc(sizeof(real) * numel);
+    Rng r = {91};
+    fill_randn(g, numel, 1.0, &r);
+    const int32_t rows[N] = {(int32_t)(OPT_SUMSQ_CHUNK / D)};
+    size_t lo = (size_t)rows[0] * D;
+    assert_true(lo < OPT_SUMSQ_CHUNK && lo + D > OPT_SUMSQ_CHUNK);  // (it does straddle)
+    OptSeg seg = {0, numel};
+    double ss_seg, ss_rows, ss_chunk0;
+    int32_t bad_seg, bad_rows;
+    int64_t ws[2 * O * N];
+    opt_sumsq(&ss_seg, &bad_seg, g, &seg, 1);
+    OptSeg seg0 = {0, OPT_SUMSQ_CHUNK};
+    opt_sumsq(&ss_chunk0, &bad_seg, g, &seg0, 1);
+    opt_sumsq_rows(&ss_rows, &bad_rows, g, rows, O, N, R, D, ws);
+    print_message("  one straddling row: segment %.17g, rows %.17g (chunk 0 alone %.17g)\n", ss_seg, ss_rows, ss_chunk0);
+    assert_true(ss_seg > ss_chunk0 * 1.5);  // (chunk 1 holds 54 464 of the 120 000 squares)
+    assert_memory_equal(&ss_seg, &ss_rows, sizeof(double));
+    assert_int_equal(bad_rows, 0);
+    // a NaN in the row's part past the border: flagged
+    g[OPT_SUMSQ_CHUNK + 3] = NAN;
+    opt_sumsq_rows(&ss_rows, &bad_rows, g, rows, O, N, R, D, ws);
+    assert_int_equal(bad_rows, 1);
+    free(g);
+}
+
+// QA mutation, session 40 (O03): opt_adam_rows ignores a row == R (out of [0, R), as the header
+// says): with the bound at r > R, table 0's row R was table 1's row 0 (updated, its count
+// raised) and the last table's row R was past the buffer. The tests named -1 and R + 3, never R.
+// Tables [2, 7, 4] plus a guard row past the end, every buffer random: only the two valid reads
+// (table 0 row 3, table 1 row 5) move, every other real and count is bit-identical.
+static void test_adam_rows_ignore_row_R(void **s) {
+    (void)s;
+    enum { O = 2, N = 2, R = 7, D = 4 };
+    size_t n = ((size_t)O * R + 1) * D;  // + the guard row
+    real *p = malloc(sizeof(real) * n), *g = malloc(sizeof(real) * n), *m = malloc(sizeof(real) * n),
+         *v = malloc(sizeof(real) * n);
+    Rng r = {93};
+    fill_randn(p, n, 1.0, &r);
+    fill_randn(g, n, 1.0, &r);
+    fill_randn(m, n, 0.1, &r);
+    for (size_t i = 0; i < n; i++) v[i] = (real)(0.01 + fabs(rng_normal(&r)) * 0.01);
+    int64_t rs[O * R + 1];
+    for (int k = 0; k < O * R + 1; k++) rs[k] = 5 + k;
+    real *p0 = malloc(sizeof(real) * n), *m0 = malloc(sizeof(real) * n), *v0 = malloc(sizeof(real) * n);
+    memcpy(p0, p, sizeof(real) * n); memcpy(m0, m, sizeof(real) * n); memcpy(v0, v, sizeof(real) * n);
+    const int32_t rows[O * N] = {R, 3, 5, R};  // table 0: R, 3; table 1: 5, R
+    uint8_t marks[O * R + 1];
+    memset(marks, 0, sizeof marks);
+    StepHyper hp;
+    memset(&hp, 0, sizeof hp);
+    hp.lr = 1e-2; hp.beta1 = 0.9; hp.beta2 = 0.95; hp.eps = 1e-8;
+    OptStatus st;
+    memset(&st, 0, sizeof st);
+    st.t = 1;
+    opt_adam_rows(p, g, m, v, rs, rows, O, N, R, D, marks, &hp, &st);
+    for (int k = 0; k < O * R + 1; k++) {
+        int read = k == 3 || k == R + 5;
+        size_t off = (size_t)k * D;
+        assert_int_equal(rs[k], 5 + k + read);
+        int same = !memcmp(p + off, p0 + off, sizeof(real) * D) && !memcmp(m + off, m0 + off, sizeof(real) * D) &&
+                   !memcmp(v + off, v0 + off, sizeof(real) * D);
+        if (same == read) fail_msg("row %d of [O*R + guard]: %s", k, read ? "read, but did not move" : "not read, but moved");
+        assert_int_equal(marks[k], 0);  // cleared
+    }
+    free(p); free(g); free(m); free(v); free(p0); free(m0); free(v0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rows_ops_match_segment_ops),
+        cmocka_unit_test(test_rows_sumsq_single_straddling_row),
+        cmocka_unit_test(test_adam_rows_ignore_row_R),
         cmocka_unit_test(test_ram_matches_backend_clipped),
         cmocka_unit_test(test_ram_matches_backend_unclipped),
         cmocka_unit_test(test_ram_checkpoint),
