@@ -4,6 +4,7 @@
 // 1), lazy Adam on Engram rows (untouched rows bit-identical, per-row bias correction). The step
 // around them (schedule, clip, firewall, retraction cadence): test_optim_step.c.
 #include "optim_fixture.h"
+#include "../kernels/cpu/retract.h"
 
 // ---- double-precision reference linear algebra (independent of gemm_rm) -----------------
 
@@ -558,6 +559,37 @@ static void test_adam_lazy_rows_forward(void **state) {
     model_free(&m);
 }
 
+// QA mutation, session 40 (O07): a factor that holds a NaN after its retraction (an update that
+// overflowed) has orth_error NaN, which loses every `err > orth_err`: opt_retract must set the
+// status's orth_err to NaN (the step's report then shows it), whether the NaN factor comes first
+// or second. Without the isnan(err) test the step reported the finite factor's error.
+static void test_retract_nan_factor_reported(void **state) {
+    (void)state;
+    enum { ROWS = 16, RK = 4 };
+    real X[2 * ROWS * RK], *scr = malloc(sizeof(real) * opt_retract_scratch_size(2, ROWS, RK));
+    Rng r = {55};
+    // both finite: the larger of the two factors' errors, finite and positive
+    fill_randn(X, 2 * ROWS * RK, 1.0, &r);
+    OptStatus st;
+    memset(&st, 0, sizeof st);
+    st.retract = 1;
+    opt_retract(X, 2, ROWS, RK, 3, scr, &st);
+    double e0 = orth_error(X, ROWS, RK), e1 = orth_error(X + ROWS * RK, ROWS, RK);
+    assert_true(isfinite(st.orth_err) && st.orth_err > 0);
+    assert_true(st.orth_err == (e0 > e1 ? e0 : e1));
+    for (int bad = 0; bad < 2; bad++) {
+        fill_randn(X, 2 * ROWS * RK, 1.0, &r);
+        X[(size_t)bad * ROWS * RK] = (real)NAN;
+        memset(&st, 0, sizeof st);
+        st.retract = 1;
+        opt_retract(X, 2, ROWS, RK, 3, scr, &st);
+        double fine = orth_error(X + (size_t)(1 - bad) * ROWS * RK, ROWS, RK);
+        assert_true(isfinite(fine));  // (the other factor is retracted as ever)
+        if (!isnan(st.orth_err)) fail_msg("NaN in factor %d of 2: orth_err %.3e, must be NaN", bad, st.orth_err);
+    }
+    free(scr);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_muon_ns_singular_values),
@@ -569,6 +601,7 @@ int main(void) {
         cmocka_unit_test(test_adam_beta_near_one),
         cmocka_unit_test(test_adam_lazy_rows),
         cmocka_unit_test(test_adam_lazy_rows_forward),
+        cmocka_unit_test(test_retract_nan_factor_reported),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
