@@ -91,8 +91,8 @@ static void prob_forward(Prob *p) {
                               p->in[IN_BETA], p->in[IN_G], p->B, p->T, p->H, p->D);
 }
 
-static void prob_backward(Prob *p) {  // dout = R, gradients zeroed first (the ops accumulate)
-    for (int i = 0; i < IN_N; i++) memset(p->d[i], 0, sizeof(real) * p->n[i]);
+// dout = R, added to the gradients as they are (the ops accumulate)
+static void prob_backward_acc(Prob *p) {
     if (p->C)
         kda_chunk_backward(p->d[IN_Q], p->d[IN_K], p->d[IN_V], p->d[IN_BETA], p->d[IN_G], p->R,
                            p->in[IN_Q], p->in[IN_K], p->in[IN_V], p->in[IN_BETA], p->in[IN_G],
@@ -101,6 +101,11 @@ static void prob_backward(Prob *p) {  // dout = R, gradients zeroed first (the o
         kda_recurrent_backward(p->d[IN_Q], p->d[IN_K], p->d[IN_V], p->d[IN_BETA], p->d[IN_G],
                                p->R, p->in[IN_Q], p->in[IN_K], p->in[IN_V], p->in[IN_BETA],
                                p->in[IN_G], p->ws, p->B, p->T, p->H, p->D);
+}
+
+static void prob_backward(Prob *p) {  // dout = R, gradients zeroed first
+    for (int i = 0; i < IN_N; i++) memset(p->d[i], 0, sizeof(real) * p->n[i]);
+    prob_backward_acc(p);
 }
 
 static void test_step_matches_recurrent(void **state) {
@@ -313,11 +318,60 @@ static void test_chunk16_floor_decay(void **state) {
 }
 #endif
 
+// QA mutation, session 40 (K09, K10): kda.h's contract is that the backward ACCUMULATES into
+// dq, dk, dv, dbeta, dg. Every other test (and engine/backward.c) zeroes them first, so a
+// kernel that overwrote one (dbeta = db, dv = Z copied in) passed everything. Start the
+// gradients from random values: the result must be start + the zero-start gradient, per
+// element, for the recurrent and the chunked backward (C = 16 with T ragged, and C = 64).
+static void test_backward_accumulates(void **state) {
+    (void)state;
+#ifdef DM_DOUBLE
+    const double tol = 1e-13;
+#else
+    const double tol = 4e-7;  // a few ulps of the larger term (contributions may land one by one)
+#endif
+    const int Cs[] = {0, 16, 64};
+    for (int ci = 0; ci < 3; ci++) {
+        Prob p = prob_new(2, 37, 2, 8, Cs[ci], 5.0, 2.0, 41 + ci);
+        prob_forward(&p);
+        prob_backward(&p);
+        real *g0[IN_N], *s0[IN_N];
+        Rng r = {97 + ci};
+        for (int w = 0; w < IN_N; w++) {
+            g0[w] = malloc(sizeof(real) * p.n[w]);
+            s0[w] = malloc(sizeof(real) * p.n[w]);
+            memcpy(g0[w], p.d[w], sizeof(real) * p.n[w]);
+            for (size_t i = 0; i < p.n[w]; i++) s0[w][i] = (real)(2 * rng_unif(&r) - 1);
+            memcpy(p.d[w], s0[w], sizeof(real) * p.n[w]);
+        }
+        prob_forward(&p);  // (the workspace again, as the forward left it)
+        prob_backward_acc(&p);
+        for (int w = 0; w < IN_N; w++) {
+            double worst = 0, gmax = 0;
+            for (size_t i = 0; i < p.n[w]; i++) {
+                double want = (double)s0[w][i] + (double)g0[w][i];
+                double scale = 1 + fabs((double)s0[w][i]) + fabs((double)g0[w][i]);
+                worst = err_max(worst, fabs((double)p.d[w][i] - want) / scale);
+                gmax = fmax(gmax, fabs((double)g0[w][i]));
+            }
+            printf("  C=%d d%s from a random start: max rel diff from start + gradient %.3g (|gradient| up to %.3g)\n",
+                   Cs[ci], in_name[w], worst, gmax);
+            assert_true(gmax > 1e-3);  // (a gradient to accumulate)
+            if (!(worst <= tol))
+                fail_msg("C=%d: d%s is not start + gradient (max rel diff %.3g): the backward overwrote it", Cs[ci],
+                         in_name[w], worst);
+            free(g0[w]); free(s0[w]);
+        }
+        prob_free(&p);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_step_matches_recurrent),
         cmocka_unit_test(test_thread_invariance),
         cmocka_unit_test(test_chunk_longer_than_seq),
+        cmocka_unit_test(test_backward_accumulates),
 #ifdef DM_DOUBLE
         cmocka_unit_test(test_fd_recurrent),
         cmocka_unit_test(test_fd_chunk),
