@@ -228,7 +228,18 @@ int engine_set_device(Engine *e, const Backend *be, const char *name, dm_err *er
     if (engine_build(e, e->cfg.seed, err)) {
         dm_err ignore = {0};
         e->be = old;  // back where it was: rebuild there and restore
-        if (engine_build(e, e->cfg.seed, &ignore) == 0) snapshot_restore(&s, e);
+        if (engine_build(e, e->cfg.seed, &ignore) == 0) {
+            snapshot_restore(&s, e);
+            // the same state, still in the same file (engine_build's "a new model is in no file"
+            // made a failed move of a saved model read as unsaved, and the exit saved it again:
+            // QA, session 40)
+            e->synced_step = sst;
+            e->synced_nrows = snr;
+            e->synced_settings = sset;
+            e->synced_extras = sext;
+            e->synced_corpus = scor;
+            memcpy(e->synced_path, spath, sizeof spath);
+        }
         snapshot_free(&s);
         e->fwd_moved = had_forward;  // (rebuilt where it was: the activations are gone all the same)
         e->fwd_cut = was_cut;

@@ -622,6 +622,7 @@ static void test_failed_move_keeps_the_model(void **s) {
         state_of(&b, &h0);
         int64_t t0 = b.opt.t;
         int nrows0 = b.nrows;
+        engine_mark_synced(&b, "/tmp/dmsh_qa40_no_such_dir/failed.ckpt");  // (a saved state: still saved after)
         oom_calls = 0;
         oom_fail_at = fail_ats[fi];
         assert_int_equal(engine_set_device(&b, &oom, "oom", &err), 1);
@@ -633,6 +634,9 @@ static void test_failed_move_keeps_the_model(void **s) {
         assert_int_equal(b.step, 3);
         assert_int_equal(b.opt.t, t0);
         assert_int_equal(b.nrows, nrows0);
+        // still the saved state, in the same file (it read as unsaved, and the exit saved it again)
+        assert_int_equal(engine_unsaved(&b), 0);
+        assert_string_equal(b.synced_path, "/tmp/dmsh_qa40_no_such_dir/failed.ckpt");
         state_of(&b, &h1);
         size_t P = b.model.n_params;
         assert_memory_equal(h0.p, h1.p, sizeof(real) * P);
