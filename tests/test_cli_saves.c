@@ -414,7 +414,15 @@ static void test_session_moved_or_deleted(void **s) {
                       strstr(err_, ".ckpt was written, but runs/rm/ckpt/LATEST could not be written (No such file or directory): ");
     if (!exit_failed && !tmp_taken && !latest_lost) print_error("%s\n%s\n", out, err_);
     assert_true(exit_failed || tmp_taken || latest_lost);
-    if (exit_failed) assert_true(strstr(err_, "was deleted while this run held it") || strstr(err_, "runs/rm/ckpt does not exist"));
+    // (or the exit's save, mid-rm, loses its temp file so: that line alone, whole; 1 in 120 runs: QA, session 40)
+    const char *al = strstr(err_, "dmsh: autosave failed: ");
+    long long st = -1;
+    int pid = -1, taken = al && sscanf(al, "dmsh: autosave failed: runs/rm/ckpt/step-%lld.ckpt: cannot save checkpoint: rename runs/rm/ckpt/step-%*d.ckpt.%d", &st, &pid) == 2;
+    char want[300];
+    snprintf(want, sizeof want, "dmsh: autosave failed: runs/rm/ckpt/step-%lld.ckpt: cannot save checkpoint: rename runs/rm/ckpt/step-%lld.ckpt.%d.tmp: "
+             "No such file or directory (the previous file, if any, is untouched)\n", st, st, pid);
+    if (exit_failed && !(taken && !strncmp(al, want, strlen(want))))
+        assert_true(strstr(err_, "was deleted while this run held it") || strstr(err_, "runs/rm/ckpt does not exist"));
     assert_int_equal(file_size("runs/rm"), -1);  // nothing made again under the name
 }
 
