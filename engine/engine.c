@@ -200,6 +200,19 @@ static int backend_emulated(const Backend *be) {
     return strstr(desc, "cuemu") != NULL;
 }
 
+// Which file holds the live state (engine_mark_synced), kept across a rebuild of the same state
+typedef struct { int64_t step; int nrows; uint64_t settings, extras, corpus; char path[sizeof ((Engine *)0)->synced_path]; } SyncedMarks;
+static void synced_get(const Engine *e, SyncedMarks *m) {
+    m->step = e->synced_step; m->nrows = e->synced_nrows;
+    m->settings = e->synced_settings; m->extras = e->synced_extras; m->corpus = e->synced_corpus;
+    memcpy(m->path, e->synced_path, sizeof m->path);
+}
+static void synced_put(Engine *e, const SyncedMarks *m) {
+    e->synced_step = m->step; e->synced_nrows = m->nrows;
+    e->synced_settings = m->settings; e->synced_extras = m->extras; e->synced_corpus = m->corpus;
+    memcpy(e->synced_path, m->path, sizeof m->path);
+}
+
 int engine_set_device(Engine *e, const Backend *be, const char *name, dm_err *err) {
     if (!e->live) {
         e->be = be;
@@ -213,11 +226,8 @@ int engine_set_device(Engine *e, const Backend *be, const char *name, dm_err *er
     // rows stay in the engine; the activations are rebuilt at the next step.
     Snapshot s;
     snapshot_take(&s, e);
-    int64_t sst = e->synced_step;  // the same state, moved: still in the same file
-    int snr = e->synced_nrows;
-    uint64_t sset = e->synced_settings, sext = e->synced_extras, scor = e->synced_corpus;
-    char spath[sizeof e->synced_path];
-    memcpy(spath, e->synced_path, sizeof spath);
+    SyncedMarks sm;  // the same state, moved (or left where it was): still in the same file
+    synced_get(e, &sm);
     const Backend *old = e->be;
     // activations are not moved (nor were they by an earlier move: engine_build clears the mark)
     int had_forward = (e->model.acts.buf && e->model.last_depth > 0) || e->fwd_moved;
@@ -230,15 +240,9 @@ int engine_set_device(Engine *e, const Backend *be, const char *name, dm_err *er
         e->be = old;  // back where it was: rebuild there and restore
         if (engine_build(e, e->cfg.seed, &ignore) == 0) {
             snapshot_restore(&s, e);
-            // the same state, still in the same file (engine_build's "a new model is in no file"
-            // made a failed move of a saved model read as unsaved, and the exit saved it again:
-            // QA, session 40)
-            e->synced_step = sst;
-            e->synced_nrows = snr;
-            e->synced_settings = sset;
-            e->synced_extras = sext;
-            e->synced_corpus = scor;
-            memcpy(e->synced_path, spath, sizeof spath);
+            // (engine_build's "a new model is in no file" made a failed move of a saved model
+            // read as unsaved, and the exit saved it again: QA, session 40)
+            synced_put(e, &sm);
         }
         snapshot_free(&s);
         e->fwd_moved = had_forward;  // (rebuilt where it was: the activations are gone all the same)
@@ -249,12 +253,7 @@ int engine_set_device(Engine *e, const Backend *be, const char *name, dm_err *er
     }
     snapshot_restore(&s, e);
     snapshot_free(&s);
-    e->synced_step = sst;
-    e->synced_nrows = snr;
-    e->synced_settings = sset;
-    e->synced_extras = sext;
-    e->synced_corpus = scor;
-    memcpy(e->synced_path, spath, sizeof spath);
+    synced_put(e, &sm);
     snprintf(e->device, sizeof e->device, "%s", name);
     e->emulated = backend_emulated(be);
     e->fwd_moved = had_forward;  // :probe says why the activations are gone
