@@ -10,7 +10,8 @@
 // Chunks of GC = 16 tokens (the sub-block size of kernels/cpu/kda.c): inside one, with Gam_t the
 // cumulative log-decay and m the middle token, every decay factor is split as
 // e^(Gam_t - Gam_s) = F_t / F_s, F_t = e^(Gam_t - Gam_m) in e^[-8|g_min|, 8|g_min|] (±40 at the
-// default g_min = -5, ±64 at its floor -8) — finite in fp32 (Gam itself is summed in double). Per chunk (S0 the state before it):
+// default g_min = -5, ±64 at its floor -8) — finite in fp32 (Gam itself is summed in double).
+// Per chunk (S0 the state before it):
 //   P[t,s] = (q_t F_t) . (k_s / F_s)  (s <= t),  M[t,s] = (k_t F_t) . (k_s / F_s)  (s < t)
 //   W = V - KE S0,  U_t = beta_t (W_t - sum_{s<t} M[t,s] U_s)     (KE = k e^Gam, QE = q e^Gam)
 //   O = QE S0 + P U,  S_end = Diag(e^Gam_last) S0 + KD^T U        (KD = k e^(Gam_last - Gam))
