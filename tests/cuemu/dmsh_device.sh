@@ -39,6 +39,19 @@ rc=$?
 s=$?
 check ":device cuda that does not fit: its cause, one line, the model stays" $s
 [ $s = 0 ] || { cat out2.txt err2.txt; }
+# 2b. ... and it stays as it was trained: after 2 steps the failed move leaves the state (losses,
+# step, every tensor and moment: DMSH_DIGEST) the run without it has (a mutant that rebuilt a
+# fresh model and said "it stays on cpu" passed every CPU test until session 40's
+# test_device_move; here the real CUDA backend's failed allocation, at the device's size)
+CUEMU_MEM_MB=40 DMSH_DIGEST=moved.dig "$DMSH" --norc -e ':preset nano' -e ':set d=256 batch=1 seq=32' -e ':data corpus.txt' \
+    -e ':init seed=1' -e ':step 2' -e ':device cuda' < /dev/null > out2b.txt 2> err2b.txt
+rc=$?
+CUEMU_MEM_MB=40 DMSH_DIGEST=stayed.dig "$DMSH" --norc -e ':preset nano' -e ':set d=256 batch=1 seq=32' -e ':data corpus.txt' \
+    -e ':init seed=1' -e ':step 2' < /dev/null > out2c.txt 2> err2c.txt
+[ "$rc" = 1 ] && grep -q 'moving the model to cuda:0 failed' err2b.txt && [ -s moved.dig ] && cmp -s moved.dig stayed.dig
+s=$?
+check ":device cuda that does not fit, after steps: the trained state unchanged" $s
+[ $s = 0 ] || { cat out2b.txt err2b.txt; diff moved.dig stayed.dig | head -n 5; }
 
 # 3. cuda:0 again moves nothing; after two moves :probe still says the activations did not move
 "$DMSH" --norc -e ':preset nano' -e "$TINY" -e ':data corpus.txt' -e ':init seed=1' -e ':device cuda' -e ':step 1' \
