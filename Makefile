@@ -189,6 +189,12 @@ $(B)/tests/test_run_files: tests/test_run_files.c $(wildcard tests/*.h) $(B)/lib
 	$(CC) $(CFLAGS) $< -o $@ $(B)/libdm.a -lcmocka $(LDLIBS) -Wl,--wrap=session_transcript_ckpt -Wl,--wrap=flock \
 	  -Wl,--wrap=fsync -Wl,--wrap=rename
 
+# test_session_gone deletes a session's directory in the middle of a save (--wrap: before the
+# checkpoint's rename (after its fsync), and inside session_transcript_ckpt, between the checkpoint and its LATEST)
+$(B)/tests/test_session_gone: tests/test_session_gone.c $(wildcard tests/*.h) $(B)/libdm.a $(B)/cflags
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< -o $@ $(B)/libdm.a -lcmocka $(LDLIBS) -Wl,--wrap=session_transcript_ckpt -Wl,--wrap=fsync
+
 # test_ckpt records fsync and rename (--wrap): a checkpoint's data is synced before its rename,
 # its directory after
 $(B)/tests/test_ckpt: tests/test_ckpt.c $(wildcard tests/*.h) $(B)/libdm.a $(B)/cflags

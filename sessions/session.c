@@ -627,7 +627,9 @@ int session_save(Engine *e, char *path, size_t n, char *note, size_t nnote, dm_e
         // the directory was renamed during the save (after the check, before the write): once
         // more where it is now
         dm_err e2 = {0};
-        if (engine_session_dir_check(e, &e2) || !strcmp(before, e->session_dir)) return 1;
+        // (or deleted: that is what the user must hear, not the rename's ENOENT it caused)
+        if (engine_session_dir_check(e, &e2)) return dm_fail(err, "%s", e2.msg);
+        if (!strcmp(before, e->session_dir)) return 1;
         snprintf(prefix, sizeof prefix, "%s/ckpt/step-", e->session_dir);
         if (save_step(e, prefix, path, n, note, nnote, err)) return 1;
     }
@@ -643,7 +645,10 @@ int session_save(Engine *e, char *path, size_t n, char *note, size_t nnote, dm_e
         // more where it is now, naming the file there
         dm_err e2 = {0};
         snprintf(before, sizeof before, "%s", e->session_dir);
-        if (!engine_session_dir_check(e, &e2) && strcmp(before, e->session_dir)) {
+        int gone = engine_session_dir_check(e, &e2);
+        // (deleted, the checkpoint with it: "PATH was written" would be untrue)
+        if (gone) return dm_fail(err, "%s", e2.msg);
+        if (strcmp(before, e->session_dir)) {
             const char *base = strrchr(path, '/');
             char moved[1400];
             snprintf(moved, sizeof moved, "%s/ckpt/%s", e->session_dir, base ? base + 1 : path);
