@@ -303,6 +303,34 @@ static void test_lost_settings_counted_from_the_resume(void **s) {
     not_in(out, "lr 0.003 -> 0.01");
 }
 
+// QA mutation, session 40 (X10: transcript_cut.c's `!fell_back` dropped before a cut command's
+// retake): a run killed inside `:train 6 ckpt_every=2`, in a transcript without checkpoint lines
+// (an older dmsh's), whose newest checkpoint does not load. -r falls back to the newest file that
+// does, and nothing says which command wrote it: here a step-4 state copied in from another
+// session (seed 2). The transcript must not claim that the cut :train's first 4 steps rebuild it
+// (`stop_after=4` would: a replay then ends in seed 1's state, not the one resumed); it says a
+// replay does not rebuild what the command did, and adds no retake line.
+static void test_cut_retake_not_after_a_fallback(void **s) {
+    (void)s;
+    make_session("x10", "-e ':train 6 ckpt_every=2 eval_every=0'");
+    make_session("x10b", "-e ':set seed=2' -e ':init' -e ':train 4 ckpt_every=4 eval_every=0'");
+    assert_int_equal(sh_in_dir("cd runs/x10 && cp ../x10b/ckpt/step-4.ckpt ckpt/step-4-b1.ckpt && touch -d '-1 min' ckpt/step-2.ckpt ckpt/step-4.ckpt && "
+                               "truncate -s 3000 ckpt/step-6.ckpt && "
+                               "sed -i -e '/^# checkpoint/d' -e '/^:train/d' -e 's/^# (finished).*/# started, never finished (:train from step 0; the process "
+                               "ended during it; a -r resumes from its last checkpoint): :train 6 ckpt_every=2 eval_every=0/' transcript.dm%s", ""), 0);
+    assert_int_equal(resume_quit("x10"), 0);
+    want_in(err_, "runs/x10/ckpt/step-6.ckpt did not load (");
+    want_in(err_, "resumed from runs/x10/ckpt/step-4-b1.ckpt instead");
+    want_in(out, "resumed runs/x10 at step 4 from ckpt/step-4-b1.ckpt");
+    want_in(out, "the process ended during `:train 6 ckpt_every=2 eval_every=0` (its transcript's last command): resumed from its last "
+                 "checkpoint, step 4; a replay of the transcript does not rebuild what it did");
+    not_in(out, "stop_after");
+    char t[8192];
+    slurp_to("runs/x10/transcript.dm", t, sizeof t);
+    not_in(t, "stop_after");
+    not_in(t, "# cut short:");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_user_tmp_files_left_alone),
@@ -318,6 +346,7 @@ int main(void) {
         cmocka_unit_test(test_finished_mark_below_a_killed_one),
         cmocka_unit_test(test_place_line_alone_after_the_resumed_one),
         cmocka_unit_test(test_lost_settings_counted_from_the_resume),
+        cmocka_unit_test(test_cut_retake_not_after_a_fallback),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
