@@ -72,7 +72,8 @@ static void usage_to(FILE *f) {
             "       dmsh --commands-md   (the command table as Markdown: docs/commands.md)\n"
             "  (no arguments: interactive prompt; a non-terminal stdin runs like a script)\n"
             "  exit status: 0 done, 1 a command failed or an interrupt (Ctrl-C) stopped a script (a -b\n"
-            "  script or -r session that cannot be opened too), 2 bad arguments (an unknown option, a\n"
+            "  script or -r session that cannot be opened too; a script's trained state is saved, in its\n"
+            "  session or else as ./dmsh-step-N.ckpt), 2 bad arguments (an unknown option, a\n"
             "  missing value), 128+N ended by signal N at a step boundary with the state saved\n"
             "  (in the session; without one, as ./dmsh-step-N.ckpt)\n"
             "  (129 SIGHUP: terminal closed, 141 SIGPIPE: the reader of stdout went away, 143 SIGTERM)\n"
@@ -353,15 +354,21 @@ int main(int argc, char **argv) {
     // session: the state goes where session-less checkpoints go (./dmsh-step-N.ckpt), since the
     // user did not choose to leave it unsaved (it was lost, and the script's last line said
     // "state intact"). A plain exit or Ctrl-C without a session saves nothing, as before.
-    if ((g_signal == SIGTERM || g_signal == SIGHUP || g_signal == SIGPIPE) && !eng.session_dir[0] && eng.live &&
-        engine_unsaved(&eng) && !getenv("DMSH_DIGEST")) {
+    // A script (-b, -e, a pipe) without a session that stopped at an error or a Ctrl-C is the
+    // same: a typo in a line after a long :train, found only when that line is reached, threw the
+    // trained steps away without a word, the last line saying "state intact" (QA, session 41).
+    // (A state with no step trained is not kept: the lines that built it rebuild it.)
+    int sig_stop = g_signal == SIGTERM || g_signal == SIGHUP || g_signal == SIGPIPE;
+    int script_stop = rc && !sig_stop && !sh.quit && (nexpr || batch || !isatty(0)) && eng.step > 0;
+    if ((sig_stop || script_stop) && !eng.session_dir[0] && eng.live && engine_unsaved(&eng) && !getenv("DMSH_DIGEST")) {
         char path[1300], note[1400];
         dm_err serr = {0};
         if (session_save_default(&eng, path, sizeof path, note, sizeof note, &serr)) {
             fprintf(stderr, "dmsh: the state was not saved (no session, and %s)\n", serr.msg);
             rc = rc ? rc : 1;
         } else {
-            fprintf(stderr, "dmsh: saved %s (no session: the state the signal stopped)%s%s\n", path, note[0] ? "; " : "", note);
+            fprintf(stderr, "dmsh: saved %s (no session: the state the %s stopped; :load it to go on)%s%s\n", path,
+                    sig_stop ? "signal" : eng.interrupt && *eng.interrupt ? "Ctrl-C" : "script's error", note[0] ? "; " : "", note);
         }
     }
     if (g_signal == SIGPIPE)  // (the Ctrl-C that killed a `| tee` ended dmsh too: say why)

@@ -640,12 +640,21 @@ void sh_run_rc(Shell *sh) {
     snprintf(paths[1], sizeof paths[1], ".dmshrc");
     struct stat seen = {0};
     int have_seen = 0;
+    // a resumed session (-r: the only live model at the prompt's start): what the files change
+    // in it is said, since the run no longer goes on as it stopped (a `:set lr=` meant for new
+    // sessions changed a resumed run's lr in silence, and the exit saved it as another state of
+    // the same step: QA, session 41)
+    Engine *re = sh->eng && sh->eng->live ? sh->eng : NULL;
+    Config cfg0;
+    if (re) cfg0 = re->cfg;
+    const char *ran[2] = {NULL, NULL};
     for (int i = home && home[0] ? 0 : 1; i < 2; i++) {  // (HOME="": not /.dmshrc)
         struct stat st;
         if (stat(paths[i], &st) || !S_ISREG(st.st_mode)) continue;
         if (have_seen && st.st_dev == seen.st_dev && st.st_ino == seen.st_ino) continue;  // cwd is $HOME
         seen = st;
         have_seen = 1;
+        ran[i] = paths[i];
         // its lines head the transcript (what they set is part of the run a replay rebuilds)
         if (sh->eng) {
             char line[1200];
@@ -683,4 +692,8 @@ void sh_run_rc(Shell *sh) {
         if (sh->eng && sh->eng->interrupt) *sh->eng->interrupt = 0;
         sh->quit = 0;  // a :quit in an rc file does not end the session before it starts
     }
+    char diff[1024];
+    if (re && re->live && config_set_diff(&cfg0, &re->cfg, diff, sizeof diff))
+        printf("note: %s%s%s changed the resumed run's settings: %s (it goes on with them; `dmsh --norc -r` resumes as it stopped)\n",
+               ran[0] ? ran[0] : "", ran[0] && ran[1] ? " and " : "", ran[1] ? ran[1] : "", diff);
 }

@@ -44,6 +44,7 @@ static int spawn_hup_blocked;  // the child starts with SIGHUP blocked (test_han
 static const char *spawn_stdout;  // the child's stdout goes to this file (test_stdout_not_a_tty)
 static const char *spawn_stderr;  // and its stderr (test_sigquit_under_panel)
 static unsigned short spawn_rows = 40, spawn_cols = 200;  // the terminal's size
+static const char *spawn_resume;  // dmsh -r this session (test_rc_on_resume_said)
 static inline void spawn(int norc, int tui) {
     ntty = seen = 0;
     tty[0] = 0;  // nothing of a previous session may match
@@ -79,7 +80,9 @@ static inline void spawn(int norc, int tui) {
             if (fd < 0 || dup2(fd, 2) < 0) _exit(125);
             close(fd);
         }
-        if (norc) execl(dmsh, "dmsh", "--norc", (char *)NULL);
+        if (spawn_resume && norc) execl(dmsh, "dmsh", "--norc", "-r", spawn_resume, (char *)NULL);
+        else if (spawn_resume) execl(dmsh, "dmsh", "-r", spawn_resume, (char *)NULL);
+        else if (norc) execl(dmsh, "dmsh", "--norc", (char *)NULL);
         else execl(dmsh, "dmsh", (char *)NULL);
         _exit(127);
     }

@@ -114,6 +114,51 @@ static void test_hup_leaves(void **s) {
     assert_int_equal(WEXITSTATUS(st), 129);
 }
 
+// ~/.dmshrc's `:set lr=` (meant for new sessions) at an interactive `dmsh -r`: the resumed run
+// went on at another lr with nothing said, and the exit saved it as "another state of step 3"
+// (QA, session 41). What the start-up files change in a resumed run is said; --norc, or a file
+// that changes nothing, says nothing.
+static void test_rc_on_resume_said(void **s) {
+    (void)s;
+    char cmd[2000], p[400];
+    snprintf(cmd, sizeof cmd, "cd %s && OPENBLAS_NUM_THREADS=1 %s --norc -e ':session rr' -e ':preset nano; :set d=32 H=2 L=2 E=2 k=1 r=8 f=64 "
+             "engram_rows=257 engram_dim=8 seq=32 batch=4 warmup=5' -e ':data %s' -e ':init seed=1' -e ':step 3' > k.out 2>&1", dir, dmsh, corpus);
+    assert_int_equal(system(cmd), 0);
+    snprintf(p, sizeof p, "%s/.dmshrc", home);
+    FILE *f = fopen(p, "w");
+    assert_non_null(f);
+    fputs(":set lr=0.0042 wd=0.1\n", f);  // (wd: the resumed run's own value, not a change)
+    fclose(f);
+    spawn_resume = "runs/rr";
+    spawn(0, 0);
+    expect_out("resumed runs/rr at step 3", 30);
+    char want[600];
+    snprintf(want, sizeof want, "note: %s changed the resumed run's settings: lr 0.003 -> 0.0042 (it goes on with them; `dmsh --norc -r` "
+             "resumes as it stopped)", p);
+    expect_out(want, 30);
+    expect_out("dmsh> ", 20);
+    type("\x04");
+    int st = wait_exit(20);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    // --norc: the run as it stopped, nothing said (and nothing to save again)
+    spawn(1, 0);
+    expect_out("dmsh> ", 30);
+    type("\x04");
+    st = wait_exit(20);
+    assert_null(strstr(tty, "changed the resumed run's settings"));
+    // a file that sets what the run has: nothing said
+    f = fopen(p, "w");
+    fputs(":set lr=0.0042\n", f);
+    fclose(f);
+    spawn(0, 0);
+    expect_out("dmsh> ", 30);
+    type("\x04");
+    st = wait_exit(20);
+    spawn_resume = NULL;
+    assert_null(strstr(tty, "changed the resumed run's settings"));
+    unlink(p);
+}
+
 int main(void) {
 #ifndef DM_HAVE_READLINE
     printf("test_repl_pty_run: skipped (dmsh built without readline: no interactive prompt to drive)\n");
@@ -124,6 +169,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_rc_interrupted, teardown_one),
         cmocka_unit_test_teardown(test_ctrl_c_stuck_stdout, teardown_one),
         cmocka_unit_test_teardown(test_hup_leaves, teardown_one),
+        cmocka_unit_test_teardown(test_rc_on_resume_said, teardown_one),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

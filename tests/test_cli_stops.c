@@ -1,0 +1,95 @@
+// test_cli_stops.c — dmsh as a process: what a script without a session keeps when it stops
+// before its end. An exploratory pass (QA, session 41) found that a `-b` script with no
+// :session that stopped at an error in a line after a long :train (a typo, found only when that
+// line is reached) exited with the trained state in no file and nothing said, and a Ctrl-C said
+// "state intact" before the process threw the state away. Such a stop now saves the state where
+// session-less checkpoints go (./dmsh-step-N.ckpt), as a SIGTERM's does (test_cli_disk); a
+// :quit or the script's end saves nothing, as before (the user chose to leave).
+#include "cli_harness.h"
+
+// the state in FILE loads at step STEP (a fresh dmsh)
+static void loads_at(const char *file, int step) {
+    char script[600], want[600];
+    snprintf(script, sizeof script, ":load %s\n", file);
+    expect_ok(script);
+    snprintf(want, sizeof want, "loaded %s: step %d, ", file, step);
+    expect_out(want);
+}
+
+static void test_error_stop_saves(void **s) {
+    (void)s;
+    assert_int_equal(sh_in_dir("rm -f *.ckpt%s", ""), 0);
+    char script[2000];
+    snprintf(script, sizeof script, "%s:data %s\n:init seed=1\n:train 6 log_every=6 eval_every=0\n:plto bpb\n:save never.ckpt\n", SMALL, corpus);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 1);
+    const char *want = "s.dm:6: error: unknown command ':plto' (did you mean :plot? see :help)\n"
+                       "dmsh: saved dmsh-step-6.ckpt (no session: the state the script's error stopped; :load it to go on)\n";
+    if (!strstr(err_, want)) print_error("%s\n", err_);
+    assert_non_null(strstr(err_, want));
+    assert_int_equal(file_size("never.ckpt"), -1);
+    loads_at("dmsh-step-6.ckpt", 6);
+    // -e lines the same (a second stop at the same step: its own file, the first kept)
+    char cmd[2400];
+    snprintf(cmd, sizeof cmd, "%%s --norc -e '%s' -e ':data %s' -e ':init seed=2' -e ':step 6' -e ':nosuch' > out.txt 2> err.txt", ":preset nano; :set d=32 H=2 L=2 E=2 k=1 r=8 f=64 engram_rows=257 engram_dim=8 seq=32 batch=4 warmup=5", corpus);
+    assert_int_equal(sh_in_dir(cmd, dmsh), 1);
+    slurp_to("err.txt", err_, sizeof err_);
+    if (!strstr(err_, "dmsh: saved dmsh-step-6-b1.ckpt (no session: the state the script's error stopped; :load it to go on); "))
+        print_error("%s\n", err_);
+    assert_non_null(strstr(err_, "dmsh: saved dmsh-step-6-b1.ckpt (no session: the state the script's error stopped; :load it to go on); "));
+    assert_true(file_size("dmsh-step-6.ckpt") > 0);
+    loads_at("dmsh-step-6-b1.ckpt", 6);
+}
+
+// nothing trained, or the state already in a file, or the user's own end: nothing written
+static void test_no_save_without_trained_unsaved_steps(void **s) {
+    (void)s;
+    assert_int_equal(sh_in_dir("rm -f *.ckpt%s", ""), 0);
+    char script[2000];
+    snprintf(script, sizeof script, "%s:data %s\n:init seed=1\n:plto bpb\n", SMALL, corpus);  // (step 0: its lines rebuild it)
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 1);
+    assert_null(strstr(err_, "saved"));
+    snprintf(script, sizeof script, "%s:data %s\n:init seed=1\n:step 3\n:save mine.ckpt\n:plto bpb\n", SMALL, corpus);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 1);
+    assert_null(strstr(err_, "dmsh: saved"));
+    snprintf(script, sizeof script, "%s:data %s\n:init seed=1\n:step 3\n:quit\n:plto bpb\n", SMALL, corpus);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    assert_null(strstr(err_, "saved"));
+    snprintf(script, sizeof script, "%s:data %s\n:init seed=1\n:step 3\n", SMALL, corpus);
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 0);
+    assert_null(strstr(err_, "saved"));
+    assert_int_equal(sh_in_dir("ls dmsh-step-* 2> /dev/null | grep -q .%s", ""), 1);
+}
+
+// a Ctrl-C (SIGINT) of a script: "state intact" is kept true
+static void test_ctrl_c_stop_saves(void **s) {
+    (void)s;
+    assert_int_equal(sh_in_dir("rm -f *.ckpt%s", ""), 0);
+    char script[2000];
+    snprintf(script, sizeof script, "%s:data %s\n:init seed=1\n:train 1000000 log_every=20 eval_every=0\n", SMALL, corpus);
+    write_file("long.dm", script);
+    assert_int_equal(sh_in_dir("(%s --norc -b long.dm > out.txt 2> err.txt & p=$!; for i in $(seq 1200); do grep -q '^step 39 ' out.txt && break; "
+                               "sleep 0.05; done; kill -INT $p; wait $p; echo $? > rc.txt)", dmsh), 0);
+    slurp_to("rc.txt", out, sizeof out);
+    assert_string_equal(out, "1\n");
+    slurp_to("err.txt", err_, sizeof err_);
+    long long at = -1;
+    const char *l = strstr(err_, "long.dm:5: error: interrupted at step ");
+    assert_non_null(l);
+    assert_int_equal(sscanf(l, "long.dm:5: error: interrupted at step %lld (state intact)", &at), 1);
+    assert_true(at >= 40);
+    char want[300], file[64];
+    snprintf(file, sizeof file, "dmsh-step-%lld.ckpt", at);
+    snprintf(want, sizeof want, "dmsh: saved %s (no session: the state the Ctrl-C stopped; :load it to go on)\n", file);
+    if (!strstr(err_, want)) print_error("%s\n", err_);
+    assert_non_null(strstr(err_, want));
+    loads_at(file, (int)at);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_error_stop_saves),
+        cmocka_unit_test(test_no_save_without_trained_unsaved_steps),
+        cmocka_unit_test(test_ctrl_c_stop_saves),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
