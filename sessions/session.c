@@ -385,6 +385,26 @@ int session_same_dir(const char *a, const char *b) {
     struct stat sa, sb;
     return a[0] && b[0] && stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
+// With no checkpoint to resume, what transcript.dm still offers (a -r advised "remove runs/X" of
+// a session whose ckpt/ was deleted to free disk, though its transcript replays the run: QA,
+// session 41): into hint, the replay's command line, or "" when it has no command line; into
+// last, the last checkpoint a line names ("" when none).
+static void transcript_replay_hint(const char *dir, char *hint, size_t nh, char *last, size_t nl) {
+    hint[0] = last[0] = 0;
+    char path[1100], l[8192];
+    snprintf(path, sizeof path, "%s/transcript.dm", dir);
+    FILE *f = session_fopen_regular(path, "r");
+    int cmds = 0;
+    while (f && fgets(l, sizeof l, f)) {
+        const char *q = l + strspn(l, " \t");
+        if (*q == ':') cmds++;
+        const char *c = !strncmp(q, "# checkpoint ckpt/", 18) ? q + 18 : NULL;
+        if (c) snprintf(last, nl, "%.*s", (int)strcspn(c, " \r\n"), c);
+    }
+    if (f) fclose(f);
+    if (cmds) snprintf(hint, nh, "`dmsh -e ':session NEW' -b %s` replays its commands in a new session", path);
+}
+
 int session_resume(Engine *e, const char *dir_in, dm_err *err) {
     // runs/X/ and runs/X name one directory: without the trailing '/' the paths printed below
     // (runs/X/ckpt/...) carry no "//"
@@ -427,14 +447,21 @@ int session_resume(Engine *e, const char *dir_in, dm_err *err) {
     // step silently: an older state, or another branch, passed for the latest)
     int lost = session_latest_broken(dir, broken, sizeof broken);
     if (session_latest_ckpt(dir, path, sizeof path, &step)) {
-        if (lost) return dm_fail(err, "%s, and no checkpoint is in %s/ckpt: nothing to resume", broken, dir);
+        char hint[1300], last[256];
+        transcript_replay_hint(dir, hint, sizeof hint, last, sizeof last);
+        if (lost) return dm_fail(err, "%s, and no checkpoint is in %s/ckpt: nothing to resume%s%s%s", broken, dir, hint[0] ? " (" : "",
+                                 hint, hint[0] ? ")" : "");
+        // the transcript names a checkpoint: they were deleted, not never written
+        if (last[0])
+            return dm_fail(err, "%s: no checkpoint in %s/ckpt, though its transcript names ckpt/%s (deleted?): nothing to resume; %s",
+                           dir, dir, last, hint);
         // (":save writes one" was said here: -r opens no session without a checkpoint, and
         // :session refuses one with rows: QA, session 35)
         char mp[1100];
         snprintf(mp, sizeof mp, "%s/metrics.tsv", dir);
         if (stat(mp, &st) == 0 && st.st_size > 0)
             return dm_fail(err, "%s: no checkpoint in %s/ckpt: the run stopped before its first save, so it cannot be resumed "
-                           "(metrics.tsv holds its rows): remove %s or choose a new name", dir, dir, dir);
+                           "(metrics.tsv holds its rows%s%s): remove %s or choose a new name", dir, dir, hint[0] ? "; " : "", hint, dir);
         return dm_fail(err, "%s: no checkpoint in %s/ckpt: nothing to resume (`:session %s` starts a run in it)", dir, dir, dir);
     }
     if (lost)

@@ -574,9 +574,11 @@ static void test_whole_tmp_put_in_place(void **s) {
     // no checkpoint: -r's advice is what works (":save writes one" did not: -r opens no session)
     assert_int_not_equal(sh_in_dir("%s --norc -r runs/nc > out.txt 2> err.txt", dmsh), 0);
     slurp_to("err.txt", err_, sizeof err_);
-    if (!strstr(err_, "runs/nc: no checkpoint in runs/nc/ckpt: the run stopped before its first save, so it cannot be resumed (metrics.tsv holds its rows): remove runs/nc or choose a new name"))
-        print_error("%s\n", err_);
-    assert_non_null(strstr(err_, "the run stopped before its first save, so it cannot be resumed (metrics.tsv holds its rows): remove runs/nc or choose a new name"));
+    // (and the replay of its transcript's commands, which "remove" would delete: QA, session 41)
+    const char *nc = "runs/nc: no checkpoint in runs/nc/ckpt: the run stopped before its first save, so it cannot be resumed (metrics.tsv holds its rows; "
+                     "`dmsh -e ':session NEW' -b runs/nc/transcript.dm` replays its commands in a new session): remove runs/nc or choose a new name";
+    if (!strstr(err_, nc)) print_error("%s\n", err_);
+    assert_non_null(strstr(err_, nc));
     assert_int_not_equal(sh_in_dir("%s --norc -r runs/em > out.txt 2> err.txt", dmsh), 0);
     slurp_to("err.txt", err_, sizeof err_);
     assert_non_null(strstr(err_, "runs/em: no checkpoint in runs/em/ckpt: nothing to resume (`:session runs/em` starts a run in it)"));

@@ -331,6 +331,26 @@ static void test_cut_retake_not_after_a_fallback(void **s) {
     not_in(t, "# cut short:");
 }
 
+// A session whose ckpt/ was deleted (to free disk) or whose checkpoints were: -r said "the run
+// stopped before its first save ... remove runs/X", and removing it deletes transcript.dm, which
+// replays the run (QA, session 41). -r names the checkpoint the transcript placed and the replay,
+// and the replay it names rebuilds the run's last step.
+static void test_no_ckpt_names_the_replay(void **s) {
+    (void)s;
+    make_session("nk", "-e ':train 4 ckpt_every=2 eval_every=0'");
+    assert_int_equal(sh_in_dir("cp -a runs/nk runs/nk2 && rm -r runs/nk/ckpt && rm runs/nk2/ckpt/*.ckpt%s", ""), 0);
+    assert_int_equal(resume_quit("nk"), 1);
+    want_in(err_, "dmsh: -r: error: runs/nk: no checkpoint in runs/nk/ckpt, though its transcript names ckpt/step-4.ckpt (deleted?): nothing to "
+                  "resume; `dmsh -e ':session NEW' -b runs/nk/transcript.dm` replays its commands in a new session\n");
+    not_in(err_, "remove runs/nk");
+    assert_int_equal(resume_quit("nk2"), 1);
+    want_in(err_, "dmsh: -r: error: runs/nk2/ckpt/LATEST named step-4.ckpt, which is missing, and no checkpoint is in runs/nk2/ckpt: nothing to "
+                  "resume (`dmsh -e ':session NEW' -b runs/nk2/transcript.dm` replays its commands in a new session)\n");
+    // the advice works: the replay's last train row is the run's (kind step tokens loss lr gnorm)
+    assert_int_equal(sh_in_dir("%s --norc -e ':session nk3' -b runs/nk/transcript.dm > r.out 2>&1 && tail -1 runs/nk/metrics.tsv | cut -f1-6 > a.txt && "
+                               "tail -1 runs/nk3/metrics.tsv | cut -f1-6 > b.txt && grep -q '^train\t3\t' a.txt && cmp a.txt b.txt", dmsh), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_user_tmp_files_left_alone),
@@ -347,6 +367,7 @@ int main(void) {
         cmocka_unit_test(test_place_line_alone_after_the_resumed_one),
         cmocka_unit_test(test_lost_settings_counted_from_the_resume),
         cmocka_unit_test(test_cut_retake_not_after_a_fallback),
+        cmocka_unit_test(test_no_ckpt_names_the_replay),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
