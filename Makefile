@@ -240,8 +240,9 @@ test: deps
 headless-check:
 	@$(MAKE) --no-print-directory headless DM_REAL=float
 	@echo "== the headless prompt: ~/.dmshrc and ./.dmshrc, errors, Ctrl-C, Ctrl-D (test_repl_pty against build/float-headless/dmsh)"
-	@$(MAKE) --no-print-directory build/float/tests/test_repl_pty DM_REAL=float
+	@$(MAKE) --no-print-directory build/float/tests/test_repl_pty build/float/tests/test_repl_pty_run DM_REAL=float
 	@DMSH_PTY_BIN=build/float-headless/dmsh $(TESTENV) ./build/float/tests/test_repl_pty
+	@DMSH_PTY_BIN=build/float-headless/dmsh $(TESTENV) ./build/float/tests/test_repl_pty_run
 
 test-float test-double: $(addprefix $(B)/tests/,$(TESTS)) $(B)/dmsh
 	@set -e; for t in $(TESTS); do echo "== $(DM_REAL) $$t"; s=$$(date +%s); $(TESTENV) ./$(B)/tests/$$t; \

@@ -241,3 +241,22 @@ int cmd_load(Shell *sh, Words *w, dm_err *err) {
     if (E_->session_dir[0]) make_resumable(sh, "the loaded state");
     return 0;
 }
+
+// A :quit or Ctrl-D at the prompt whose session save failed (a full disk) left at once, the
+// trained state in no file, though the prompt could have stayed for the user to free space or
+// save elsewhere (QA, session 41; :init and :session already refuse to drop an unsaved state).
+int sh_leave_save(Shell *sh) {
+    Engine *e = sh->eng;
+    if (sh->leave_refused || !e || !e->session_dir[0] || !e->live) return 0;
+    dm_err err = {0};
+    char saved[1300];
+    if (!session_autosave(e, saved, sizeof saved, &err)) {
+        if (saved[0]) fprintf(stderr, "dmsh: saved %s\n", saved);
+        return 0;
+    }
+    sh->leave_refused = 1;
+    fprintf(stderr, "error: the session's save on the way out failed: %s\n"
+                    "dmsh: still here, since the state is in no file: fix that (free space) or `:save PATH` elsewhere; "
+                    "`:quit` again saves once more and leaves either way\n", err.msg);
+    return 1;
+}

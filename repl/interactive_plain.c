@@ -61,12 +61,14 @@ int repl_interactive(Shell *sh) {
             if (errno == EINTR && !dm_leave_signal && !feof(stdin)) { clearerr(stdin); fputc('\n', pout); continue; }
             if (errno == EIO) sh->tty_lost = 1;  // the terminal closed (the hangup signal may come after)
             fputc('\n', pout);
+            if (feof(stdin) && !dm_leave_signal && !sh->tty_lost && sh_leave_save(sh)) { clearerr(stdin); continue; }
             break;
         }
         sh->line++;
         dm_err err = {0};
         if (sh->eng->interrupt) *sh->eng->interrupt = 0;  // a Ctrl-C at the prompt must not stop this command
         if (sh_exec_line(sh, line, &err)) fprintf(stderr, "error: %s\n", err.msg);
+        if (sh->quit && !dm_leave_signal && sh_leave_save(sh)) { sh->quit = 0; continue; }
         if (sh->quit || dm_leave_signal) break;
     }
     free(line);

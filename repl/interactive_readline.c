@@ -221,7 +221,12 @@ int repl_interactive(Shell *sh) {
         char *line = dm_leave_signal ? NULL : readline("dmsh> ");
         g_at_prompt = 0;
         if (!line && errno == EIO) sh->tty_lost = 1;  // the terminal closed (the hangup signal may come after)
-        if (!line || dm_leave_signal) { free(line); fputc('\n', rl_outstream ? rl_outstream : stdout); break; }  // Ctrl-D, SIGTERM
+        if (!line || dm_leave_signal) {  // Ctrl-D, SIGTERM
+            free(line);
+            fputc('\n', rl_outstream ? rl_outstream : stdout);
+            if (!dm_leave_signal && !sh->tty_lost && sh_leave_save(sh)) continue;  // (the save on the way out failed: stay)
+            break;
+        }
         sh->line++;
         if (!line[strspn(line, " \t")]) { free(line); continue; }
         // each line of a multi-line paste is an entry of its own (one entry with newlines in it
@@ -243,6 +248,7 @@ int repl_interactive(Shell *sh) {
         if (g_run_interrupt) *g_run_interrupt = 0;  // nor one that a command without step boundaries ignored
         fflush(stdout);
         free(line);
+        if (sh->quit && !dm_leave_signal && sh_leave_save(sh)) { sh->quit = 0; continue; }
         if (sh->quit || dm_leave_signal) break;  // (SIGTERM stopped the command at a step boundary)
     }
     if (hist[0]) history_truncate_file(hist, HISTORY_MAX);

@@ -31,6 +31,7 @@ typedef struct Shell {
     int depth;                  // :run nesting depth
     int interactive;
     int tty_lost;                // the prompt's read failed with EIO: the terminal went away (main.c)
+    int leave_refused;           // sh_leave_save kept the prompt once (a failed save on the way out)
     long long cut_in_eval;       // a :train an interrupt stopped inside its eval: that step (else -1; parse.c)
     volatile sig_atomic_t *leave_signal;  // main.c's dm_leave_signal (NULL in the tests that link
                                           // the parser alone): SIGPIPE's stop says why
@@ -79,6 +80,10 @@ void sh_note_eval_window(Shell *sh);
 int sh_run_file(Shell *sh, const char *path);
 // ~/.dmshrc then ./.dmshrc (skipped for the same file twice), at an interactive prompt's start
 void sh_run_rc(Shell *sh);
+// The prompt's :quit or Ctrl-D in a session: its save on the way out, made here (cmd_state.c).
+// 1 when it failed the first time: said, and the prompt stays (the state is in no file); 0 to
+// leave (saved, nothing to save, or a second :quit: main.c's exit save says the failure again).
+int sh_leave_save(Shell *sh);
 // Set (to the signal) by SIGTERM, SIGHUP, SIGPIPE: the interactive prompt leaves as after :quit (main.c).
 extern volatile sig_atomic_t dm_leave_signal;
 // A stop request's grace for a write blocked on stdout, in seconds (main.c: SIGALRM ends it)

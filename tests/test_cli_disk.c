@@ -262,7 +262,7 @@ static void test_signal_under_stuck_reader(void **s) {
     assert_int_equal(rc, 0);
     slurp_to("rc.txt", out, sizeof out);
     assert_string_equal(out, "143\n");
-    assert_non_null(strstr(err_, "(no session: the state the signal stopped)"));
+    assert_non_null(strstr(err_, "(no session: the state the signal stopped; :load it to go on)"));
     assert_non_null(strstr(err_, "(its reader stopped reading, and a write was abandoned 2 s after the stop request): some output was lost"));
 }
 
@@ -295,7 +295,7 @@ static void test_signal_then_ctrl_c(void **s) {
         assert_int_equal(atoi(out), c[k].status);
         const char *sv = strstr(err_, "dmsh: saved dmsh-step-");
         assert_non_null(sv);
-        assert_non_null(strstr(sv, ".ckpt (no session: the state the signal stopped)"));
+        assert_non_null(strstr(sv, ".ckpt (no session: the state the signal stopped; :load it to go on)"));
         char name[64];
         snprintf(name, sizeof name, "dmsh-step-%lld.ckpt", atoll(sv + strlen("dmsh: saved dmsh-step-")));
         assert_true(file_size(name) > 0);

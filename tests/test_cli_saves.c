@@ -336,7 +336,7 @@ static void test_output_and_size_limits(void **s) {
     assert_true(cl > 0 && cl < (int)sizeof cmd);
     rc = sh_in_dir("%s", cmd);
     slurp_to("nos.err", err_, sizeof err_);
-    if (rc != 141 || !strstr(err_, "(no session: the state the signal stopped)")) print_error("rc %d, stderr: %s\n", rc, err_);
+    if (rc != 141 || !strstr(err_, "(no session: the state the signal stopped; :load it to go on)")) print_error("rc %d, stderr: %s\n", rc, err_);
     assert_int_equal(rc, 141);
     assert_non_null(strstr(err_, "the reader of standard output went away (SIGPIPE)"));
     assert_non_null(strstr(err_, "dmsh: saved dmsh-step-"));
