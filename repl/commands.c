@@ -472,6 +472,8 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
     int nloss = 0, closs = 0, skipped = 0, rc = 0, stopped = 0;
     MetricRow last = {0};
     CkptKeep kept = {.keep = (int)keep};  // ckpt_keep: this run's checkpoints on disk
+    long long ck_failed = 0, ck_fail_step = -1;  // checkpoints that failed; the step of the last one, while no later one was written
+    char ck_fail_msg[sizeof err->msg];
     while (e->step < end && !stopped && !rc) {
         long long chunk = lg - (e->step % lg);
         if (chunk > end - e->step) chunk = end - e->step;
@@ -584,12 +586,29 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
             snprintf(before, sizeof before, "%s", e->synced_path);
             struct timespec a0;
             clock_gettime(CLOCK_MONOTONIC, &a0);
-            if (e->session_dir[0]) {
-                if (session_save(e, path, sizeof path, note, sizeof note, err)) { rc = 1; break; }
-            } else if (session_save_default(e, path, sizeof path, note, sizeof note, err)) {
-                rc = 1;
-                break;
+            // A checkpoint that fails (a full disk, a lost permission) no longer ends the run: one
+            // failed write ended an hours-long :train, and the exit's save on the same disk then
+            // lost every step since the last good checkpoint (QA, session 41). Said on its own
+            // line, counted; the next checkpoint tries again, and a run whose last one failed
+            // ends in an error (below), so a script stops there and its exit save tries once more.
+            int cfail = e->session_dir[0] ? session_save(e, path, sizeof path, note, sizeof note, err)
+                                          : session_save_default(e, path, sizeof path, note, sizeof note, err);
+            if (cfail) {
+                ck_failed++;
+                ck_fail_step = (long long)e->step;
+                snprintf(ck_fail_msg, sizeof ck_fail_msg, "%s", err->msg);
+                err->code = 0;
+                err->msg[0] = 0;
+                struct timespec a1;
+                clock_gettime(CLOCK_MONOTONIC, &a1);
+                t_ck += (a1.tv_sec - a0.tv_sec) + (a1.tv_nsec - a0.tv_nsec) / 1e9;
+                n_ck++;
+                fprintf(OUT, "checkpoint at step %lld FAILED: %s%s\n", ck_fail_step, ck_fail_msg,
+                        e->step + ck <= end ? "; training goes on (the next checkpoint tries again)" : e->step < end ? "; training goes on" : "");
+                fflush(OUT);
+                continue;
             }
+            ck_fail_step = -1;
             // ckpt_keep: this run's oldest goes once a newer one is in place; a file the save found
             // already holding the state (its note), or the one the state came from (the same file:
             // session_same_dir compares any two paths), is not this run's
@@ -626,6 +645,15 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
             fprintf(OUT, "schedule: withdrawn (no step of this run ran): steps=0 again, the next :train sets it\n");
     }
     ckpt_keep_free(&kept);
+    if (ck_failed && ck_fail_step < 0)
+        fprintf(OUT, "note: %lld of this run's checkpoints failed; a later one was written\n", ck_failed);
+    else if (ck_failed && (rc || stopped))  // (the stop's own words follow)
+        fprintf(OUT, "note: %lld of this run's checkpoints failed, the last at step %lld (%s)\n", ck_failed, ck_fail_step, ck_fail_msg);
+    else if (ck_failed) {
+        rc = 1;
+        dm_fail(err, "%lld of this :train's checkpoints failed, the last at step %lld (%s): the steps since the last one written are "
+                "in no file (free space, or :save PATH elsewhere)", ck_failed, ck_fail_step, ck_fail_msg);
+    }
     if (stopped == 1) fprintf(OUT, "interrupted at step %lld (state intact)\n", (long long)e->step);
     if (stopped == 2) {
         sh->cut_in_eval = (long long)e->step;  // (the transcript says so: its replay runs that eval)
@@ -754,7 +782,7 @@ const Command dm_commands[] = {
     {":data", cmd_data, NULL, ":data PATH [eval=PATH2]", "Open a corpus: a file or a directory (regular files and links to them, recursive, sorted, each file once; symlinked directories, fifos and the like are left out and said), memory-mapped. Without eval=, the last eval_frac is held out."},
     {":init", cmd_init, NULL, ":init [seed=N] [preset=NAME] [key=value ...]", "Build the model and optimizer from the current config (SPEC §4 defaults), with preset=NAME's keys and then the key=values given applied to it first (as :preset and :set would, architecture keys included): how a live model is rebuilt in another shape. A live model is replaced (in a session, saved first if it is in no file)."},
     {":step", cmd_step, NULL, ":step [N]", "Take N optimizer steps (default 1), one log line each."},
-    {":train", cmd_train, NULL, ":train N [eval_every=..] [ckpt_every=..] [ckpt_keep=..] [log_every=..] [stop_after=K]", "Train N steps with periodic log lines (every log_every-th step; its ms and tok/s are the mean step time and the rate over the steps since the line before, metrics.tsv has each step's own), evals and checkpoints (eval_every=, ckpt_every= and log_every= default to the config keys of those names: 500, 0 = off, and 1 unless :set). ckpt_keep=N keeps the N newest of the checkpoints this run writes: once a newer one is in place the oldest is removed, and its checkpoint line says so (0, the default, keeps all; no file from before this :train is ever removed). Ctrl-C stops at the next step boundary (or part-way through an eval, which then records no row) with the state intact. stop_after=K runs the first K steps of that run (its schedule horizon, evals and checkpoints as for N): a transcript records a :train cut short (Ctrl-C, a signal, a killed process resumed with -r) that way, so its replay rebuilds the steps it took."},
+    {":train", cmd_train, NULL, ":train N [eval_every=..] [ckpt_every=..] [ckpt_keep=..] [log_every=..] [stop_after=K]", "Train N steps with periodic log lines (every log_every-th step; its ms and tok/s are the mean step time and the rate over the steps since the line before, metrics.tsv has each step's own), evals and checkpoints (eval_every=, ckpt_every= and log_every= default to the config keys of those names: 500, 0 = off, and 1 unless :set). ckpt_keep=N keeps the N newest of the checkpoints this run writes: once a newer one is in place the oldest is removed, and its checkpoint line says so (0, the default, keeps all; no file from before this :train is ever removed). A checkpoint that fails (a full disk) is said on its own line and the run goes on, the next one trying again; a :train whose last checkpoint failed ends in an error. Ctrl-C stops at the next step boundary (or part-way through an eval, which then records no row) with the state intact. stop_after=K runs the first K steps of that run (its schedule horizon, evals and checkpoints as for N): a transcript records a :train cut short (Ctrl-C, a signal, a killed process resumed with -r) that way, so its replay rebuilds the steps it took."},
     {":eval", cmd_eval, NULL, ":eval [depth=k]", "Held-out BPB on the fixed eval window at depth k (default L)."},
     {":eval-depths", cmd_eval_depths, NULL, ":eval-depths", "Held-out BPB at every depth 1..L from one forward pass."},
     {":anchors", cmd_anchors, NULL, ":anchors", "Unigram and Kneser-Ney 5-gram BPB on the eval window, fit on the training split."},

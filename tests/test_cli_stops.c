@@ -4,7 +4,9 @@
 // line is reached) exited with the trained state in no file and nothing said, and a Ctrl-C said
 // "state intact" before the process threw the state away. Such a stop now saves the state where
 // session-less checkpoints go (./dmsh-step-N.ckpt), as a SIGTERM's does (test_cli_disk); a
-// :quit or the script's end saves nothing, as before (the user chose to leave).
+// :quit or the script's end saves nothing, as before (the user chose to leave). And a :train
+// whose periodic checkpoint fails (a full disk; here a file-size limit, which fails the write the
+// same way) goes on, said, and tries again at the next one (it ended the run).
 #include "cli_harness.h"
 
 // the state in FILE loads at step STEP (a fresh dmsh)
@@ -85,11 +87,63 @@ static void test_ctrl_c_stop_saves(void **s) {
     loads_at(file, (int)at);
 }
 
+// every checkpoint fails: the run trains to its end, each failure on its own line, and the :train
+// ends in an error that says the steps are in no file (the script stops; its exit save says
+// the failure again)
+static void test_failed_checkpoints_do_not_end_the_run(void **s) {
+    (void)s;
+    char cmd[2400];
+    snprintf(cmd, sizeof cmd, "prlimit --fsize=200000: %%s --norc -e ':session cf' -e '%s' -e ':data %s' -e ':init seed=1' "
+             "-e ':train 6 ckpt_every=2 eval_every=0 log_every=6' -e ':step 1' > out.txt 2> err.txt",
+             ":preset nano; :set d=32 H=2 L=2 E=2 k=1 r=8 f=64 engram_rows=257 engram_dim=8 seq=32 batch=4 warmup=5", corpus);
+    assert_int_equal(sh_in_dir(cmd, dmsh), 1);
+    slurp_to("out.txt", out, sizeof out);
+    slurp_to("err.txt", err_, sizeof err_);
+    for (int k = 2; k <= 6; k += 2) {
+        char want[300];
+        snprintf(want, sizeof want, "checkpoint at step %d FAILED: runs/cf/ckpt/step-%d.ckpt: cannot save checkpoint: write runs/cf/ckpt/step-%d.ckpt.", k, k, k);
+        if (!strstr(out, want)) print_error("%s\n%s\n", out, err_);
+        assert_non_null(strstr(out, want));
+    }
+    assert_non_null(strstr(out, ".tmp: File too large (the previous file, if any, is untouched); training goes on (the next checkpoint tries again)\n"));
+    assert_non_null(strstr(out, "step 5 loss "));  // (all 6 steps ran)
+    assert_non_null(strstr(err_, "-e #5: error: 3 of this :train's checkpoints failed, the last at step 6 (runs/cf/ckpt/step-6.ckpt: cannot save "
+                                 "checkpoint: write runs/cf/ckpt/step-6.ckpt."));
+    assert_non_null(strstr(err_, ": the steps since the last one written are in no file (free space, or :save PATH elsewhere)\n"));
+    assert_non_null(strstr(err_, "dmsh: autosave failed: "));
+    assert_null(strstr(out, "step 6 loss"));  // (the script stopped: no :step 1)
+}
+
+// the cause gone part-way (the limit raised from outside, as space freed): the next checkpoint is
+// written, the run ends well, and its note counts the failure; -r resumes the last one
+static void test_failed_checkpoint_then_written(void **s) {
+    (void)s;
+    char script[2000];
+    snprintf(script, sizeof script, ":session cw\n%s:data %s\n:init seed=1\n:train 2000 ckpt_every=1000 eval_every=0 log_every=1000\n", SMALL, corpus);
+    write_file("cw.dm", script);
+    assert_int_equal(sh_in_dir("(prlimit --fsize=400000: %s --norc -b cw.dm > out.txt 2> err.txt & p=$!; for i in $(seq 2400); do "
+                               "grep -q 'checkpoint at step 1000 FAILED' out.txt && break; sleep 0.05; done; h=$(prlimit --fsize -o HARD --noheadings); prlimit --pid $p --fsize=$h:; "
+                               "wait $p; echo $? > rc.txt)", dmsh), 0);
+    slurp_to("out.txt", out, sizeof out);
+    slurp_to("err.txt", err_, sizeof err_);
+    slurp_to("rc.txt", script, sizeof script);
+    if (strcmp(script, "0\n")) print_error("%s\n%s\n", out, err_);
+    assert_string_equal(script, "0\n");
+    assert_non_null(strstr(out, "checkpoint at step 1000 FAILED: "));
+    assert_non_null(strstr(out, "\ncheckpoint runs/cw/ckpt/step-2000.ckpt\n"));
+    assert_non_null(strstr(out, "note: 1 of this run's checkpoints failed; a later one was written\n"));
+    assert_int_equal(sh_in_dir("%s --norc -r runs/cw -e ':quit' > out.txt 2> err.txt", dmsh), 0);
+    slurp_to("out.txt", out, sizeof out);
+    assert_non_null(strstr(out, "resumed runs/cw at step 2000 from ckpt/step-2000.ckpt"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_error_stop_saves),
         cmocka_unit_test(test_no_save_without_trained_unsaved_steps),
         cmocka_unit_test(test_ctrl_c_stop_saves),
+        cmocka_unit_test(test_failed_checkpoints_do_not_end_the_run),
+        cmocka_unit_test(test_failed_checkpoint_then_written),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
