@@ -113,12 +113,21 @@ int cmd_set(Shell *sh, Words *w, dm_err *err) {
     // a schedule key changed on a model that has taken steps: the next step's lr moves, since the
     // schedule is a function of the step and the horizon, not continued from where it was (":set
     // steps=N to extend" sent a finished run's lr from 0.1x back to 0.55x unsaid: QA, session 35)
-    if (E_->live && E_->step > 0 && old.steps > 0 && E_->cfg.steps > 0 && E_->cfg.lr == old.lr) {
+    // (steps=0 too, either way: no horizon runs the steps after the warmup at the full lr, so a
+    // horizon set on a model stepped without one, or taken away from a decayed one, moved the lr
+    // as much, unsaid: QA, session 41)
+    if (E_->live && E_->step > 0 && E_->cfg.lr == old.lr) {
         double m0 = lr_schedule_mult(&old, E_->step), m1 = lr_schedule_mult(&E_->cfg, E_->step);
+        char how[160];
+        if (E_->cfg.steps > 0)
+            snprintf(how, sizeof how, "the schedule is a function of the step and steps=%lld, recomputed over it, not continued from where it was",
+                     (long long)E_->cfg.steps);
+        else
+            snprintf(how, sizeof how, "steps=0 is no horizon: the steps after the warmup run at the full lr until a :train sets one");
         if (fabs(m1 - m0) > 1e-6 * fabs(m0))
-            fprintf(OUT, "note: step %lld's lr goes from %.3e to %.3e (%.3gx to %.3gx of lr): the schedule is a function of the step and "
-                    "steps=%lld, recomputed over it, not continued from where it was%s\n", (long long)E_->step, E_->cfg.lr * m0,
-                    E_->cfg.lr * m1, m0, m1, (long long)E_->cfg.steps, m1 > m0 && E_->cfg.steps != old.steps ? " (a warm restart of the decay)" : "");
+            fprintf(OUT, "note: step %lld's lr goes from %.3e to %.3e (%.3gx to %.3gx of lr): %s%s\n", (long long)E_->step, E_->cfg.lr * m0,
+                    E_->cfg.lr * m1, m0, m1, how,
+                    m1 > m0 && E_->cfg.steps != old.steps && E_->cfg.steps > 0 && old.steps > 0 ? " (a warm restart of the decay)" : "");
     }
     if (E_->cfg.eval_frac != old.eval_frac && E_->has_data && !E_->eval_path[0]) {
         if (engine_resplit(E_, old.eval_frac, err)) {  // all or nothing: the other keys go back too

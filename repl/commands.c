@@ -431,10 +431,12 @@ static int cmd_train(Shell *sh, Words *w, dm_err *err) {
             // the last one at once (0.47x after 5 such steps of a 14-step horizon, unsaid: QA,
             // session 40)
             double m1 = lr_schedule_mult(&e->cfg, e->step);
+            // (what the steps before ran at is not known here: a horizon set and taken away again
+            // ran them on its cosine, and "ran at the full lr" was untrue: QA, session 41)
             if (e->step > e->cfg.warmup && m1 < 0.999)
-                fprintf(OUT, "; the lr drops from 1x to %.2gx of lr at once: the %lld steps after the warmup (from step %d) ran at the "
-                        "full lr without a horizon, and the cosine runs from there",
-                        m1, (long long)e->step - e->cfg.warmup, e->cfg.warmup);
+                fprintf(OUT, "; the lr drops from 1x to %.2gx of lr at once: with no horizon (steps=0) the steps after the warmup "
+                        "(from step %d) run at the full lr, and this horizon's cosine is at %.2gx by step %lld",
+                        m1, e->cfg.warmup, m1, (long long)e->step);
             fputc('\n', OUT);
         }
     } else if (e->cfg.lr_cosine && e->step + n > e->cfg.steps) {

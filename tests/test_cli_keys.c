@@ -94,13 +94,32 @@ static void test_first_horizon_after_steps(void **s) {
     expect_out("step 9 loss ");
     assert_non_null(strstr(strstr(out, "step 9 loss "), " lr 3.000e-03 "));  // (the full lr, no horizon)
     expect_out("schedule: cosine to 0.1x lr at step 14 (steps=14; :set steps=N to change); the lr drops from 1x to 0.47x of lr at "
-               "once: the 5 steps after the warmup (from step 5) ran at the full lr without a horizon, and the cosine runs from there\n"
-               "step 10 loss ");
+               "once: with no horizon (steps=0) the steps after the warmup (from step 5) run at the full lr, and this horizon's cosine is "
+               "at 0.47x by step 10\nstep 10 loss ");
     assert_non_null(strstr(strstr(out, "step 10 loss "), " lr 1.416e-03 "));  // 0.472 x 3e-3, as said
     snprintf(script, sizeof script, "%s:set warmup=5\n:data %s\n:init seed=1\n:step 5\n:train 4 eval_every=0\n", SMALL, corpus);
     expect_ok(script);  // (step 5 is the warmup's end: the cosine starts there at 1x)
     expect_out("schedule: cosine to 0.1x lr at step 9 (steps=9; :set steps=N to change)\nstep 5 loss ");
     assert_non_null(strstr(strstr(out, "step 5 loss "), " lr 3.000e-03 "));
+}
+
+// :set steps= to or from 0 on a stepped model moves the next step's lr as any horizon change does:
+// said (QA, session 41: the note came only when both the old and the new horizon were > 0; 1x
+// to 0.27x after 30 steps, and a decayed run's 0.1x back to the full lr, went unsaid)
+static void test_steps_to_and_from_zero_said(void **s) {
+    (void)s;
+    char script[2000];
+    snprintf(script, sizeof script, "%s:set warmup=5\n:data %s\n:init seed=1\n:step 30\n:set steps=40\n:set steps=0\n", SMALL, corpus);
+    expect_ok(script);
+    expect_out("note: step 30's lr goes from 3.000e-03 to 8.083e-04 (1x to 0.269x of lr): the schedule is a function of the step and steps=40, "
+               "recomputed over it, not continued from where it was\n");
+    expect_out("note: step 30's lr goes from 8.083e-04 to 3.000e-03 (0.269x to 1x of lr): steps=0 is no horizon: the steps after the warmup "
+               "run at the full lr until a :train sets one\n");
+    assert_null(strstr(out, "warm restart"));
+    // inside the warmup nothing moves: nothing said
+    snprintf(script, sizeof script, "%s:set warmup=5\n:data %s\n:init seed=1\n:step 3\n:set steps=40\n", SMALL, corpus);
+    expect_ok(script);
+    assert_null(strstr(out, "lr goes from"));
 }
 
 // the decoupled decay multiplies the weights by 1 - lr x wd each step: above 2 that factor's size
@@ -254,6 +273,7 @@ int main(void) {
         cmocka_unit_test(test_set_notes),
         cmocka_unit_test(test_set_notes_arms_and_schedule),
         cmocka_unit_test(test_first_horizon_after_steps),
+        cmocka_unit_test(test_steps_to_and_from_zero_said),
         cmocka_unit_test(test_decay_that_flips),
         cmocka_unit_test(test_preset_line),
         cmocka_unit_test(test_engram_ram_route),
