@@ -260,10 +260,11 @@ static void test_replay_sweep_spares_others(void **s) {
     waitpid(dead, NULL, 0);
     char cmd[1600], script[1200];
     snprintf(cmd, sizeof cmd,
-             "rm -rf td && mkdir td && touch td/dmsh-replay-%d-pLmKoJ td/dmsh-replay-%d-aAbBcC && mkdir td/dmsh-replay-save-%d-pLmKoJ && "
-             "chown 65534 td/dmsh-replay-%d-pLmKoJ td/dmsh-replay-save-%d-pLmKoJ",
-             (int)dead, (int)dead, (int)dead, (int)dead, (int)dead);
+             "rm -rf td && mkdir td && touch td/dmsh-replay-%d-pLmKoJ td/dmsh-replay-%d-aAbBcC && mkdir td/dmsh-replay-save-%d-pLmKoJ",
+             (int)dead, (int)dead, (int)dead);
     assert_int_equal(sh_in_dir("%s", cmd), 0);
+    snprintf(cmd, sizeof cmd, "chown 65534 td/dmsh-replay-%d-pLmKoJ td/dmsh-replay-save-%d-pLmKoJ 2> /dev/null", (int)dead, (int)dead);
+    if (sh_in_dir("%s", cmd)) { skip(); return; }  // (a root that cannot give files away: a user namespace)
     small_model(script, sizeof script, 3, ":step 2\n");
     write_file("rp.dm", script);
     assert_int_equal(sh_in_dir("TMPDIR=$PWD/td %s --norc --replay rp.dm > out.txt 2> err.txt", dmsh), 0);
