@@ -245,6 +245,9 @@ int cmd_check(Shell *sh, Words *w, dm_err *err) {
                                not_grad[i]);
         // off=NAME,... : every name an arm (a typo would check the arm with it on, silently)
         const char *offs = sh_kv(w, "off");
+        // (an empty name too: `off=` or `off=kda,,moe` ran the check, a typo taken as "no arm")
+        if (offs && (!*offs || *offs == ',' || offs[strlen(offs) - 1] == ',' || strstr(offs, ",,")))
+            return dm_fail(err, "off=%s: an empty arm name (off=ARM,ARM...: kda, engram, moe, rezero, retract, aux)", offs);
         for (const char *q = offs; q && *q;) {
             size_t l = strcspn(q, ",");
             int known = 0;

@@ -290,6 +290,20 @@ static void test_replay_of_a_directory(void **s) {
     assert_int_equal(sh_in_dir("%s", "test -z \"$(ls -A td)\""), 0);
 }
 
+// QA mutation, session 41 (V10): `:check grad off=kda,,moe`, `off=,` and `off=` ran the check, an
+// empty item taken as "no arm" (a typo checked the arm with it on). An empty name is refused,
+// before anything runs (no model needed).
+static void test_check_grad_empty_arm_name(void **s) {
+    (void)s;
+    const char *bad[] = {"off=kda,,moe", "off=,", "off=", "off=,kda", "off=kda,"};
+    for (int i = 0; i < 5; i++) {
+        char script[200], want[300];
+        snprintf(script, sizeof script, ":check grad %s\n", bad[i]);
+        snprintf(want, sizeof want, "s.dm:1: error: %s: an empty arm name (off=ARM,ARM...: kda, engram, moe, rezero, retract, aux)\n", bad[i]);
+        expect_error(script, want);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bench_writes_no_rows),
@@ -305,6 +319,7 @@ int main(void) {
         cmocka_unit_test(test_parity_options_valid_without_cuda),
         cmocka_unit_test(test_replay_sweep_spares_others),
         cmocka_unit_test(test_replay_of_a_directory),
+        cmocka_unit_test(test_check_grad_empty_arm_name),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
