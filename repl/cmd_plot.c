@@ -450,7 +450,17 @@ static int panel_depths(Ctx *cx, Panel *p, dm_err *err) {
         if (seen == target) { keep[nk++] = g; j++; }
         seen++;
     }
-    if (!nk) { free(gstep); free(gmask); free(gval); return dm_fail(err, "nothing to plot yet: no eval scored several depths (run :eval-depths)"); }
+    if (!nk) {
+        free(gstep);
+        free(gmask);
+        free(gval);
+        // (with several eval sets the earlier ones' :eval-depths are not drawn with the latest:
+        // "run :eval-depths" right after one, unexplained, once the window changed: QA, session 41)
+        if (nwin > 1)
+            return dm_fail(err, "nothing to plot yet: no eval of the latest of %d eval sets (the window evals score now) scored several depths; "
+                           ":eval-depths scores it (an earlier set's depths are not drawn with it)", nwin);
+        return dm_fail(err, "nothing to plot yet: no eval scored several depths (run :eval-depths)");
+    }
     cx->nsets = nwin;
     if (nmulti > cx->set_evals) cx->set_evals = nmulti;
     double *buf = panel_alloc(p, 2 * (size_t)nk * maxd);

@@ -306,6 +306,31 @@ static void test_depths_subsample(void **state) {
     engine_free(&eng);
 }
 
+// :plot depths when the latest eval set has no :eval-depths but an earlier set has one (the eval
+// window changed after it: :set eval_bytes, then :eval): it said "run :eval-depths" right after one
+// ran, with no word of the sets (QA, session 41). It names them now; one set keeps the short words.
+static void test_depths_in_an_earlier_set(void **state) {
+    (void)state;
+    fill_train(20);
+    MetricRow ev = {0};
+    ev.kind = 1; ev.step = 20; ev.tokens = 5120; ev.window = 4096; ev.eval_set = 0x1111;
+    for (int d = 1; d <= 2; d++) { ev.depth = d; ev.bpb = 4.0 + 0.1 * d; engine_add_row(&eng, &ev); }
+    ev.window = 1024; ev.eval_set = 0x2222; ev.depth = 2; ev.bpb = 4.05;
+    engine_add_row(&eng, &ev);
+    char buf[200];
+    snprintf(buf, sizeof buf, ":plot depths out=%s/p.png", dir);
+    Words w = {0};
+    for (char *tok = strtok(buf, " "); tok && w.argc < SH_MAX_WORDS; tok = strtok(NULL, " ")) w.argv[w.argc++] = tok;
+    FILE *f = tmpfile();
+    Shell sh = {.eng = &eng, .out = f, .src = "-e"};
+    dm_err err = {0};
+    assert_int_equal(cmd_plot(&sh, &w, &err), 1);
+    fclose(f);
+    assert_string_equal(err.msg, "nothing to plot yet: no eval of the latest of 2 eval sets (the window evals score now) scored several depths; "
+                                 ":eval-depths scores it (an earlier set's depths are not drawn with it)");
+    engine_free(&eng);
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/dm_plot_series_XXXXXX");
     if (!mkdtemp(dir)) return 1;
@@ -318,6 +343,7 @@ int main(void) {
         cmocka_unit_test(test_loss_ema_debiased),
         cmocka_unit_test(test_experts_units),
         cmocka_unit_test(test_depths_subsample),
+        cmocka_unit_test(test_depths_in_an_earlier_set),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     char cmd[128];
