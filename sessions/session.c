@@ -664,7 +664,8 @@ int session_save(Engine *e, char *path, size_t n, char *note, size_t nnote, dm_e
     // (the line first: LATEST naming a file no line places yet left a -r killed between the two
     // with a transcript that could not rebuild it; a line for a file LATEST does not name yet is
     // taken out with the commands after it)
-    session_transcript_ckpt(e, path, 1);
+    // (2: the state proved to be that file's already, nothing written: save_step's note)
+    session_transcript_ckpt(e, path, strstr(note, " already held this exact state") ? 2 : 1);
     char fail[2600];
     if (write_latest(e, path, note, nnote, fail, sizeof fail)) {
         // the directory was renamed between the checkpoint and LATEST (the file went with it: a

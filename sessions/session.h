@@ -59,6 +59,8 @@ int session_transcript_last_is(const Engine *e, const char *line);
 // another command's holds the state before its line; a :save's, and the state a command ends in
 // when it is a file's, get a line after the command's (session_transcript_ckpt_after). Nothing
 // without a session.
+// written: 1 a file written, 0 one the state is in already (no line), 2 a save that found its
+// state in the file already (a line only for a :train's, whose steps -r may take to it).
 void session_transcript_ckpt(Engine *e, const char *path, int written);
 // After the command's line is written: the line for the file the state is still in, if the
 // command wrote or found one (this also ends the command for session_transcript_ckpt).

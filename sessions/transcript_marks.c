@@ -206,6 +206,10 @@ void session_transcript_ckpt(Engine *e, const char *path, int written) {
     // a :save changes nothing: its line places the file once the :save's own line is in; a file
     // found holding the state (no write: a :load's own ckpt/ file) is the state the command ends in
     if (!strcmp(m->name, ":save") || !written) return;
+    // a file found holding the state (2) during another command than a :train (whose line -r
+    // takes the run's steps to): it was not "written by" that command, and its own line placed it
+    // (a :load's line claimed the write of a file an earlier :save had made: QA, session 41)
+    if (written == 2 && strcmp(m->name, ":train")) return;
     // any other command's, at once (a name reused since — ckpt_keep removed the file, or a save
     // of another state took it — is placed by its newest line): a :train's own checkpoint is
     // -r's to take the run's steps to (the :train's line is written at its end); another's holds

@@ -351,6 +351,22 @@ static void test_no_ckpt_names_the_replay(void **s) {
                                "tail -1 runs/nk3/metrics.tsv | cut -f1-6 > b.txt && grep -q '^train\t3\t' a.txt && cmp a.txt b.txt", dmsh), 0);
 }
 
+// A :load of a file outside ckpt/ whose state a session checkpoint already holds: the transcript
+// said that checkpoint was "written by the :load running here", though an earlier :save had
+// written it and the :load wrote nothing (QA, session 41). Only the line after the :load places
+// it now; the save of the state the :load left is the :load's own line, as before.
+static void test_load_found_file_not_said_written(void **s) {
+    (void)s;
+    make_session("lf", "-e ':train 4 eval_every=0' -e ':save' -e ':save lf_mid.ckpt' -e ':step 2' -e ':load lf_mid.ckpt'");
+    char t[16384];
+    slurp_to("runs/lf/transcript.dm", t, sizeof t);
+    want_in(t, "# checkpoint ckpt/step-6.ckpt at step 6, written by the :load running here (from step 6): :load lf_mid.ckpt\n"
+               ":load lf_mid.ckpt\n# checkpoint ckpt/step-4.ckpt at step 4: the state the lines above rebuild\n");
+    not_in(t, "ckpt/step-4.ckpt at step 4, written by the :load");
+    assert_int_equal(resume_quit("lf"), 0);
+    want_in(out, "resumed runs/lf at step 4 from ckpt/step-4.ckpt");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_user_tmp_files_left_alone),
@@ -368,6 +384,7 @@ int main(void) {
         cmocka_unit_test(test_lost_settings_counted_from_the_resume),
         cmocka_unit_test(test_cut_retake_not_after_a_fallback),
         cmocka_unit_test(test_no_ckpt_names_the_replay),
+        cmocka_unit_test(test_load_found_file_not_said_written),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
