@@ -268,7 +268,7 @@ int sh_exec_line(Shell *sh, const char *line, dm_err *err) {
     int nc = sh_split(line, buf, n < 16 ? 16 : n, cmds, 32, err);
     int rc = nc < 0;
     Engine *e = sh->eng;
-    int stopped = 0, built = 0;
+    int stopped = 0, built = 0, any_cut = 0;  // any_cut: a command of the line stopped part-way
     int seq0 = e ? e->cfg.seq : 0;
     int64_t evb0 = e ? e->cfg.eval_bytes : 0;
     for (int i = 0; i < nc && !rc && !sh->quit; i++) {
@@ -316,6 +316,7 @@ int sh_exec_line(Shell *sh, const char *line, dm_err *err) {
         // the line does not run. A script stops here; the prompt (depth 0) carries on.
         int intr = e && e->interrupt && *e->interrupt;
         int cut = intr && e->intr_honored != honored0;  // it stopped early (not one that ran to its end)
+        any_cut |= cut;
         // The transcript keeps what ran, command by command, in the session active when it
         // finished (a :session in the middle of a line splits it between the two), so replaying
         // it rebuilds the session; a :run's lines go in as they run (the :run itself as a comment,
@@ -424,6 +425,12 @@ int sh_exec_line(Shell *sh, const char *line, dm_err *err) {
     if (stopped && !rc && sh->leave_signal && *sh->leave_signal == SIGPIPE)  // (the Ctrl-C words would not say why)
         rc = dm_fail(err, "stopped at step %lld: the reader of standard output went away (SIGPIPE)%s", (long long)e->step,
                      getenv("DMSH_DIGEST") || !e->live ? "" : "; the state is saved on the way out");  // (a --replay child saves nothing)
+    // (an interrupt no command acted on — it came during one that does not stop part-way, :anchors
+    // or :plot — was said as this line's "interrupted", and the user ran a finished line again:
+    // QA, session 41)
+    else if (stopped && !rc && !any_cut)
+        rc = dm_fail(err, "interrupted at step %lld (state intact) after this line ran to its end: the script stops before its next line",
+                     (long long)e->step);
     else if (stopped && !rc) rc = dm_fail(err, "interrupted at step %lld (state intact): the script stops here", (long long)e->step);
     free(buf);
     return rc;
@@ -453,7 +460,7 @@ static ssize_t read_line_max(char **line, size_t *cap, FILE *f) {
             // a read a signal cut (a piped script's writer between two lines, or in the middle of
             // one): not the end of the script, and a half line is not a command (QA, session 34:
             // the half ":set warmup=1" of ":set warmup=100" ran)
-            if (ferror(f) && errno == EINTR) return -3;
+            if (ferror(f) && errno == EINTR) return n ? -4 : -3;  // (-4: part of the line was read)
             if (!n) return -1;
             break;
         }
@@ -483,9 +490,10 @@ static int run_stream(Shell *sh, FILE *f, const char *name, dm_err *err) {
         if (sh->reading) sh->reading(0);
         if (got == -1) break;
         sh->line++;
-        if (got == -3) {  // (the exit status names a SIGTERM, SIGHUP or SIGPIPE; a Ctrl-C's is 1)
-            rc = dm_fail(err, "%s:%d: interrupted while waiting for this line (state intact): the script stops here; a part of the line "
-                         "already read did not run", name, sh->line);
+        if (got == -3 || got == -4) {  // (the exit status names a SIGTERM, SIGHUP or SIGPIPE; a Ctrl-C's is 1)
+            // (the part-read words only when a part was read: QA, session 41)
+            rc = dm_fail(err, "%s:%d: interrupted while waiting for this line (state intact): the script stops here%s", name, sh->line,
+                         got == -4 ? "; a part of the line already read did not run" : "");
             break;
         }
         dm_err e1 = {0};

@@ -137,6 +137,36 @@ static void test_failed_checkpoint_then_written(void **s) {
     assert_non_null(strstr(out, "resumed runs/cw at step 2000 from ckpt/step-2000.ckpt"));
 }
 
+// A Ctrl-C during a command that does not stop part-way (:anchors fitting its 5-gram model) is
+// acted on after it: the script stops before its next line. It was said as that line's error,
+// "interrupted ... the script stops here", and a user ran the finished :anchors again (QA,
+// session 41). (A corpus of 4 MB makes each :anchors take a while; the signal lands in one of them.)
+static void test_interrupt_after_a_finished_line(void **s) {
+    (void)s;
+    assert_int_equal(sh_in_dir("for i in 1 2 3 4; do cat %s; done | head -c 4000000 > big.txt", corpus), 0);
+    char script[2000];
+    snprintf(script, sizeof script, "%s:set anchor_fit_bytes=4000000\n:data big.txt\n:init seed=1\n:step 1\n:anchors\n:set eval_bytes=65536\n"
+             ":anchors\n:set eval_bytes=32768\n:anchors\n", SMALL);
+    write_file("anc.dm", script);
+    assert_int_equal(sh_in_dir("(%s --norc -b anc.dm > out.txt 2> err.txt & p=$!; for i in $(seq 2400); do grep -q '^step 0 ' out.txt && break; "
+                               "sleep 0.02; done; kill -INT $p; wait $p; echo $? > rc.txt)", dmsh), 0);
+    slurp_to("rc.txt", out, sizeof out);
+    assert_string_equal(out, "1\n");
+    slurp_to("err.txt", err_, sizeof err_);
+    slurp_to("out.txt", out, sizeof out);
+    int line = 0;
+    const char *l = strstr(err_, "anc.dm:");
+    assert_non_null(l);
+    assert_int_equal(sscanf(l, "anc.dm:%d: error: ", &line), 1);
+    if (!strstr(err_, ": error: interrupted at step 1 (state intact) after this line ran to its end: the script stops before its next line\n"))
+        print_error("%s\n%s\n", out, err_);
+    assert_non_null(strstr(err_, ": error: interrupted at step 1 (state intact) after this line ran to its end: the script stops before its next line\n"));
+    assert_true(line == 7 || line == 9 || line == 11);  // (an :anchors line, which finished: its result is printed)
+    int nanchors = 0;
+    for (const char *q = out; (q = strstr(q, "\nanchors over ")); q++) nanchors++;
+    assert_int_equal(nanchors, (line - 5) / 2);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_error_stop_saves),
@@ -144,6 +174,7 @@ int main(void) {
         cmocka_unit_test(test_ctrl_c_stop_saves),
         cmocka_unit_test(test_failed_checkpoints_do_not_end_the_run),
         cmocka_unit_test(test_failed_checkpoint_then_written),
+        cmocka_unit_test(test_interrupt_after_a_finished_line),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
