@@ -18,6 +18,15 @@ int session_transcript_quiet(Engine *e, const char *line);
 // A line (what) the transcript at path could not take (er: the errno): said on stderr, and counted
 // into the comment session_transcript puts before the next line the file takes.
 void session_transcript_lost(const char *path, const char *what, int er);
+// LINES (n bytes, whole lines) appended to the transcript at path by name, with the header a new
+// file takes and the note of a file that is not the one this run wrote (deleted, replaced): a
+// running command's lines when its mark's file is gone (transcript_marks.c). 0, or 1 not written.
+int session_transcript_write_raw(const char *path, const char *lines, size_t n);
+// dmsh itself put a new transcript.dm in place (-r's rewrite): not "another file" to the next append
+void session_transcript_rewritten(void);
+// Before a checkpoint line is composed: a transcript deleted since the last append makes it an
+// unplaced one (the lines before it are gone)
+void session_transcript_precheck(const char *path);
 // A command's mark while it runs (sessions/transcript_marks.c): session_transcript_begin appends
 // LINE (a comment that says the command started and never finished) and remembers where;
 // session_transcript_end takes it out again once the command has returned, before its own line is

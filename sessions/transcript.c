@@ -37,6 +37,71 @@ void session_transcript_lost(const char *path, const char *what, int er) {
             (int)(n > 80 ? 80 : n), what, lost_why);
 }
 
+// The file this process appended to last, by name: an append that finds another file there says
+// so (QA, session 41: a transcript.dm deleted during a run was started again with only the later
+// checkpoint lines, one of them "the state the lines above rebuild"; one an editor saved over
+// was written on in silence). (A session directory renamed is another name: not compared.)
+static char seen_path[1200];
+static dev_t seen_dev;
+static ino_t seen_ino;
+
+// into m, before an append to path's file (tst): what a file that is not the one last written says
+static void check_same_file(const char *path, const struct stat *tst, FILE *m) {
+    if (!seen_path[0] || strcmp(path, seen_path) || (tst->st_dev == seen_dev && tst->st_ino == seen_ino)) return;
+    if (tst->st_size == 0) {  // (deleted: a new one)
+        fprintf(m, "# transcript.dm was deleted while this run wrote it: the lines it held are not here, so the lines below do not "
+                   "rebuild the session\n");
+        session_transcript_unplaced(2);
+        fprintf(stderr, "dmsh: note: %s was deleted during the run: a new one holds the lines from here on, and does not rebuild the "
+                        "session\n", path);
+    } else {
+        fprintf(stderr, "dmsh: note: %s is another file than the one this run wrote (replaced: an editor's save?): the lines from here "
+                        "on go into it\n", path);
+    }
+}
+static void remember_file(const char *path, int fd) {
+    struct stat st;
+    if (fstat(fd, &st) != 0) return;
+    snprintf(seen_path, sizeof seen_path, "%s", path);
+    seen_dev = st.st_dev;
+    seen_ino = st.st_ino;
+}
+
+void session_transcript_rewritten(void) { seen_path[0] = 0; }
+
+void session_transcript_precheck(const char *path) {
+    if (!seen_path[0] || strcmp(path, seen_path)) return;
+    struct stat st;
+    if (stat(path, &st) != 0 || (st.st_size == 0 && (st.st_dev != seen_dev || st.st_ino != seen_ino))) session_transcript_unplaced(2);
+}
+
+int session_transcript_write_raw(const char *path, const char *lines, size_t n) {
+    FILE *f = session_fopen_regular(path, "a");
+    struct stat tst;
+    if (!f || fstat(fileno(f), &tst) != 0) {
+        if (f) fclose(f);
+        return 1;
+    }
+    char *buf = NULL;
+    size_t blen = 0;
+    FILE *m = open_memstream(&buf, &blen);
+    if (m) {
+        if (tst.st_size == 0) {
+            char cwd[PATH_MAX];
+            if (getcwd(cwd, sizeof cwd)) fprintf(m, "# dmsh transcript, run in %s (relative paths below are from there)\n", cwd);
+        }
+        check_same_file(path, &tst, m);
+        fwrite(lines, 1, n, m);
+        fclose(m);
+    }
+    int ok = buf && fwrite(buf, 1, blen, f) == blen;
+    ok &= fflush(f) == 0;
+    if (ok) remember_file(path, fileno(f));
+    free(buf);
+    ok &= fclose(f) == 0;
+    return !ok;
+}
+
 static int transcript_append(Engine *e, const char *line, int say);
 int session_transcript(Engine *e, const char *line) { return transcript_append(e, line, 1); }
 int session_transcript_quiet(Engine *e, const char *line) { return transcript_append(e, line, 0); }
@@ -83,6 +148,7 @@ static int transcript_append(Engine *e, const char *line, int say) {
             char cwd[PATH_MAX];
             if (getcwd(cwd, sizeof cwd)) fprintf(m, "# dmsh transcript, run in %s (relative paths below are from there)\n", cwd);
         }
+        check_same_file(path, &tst, m);
         if (pre_len) {  // the first line since the session opened: what came before it goes first
             fwrite(pre_lines, 1, pre_len, m);
             if (pre_dropped)
@@ -105,6 +171,7 @@ static int transcript_append(Engine *e, const char *line, int say) {
         if (!ok && ftruncate(fileno(f), tst.st_size) != 0) {}  // (a part of it would join the next line)
     }
     free(buf);
+    if (ok) remember_file(path, fileno(f));
     if (f && fclose(f) != 0 && ok) { ok = 0; er = errno; }  // (nothing is buffered in f: one write above)
     if (!ok) {
         if (say) session_transcript_lost(path, line, er);

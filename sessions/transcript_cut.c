@@ -204,6 +204,7 @@ static long comment_out_after(const char *path, const ResumePos *rp, const char 
         unlink(tmp);
         return -1;
     }
+    session_transcript_rewritten();
     return count;
 }
 

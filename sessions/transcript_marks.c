@@ -119,6 +119,30 @@ void session_transcript_finishing(TranscriptMark *m) {
     if (m->len) session_transcript_hold(m->path);
 }
 
+// The file at m->path, opened, with the mark the held file (fd) has at m->off found in it (its
+// last copy at a line's start): m->off moved there, st that file's. -1 when it is not there.
+static int relocate_mark(int fd, TranscriptMark *m, long len, struct stat *st) {
+    char *mark = malloc((size_t)len);
+    if (!mark || pread(fd, mark, (size_t)len, m->off) != (ssize_t)len) { free(mark); return -1; }
+    int nfd = open(m->path, O_RDWR | O_CLOEXEC);
+    struct stat ns;
+    char *all = NULL;
+    long found = -1;
+    if (nfd >= 0 && fstat(nfd, &ns) == 0 && S_ISREG(ns.st_mode) && ns.st_size >= len && ns.st_size < (64L << 20) &&
+        (all = malloc((size_t)ns.st_size)) && pread(nfd, all, (size_t)ns.st_size, 0) == (ssize_t)ns.st_size)
+        for (long at = 0; at + len <= (long)ns.st_size; at++)
+            if ((at == 0 || all[at - 1] == '\n') && !memcmp(all + at, mark, (size_t)len)) found = at;
+    free(all);
+    free(mark);
+    if (found < 0) {
+        if (nfd >= 0) close(nfd);
+        return -1;
+    }
+    m->off = found;
+    *st = ns;
+    return nfd;
+}
+
 void session_transcript_end(TranscriptMark *m) {
     size_t hl = 0;
     char *hb = m->len ? session_transcript_unhold(&hl) : NULL;
@@ -128,6 +152,23 @@ void session_transcript_end(TranscriptMark *m) {
     int fd = m->fd;
     struct stat st;
     if (fstat(fd, &st) != 0) { close(fd); return; }  // (best effort, as every transcript write)
+    // the held file is in no directory now (deleted, or an editor's save renamed its copy over
+    // the name): the command's lines went into it, out of sight, and the copy kept the mark, which
+    // -r then read as "the process ended during it" (QA, session 41). The mark is looked for in
+    // the file at the name; where it is not, the lines go at that file's end. (A file still
+    // linked is the same file under a renamed session directory: written as before.)
+    if (st.st_nlink == 0) {
+        int nfd = relocate_mark(fd, m, len, &st);
+        close(fd);
+        if (nfd < 0) {
+            if (hl && session_transcript_write_raw(m->path, hb, hl)) {
+                hb[hl - 1] = 0;
+                session_transcript_lost(m->path, hb, errno);
+            }
+            return;
+        }
+        fd = nfd;
+    }
     if (st.st_size == m->off + len) {
         // nothing written after the mark (the usual case): its place takes the command's lines in
         // one write, so the file holds the mark or the lines at every moment. Shorter lines leave
@@ -197,6 +238,9 @@ void session_transcript_ckpt(Engine *e, const char *path, int written) {
     const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
     // (a name a line cannot hold: no line, and -r says that none places the file)
     if (strlen(base) >= 1024 || strpbrk(base, "\r\n")) return;
+    char tp[1200];
+    snprintf(tp, sizeof tp, "%s/transcript.dm", e->session_dir);
+    session_transcript_precheck(tp);
     TranscriptMark *m = innermost;
     if (!m) {  // between commands (the exit's save): the state of the transcript as it stands
         put_plain(e, base, (long long)e->step);

@@ -367,6 +367,48 @@ static void test_load_found_file_not_said_written(void **s) {
     want_in(out, "resumed runs/lf at step 4 from ckpt/step-4.ckpt");
 }
 
+// transcript.dm saved over by an editor (a copy renamed over the name) or deleted during a :train
+// (QA, session 41). Replaced: the :train's line went into the file renamed away and the copy kept
+// its mark, which -r then read as "the process ended during it"; now the mark is found in the new
+// file and takes the line, said. Deleted: the new file held only the later checkpoint lines, one
+// of them "the state the lines above rebuild"; now it says the lines before are gone, and its
+// checkpoint lines are unplaced.
+static void transcript_swapped_during_a_train(const char *name, const char *how) {
+    char cmd[3000];
+    int cl = snprintf(cmd, sizeof cmd, "(%%s --norc -e ':session %s' -e '%s' -e ':data %s' -e ':init seed=1' -e ':train 1500 ckpt_every=500 "
+                      "eval_every=0 log_every=500' > k.out 2> k.err & p=$!; for i in $(seq 3000); do grep -q 'ckpt/step-500.ckpt' k.out && break; "
+                      "sleep 0.02; done; cd runs/%s && %s; cd ../..; wait $p)", name, TINY, corpus, name, how);
+    assert_true(cl > 0 && cl < (int)sizeof cmd);
+    assert_int_equal(sh_in_dir(cmd, dmsh), 0);
+    slurp_to("k.out", out, sizeof out);
+    slurp_to("k.err", err_, sizeof err_);
+    want_in(out, "checkpoint runs/");  // (and the run went on to its end)
+    want_in(out, "/ckpt/step-1500.ckpt\n");
+}
+static void test_transcript_replaced_or_deleted_mid_run(void **s) {
+    (void)s;
+    transcript_swapped_during_a_train("tv", "cp transcript.dm t && mv t transcript.dm");
+    want_in(err_, "dmsh: note: runs/tv/transcript.dm is another file than the one this run wrote (replaced: an editor's save?): the lines "
+                  "from here on go into it\n");
+    char t[16384];
+    slurp_to("runs/tv/transcript.dm", t, sizeof t);
+    not_in(t, "# started, never finished");
+    want_in(t, "\n:train 1500 ckpt_every=500 eval_every=0 log_every=500\n");
+    want_in(t, "\n# checkpoint ckpt/step-1500.ckpt at step 1500: the state the lines above rebuild\n");
+    assert_int_equal(resume_quit("tv"), 0);
+    want_in(out, "resumed runs/tv at step 1500 from ckpt/step-1500.ckpt");
+    not_in(out, "the process ended during");
+    transcript_swapped_during_a_train("td", "rm transcript.dm");
+    want_in(err_, "dmsh: note: runs/td/transcript.dm was deleted during the run: a new one holds the lines from here on, and does not rebuild "
+                  "the session\n");
+    slurp_to("runs/td/transcript.dm", t, sizeof t);
+    want_in(t, "# transcript.dm was deleted while this run wrote it: the lines it held are not here, so the lines below do not rebuild the "
+               "session\n");
+    want_in(t, "\n# unplaced checkpoint ckpt/step-1000.ckpt at step 1000, written by the :train running here");
+    want_in(t, "\n:train 1500 ckpt_every=500 eval_every=0 log_every=500\n");
+    not_in(t, "# checkpoint ckpt/");  // (none placed: every one unplaced)
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_user_tmp_files_left_alone),
@@ -385,6 +427,7 @@ int main(void) {
         cmocka_unit_test(test_cut_retake_not_after_a_fallback),
         cmocka_unit_test(test_no_ckpt_names_the_replay),
         cmocka_unit_test(test_load_found_file_not_said_written),
+        cmocka_unit_test(test_transcript_replaced_or_deleted_mid_run),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
