@@ -367,8 +367,11 @@ int main(int argc, char **argv) {
             fprintf(stderr, "dmsh: the state was not saved (no session, and %s)\n", serr.msg);
             rc = rc ? rc : 1;
         } else {
-            fprintf(stderr, "dmsh: saved %s (no session: the state the %s stopped; :load it to go on)%s%s\n", path,
-                    sig_stop ? "signal" : eng.interrupt && *eng.interrupt ? "Ctrl-C" : "script's error", note[0] ? "; " : "", note);
+            // (a file that held this state already was not written: "saved" would be untrue)
+            int held = strstr(note, " already held this exact state") != NULL;
+            fprintf(stderr, "dmsh: %s %s (no session: the state the %s stopped; :load it to go on)%s%s\n", held ? "kept in" : "saved", path,
+                    sig_stop ? "signal" : eng.interrupt && *eng.interrupt ? "Ctrl-C" : "script's error", held ? ", which already held it" : note[0] ? "; " : "",
+                    held ? "" : note);
         }
     }
     if (g_signal == SIGPIPE)  // (the Ctrl-C that killed a `| tee` ended dmsh too: say why)

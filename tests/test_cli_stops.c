@@ -30,6 +30,12 @@ static void test_error_stop_saves(void **s) {
     assert_non_null(strstr(err_, want));
     assert_int_equal(file_size("never.ckpt"), -1);
     loads_at("dmsh-step-6.ckpt", 6);
+    // the same stop again: the file holds that state already, and nothing is said "saved"
+    assert_int_equal(run(script, out, sizeof out, err_, sizeof err_), 1);
+    if (!strstr(err_, "dmsh: kept in dmsh-step-6.ckpt (no session: the state the script's error stopped; :load it to go on), which already held it\n"))
+        print_error("%s\n", err_);
+    assert_non_null(strstr(err_, "dmsh: kept in dmsh-step-6.ckpt (no session: the state the script's error stopped; :load it to go on), which already held it\n"));
+    assert_null(strstr(err_, "saved"));
     // -e lines the same (a second stop at the same step: its own file, the first kept)
     char cmd[2400];
     snprintf(cmd, sizeof cmd, "%%s --norc -e '%s' -e ':data %s' -e ':init seed=2' -e ':step 6' -e ':nosuch' > out.txt 2> err.txt", ":preset nano; :set d=32 H=2 L=2 E=2 k=1 r=8 f=64 engram_rows=257 engram_dim=8 seq=32 batch=4 warmup=5", corpus);
