@@ -336,6 +336,13 @@ void probe_source(const Engine *e, const ProbeInfo *pi, char *desc, size_t ndesc
     arms_mask_names(off & ARMS_FORWARD_MASK, names, sizeof names);
     size_t l = strlen(desc);
     if (names[0] && l + 1 < ndesc) snprintf(desc + l, ndesc - l, "; arms off in it: %s", names);
+    // (and in the tag, so the PNG of an ablated forward is its own file: the eval of the same step
+    // with every arm on was overwritten by it, both said "wrote" the same name: QA, session 41)
+    size_t tl = strlen(tag), k = 0;
+    for (const char *c = names; *c; c++)  // ("kda, moe" -> "kda+moe": a file name without blanks)
+        if (*c != ' ') names[k++] = *c == ',' ? '+' : *c;
+    names[k] = 0;
+    if (names[0] && tl + 1 < ntag) snprintf(tag + tl, ntag - tl, "-off-%s", names);
 }
 
 int probe_forward_text(Engine *e, const unsigned char *text, int n, dm_err *err) {

@@ -146,7 +146,7 @@ int cmd_probe(Shell *sh, Words *w, dm_err *err) {
     strncat(shape, "]", sizeof shape - strlen(shape) - 1);
     // where the values come from (probe.h): the stats line, the PNG's title and its file name
     // all name the same state
-    char from[160], tag[32];
+    char from[160], tag[96];
     probe_source(e, &pi, from, sizeof from, tag, sizeof tag);
     fprintf(sh->out, "%s %s n=%zu mean %.6g std %.6g rms %.6g min %.6g max %.6g absmax %.6g nonfinite %.4g%% (%s)\n",
             pi.name, shape, pi.n, st.mean, st.std, st.rms, st.min, st.max, st.absmax,
@@ -167,8 +167,12 @@ int cmd_probe(Shell *sh, Words *w, dm_err *err) {
         // (a log-count histogram is its own file: the linear one of the same state stays)
         snprintf(path, sizeof path, "%s/hist-%s-%s%s.png", pdir, safe, tag, logy ? "-log" : "");
         snprintf(title, sizeof title, "%s %s (%s)", pi.name, shape, from);
+        // a file of that name is replaced (one forward, one name), but said: two checkpoints of the
+        // same step, or two texts of one hash, share it
+        struct stat pst;
+        int had = stat(path, &pst) == 0;
         if (viz_hist_png(path, v, pi.n, bins, logy, title, msg, sizeof msg)) rc = dm_fail(err, "%s", msg);
-        else fprintf(sh->out, "wrote %s\n", path);
+        else fprintf(sh->out, "wrote %s%s\n", path, had ? " (over the earlier file of that name)" : "");
     }
     free(v);
     return rc;

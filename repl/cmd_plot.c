@@ -600,7 +600,7 @@ static int panel_experts(Ctx *cx, Panel *p, dm_err *err) {
     // step N-1": QA, session 24)
     ProbeInfo pi = {0};
     pi.activation = 1;
-    char src[160], tag[40];
+    char src[160], tag[96];
     probe_source(e, &pi, src, sizeof src, tag, sizeof tag);
     snprintf(p->title, sizeof p->title, "expert load, %.120s", src);
     snprintf(p->subtitle, sizeof p->subtitle, "%d expert%s, top-%d routing; one line per iteration%s", E, E == 1 ? "" : "s", e->cfg.k,

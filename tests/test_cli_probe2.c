@@ -124,6 +124,26 @@ static void test_text_probe_step(void **s) {
     assert_null(strstr(out, "at step 1"));
 }
 
+// :probe NAME hist of an eval with an arm off wrote the same file as the eval of that step with
+// every arm on (hist-NAME-evalN.png), both said "wrote" it: the ablation's chart replaced the other
+// in silence (QA, session 41). The arms off are in its name now, and a file written over again
+// (another checkpoint of the same step) is said.
+static void test_hist_of_an_ablation_is_its_own_file(void **s) {
+    (void)s;
+#ifdef DM_HAVE_PNG
+    char script[2000];
+    script_on(script, sizeof script, ":step 2\n:eval\n:probe mem.gate@2 hist\n:arm kda off\n:eval\n:probe mem.gate@2 hist\n:arm kda on\n"
+              ":eval\n:probe mem.gate@2 hist\n");
+    expect_ok(script);
+    expect_out("wrote plots/hist-mem.gate_2-eval2.png\n");
+    expect_out("wrote plots/hist-mem.gate_2-eval2-off-kda.png\n");
+    expect_out("wrote plots/hist-mem.gate_2-eval2.png (over the earlier file of that name)\n");
+    assert_true(file_size("plots/hist-mem.gate_2-eval2-off-kda.png") > 0);
+#else
+    (void)s;
+#endif
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_set_steps_survives_init),
@@ -133,6 +153,7 @@ int main(void) {
         cmocka_unit_test(test_probe_past_the_eval_depth),
         cmocka_unit_test(test_unknown_probe_no_near),
         cmocka_unit_test(test_text_probe_step),
+        cmocka_unit_test(test_hist_of_an_ablation_is_its_own_file),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -43,20 +43,14 @@ static int run(const char *script) {
     return WEXITSTATUS(st);
 }
 
-static int count_lines(const char *s) {
-    int n = 0;
-    for (; *s; s++) n += *s == '\n';
-    return n;
-}
-
 // SCRIPT fails with one line on stderr that holds NEEDLE.
 static void expect_error(const char *script, const char *needle) {
     int rc = run(script);
-    if (rc == 0 || !strstr(err_, needle) || count_lines(err_) != 1)
+    if (rc == 0 || !strstr(err_, needle) || stderr_error_lines(err_) != 1)
         print_error("script:\n%s\nrc=%d stderr: %s\nwanted: %s\n", script, rc, err_, needle);
     assert_int_not_equal(rc, 0);
     assert_non_null(strstr(err_, needle));
-    assert_int_equal(count_lines(err_), 1);
+    assert_int_equal(stderr_error_lines(err_), 1);  // (testutil.h: less the kept-state line)
 }
 
 static void expect_ok(const char *script) {
@@ -168,7 +162,7 @@ static void test_hist_labels(void **s) {
     static Engine e;
     engine_init(&e);
     ProbeInfo pi = {.activation = 1};
-    char desc[160], tag[32];
+    char desc[160], tag[96];
     e.step = 1; e.fwd_kind = 1; e.fwd_step = 0;
     for (int a = 0; a < ARM_COUNT; a++) e.model.last_on[a] = 1;  // (the forward ran every arm)
     probe_source(&e, &pi, desc, sizeof desc, tag, sizeof tag);
@@ -191,6 +185,12 @@ static void test_hist_labels(void **s) {
     e.model.last_on[ARM_MOE] = 0;
     probe_source(&e, &pi, desc, sizeof desc, tag, sizeof tag);
     assert_string_equal(desc, "forward of step 0; arms off in it: moe");
+    // and in the file's tag: the ablation's PNG is its own, not the every-arm forward's of the same
+    // step written over (QA, session 41)
+    assert_string_equal(tag, "fwd0-off-moe");
+    e.model.last_on[ARM_KDA] = 0;
+    probe_source(&e, &pi, desc, sizeof desc, tag, sizeof tag);
+    assert_string_equal(tag, "fwd0-off-kda+moe");
     for (int a = 0; a < ARM_COUNT; a++) e.model.last_on[a] = 1;
     e.fwd_kind = 2; e.fwd_step = 1;
     pi.activation = 0;

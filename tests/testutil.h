@@ -70,3 +70,15 @@ static inline char *read_whole_file(const char *path, size_t *n) {
     if (n) *n = (size_t)sz;
     return p;
 }
+
+// The lines of a dmsh run's stderr, less the one a script without a session that stopped at an
+// error after trained steps adds, saying where it kept that state (repl/main.c; test_cli_stops.c):
+// the tests of one-line errors count the error's own lines.
+static inline int stderr_error_lines(const char *err) {
+    int n = 0;
+    for (const char *s = err; *s; s++) n += *s == '\n';
+    const char *kept = strstr(err, "\ndmsh: saved dmsh-step-");
+    if (!kept) kept = strstr(err, "\ndmsh: kept in dmsh-step-");  // (a file of an earlier run held the state)
+    const char *end = kept ? strchr(kept + 1, '\n') : NULL;
+    return n - (kept && strstr(kept, "(no session: the state the script's error stopped; :load it to go on)") && end && !end[1]);
+}
