@@ -163,7 +163,7 @@ typedef struct {
     int have_loss, have_eval, eval_depth;
     double loss, bpb;
     int64_t window;
-    uint16_t arms_off, eval_arms_off;
+    uint16_t arms_off, eval_arms_off, loss_arms_off;  // (the loss's step's arms off too: QA, session 41)
     char shape[160];            // "d=128 L=2 E=2 k=1"
 } CkptSummary;
 int engine_ckpt_summary(const char *path, CkptSummary *s, dm_err *err);

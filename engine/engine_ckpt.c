@@ -487,7 +487,7 @@ int engine_ckpt_summary(const char *path, CkptSummary *s, dm_err *err) {
     if (sz && ckpt_peek(path, "metrics", r, sz, &sz, err)) { free(r); return 1; }
     int nr = (int)(sz / sizeof(MetricRow)), last_eval = -1;
     for (int i = 0; i < nr; i++) {
-        if (r[i].kind == 0) { s->have_loss = 1; s->loss = r[i].loss; s->loss_step = r[i].step; }
+        if (r[i].kind == 0) { s->have_loss = 1; s->loss = r[i].loss; s->loss_step = r[i].step; s->loss_arms_off = r[i].arms_off & ARMS_FORWARD_MASK; }
         if (r[i].kind == 1) last_eval = i;
     }
     for (int i = 0; last_eval >= 0 && i < nr; i++) {  // that eval's deepest depth (its arms: eval_arms_off)

@@ -380,8 +380,11 @@ int cmd_sessions(Shell *sh, Words *w, dm_err *err) {
                 printable(se.msg, sw, sizeof sw);
                 fprintf(sh->out, "    (what it reached cannot be read: %s)\n", sw);
             } else {
-                char loss[64] = "no training step", ev[220] = "no eval", off[64] = "", eoff[80];
-                if (cs.have_loss) snprintf(loss, sizeof loss, "loss %.4f (step %lld)", cs.loss, cs.loss_step);
+                char loss[160] = "no training step", ev[220] = "no eval", off[64] = "", eoff[80], loff[80];
+                // (the step's arms off, as the eval's: an ablated run's loss read as comparable
+                // with another run's: QA, session 41)
+                arms_mask_tag(cs.loss_arms_off, loff, sizeof loff);
+                if (cs.have_loss) snprintf(loss, sizeof loss, "loss %.4f%s (step %lld)", cs.loss, loff, cs.loss_step);
                 arms_mask_tag(cs.eval_arms_off, eoff, sizeof eoff);
                 if (cs.have_eval)
                     snprintf(ev, sizeof ev, "held-out bpb %.4f%s (depth %d, step %lld, over %lld B)", cs.bpb, eoff, cs.eval_depth,

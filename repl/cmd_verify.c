@@ -277,10 +277,13 @@ int cmd_check(Shell *sh, Words *w, dm_err *err) {
             config_get(&E_->cfg, config_find_key(takes[i]), v, sizeof v);
             used += snprintf(set + used, sizeof set - used, " %s=%s", takes[i], v);
         }
-        used = (size_t)snprintf(chk, nchk, ":check grad off=");
-        for (int a = 0; E_->live && a < ARM_COUNT; a++)  // the live model's off arms, and off= (checked above)
-            if (!E_->model.arms.on[a]) used += snprintf(chk + used, nchk - used, "%s,", dm_arm_names[a]);
-        if (offs) snprintf(chk + used, nchk - used, "%s", offs);
+        // the live model's off arms, and off= (checked above), as one list with no empty name (the
+        // double engine refuses one: a trailing comma here failed every :check grad)
+        used = (size_t)snprintf(chk, nchk, ":check grad");
+        int nlisted = 0;
+        for (int a = 0; E_->live && a < ARM_COUNT; a++)
+            if (!E_->model.arms.on[a]) used += snprintf(chk + used, nchk - used, "%s%s", nlisted++ ? "," : " off=", dm_arm_names[a]);
+        if (offs) snprintf(chk + used, nchk - used, "%s%s", nlisted ? "," : " off=", offs);
         fprintf(OUT, "(running the double-precision engine: %s)\n", dbl);
         fflush(OUT);
         char *argv[] = {dbl, "--norc", "--no-tui", "-e", set, "-e", chk, NULL};

@@ -409,6 +409,22 @@ static void test_transcript_replaced_or_deleted_mid_run(void **s) {
     not_in(t, "# checkpoint ckpt/");  // (none placed: every one unplaced)
 }
 
+// :sessions marked the eval of an ablated run "[off: kda]" but not its loss, whose step ran with
+// the arm off too: set beside an un-ablated run's loss it read as comparable (QA, session 41)
+static void test_sessions_loss_says_its_arms(void **s) {
+    (void)s;
+    make_session("ab", "-e ':arm kda off' -e ':step 3' -e ':arm kda on'");
+    assert_int_equal(sh_in_dir("%s --norc -e ':sessions' > out.txt 2> err.txt", dmsh), 0);
+    slurp_to("out.txt", out, sizeof out);
+    const char *ss = strstr(out, "  runs/ab  (latest checkpoint: ");
+    assert_non_null(ss);
+    ss = strchr(ss, '\n') + 1;
+    double loss = 0;
+    if (sscanf(ss, "    loss %lf [off: kda] (step 2); no eval; ", &loss) != 1) print_error("%s\n", out);
+    assert_int_equal(sscanf(ss, "    loss %lf [off: kda] (step 2); no eval; ", &loss), 1);
+    assert_true(loss > 1 && loss < 10);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_user_tmp_files_left_alone),
@@ -428,6 +444,7 @@ int main(void) {
         cmocka_unit_test(test_no_ckpt_names_the_replay),
         cmocka_unit_test(test_load_found_file_not_said_written),
         cmocka_unit_test(test_transcript_replaced_or_deleted_mid_run),
+        cmocka_unit_test(test_sessions_loss_says_its_arms),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
