@@ -198,6 +198,11 @@ $(B)/tests/test_session_gone: tests/test_session_gone.c $(wildcard tests/*.h) $(
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< -o $@ $(B)/libdm.a -lcmocka $(LDLIBS) -Wl,--wrap=session_transcript_ckpt -Wl,--wrap=fsync
 
+# test_save_nomem fails the allocations of a checkpoint's and a snapshot's host copy (--wrap=malloc)
+$(B)/tests/test_save_nomem: tests/test_save_nomem.c $(wildcard tests/*.h) $(B)/libdm.a $(B)/cflags
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< -o $@ $(B)/libdm.a -lcmocka $(LDLIBS) -Wl,--wrap=malloc
+
 # test_ckpt records fsync and rename (--wrap): a checkpoint's data is synced before its rename,
 # its directory after
 $(B)/tests/test_ckpt: tests/test_ckpt.c $(wildcard tests/*.h) $(B)/libdm.a $(B)/cflags

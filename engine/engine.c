@@ -225,7 +225,7 @@ int engine_set_device(Engine *e, const Backend *be, const char *name, dm_err *er
     // Move: copy the trainable state out, rebuild on the new backend, copy it in. The metric
     // rows stay in the engine; the activations are rebuilt at the next step.
     Snapshot s;
-    snapshot_take(&s, e);
+    if (snapshot_take(&s, e, err)) return 1;  // (the model stays where it is)
     SyncedMarks sm;  // the same state, moved (or left where it was): still in the same file
     synced_get(e, &sm);
     const Backend *old = e->be;
@@ -550,7 +550,7 @@ int engine_check_determinism(Engine *e, int n, int *ok, char *msg, size_t nmsg, 
     if (n < 1) return dm_fail(err, "steps must be >= 1");
     size_t P = e->model.n_params;
     Snapshot s0;
-    snapshot_take(&s0, e);
+    if (snapshot_take(&s0, e, err)) return 1;
     // the state after each pass: parameters, and the optimizer's moments, momentum and row
     // step counts (the next steps depend on them as much as on the weights)
     size_t R = (size_t)e->cfg.n_orders * e->cfg.engram_rows;

@@ -42,12 +42,20 @@ int engine_save_mode(Engine *e, const char *path, int mode, dm_err *err) {
         st.arms_bwd[a] = e->model.arms.bwd[a];
     }
     size_t P = sizeof(real) * e->model.n_params;
-    real *params = mallocCheck(P);  // the parameters are backend memory: a host copy to write
-    model_params_get(&e->model, params);  // (the same file wherever the tables live)
-    // so is the optimizer state
+    // the parameters are backend memory: a host copy to write (the same file wherever the tables
+    // live); so is the optimizer state. Four copies the size of the parameters: a host short of
+    // them is this save's error, not the process's end (mallocCheck exited, and a :quit's or a
+    // checkpoint's save took the trained state with it: QA, session 41)
     size_t RS = sizeof(int64_t) * st.n_rows_tables;
-    real *om = mallocCheck(P), *ov = mallocCheck(P), *omom = mallocCheck(P);
-    int64_t *ors = mallocCheck(RS ? RS : 1);
+    real *params = malloc(P ? P : 1), *om = malloc(P ? P : 1), *ov = malloc(P ? P : 1), *omom = malloc(P ? P : 1);
+    int64_t *ors = malloc(RS ? RS : 1);
+    if (!params || !om || !ov || !omom || !ors) {
+        free(params); free(om); free(ov); free(omom); free(ors); free(cfgtext);
+        return dm_fail(err, "%s: cannot save checkpoint: no host memory for its copy of the state (%.0f MB: the parameters and "
+                       "three optimizer moments); nothing was written (the previous file, if any, is untouched)", path,
+                       (4.0 * P + RS) / 1048576.0);
+    }
+    model_params_get(&e->model, params);
     optim_state_get(&e->opt, &e->model, om, ov, omom, ors);
     char *layout = mallocCheck(8192);
     tensor_layout(&e->model, layout, 8192);

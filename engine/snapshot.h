@@ -14,6 +14,7 @@ typedef struct {
     double last_orth_err;
 } Snapshot;
 
-void snapshot_take(Snapshot *s, const Engine *e);
+// 0, or 1 with err filled when the host has no memory for the copy (nothing taken)
+int snapshot_take(Snapshot *s, const Engine *e, dm_err *err);
 void snapshot_restore(const Snapshot *s, Engine *e);
 void snapshot_free(Snapshot *s);

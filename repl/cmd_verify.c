@@ -411,7 +411,7 @@ int cmd_bench(Shell *sh, Words *w, dm_err *err) {
     Engine *e = E_;
     if (!e->live || !e->has_data) return dm_fail(err, !e->live ? "no model: :init builds one" : "no data: :data PATH opens a corpus");
     Snapshot s;
-    snapshot_take(&s, e);
+    if (snapshot_take(&s, e, err)) return 1;
     char sess[1024];
     snprintf(sess, sizeof sess, "%s", e->session_dir);
     e->session_dir[0] = 0;

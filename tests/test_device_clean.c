@@ -288,7 +288,7 @@ static void check_optim(int opt_adamw, int colrow, uint64_t seed) {
     real *p_at5 = NULL;
     int clipped = 0, retracted = 0, skipped = 0;
     for (int s = 0; s < 8; s++) {
-        if (s == 4) { snapshot_take(&snap_p, &ep); snapshot_take(&snap_f, &ef); }
+        if (s == 4) { assert_int_equal(snapshot_take(&snap_p, &ep, NULL), 0); assert_int_equal(snapshot_take(&snap_f, &ef, NULL), 0); }
         if (s == 6) {  // replay steps 4, 5 from the snapshots taken before step 4
             snapshot_restore(&snap_p, &ep); snapshot_restore(&snap_f, &ef);
             snapshot_free(&snap_p); snapshot_free(&snap_f);
