@@ -207,11 +207,17 @@ int config_validate_decay(const Config *c, double mult, dm_err *err) {
     return 0;
 }
 int config_decay_note(const Config *c, char *buf, size_t n) {
-    const char *w;
-    double p = decay_product(c, 1, &w);
-    if (!(p > 1)) return 0;
-    snprintf(buf, n, "%s x wd = %g > 1: the decoupled decay multiplies the weights by %g each step (1 - %s x wd): their sign "
-             "flips every step", w, p, 1 - p, w);
+    // each rate past 1 is named: lr's decays the AdamW tensors, lr_muon's the Muon matrices (the
+    // larger one alone named lr_muon after a :set of lr had put lr's past 1 too: QA, session 41)
+    double a = c->lr * c->wd, b = c->opt_adamw ? 0 : c->lr_muon * c->wd;
+    if (a > 1 && b > 1)
+        snprintf(buf, n, "lr x wd = %g and lr_muon x wd = %g > 1: the decoupled decay multiplies the AdamW tensors by %g and the Muon "
+                 "matrices by %g each step (1 - rate x wd): their sign flips every step", a, b, 1 - a, 1 - b);
+    else if (a > 1 || b > 1)
+        snprintf(buf, n, "%s x wd = %g > 1: the decoupled decay multiplies the weights by %g each step (1 - %s x wd): their sign "
+                 "flips every step", a > 1 ? "lr" : "lr_muon", a > 1 ? a : b, 1 - (a > 1 ? a : b), a > 1 ? "lr" : "lr_muon");
+    else
+        return 0;
     return 1;
 }
 

@@ -48,7 +48,7 @@ static void say_arm_changes(Shell *sh, const int *before, int had, const char *w
 // architecture's too. A live model keeps its shape under :set, so this is how one is rebuilt in
 // another (the refusal's hint named :init, which rebuilt the old shape: QA, session 23). All or
 // nothing, checked as engine_build will before anything is saved or replaced.
-static int init_config(Shell *sh, Words *w, Config *t, int *user_steps, dm_err *err) {
+static int init_config(Shell *sh, Words *w, Config *t, int *user_steps, int *decay_word, dm_err *err) {
     *t = E_->cfg;
     *user_steps = 0;
     const char *pn = NULL;
@@ -81,6 +81,7 @@ static int init_config(Shell *sh, Words *w, Config *t, int *user_steps, dm_err *
         *user_steps |= !strcmp(key, "steps");
         decay |= config_decay_key(key);
     }
+    *decay_word = decay;
     // (the decay rule only when a word sets one of its keys: a loaded older file may be past it)
     if (config_validate(t, err) || (decay && config_validate_decay(t, 1, err)) || model_shape_check(E_->be, t, t->batch, t->seq, err)) return 1;
     if (E_->has_data && t->seq != E_->cfg.seq && data_fits(&E_->data, t->seq, err)) return 1;
@@ -89,8 +90,8 @@ static int init_config(Shell *sh, Words *w, Config *t, int *user_steps, dm_err *
 
 int cmd_init(Shell *sh, Words *w, dm_err *err) {
     Config tmp, cfg_before = E_->cfg;
-    int user_steps;
-    if (init_config(sh, w, &tmp, &user_steps, err)) return 1;
+    int user_steps, decay_word = 0;
+    if (init_config(sh, w, &tmp, &user_steps, &decay_word, err)) return 1;
     uint64_t seed = tmp.seed;
     // in a session, the model :init replaces keeps its state: saved first if it is in no file
     // (its rows leave metrics.tsv below; its checkpoint keeps them, as a :session switch does)
@@ -124,6 +125,10 @@ int cmd_init(Shell *sh, Words *w, dm_err *err) {
         return 1;
     }
     if (changed[0]) fprintf(OUT, "config: %s\n", changed);
+    // the sign-flip note :set gives, for :init's words too (QA, session 41: `:init lr=4 wd=0.3`,
+    // a factor of -0.2 a step, said nothing)
+    char dnote[300];
+    if (decay_word && config_decay_note(&E_->cfg, dnote, sizeof dnote)) fprintf(OUT, "note: %s\n", dnote);
     if (session_write_config(E_, err)) return 1;
     // a new model starts a new run: metrics.tsv holds its rows only (the last model's are in its
     // checkpoints), as after a :load

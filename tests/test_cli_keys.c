@@ -138,6 +138,14 @@ static void test_decay_that_flips(void **s) {
     expect_ok(":set lr_muon=0.2 wd=6\n:set wd=6\n");   // 1.2: a note, once (the second :set changes nothing)
     expect_out("note: lr_muon x wd = 1.2 > 1: the decoupled decay multiplies the weights by -0.2 each step");
     assert_int_equal(count_lines(out), 1);
+    // both rates past 1: both named (a :set of lr alone named only lr_muon's pair), and :init's
+    // words give the note as :set's do (they gave none: QA, session 41)
+    expect_ok(":set lr_muon=5 wd=0.3\n:set lr=4.1\n");
+    expect_out("note: lr x wd = 1.23 and lr_muon x wd = 1.5 > 1: the decoupled decay multiplies the AdamW tensors by -0.23 and the Muon "
+               "matrices by -0.5 each step (1 - rate x wd): their sign flips every step\n");
+    snprintf(script, sizeof script, "%s:data %s\n:init seed=1 lr=4 wd=0.3\n", SMALL, corpus);
+    expect_ok(script);
+    expect_out("config: lr 0.003 -> 4, wd 0.1 -> 0.3\nnote: lr x wd = 1.2 > 1: the decoupled decay multiplies the weights by -0.2 each step");
     expect_ok(":set opt=adamw lr_muon=0.3 wd=9 lr=0.1\n:show config\n");  // Muon's rate unused under adamw
     expect_out("lr_muon          0.3");
     snprintf(script, sizeof script, "%s:data %s\n:init seed=1\n:set lr=0.5\n:init wd=5\n", SMALL, corpus);
