@@ -116,8 +116,24 @@ int cmd_init(Shell *sh, Words *w, dm_err *err) {
     was.seed = tmp.seed;
     if (!user_steps) was.steps = tmp.steps;
     config_set_diff(&was, &tmp, changed, sizeof changed);
+    // where the model this :init replaces is kept, for a build that fails once it is gone
+    int kept = had && !engine_unsaved(E_);
+    char kept_in[sizeof E_->synced_path];
+    snprintf(kept_in, sizeof kept_in, "%s", E_->synced_path);
+    long long step_before = (long long)E_->step;
     E_->cfg = tmp;
     if (engine_build(E_, seed, err)) {
+        // a build that failed after the live model was let go (an allocation past the host's
+        // limit): said, with where that model is, which the refusal's words did not (QA, session 41)
+        if (had && !E_->live) {
+            size_t l = strlen(err->msg);
+            if (kept && kept_in[0])
+                snprintf(err->msg + l, sizeof err->msg - l, "; the model it replaced (step %lld) is no longer in memory: :load %s brings it back",
+                         step_before, kept_in);
+            else
+                snprintf(err->msg + l, sizeof err->msg - l, "; the model it replaced (step %lld) is no longer in memory, and was in no file "
+                         "(:save before an :init that may not fit, or work in a :session, which saves it first)", step_before);
+        }
         E_->cfg = cfg_before;
         E_->steps_auto = auto0;
         // (the build set the backend's precision from the new config: the session's again)

@@ -173,6 +173,36 @@ static void test_interrupt_after_a_finished_line(void **s) {
     assert_int_equal(nanchors, (line - 5) / 2);
 }
 
+// An :init whose model cannot be allocated (here past a 400 MB address-space limit: Engram tables
+// of 58M reals) after the live one was let go said only "cannot allocate ...", a refusal that
+// read as "nothing happened" (QA, session 41). It says the model it replaced is gone from memory,
+// and where it is: a session's checkpoint to :load, or nowhere. (A host whose memory the
+// pre-check finds too small refuses before anything is let go: then nothing to see here.)
+static void test_failed_init_says_the_model_is_gone(void **s) {
+    (void)s;
+    char script[2000];
+    for (int sess = 0; sess < 2; sess++) {
+        snprintf(script, sizeof script, "%s%s:data %s\n:init seed=1\n:step 2\n:init engram_rows=300000 engram_dim=64\n", sess ? ":session gi\n" : "",
+                 SMALL, corpus);
+        write_file("oi.dm", script);
+        assert_int_equal(sh_in_dir("prlimit --as=400000000: %s --norc -b oi.dm > out.txt 2> err.txt; test $? = 1", dmsh), 0);
+        slurp_to("err.txt", err_, sizeof err_);
+        if (strstr(err_, "error: this model needs about")) {
+            print_message("test_failed_init_says_the_model_is_gone: the memory pre-check refused first here: %s", err_);
+            return;
+        }
+        char at[32];
+        snprintf(at, sizeof at, "oi.dm:%d: error: ", 6 + sess);
+        const char *want = sess ? "; the model it replaced (step 2) is no longer in memory: :load "
+                                : "; the model it replaced (step 2) is no longer in memory, and was in no file (:save before an :init that may "
+                                  "not fit, or work in a :session, which saves it first)\n";
+        if (!strstr(err_, at) || !strstr(err_, want)) print_error("%s\n", err_);
+        assert_non_null(strstr(err_, at));
+        assert_non_null(strstr(err_, want));
+        if (sess) assert_non_null(strstr(err_, "runs/gi/ckpt/step-2.ckpt brings it back\n"));
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_error_stop_saves),
@@ -181,6 +211,7 @@ int main(void) {
         cmocka_unit_test(test_failed_checkpoints_do_not_end_the_run),
         cmocka_unit_test(test_failed_checkpoint_then_written),
         cmocka_unit_test(test_interrupt_after_a_finished_line),
+        cmocka_unit_test(test_failed_init_says_the_model_is_gone),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
