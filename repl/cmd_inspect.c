@@ -21,7 +21,7 @@ static int unescape_text(const char *cmd, const char *what, const char *s, char 
     size_t pn = 0;
     for (const char *p = s; *p; p++) {
         if (pn + 1 >= cap) return dm_fail(err, "%s: %s is longer than %zu bytes", cmd, what, cap - 1);
-        if (p[0] == '\\' && (p[1] == 'n' || p[1] == 't')) { buf[pn++] = p[1] == 'n' ? '\n' : '\t'; p++; continue; }
+        if (p[0] == '\\' && (p[1] == 'n' || p[1] == 't' || p[1] == 'r')) { buf[pn++] = p[1] == 'n' ? '\n' : p[1] == 't' ? '\t' : '\r'; p++; continue; }
         if (p[0] == '\\' && p[1] == '\\') { buf[pn++] = '\\'; p++; continue; }
         if (p[0] == '\\' && p[1] == 'x') {
             int v = 0, k = 0;
@@ -31,6 +31,10 @@ static int unescape_text(const char *cmd, const char *what, const char *s, char 
             p += 3;
             continue;
         }
+        // any other backslash is refused, not fed as two bytes: "\r" before it was, or "\q", read
+        // as a backslash and a letter without a word (QA, session 41)
+        if (p[0] == '\\')
+            return dm_fail(err, "%s: unknown escape '%.2s' in %s (\\n \\t \\r \\\\ \\xHH; \\\\ is a backslash)", cmd, p, what);
         buf[pn++] = *p;
     }
     buf[pn] = 0;
