@@ -136,6 +136,7 @@ void engine_free(Engine *e) {
     engine_free_model(e);
     if (e->has_data) data_close(&e->data);
     free(e->rows);
+    free(e->fwd_text);
     memset(e, 0, sizeof *e);
     e->session_fd = -1;
 }

@@ -96,6 +96,8 @@ typedef struct Engine {
     int fwd_pad;                // of those (an eval's last batch): sequences that are padding copies
     uint32_t fwd_text_fp;       // fwd_kind 3: FNV-1a of the text (two texts probed at one step get two
                                 // histogram files, not one overwritten)
+    unsigned char *fwd_text;    // fwd_kind 3: the text's bytes (fwd_text_n), for a later probe's per-byte listing
+    int fwd_text_n;
     int64_t fwd_step;           // ... of step fwd_step (train: the step's index; eval: e->step then)
     // session (runs/NAME); empty: none
     char session_dir[1024];

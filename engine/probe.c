@@ -370,6 +370,10 @@ int probe_forward_text(Engine *e, const unsigned char *text, int n, dm_err *err)
     model_forward(m, x, y, 1, T, m->cfg.L, FWD_ALL_DEPTHS);
     dm_guard_close(&g);
     e->fwd_kind = 3;
+    // (kept: a later probe of this forward lists its values byte by byte too: QA, session 41)
+    unsigned char *keep = realloc(e->fwd_text, (size_t)n);
+    if (keep) { memcpy(keep, text, (size_t)n); e->fwd_text = keep; e->fwd_text_n = n; }
+    else e->fwd_text_n = 0;
     e->fwd_text_fp = 2166136261u;
     for (int i = 0; i < n; i++) e->fwd_text_fp = (e->fwd_text_fp ^ text[i]) * 16777619u;
     e->fwd_step = e->step;

@@ -156,6 +156,9 @@ int cmd_probe(Shell *sh, Words *w, dm_err *err) {
             pi.name, shape, pi.n, st.mean, st.std, st.rms, st.min, st.max, st.absmax,
             pi.n ? 100.0 * st.nonfinite / pi.n : 0.0, from);
     if (text && pi.activation) list_per_byte(sh, &pi, v, (const unsigned char *)tbuf, (int)tn - 1);
+    // a later probe of the same text's forward lists its values too (it gave the stats line alone)
+    else if (pi.activation && e->fwd_kind == 3 && e->fwd_text && e->fwd_text_n >= 2)
+        list_per_byte(sh, &pi, v, e->fwd_text, e->fwd_text_n - 1);
     int rc = 0;
     if (hist) {
         char path[1400], title[300], msg[300];

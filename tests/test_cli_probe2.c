@@ -159,6 +159,22 @@ static void test_prompt_escapes(void **s) {
     expect_error(script, "unknown escape '\\' in the prompt");
 }
 
+// A later probe of a text= forward reads the same forward (its line says so) but listed nothing:
+// seeing depth 2's per-byte loss took the text run again, another forward into the arms'
+// counts (QA, session 41). It lists its values byte by byte too; after a step, nothing.
+static void test_later_probe_of_a_text_lists_bytes(void **s) {
+    (void)s;
+    char script[2000];
+    script_on(script, sizeof script, ":probe loss@1 text='ROMEO'\n:probe loss@2\n:step 1\n:probe loss@2\n");
+    expect_ok(script);
+    const char *second = strstr(out, "loss@2 [1, 4] ");
+    assert_non_null(second);
+    assert_non_null(strstr(second, "\n   pos  byte   next          value\n     0  'R'    'O'   "));
+    const char *third = strstr(second + 1, "loss@2 ");
+    assert_non_null(third);
+    assert_null(strstr(third, "   pos  byte"));  // (the step's forward: no text)
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_set_steps_survives_init),
@@ -170,6 +186,7 @@ int main(void) {
         cmocka_unit_test(test_text_probe_step),
         cmocka_unit_test(test_hist_of_an_ablation_is_its_own_file),
         cmocka_unit_test(test_prompt_escapes),
+        cmocka_unit_test(test_later_probe_of_a_text_lists_bytes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
