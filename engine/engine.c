@@ -403,6 +403,13 @@ static void append_tsv(Engine *e) {
         int regular = fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
         if (fd >= 0 && !regular) { close(fd); fd = -1; errno = EINVAL; }
         if (fd >= 0 && m) {
+            // an empty file where rows were written (deleted, or emptied, under the run: a cleanup
+            // of runs/*/metrics.tsv): every row again, from memory, said (it went on with the new
+            // rows alone, the run's first steps gone from it in silence: QA, session 41)
+            if (st.st_size == 0 && from > 0) {
+                engine_note(e, "%s was empty (deleted or emptied during the run?): written again with all %d rows", path, e->nrows);
+                from = 0;
+            }
             if (st.st_size == 0) engine_tsv_header(m);
             for (int64_t k = from; k < e->nrows; k++) engine_tsv_row(m, &e->rows[k]);
             fflush(m);

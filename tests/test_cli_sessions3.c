@@ -398,7 +398,7 @@ static void test_transcript_replaced_or_deleted_mid_run(void **s) {
     assert_int_equal(resume_quit("tv"), 0);
     want_in(out, "resumed runs/tv at step 1500 from ckpt/step-1500.ckpt");
     not_in(out, "the process ended during");
-    transcript_swapped_during_a_train("td", "rm transcript.dm");
+    transcript_swapped_during_a_train("td", "rm transcript.dm metrics.tsv");
     want_in(err_, "dmsh: note: runs/td/transcript.dm was deleted during the run: a new one holds the lines from here on, and does not rebuild "
                   "the session\n");
     slurp_to("runs/td/transcript.dm", t, sizeof t);
@@ -407,6 +407,13 @@ static void test_transcript_replaced_or_deleted_mid_run(void **s) {
     want_in(t, "\n# unplaced checkpoint ckpt/step-1000.ckpt at step 1000, written by the :train running here");
     want_in(t, "\n:train 1500 ckpt_every=500 eval_every=0 log_every=500\n");
     not_in(t, "# checkpoint ckpt/");  // (none placed: every one unplaced)
+    // metrics.tsv deleted with it: written again whole from the rows in memory, said (it went on
+    // with the later rows alone)
+    want_in(out, "note: runs/td/metrics.tsv was empty (deleted or emptied during the run?): written again with all ");
+    static char tsv[1 << 20];
+    slurp_to("runs/td/metrics.tsv", tsv, sizeof tsv);
+    assert_int_equal(count_lines(tsv), 1501);
+    assert_int_equal(strncmp(strchr(tsv, '\n') + 1, "train\t0\t", 8), 0);
 }
 
 // :sessions marked the eval of an ablated run "[off: kda]" but not its loss, whose step ran with
