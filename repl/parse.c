@@ -530,11 +530,17 @@ static int run_stream(Shell *sh, FILE *f, const char *name, dm_err *err) {
         // a checkpoint's line says the step the lines above it reached in the session: a replay
         // elsewhere is not rebuilding it (a line edited or deleted by hand, a loaded file since
         // rewritten): said once (QA, session 28: the replay went on in silence)
-        if (!told_step && sh->eng && sh->eng->live && !strncmp(lp, "# checkpoint ckpt/", 18)) {
+        if (!told_step && sh->eng && !strncmp(lp, "# checkpoint ckpt/", 18)) {
             const char *rb = strstr(lp, ": the state the lines above rebuild"), *at = NULL;
             for (const char *q = lp; rb && (q = strstr(q, " at step ")) && q < rb; q++) at = q;
             long long was;
-            if (at && sscanf(at, " at step %lld", &was) == 1 && was != (long long)sh->eng->step) {
+            // (a replay with no model at all, too: a transcript without its :init line, or one
+            // started again after a deletion, replayed to its end in silence: QA, session 41)
+            if (at && !sh->eng->live && sscanf(at, " at step %lld", &was) == 1) {
+                fprintf(stderr, "%s:%d: note: the session had a model at step %lld here, this replay has none: it does not rebuild the "
+                        "session's state (its :init or :load line edited or missing?)\n", name, sh->line, was);
+                told_step = 1;
+            } else if (at && sh->eng->live && sscanf(at, " at step %lld", &was) == 1 && was != (long long)sh->eng->step) {
                 fprintf(stderr, "%s:%d: note: the session was at step %lld here, this replay is at step %lld: it does not rebuild the "
                         "session's state (a line above edited or missing, a file it loads since rewritten?)\n", name, sh->line, was,
                         (long long)sh->eng->step);

@@ -432,6 +432,18 @@ static void test_sessions_loss_says_its_arms(void **s) {
     assert_true(loss > 1 && loss < 10);
 }
 
+// A transcript replayed without its :init and :step lines (edited, or a transcript started again after a
+// deletion) ran to its end with status 0 and no word, while one missing a :train line is said
+// (QA, session 41): a placing line met with no model says so too.
+static void test_replay_without_a_model_said(void **s) {
+    (void)s;
+    make_session("nm", "-e ':step 3'");
+    assert_int_equal(sh_in_dir("grep -v '^:init\\|^:step' runs/nm/transcript.dm > nm.dm && %s --norc -b nm.dm > out.txt 2> err.txt", dmsh), 0);
+    slurp_to("err.txt", err_, sizeof err_);
+    want_in(err_, ": note: the session had a model at step 3 here, this replay has none: it does not rebuild the session's state (its :init "
+                  "or :load line edited or missing?)\n");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_user_tmp_files_left_alone),
@@ -452,6 +464,7 @@ int main(void) {
         cmocka_unit_test(test_load_found_file_not_said_written),
         cmocka_unit_test(test_transcript_replaced_or_deleted_mid_run),
         cmocka_unit_test(test_sessions_loss_says_its_arms),
+        cmocka_unit_test(test_replay_without_a_model_said),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
