@@ -24,6 +24,9 @@ void session_transcript_lost(const char *path, const char *what, int er);
 int session_transcript_write_raw(const char *path, const char *lines, size_t n);
 // dmsh itself put a new transcript.dm in place (-r's rewrite): not "another file" to the next append
 void session_transcript_rewritten(void);
+// A write to the transcript through a held descriptor (a command's mark taking its lines): the
+// size this run left it at, so a later append does not take it for another file
+void session_transcript_remember_fd(const char *path, int fd);
 // Before a checkpoint line is composed: a transcript deleted since the last append makes it an
 // unplaced one (the lines before it are gone)
 void session_transcript_precheck(const char *path);

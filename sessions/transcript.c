@@ -41,13 +41,18 @@ void session_transcript_lost(const char *path, const char *what, int er) {
 // so (QA, session 41: a transcript.dm deleted during a run was started again with only the later
 // checkpoint lines, one of them "the state the lines above rebuild"; one an editor saved over
 // was written on in silence). (A session directory renamed is another name: not compared.)
+// (Its size too: a file deleted and made again can take the same inode number at once, as seen
+// here; one that shrank below what this run wrote was replaced or emptied all the same.)
 static char seen_path[1200];
 static dev_t seen_dev;
 static ino_t seen_ino;
+static off_t seen_size;
 
 // into m, before an append to path's file (tst): what a file that is not the one last written says
 static void check_same_file(const char *path, const struct stat *tst, FILE *m) {
-    if (!seen_path[0] || strcmp(path, seen_path) || (tst->st_dev == seen_dev && tst->st_ino == seen_ino)) return;
+    if (!seen_path[0] || strcmp(path, seen_path)) return;
+    if (tst->st_dev == seen_dev && tst->st_ino == seen_ino && tst->st_size >= seen_size) return;
+    seen_path[0] = 0;  // (said once: the file is this run's from here)
     if (tst->st_size == 0) {  // (deleted: a new one)
         fprintf(m, "# transcript.dm was deleted while this run wrote it: the lines it held are not here, so the lines below do not "
                    "rebuild the session\n");
@@ -65,14 +70,17 @@ static void remember_file(const char *path, int fd) {
     snprintf(seen_path, sizeof seen_path, "%s", path);
     seen_dev = st.st_dev;
     seen_ino = st.st_ino;
+    seen_size = st.st_size;
 }
+
+void session_transcript_remember_fd(const char *path, int fd) { remember_file(path, fd); }
 
 void session_transcript_rewritten(void) { seen_path[0] = 0; }
 
 void session_transcript_precheck(const char *path) {
     if (!seen_path[0] || strcmp(path, seen_path)) return;
     struct stat st;
-    if (stat(path, &st) != 0 || (st.st_size == 0 && (st.st_dev != seen_dev || st.st_ino != seen_ino))) session_transcript_unplaced(2);
+    if (stat(path, &st) != 0 || (st.st_size == 0 && seen_size > 0)) session_transcript_unplaced(2);
 }
 
 int session_transcript_write_raw(const char *path, const char *lines, size_t n) {

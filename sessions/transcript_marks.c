@@ -119,6 +119,12 @@ void session_transcript_finishing(TranscriptMark *m) {
     if (m->len) session_transcript_hold(m->path);
 }
 
+// (the size a held descriptor's writes left the file at the name: not "another file" to the next append)
+static void remember_if_named(const char *path, int fd) {
+    struct stat a, b;
+    if (fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino) session_transcript_remember_fd(path, fd);
+}
+
 // The file at m->path, opened, with the mark the held file (fd) has at m->off found in it (its
 // last copy at a line's start): m->off moved there, st that file's. -1 when it is not there.
 static int relocate_mark(int fd, TranscriptMark *m, long len, struct stat *st) {
@@ -190,6 +196,7 @@ void session_transcript_end(TranscriptMark *m) {
             } else if ((long)hl < len && ftruncate(fd, m->off + (long)hl) != 0) {
             }
         }
+        remember_if_named(m->path, fd);
         close(fd);
         return;
     }
@@ -210,6 +217,7 @@ void session_transcript_end(TranscriptMark *m) {
         if (pwrite(fd, b, (size_t)len, m->off) != (ssize_t)len) {}
     }
     free(b);
+    remember_if_named(m->path, fd);
     close(fd);
 }
 

@@ -146,6 +146,10 @@ static void test_decay_that_flips(void **s) {
     snprintf(script, sizeof script, "%s:data %s\n:init seed=1 lr=4 wd=0.3\n", SMALL, corpus);
     expect_ok(script);
     expect_out("config: lr 0.003 -> 4, wd 0.1 -> 0.3\nnote: lr x wd = 1.2 > 1: the decoupled decay multiplies the weights by -0.2 each step");
+    // (only when a word sets one of its keys: an :init of another seed says nothing more)
+    snprintf(script, sizeof script, "%s:data %s\n:set lr_muon=5 wd=0.3\n:init seed=2\n", SMALL, corpus);
+    expect_ok(script);
+    assert_int_equal(strstr(strstr(out, "note: lr_muon x wd = 1.5 > 1") + 1, "note: lr_muon x wd") == NULL, 1);
     expect_ok(":set opt=adamw lr_muon=0.3 wd=9 lr=0.1\n:show config\n");  // Muon's rate unused under adamw
     expect_out("lr_muon          0.3");
     snprintf(script, sizeof script, "%s:data %s\n:init seed=1\n:set lr=0.5\n:init wd=5\n", SMALL, corpus);

@@ -373,21 +373,22 @@ static void test_load_found_file_not_said_written(void **s) {
 // file and takes the line, said. Deleted: the new file held only the later checkpoint lines, one
 // of them "the state the lines above rebuild"; now it says the lines before are gone, and its
 // checkpoint lines are unplaced.
-static void transcript_swapped_during_a_train(const char *name, const char *how) {
+static void transcript_swapped_during_a_train(const char *name, const char *how, int ckpts) {
     char cmd[3000];
-    int cl = snprintf(cmd, sizeof cmd, "(%%s --norc -e ':session %s' -e '%s' -e ':data %s' -e ':init seed=1' -e ':train 1500 ckpt_every=500 "
-                      "eval_every=0 log_every=500' > k.out 2> k.err & p=$!; for i in $(seq 3000); do grep -q 'ckpt/step-500.ckpt' k.out && break; "
-                      "sleep 0.02; done; cd runs/%s && %s; cd ../..; wait $p)", name, TINY, corpus, name, how);
+    // (without checkpoints nothing follows the mark: it is the file's last line when found)
+    int cl = snprintf(cmd, sizeof cmd, "(%%s --norc -e ':session %s' -e '%s' -e ':data %s' -e ':init seed=1' -e ':train 1500%s "
+                      "eval_every=0 log_every=500' > k.out 2> k.err & p=$!; for i in $(seq 3000); do grep -q '%s' k.out && break; "
+                      "sleep 0.02; done; cd runs/%s && %s; cd ../..; wait $p)", name, TINY, corpus, ckpts ? " ckpt_every=500" : "",
+                      ckpts ? "ckpt/step-500.ckpt" : "^step 499 ", name, how);
     assert_true(cl > 0 && cl < (int)sizeof cmd);
     assert_int_equal(sh_in_dir(cmd, dmsh), 0);
     slurp_to("k.out", out, sizeof out);
     slurp_to("k.err", err_, sizeof err_);
-    want_in(out, "checkpoint runs/");  // (and the run went on to its end)
-    want_in(out, "/ckpt/step-1500.ckpt\n");
+    want_in(out, "step 1499 ");  // (the run went on to its end)
 }
 static void test_transcript_replaced_or_deleted_mid_run(void **s) {
     (void)s;
-    transcript_swapped_during_a_train("tv", "cp transcript.dm t && mv t transcript.dm");
+    transcript_swapped_during_a_train("tv", "cp transcript.dm t && mv t transcript.dm", 1);
     want_in(err_, "dmsh: note: runs/tv/transcript.dm is another file than the one this run wrote (replaced: an editor's save?): the lines "
                   "from here on go into it\n");
     char t[16384];
@@ -398,7 +399,7 @@ static void test_transcript_replaced_or_deleted_mid_run(void **s) {
     assert_int_equal(resume_quit("tv"), 0);
     want_in(out, "resumed runs/tv at step 1500 from ckpt/step-1500.ckpt");
     not_in(out, "the process ended during");
-    transcript_swapped_during_a_train("td", "rm transcript.dm metrics.tsv");
+    transcript_swapped_during_a_train("td", "rm transcript.dm metrics.tsv", 1);
     want_in(err_, "dmsh: note: runs/td/transcript.dm was deleted during the run: a new one holds the lines from here on, and does not rebuild "
                   "the session\n");
     slurp_to("runs/td/transcript.dm", t, sizeof t);
@@ -410,6 +411,11 @@ static void test_transcript_replaced_or_deleted_mid_run(void **s) {
     // metrics.tsv deleted with it: written again whole from the rows in memory, said (it went on
     // with the later rows alone)
     want_in(out, "note: runs/td/metrics.tsv was empty (deleted or emptied during the run?): written again with all ");
+    // the mark the file's last line (no checkpoint after it): found there too (QA mutation, session 41)
+    transcript_swapped_during_a_train("tn", "cp transcript.dm t && mv t transcript.dm", 0);
+    slurp_to("runs/tn/transcript.dm", t, sizeof t);
+    not_in(t, "# started, never finished");
+    want_in(t, "\n:train 1500 eval_every=0 log_every=500\n");
     static char tsv[1 << 20];
     slurp_to("runs/td/metrics.tsv", tsv, sizeof tsv);
     assert_int_equal(count_lines(tsv), 1501);
@@ -427,8 +433,10 @@ static void test_sessions_loss_says_its_arms(void **s) {
     assert_non_null(ss);
     ss = strchr(ss, '\n') + 1;
     double loss = 0;
-    if (sscanf(ss, "    loss %lf [off: kda] (step 2); no eval; ", &loss) != 1) print_error("%s\n", out);
-    assert_int_equal(sscanf(ss, "    loss %lf [off: kda] (step 2); no eval; ", &loss), 1);
+    int tail = 0;  // (sscanf counts conversions only: the words after the number are checked by %n)
+    if (sscanf(ss, "    loss %lf [off: kda] (step 2); no eval; %n", &loss, &tail) != 1 || !tail) print_error("%s\n", out);
+    assert_int_equal(sscanf(ss, "    loss %lf [off: kda] (step 2); no eval; %n", &loss, &tail), 1);
+    assert_true(tail > 0);
     assert_true(loss > 1 && loss < 10);
 }
 
@@ -442,6 +450,25 @@ static void test_replay_without_a_model_said(void **s) {
     slurp_to("err.txt", err_, sizeof err_);
     want_in(err_, ": note: the session had a model at step 3 here, this replay has none: it does not rebuild the session's state (its :init "
                   "or :load line edited or missing?)\n");
+}
+
+// A deleted transcript first met by an ordinary line (a piped script's next command), not a
+// checkpoint line: the new file says the lines before are gone, and the checkpoint line after it
+// is unplaced too (QA mutation, session 41: the precheck saw a file that the line had made non-empty)
+static void test_deleted_transcript_met_by_a_command(void **s) {
+    (void)s;
+    char cmd[3000];
+    int cl = snprintf(cmd, sizeof cmd, "({ printf '%%%%s\\n' ':session dl' '%s' ':data %s' ':init seed=1' ':step 2' ':save'; for i in $(seq 1200); do "
+                      "grep -q '^saved ' k.out 2> /dev/null && break; sleep 0.05; done; rm runs/dl/transcript.dm; printf ':step 1\\n:save\\n'; } | "
+                      "%%s --norc > k.out 2> k.err)", TINY, corpus);
+    assert_true(cl > 0 && cl < (int)sizeof cmd);
+    assert_int_equal(sh_in_dir(cmd, dmsh), 0);
+    char t[16384];
+    slurp_to("runs/dl/transcript.dm", t, sizeof t);
+    want_in(t, "# transcript.dm was deleted while this run wrote it");
+    want_in(t, "\n:step 1\n");
+    want_in(t, "# unplaced checkpoint ckpt/step-3.ckpt");
+    not_in(t, "# checkpoint ckpt/");
 }
 
 int main(void) {
@@ -465,6 +492,7 @@ int main(void) {
         cmocka_unit_test(test_transcript_replaced_or_deleted_mid_run),
         cmocka_unit_test(test_sessions_loss_says_its_arms),
         cmocka_unit_test(test_replay_without_a_model_said),
+        cmocka_unit_test(test_deleted_transcript_met_by_a_command),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -85,6 +85,9 @@ static void test_ctrl_c_stop_saves(void **s) {
     assert_non_null(l);
     assert_int_equal(sscanf(l, "long.dm:5: error: interrupted at step %lld (state intact)", &at), 1);
     assert_true(at >= 40);
+    // (the :train stopped part-way: "stops here", not the words of an interrupt after a finished line)
+    assert_non_null(strstr(l, " (state intact): the script stops here\n"));
+    assert_null(strstr(err_, "ran to its end"));
     char want[300], file[64];
     snprintf(file, sizeof file, "dmsh-step-%lld.ckpt", at);
     snprintf(want, sizeof want, "dmsh: saved %s (no session: the state the Ctrl-C stopped; :load it to go on)\n", file);
@@ -181,9 +184,10 @@ static void test_interrupt_after_a_finished_line(void **s) {
 static void test_failed_init_says_the_model_is_gone(void **s) {
     (void)s;
     char script[2000];
-    for (int sess = 0; sess < 2; sess++) {
-        snprintf(script, sizeof script, "%s%s:data %s\n:init seed=1\n:step 2\n:init engram_rows=300000 engram_dim=64\n", sess ? ":session gi\n" : "",
-                 SMALL, corpus);
+    for (int sess = 0; sess < 3; sess++) {
+        // (2: no session, saved, then a step more: the file holds step 2, not the model replaced)
+        snprintf(script, sizeof script, "%s%s:data %s\n:init seed=1\n:step 2\n%s:init engram_rows=300000 engram_dim=64\n",
+                 sess == 1 ? ":session gi\n" : "", SMALL, corpus, sess == 2 ? ":save a.ckpt\n:step 1\n" : "");
         write_file("oi.dm", script);
         assert_int_equal(sh_in_dir("prlimit --as=400000000: %s --norc -b oi.dm > out.txt 2> err.txt; test $? = 1", dmsh), 0);
         slurp_to("err.txt", err_, sizeof err_);
@@ -192,14 +196,16 @@ static void test_failed_init_says_the_model_is_gone(void **s) {
             return;
         }
         char at[32];
-        snprintf(at, sizeof at, "oi.dm:%d: error: ", 6 + sess);
-        const char *want = sess ? "; the model it replaced (step 2) is no longer in memory: :load "
-                                : "; the model it replaced (step 2) is no longer in memory, and was in no file (:save before an :init that may "
-                                  "not fit, or work in a :session, which saves it first)\n";
+        snprintf(at, sizeof at, "oi.dm:%d: error: ", sess == 0 ? 6 : sess == 1 ? 7 : 8);
+        const char *want = sess == 1 ? "; the model it replaced (step 2) is no longer in memory: :load "
+                         : sess == 0 ? "; the model it replaced (step 2) is no longer in memory, and was in no file (:save before an :init "
+                                       "that may not fit, or work in a :session, which saves it first)\n"
+                                     : "; the model it replaced (step 3) is no longer in memory, and was in no file (";
         if (!strstr(err_, at) || !strstr(err_, want)) print_error("%s\n", err_);
         assert_non_null(strstr(err_, at));
         assert_non_null(strstr(err_, want));
-        if (sess) assert_non_null(strstr(err_, "runs/gi/ckpt/step-2.ckpt brings it back\n"));
+        if (sess == 1) assert_non_null(strstr(err_, "runs/gi/ckpt/step-2.ckpt brings it back\n"));
+        if (sess == 2) assert_null(strstr(err_, "a.ckpt"));  // (it holds step 2: not the model replaced)
     }
 }
 
