@@ -1,6 +1,6 @@
 // cmd_state.c — a model into and out of files: :init (a new model, of the config or of the shape
-// its words give), :save and :load. In a session each leaves the state where dmsh -r resumes,
-// and the state it replaces is saved first when it is in no file.
+// its words give), :save, :load and :session (a run's directory). In a session each leaves the
+// state where dmsh -r resumes, and the state it replaces is saved first when it is in no file.
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -280,4 +280,55 @@ int sh_leave_save(Shell *sh) {
                     "dmsh: still here, since the state is in no file: fix that (free space) or `:save PATH` elsewhere; "
                     "`:quit` again saves once more and leaves either way\n", err.msg);
     return 1;
+}
+
+int cmd_session(Shell *sh, Words *w, dm_err *err) {
+    if (w->argc != 2) return dm_fail(err, "usage: :session NAME (creates runs/NAME)");
+    if (!w->argv[1][0]) return dm_fail(err, "usage: :session NAME: the name is empty (it becomes runs/NAME)");
+    if (strchr(w->argv[1], '/') || w->argv[1][0] == '.') return dm_fail(err, "session name '%s': use a plain name (it becomes runs/NAME)", w->argv[1]);
+    // a line break or an escape byte in a directory name broke every line that names it (the
+    // session line, :sessions, -r's; QA, session 27)
+    for (const char *c = w->argv[1]; *c; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f)
+            return dm_fail(err, "session name with a control byte (0x%02x): use a plain name (it becomes runs/NAME)", (unsigned char)*c);
+    if (getenv("DMSH_DIGEST")) {  // a `dmsh --replay` process: its twin would meet it in runs/NAME
+        fprintf(OUT, "session runs/%s not opened: a --replay run leaves sessions alone\n", w->argv[1]);
+        return 0;
+    }
+    char dir[1100];
+    snprintf(dir, sizeof dir, "runs/%s", w->argv[1]);
+    // another run's directory: its checkpoints would be overwritten step for step and its
+    // metrics.tsv appended to (dmsh -r resumes a run in its own directory)
+    char latest[1200];
+    long long lstep;
+    struct stat mst;
+    char mpath[1200];
+    snprintf(mpath, sizeof mpath, "%s/metrics.tsv", dir);
+    int has_ck = !session_latest_ckpt(dir, latest, sizeof latest, &lstep);
+    // (the session we are in, however -r spelled it: runs/X/, ./runs/X)
+    int here = session_same_dir(E_->session_dir, dir);
+    if (!here && session_in_use(dir, err)) return 1;
+    // (a LATEST naming a file that is gone: said, with where -r falls back to, if anywhere)
+    char why[2048];
+    int lost = session_latest_broken(dir, why, sizeof why);
+    if (!here && (has_ck || lost || (stat(mpath, &mst) == 0 && mst.st_size > 0))) {
+        if (has_ck)
+            return dm_fail(err, "%s already holds a run (%s%s%s): dmsh -r %s resumes it%s; a new run needs a new name", dir, latest,
+                           lost ? "; " : "", lost ? why : "", dir, lost ? " from there" : "");
+        if (lost)
+            return dm_fail(err, "%s already holds a run (%s, and no checkpoint is there: dmsh -r cannot resume it): a new run needs a new name",
+                           dir, why);
+        return dm_fail(err, "%s already holds a run with no checkpoint (metrics.tsv; it stopped before its first save, so it cannot be resumed): remove %s or choose a new name",
+                       dir, dir);
+    }
+    // leaving a session keeps its state, as leaving dmsh does: `dmsh -r` of the old one resumes
+    // where this switch left it (its rows alone would make it a run that cannot be resumed)
+    if (E_->session_dir[0] && !here) {
+        char saved[1300];
+        if (session_autosave(E_, saved, sizeof saved, err)) return 1;
+        if (saved[0]) fprintf(OUT, "saved %s\n", saved);
+    }
+    if (session_open(E_, dir, err)) return 1;
+    fprintf(OUT, "session %s\n", dir);
+    return 0;
 }
