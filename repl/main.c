@@ -353,8 +353,8 @@ int main(int argc, char **argv) {
     // Ended by a signal (a scheduler's SIGTERM, a closed terminal, stdout's reader gone) with no
     // session: the state goes where session-less checkpoints go (./dmsh-step-N.ckpt), since the
     // user did not choose to leave it unsaved (it was lost, and the script's last line said
-    // "state intact"). A plain exit or Ctrl-C without a session saves nothing, as before.
-    // A script (-b, -e, a pipe) without a session that stopped at an error or a Ctrl-C is the
+    // "state intact"). A :quit, a script's end or the prompt's Ctrl-D without a session saves
+    // nothing, as before. A script (-b, -e, a pipe) without a session that stopped at an error or a Ctrl-C is the
     // same: a typo in a line after a long :train, found only when that line is reached, threw the
     // trained steps away without a word, the last line saying "state intact" (QA, session 41).
     // (A state with no step trained is not kept: the lines that built it rebuild it.)
