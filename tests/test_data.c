@@ -11,44 +11,8 @@
 #include "../engine/data.h"
 #include "../engine/ngram.h"
 
-static char tmpdir[256];
-
-static void path_in(char *out, size_t n, const char *rel) { snprintf(out, n, "%s/%s", tmpdir, rel); }
-
-static void write_file(const char *rel, const uint8_t *b, size_t n) {
-    char p[512];
-    path_in(p, sizeof p, rel);
-    FILE *f = fopen(p, "wb");
-    assert_non_null(f);
-    if (n) assert_int_equal(fwrite(b, 1, n, f), n);
-    fclose(f);
-}
-
-static void make_dir(const char *rel) {
-    char p[512];
-    path_in(p, sizeof p, rel);
-    assert_int_equal(mkdir(p, 0755), 0);
-}
-
-// deterministic pseudo-random bytes, distinct per file so a misordering shows
-static void fill_bytes(uint8_t *b, size_t n, uint64_t seed) {
-    Rng r = {seed};
-    for (size_t i = 0; i < n; i++) b[i] = (uint8_t)(rng_next(&r) >> 56);
-}
-
-static int setup(void **s) {
-    (void)s;
-    const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-    snprintf(tmpdir, sizeof tmpdir, "%s/dm_test_data_XXXXXX", base);
-    return mkdtemp(tmpdir) ? 0 : -1;
-}
-
-static int teardown(void **s) {
-    (void)s;
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    return system(cmd) == 0 ? 0 : -1;
-}
+#define DATA_FIXTURE_TAG "dm_test_data"
+#include "data_fixture.h"
 
 static void test_single_file(void **s) {
     (void)s;
