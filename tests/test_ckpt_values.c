@@ -15,6 +15,7 @@
 #include "../sessions/session.h"
 #include <stddef.h>
 #include <stdint.h>
+#include "ckpt_edit.h"
 
 static char corpus[64] = "", good[64] = "";
 static char last_note[900];  // load_bytes: the load's note, and whether a corpus opened
@@ -57,36 +58,6 @@ static int teardown(void **s) {
     snprintf(keep, sizeof keep, "/tmp/dm_ckv_last_%d.ckpt", (int)getpid());
     unlink(keep);
     return 0;
-}
-
-// SRC with n bytes at offset off of section NAME replaced (the state's counters, a metric row),
-// written to OUT; off = SIZE_MAX: the whole section becomes those n bytes
-static void write_edit(const char *src, const char *out, const char *name, size_t off, const void *bytes, size_t n) {
-    CkptFile f;
-    dm_err e0 = {0};
-    if (ckpt_read(src, &f, &e0)) fail_msg("%s", e0.msg);
-    CkptSection *sec = malloc(sizeof *sec * (size_t)f.nsec);
-    char *copy = NULL;
-    for (int k = 0; k < f.nsec; k++) {
-        sec[k] = f.sec[k];
-        if (!strcmp(f.sec[k].name, name) && off == SIZE_MAX) {
-            copy = malloc(n ? n : 1);
-            memcpy(copy, bytes, n);
-            sec[k].data = copy;
-            sec[k].size = n;
-        } else if (!strcmp(f.sec[k].name, name)) {
-            assert_true(off + n <= f.sec[k].size);
-            copy = malloc(f.sec[k].size);
-            memcpy(copy, f.sec[k].data, f.sec[k].size);
-            memcpy(copy + off, bytes, n);
-            sec[k].data = copy;
-        }
-    }
-    assert_non_null(copy);
-    if (ckpt_write(out, sec, f.nsec, &e0)) fail_msg("%s", e0.msg);
-    free(copy);
-    free(sec);
-    ckpt_close(&f);
 }
 
 // good's config text with LINE appended (malloc'd; its length in *n)
